@@ -1,0 +1,3 @@
+module limitproxy
+
+go 1.26

@@ -1,0 +1,82 @@
+package limiter
+
+import "time"
+
+// FixedWindowParams configures a fixed window (SPEC §3): time is cut into
+// windows of length Window aligned to the Unix epoch (window k is
+// [k·Window, (k+1)·Window)), and at most Limit units are admitted per window.
+type FixedWindowParams struct {
+	Limit  int64         // units per window, 1..MaxCount
+	Window time.Duration // must be positive
+	Cost   int64         // units per request; 0 means 1; at most Limit
+}
+
+// NewFixedWindow validates p and returns the limit.
+func NewFixedWindow(p FixedWindowParams) (Limit, error) {
+	if err := checkCount(FixedWindow, "limit", p.Limit, MaxCount); err != nil {
+		return Limit{}, err
+	}
+	if err := checkWindow(FixedWindow, p.Window); err != nil {
+		return Limit{}, err
+	}
+	cost, err := checkCost(FixedWindow, p.Cost, p.Limit, "limit")
+	if err != nil {
+		return Limit{}, err
+	}
+	p.Cost = cost
+	return Limit{alg: FixedWindow, cost: cost, fw: p}, nil
+}
+
+// FixedWindowState is the state a Store keeps per key for a fixed window:
+// 16 bytes. Its zero value is a fresh key.
+type FixedWindowState struct {
+	window int64 // index of the window count belongs to
+	count  int64 // units admitted in that window; 0 means fresh
+}
+
+// StepFixedWindow applies a request of weight n at now to s (the state of
+// limit l); see StepTokenBucket for commit. An instant in a window earlier
+// than the one s has seen counts in that later window, so going back in
+// time never reopens a window. Retry-After is the time to the next window.
+//
+// Memory: 16 bytes per key. The caller must serialise calls on one state.
+func (l *Limit) StepFixedWindow(s *FixedWindowState, now time.Time, n int64, commit bool) Decision {
+	p := &l.fw
+	c, ok := weighted(n, l.cost, p.Limit)
+	if !ok {
+		return never(p.Limit)
+	}
+	t := nanos(now)
+	w := int64(p.Window)
+	idx, count := floorDiv(t, w), int64(0)
+	if s.count > 0 && s.window >= idx {
+		idx, count = s.window, s.count
+	}
+	end := satAdd(idx*w, w) // idx·w ≤ an instant seen, so it cannot overflow
+
+	d := Decision{Limit: p.Limit}
+	if count+c <= p.Limit {
+		d.Allowed = true
+		count += c
+		if commit {
+			s.window, s.count = idx, count
+		}
+	} else {
+		d.RetryAfter = time.Duration(end - t)
+	}
+	d.Remaining = p.Limit - count
+	d.ResetAt = now
+	if count > 0 {
+		d.ResetAt = instant(end)
+	}
+	return d
+}
+
+// FixedWindowIdleAt returns when s stops counting: the end of its window.
+func (l *Limit) FixedWindowIdleAt(s *FixedWindowState) time.Time {
+	if s.count == 0 {
+		return time.Time{}
+	}
+	w := int64(l.fw.Window)
+	return instant(satAdd(s.window*w, w))
+}

@@ -1,0 +1,261 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Algorithm names one of the five algorithms of SPEC §3. The zero value is
+// not an algorithm.
+type Algorithm uint8
+
+// The algorithms, with the names the configuration uses for them.
+const (
+	TokenBucket   Algorithm = iota + 1 // "token_bucket"
+	LeakyBucket                        // "leaky_bucket"
+	FixedWindow                        // "fixed_window"
+	SlidingLog                         // "sliding_log"
+	SlidingWindow                      // "sliding_window"
+)
+
+var algorithmNames = [...]string{
+	TokenBucket:   "token_bucket",
+	LeakyBucket:   "leaky_bucket",
+	FixedWindow:   "fixed_window",
+	SlidingLog:    "sliding_log",
+	SlidingWindow: "sliding_window",
+}
+
+// ErrUnknownAlgorithm is returned by ParseAlgorithm for a name that is not
+// one of the five algorithms.
+var ErrUnknownAlgorithm = errors.New("unknown algorithm")
+
+// String returns the configuration name of a, e.g. "token_bucket".
+func (a Algorithm) String() string {
+	if a == 0 || int(a) >= len(algorithmNames) {
+		return "algorithm(" + strconv.Itoa(int(a)) + ")"
+	}
+	return algorithmNames[a]
+}
+
+// ParseAlgorithm returns the algorithm with configuration name s.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, name := range algorithmNames {
+		if a != 0 && name == s {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("%w %q (want token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)", ErrUnknownAlgorithm, s)
+}
+
+// Rate is N events per Per, kept exactly as written ("30/5m" is {30, 5m}),
+// so that no rounding happens before the algorithms see it. The zero value
+// is not a valid rate: "unlimited" is not a rate.
+type Rate struct {
+	N   int64
+	Per time.Duration
+}
+
+// maxRateN bounds N so that N·1e9 fits in an int64 (token arithmetic is done
+// in billionths of a token).
+const maxRateN = 1_000_000_000
+
+func (r Rate) validate() error {
+	switch {
+	case r.N <= 0:
+		return errors.New("must be greater than zero")
+	case r.N > maxRateN:
+		return fmt.Errorf("%d events per period is above the maximum of %d", r.N, maxRateN)
+	case r.Per <= 0:
+		return errors.New("period must be greater than zero")
+	}
+	return nil
+}
+
+// String formats r as the configuration writes it, e.g. "10/1s".
+func (r Rate) String() string { return strconv.FormatInt(r.N, 10) + "/" + r.Per.String() }
+
+// interval is the time one unit of r takes, rounded up to the nanosecond, so
+// that events spaced by interval never exceed r.
+func (r Rate) interval() int64 { return ceilDiv(int64(r.Per), r.N) }
+
+// Decision is the outcome of one request against one limit or, as returned by
+// Limiter.Allow, against every limit of a policy. It is a plain value; the
+// zero Decision is a rejection with no figures.
+type Decision struct {
+	// Allowed reports whether the request is admitted (possibly after Delay).
+	Allowed bool
+	// Delay is how long an admitted request waits in a leaky-bucket queue
+	// before it may be forwarded; 0 for the other algorithms. With the memory
+	// store it is an upper bound: waiters ahead that leave make it shorter.
+	// Use Wait rather than sleeping for Delay.
+	Delay time.Duration
+	// RetryAfter is, for a rejected request, the time after which the same
+	// request would be admitted if nothing else arrived; 0 when allowed.
+	RetryAfter time.Duration
+	// Limit is the quota of the limit these figures describe: burst,
+	// limit per window, or queue size for the leaky bucket.
+	Limit int64
+	// Remaining is how many more requests of cost 1 that limit would admit
+	// now, after this request.
+	Remaining int64
+	// ResetAt is when that limit is back to its fresh state (Remaining ==
+	// Limit) if nothing else arrives.
+	ResetAt time.Time
+	// Index is the position, among the limiter's limits, of the limit that
+	// Limit, Remaining and ResetAt describe: the most restrictive one.
+	Index int
+
+	waiter *waiter // set for a request queued in a real leaky-bucket queue
+}
+
+// Merge folds d2, the decision of the limit at index i, into d, the decision
+// of a policy whose limits 0..i-1 were merged before. A Store calls it once
+// per limit, in order, starting from the zero Decision. The result is allowed
+// only if every limit allowed; RetryAfter is the longest of the rejecting
+// limits'; the figures are those of the most restrictive limit (a rejecting
+// one first, then the least Remaining, then the latest ResetAt).
+func (d *Decision) Merge(i int, d2 Decision) {
+	d2.Index = i
+	if i == 0 {
+		*d = d2
+		return
+	}
+	allowed := d.Allowed && d2.Allowed
+	retry := max(d.RetryAfter, d2.RetryAfter)
+	delay := max(d.Delay, d2.Delay)
+	w := d.waiter
+	if d2.waiter != nil {
+		w = d2.waiter
+	}
+	if moreRestrictive(d2, *d) {
+		*d = d2
+	}
+	d.Allowed, d.RetryAfter, d.Delay, d.waiter = allowed, retry, delay, w
+	if !allowed {
+		d.Delay, d.waiter = 0, nil
+	}
+}
+
+func moreRestrictive(a, b Decision) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.ResetAt.After(b.ResetAt)
+}
+
+// Wait blocks until an admitted request may be forwarded: at once for a
+// Decision without Delay, when its place in a memory-store leaky-bucket queue
+// is released, or after Delay for a store whose queue is virtual. If ctx ends
+// first, the request leaves the queue (those behind it move up) and Wait
+// returns ctx's error; the request must then not be forwarded. Calling Wait
+// on a rejected Decision returns ErrRejected.
+func (d Decision) Wait(ctx context.Context) error {
+	if !d.Allowed {
+		return ErrRejected
+	}
+	if d.waiter != nil {
+		return d.waiter.wait(ctx)
+	}
+	if d.Delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ErrRejected is returned by Decision.Wait for a rejected request.
+var ErrRejected = errors.New("limiter: request rejected")
+
+// Limiter is one policy's limits bound to a Store: the unit the proxy asks
+// "may this request pass?". A Limiter is immutable and safe for concurrent
+// use; a reload builds a new one, and state carries over through the Store
+// because it is keyed by the limits' names (see New).
+type Limiter struct {
+	store  Store
+	policy string
+	limits []Limit
+}
+
+// MaxLimits is the most limits one Limiter (one policy) may have.
+const MaxLimits = 16
+
+// New binds limits, in order, to store under the policy name policy. Each
+// limit's state lives in the store under a name made of the policy name, the
+// algorithm and the limit's ordinal among the policy's limits of that
+// algorithm, so that a reload which keeps a policy's name and a limit's
+// algorithm keeps that limit's counters, and a changed algorithm starts
+// fresh. At most one leaky bucket is allowed, since a request can wait in
+// only one queue.
+func New(store Store, policy string, limits ...Limit) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("limiter: nil store")
+	}
+	if len(limits) == 0 {
+		return nil, errors.New("limiter: no limits")
+	}
+	if len(limits) > MaxLimits {
+		return nil, fmt.Errorf("limiter: %d limits in one policy; at most %d", len(limits), MaxLimits)
+	}
+	var seen [len(algorithmNames)]int
+	ls := make([]Limit, len(limits))
+	for i, l := range limits {
+		if l.alg == 0 {
+			return nil, fmt.Errorf("limiter: limit %d was not built by a New… constructor", i)
+		}
+		if l.alg == LeakyBucket && seen[LeakyBucket] > 0 {
+			return nil, errors.New("limiter: more than one leaky_bucket in one policy")
+		}
+		l.name = stateName(policy, &l, seen[l.alg])
+		seen[l.alg]++
+		ls[i] = l
+	}
+	return &Limiter{store: store, policy: policy, limits: ls}, nil
+}
+
+// stateName builds the Store name of a limit. The policy name is
+// length-prefixed so that no policy name can collide with another's limits.
+// The window algorithms' names also carry their time grid (window, and
+// slots), because counts kept on one grid mean nothing on another: changing
+// a fixed or sliding window's length or slots starts it fresh.
+func stateName(policy string, l *Limit, ordinal int) string {
+	name := strconv.Itoa(len(policy)) + ":" + policy + "/" + l.alg.String() + "/" + strconv.Itoa(ordinal)
+	switch l.alg {
+	case FixedWindow:
+		name += "/" + strconv.FormatInt(int64(l.fw.Window), 10)
+	case SlidingWindow:
+		name += "/" + strconv.FormatInt(int64(l.sw.Window), 10) + "/" + strconv.Itoa(l.sw.Slots)
+	}
+	return name
+}
+
+// Allow decides a request of weight n (normally 1; each limit multiplies it
+// by its own cost) from client key at instant now, against every limit of
+// l at once: the request is admitted only if every limit admits it, and a
+// rejected request consumes nothing from any limit. The key may be any
+// string; stores hash it. An error means the store could not decide (see
+// ErrStoreUnavailable); the Decision is then the zero value.
+func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64) (Decision, error) {
+	if n <= 0 {
+		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
+	}
+	return l.store.Decide(ctx, l.limits, key, now, n)
+}
+
+// Policy returns the policy name l was built with.
+func (l *Limiter) Policy() string { return l.policy }
+
+// Limits returns l's limits, in order. The slice must not be modified.
+func (l *Limiter) Limits() []Limit { return l.limits }

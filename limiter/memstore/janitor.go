@@ -1,0 +1,97 @@
+package memstore
+
+import (
+	"context"
+	"math"
+	"time"
+)
+
+// Run sweeps the store every Options.SweepInterval, dropping keys whose
+// state equals a fresh key's (see Sweep), until ctx is done. It returns nil
+// then. Start it once, from the goroutine that owns the store, and wait for
+// it.
+func (s *Store) Run(ctx context.Context) error {
+	t := time.NewTicker(s.sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			s.Sweep(now)
+		}
+	}
+}
+
+// Sweep drops every key whose state will equal a fresh key's at now (a full
+// token bucket, an expired window, an idle leaky bucket), and gives memory
+// back from tables that a flood of keys left mostly empty. It holds one
+// shard's lock at a time. It returns how many keys it dropped.
+func (s *Store) Sweep(now time.Time) int {
+	cut := now.UnixNano()
+	dropped := 0
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		for _, t := range sh.tabs {
+			if t == nil || t.lim == nil {
+				continue
+			}
+			for i := 0; i < t.size(); {
+				if t.hashAt(i) != 0 && t.idleAt(i) <= cut {
+					t.deleteAt(i) // a later entry may move into i: look again
+					sh.keys--
+					dropped++
+					continue
+				}
+				i++
+			}
+			t.shrink()
+		}
+		sh.mu.Unlock()
+	}
+	return dropped
+}
+
+// evict makes room in a full shard for the key with hash h, by dropping,
+// among a few entries of the shard's largest table, the one that becomes
+// fresh first. It counts the eviction if that entry was not fresh at now.
+// It reports false if nothing could be dropped (every sampled entry is a
+// busy leaky-bucket queue). Requires sh.mu held.
+func (s *Store) evict(sh *shard, h uint64, now int64) bool {
+	var best *tables
+	for _, t := range sh.tabs {
+		if t != nil && t.lim != nil && (best == nil || t.count() > best.count()) {
+			best = t
+		}
+	}
+	if best == nil || best.count() == 0 {
+		return false
+	}
+	size := best.size()
+	start := int(h % uint64(size))
+	victim, victimAt := -1, int64(math.MaxInt64)
+	for p, seen := 0, 0; p < size && seen < evictSample; p++ {
+		i := start + p
+		if i >= size {
+			i -= size
+		}
+		hh := best.hashAt(i)
+		if hh == 0 || hh == h {
+			continue
+		}
+		seen++
+		if at := best.idleAt(i); at < victimAt {
+			victim, victimAt = i, at
+		}
+	}
+	if victim < 0 {
+		return false
+	}
+	if victimAt > now {
+		s.evictions.Add(1)
+	}
+	best.deleteAt(victim)
+	sh.keys--
+	return true
+}

@@ -1,0 +1,410 @@
+// Package memstore is limitproxy's embedded, in-memory limiter.Store.
+//
+// State is sharded by a hash of the client key: each shard has its own lock
+// and, per limit, a compact open-addressing table whose slots hold the
+// algorithm's state inline (24 bytes a key for a token bucket, fixed window
+// or two-counter sliding window). All limits of one client key live in the
+// same shard, so a policy with several limits is decided under one lock, and
+// a request rejected by any limit consumes nothing from the others. There is
+// no global lock on the decision path.
+//
+// The store is bounded: Options.MaxKeys caps the keys of all limits
+// together. Keys whose state has returned to a fresh key's are dropped by
+// the janitor (Run); when a shard is still full, inserting a key evicts, from
+// a small sample, the entry closest to becoming fresh, and counts it.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"limitproxy/limiter"
+)
+
+// Interface guard.
+var _ limiter.Store = (*Store)(nil)
+
+// DefaultMaxKeys is the key bound used when Options.MaxKeys is 0, as in the
+// configuration's store.max_keys.
+const DefaultMaxKeys = 1_000_000
+
+// DefaultSweepInterval is how often Run looks for idle keys when
+// Options.SweepInterval is 0.
+const DefaultSweepInterval = 10 * time.Second
+
+// shardBitsMax is the most shard bits a store uses (256 shards); tables shift
+// that many bits out of a hash before placing it.
+const shardBitsMax = 8
+
+// evictSample is how many entries an eviction compares.
+const evictSample = 8
+
+// Options configures a Store. The zero value is usable.
+type Options struct {
+	// MaxKeys bounds the keys tracked for all limits together; 0 means
+	// DefaultMaxKeys. The bound is enforced per shard (MaxKeys divided
+	// evenly), which with a uniform hash is the same within a few percent.
+	MaxKeys int
+	// SweepInterval is the period of Run's sweep for idle keys; 0 means
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
+}
+
+// Store is the in-memory limiter.Store. Create it with New; it is safe for
+// concurrent use. Start Run in a goroutine to drop idle keys.
+type Store struct {
+	seed      maphash.Seed
+	shards    []shard
+	shardBits uint
+	perShard  int
+	sweep     time.Duration
+	evictions atomic.Int64
+
+	idsMu sync.Mutex                      // serialises additions to ids
+	ids   atomic.Pointer[map[string]int32] // limit name → index of its tables
+}
+
+type shard struct {
+	mu   sync.Mutex
+	keys int       // entries in all tabs
+	tabs []*tables // by limit index; nil until the limit is used here
+	_    [64]byte  // keep shards' locks on separate cache lines
+}
+
+// tables holds one limit's state in one shard. Only the table of the
+// limit's algorithm (and, for sliding windows, its slot count) is used.
+type tables struct {
+	lim  *limiter.Limit // the parameters last used, for the janitor
+	tb   table[limiter.TokenBucketState]
+	fw   table[limiter.FixedWindowState]
+	sl   table[limiter.SlidingLogState]
+	lb   table[limiter.LeakyBucketState]
+	sw2  table[swCounts2]
+	sw8  table[swCounts8]
+	sw65 table[swCounts65]
+}
+
+// Sliding-window states with inline counters, sized for the slot counts
+// SlidingWindowCounters asks for: 2 (slots = 1), up to 8, up to 65.
+type (
+	swCounts2 struct {
+		slot int64
+		c    [2]uint32
+	}
+	swCounts8 struct {
+		slot int64
+		c    [8]uint32
+	}
+	swCounts65 struct {
+		slot int64
+		c    [limiter.MaxSlots + 1]uint32
+	}
+)
+
+// New returns an empty store.
+func New(o Options) *Store {
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = DefaultMaxKeys
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	// Enough shards for concurrency, few enough that each keeps a useful
+	// share of the bound.
+	bits := uint(shardBitsMax)
+	for bits > 0 && o.MaxKeys>>bits < 64 {
+		bits--
+	}
+	s := &Store{
+		seed:      maphash.MakeSeed(),
+		shards:    make([]shard, 1<<bits),
+		shardBits: bits,
+		perShard:  max(1, (o.MaxKeys+(1<<bits)-1)>>bits),
+		sweep:     o.SweepInterval,
+	}
+	s.ids.Store(&map[string]int32{})
+	return s
+}
+
+// hash returns the client key's hash, never 0 (0 marks empty slots).
+func (s *Store) hash(key string) uint64 {
+	h := maphash.String(s.seed, key)
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+func (s *Store) shardOf(h uint64) *shard {
+	if s.shardBits == 0 {
+		return &s.shards[0]
+	}
+	return &s.shards[h>>(64-s.shardBits)]
+}
+
+// id returns the index of a limit name's tables, assigning one on first use.
+// Names are few (one per configured limit, over all reloads).
+func (s *Store) id(name string) int32 {
+	if id, ok := (*s.ids.Load())[name]; ok {
+		return id
+	}
+	s.idsMu.Lock()
+	defer s.idsMu.Unlock()
+	old := *s.ids.Load()
+	if id, ok := old[name]; ok {
+		return id
+	}
+	m := make(map[string]int32, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	id := int32(len(old))
+	m[name] = id
+	s.ids.Store(&m)
+	return id
+}
+
+// tablesFor returns the shard's tables for limit index id, creating them.
+// Requires sh.mu held.
+func (sh *shard) tablesFor(id int32) *tables {
+	if int(id) >= len(sh.tabs) {
+		sh.tabs = append(sh.tabs, make([]*tables, int(id)+1-len(sh.tabs))...)
+	}
+	t := sh.tabs[id]
+	if t == nil {
+		t = &tables{}
+		sh.tabs[id] = t
+	}
+	return t
+}
+
+// Decide implements limiter.Store. It never returns an error.
+func (s *Store) Decide(_ context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+	h := s.hash(key)
+	sh := s.shardOf(h)
+	var ids [limiter.MaxLimits]int32
+	for i := range limits {
+		ids[i] = s.id(limits[i].Name())
+	}
+	var d limiter.Decision
+	sh.mu.Lock()
+	if len(limits) == 1 {
+		// One limit: a rejection changes nothing that matters, so decide
+		// and commit in one pass.
+		d.Merge(0, s.step(sh, ids[0], &limits[0], h, now, n, true))
+	} else {
+		for i := range limits {
+			d.Merge(i, s.step(sh, ids[i], &limits[i], h, now, n, false))
+		}
+		if d.Allowed {
+			d = limiter.Decision{}
+			for i := range limits {
+				d.Merge(i, s.step(sh, ids[i], &limits[i], h, now, n, true))
+			}
+		}
+	}
+	sh.mu.Unlock()
+	return d, nil
+}
+
+// step applies one limit to the key with hash h. Without commit it only
+// reads. Requires sh.mu held.
+func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time.Time, n int64, commit bool) limiter.Decision {
+	t := sh.tablesFor(id)
+	t.lim = lim
+	ns := now.UnixNano()
+	switch lim.Algorithm() {
+	case limiter.TokenBucket:
+		return stepIn(s, sh, &t.tb, h, ns, commit, func(st *limiter.TokenBucketState, c bool) limiter.Decision {
+			return lim.StepTokenBucket(st, now, n, c)
+		})
+	case limiter.FixedWindow:
+		return stepIn(s, sh, &t.fw, h, ns, commit, func(st *limiter.FixedWindowState, c bool) limiter.Decision {
+			return lim.StepFixedWindow(st, now, n, c)
+		})
+	case limiter.SlidingLog:
+		return stepIn(s, sh, &t.sl, h, ns, commit, func(st *limiter.SlidingLogState, c bool) limiter.Decision {
+			return lim.StepSlidingLog(st, now, n, c)
+		})
+	case limiter.LeakyBucket:
+		return stepIn(s, sh, &t.lb, h, ns, commit, func(st *limiter.LeakyBucketState, c bool) limiter.Decision {
+			return lim.StepLeakyBucket(st, &sh.mu, now, n, c)
+		})
+	case limiter.SlidingWindow:
+		k := lim.SlidingWindowCounters()
+		switch {
+		case k <= 2:
+			return stepIn(s, sh, &t.sw2, h, ns, commit, func(st *swCounts2, c bool) limiter.Decision {
+				return lim.StepSlidingWindow(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}, now, n, c)
+			})
+		case k <= 8:
+			return stepIn(s, sh, &t.sw8, h, ns, commit, func(st *swCounts8, c bool) limiter.Decision {
+				return lim.StepSlidingWindow(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}, now, n, c)
+			})
+		default:
+			return stepIn(s, sh, &t.sw65, h, ns, commit, func(st *swCounts65, c bool) limiter.Decision {
+				return lim.StepSlidingWindow(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}, now, n, c)
+			})
+		}
+	}
+	return limiter.Decision{}
+}
+
+// stepIn finds h in tab and applies fn to its state. An absent key is a
+// fresh state: read from a zero value, and inserted only when committing an
+// admission. Requires sh.mu held.
+func stepIn[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64, commit bool, fn func(*S, bool) limiter.Decision) limiter.Decision {
+	if i, ok := tab.find(h); ok {
+		return fn(&tab.slots[i].s, commit)
+	}
+	var fresh S
+	d := fn(&fresh, false)
+	if !commit || !d.Allowed {
+		return d
+	}
+	if sh.keys >= s.perShard && !s.evict(sh, h, now) {
+		// Nothing evictable: decide for a key that will not be remembered,
+		// rather than exceed the bound.
+		s.evictions.Add(1)
+		return fn(&fresh, true)
+	}
+	i := tab.insert(h)
+	sh.keys++
+	return fn(&tab.slots[i].s, true)
+}
+
+// Len returns the number of keys tracked, all limits together.
+func (s *Store) Len() int {
+	total := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		total += sh.keys
+		sh.mu.Unlock()
+	}
+	return total
+}
+
+// Evictions returns how many keys have been dropped before their state was
+// fresh again, to stay within MaxKeys, since the store was created.
+func (s *Store) Evictions() int64 { return s.evictions.Load() }
+
+// idleAt returns when the entry at position i of a limit's tables becomes
+// fresh; math.MaxInt64 for an entry that must not be dropped (a busy
+// leaky-bucket queue). Requires the shard's lock.
+func (t *tables) idleAt(i int) int64 {
+	lim := t.lim
+	var at time.Time
+	switch lim.Algorithm() {
+	case limiter.TokenBucket:
+		at = lim.TokenBucketIdleAt(&t.tb.slots[i].s)
+	case limiter.FixedWindow:
+		at = lim.FixedWindowIdleAt(&t.fw.slots[i].s)
+	case limiter.SlidingLog:
+		at = lim.SlidingLogIdleAt(&t.sl.slots[i].s)
+	case limiter.LeakyBucket:
+		if !limiter.LeakyBucketIdle(&t.lb.slots[i].s) {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	case limiter.SlidingWindow:
+		switch k := lim.SlidingWindowCounters(); {
+		case k <= 2:
+			st := &t.sw2.slots[i].s
+			at = lim.SlidingWindowIdleAt(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]})
+		case k <= 8:
+			st := &t.sw8.slots[i].s
+			at = lim.SlidingWindowIdleAt(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]})
+		default:
+			st := &t.sw65.slots[i].s
+			at = lim.SlidingWindowIdleAt(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]})
+		}
+	}
+	if at.IsZero() {
+		return math.MinInt64
+	}
+	return at.UnixNano()
+}
+
+// size returns the capacity of the table in use.
+func (t *tables) size() int {
+	switch t.lim.Algorithm() {
+	case limiter.TokenBucket:
+		return len(t.tb.slots)
+	case limiter.FixedWindow:
+		return len(t.fw.slots)
+	case limiter.SlidingLog:
+		return len(t.sl.slots)
+	case limiter.LeakyBucket:
+		return len(t.lb.slots)
+	case limiter.SlidingWindow:
+		return len(t.sw2.slots) + len(t.sw8.slots) + len(t.sw65.slots)
+	}
+	return 0
+}
+
+// count returns the entries of the table in use.
+func (t *tables) count() int {
+	return t.tb.n + t.fw.n + t.sl.n + t.lb.n + t.sw2.n + t.sw8.n + t.sw65.n
+}
+
+// hashAt returns the hash stored at position i (0 if empty).
+func (t *tables) hashAt(i int) uint64 {
+	switch t.lim.Algorithm() {
+	case limiter.TokenBucket:
+		return t.tb.slots[i].h
+	case limiter.FixedWindow:
+		return t.fw.slots[i].h
+	case limiter.SlidingLog:
+		return t.sl.slots[i].h
+	case limiter.LeakyBucket:
+		return t.lb.slots[i].h
+	case limiter.SlidingWindow:
+		switch {
+		case len(t.sw2.slots) > 0:
+			return t.sw2.slots[i].h
+		case len(t.sw8.slots) > 0:
+			return t.sw8.slots[i].h
+		default:
+			return t.sw65.slots[i].h
+		}
+	}
+	return 0
+}
+
+// deleteAt removes the entry at position i.
+func (t *tables) deleteAt(i int) {
+	switch t.lim.Algorithm() {
+	case limiter.TokenBucket:
+		t.tb.deleteAt(i)
+	case limiter.FixedWindow:
+		t.fw.deleteAt(i)
+	case limiter.SlidingLog:
+		t.sl.deleteAt(i)
+	case limiter.LeakyBucket:
+		t.lb.deleteAt(i)
+	case limiter.SlidingWindow:
+		switch {
+		case len(t.sw2.slots) > 0:
+			t.sw2.deleteAt(i)
+		case len(t.sw8.slots) > 0:
+			t.sw8.deleteAt(i)
+		default:
+			t.sw65.deleteAt(i)
+		}
+	}
+}
+
+func (t *tables) shrink() {
+	t.tb.shrink()
+	t.fw.shrink()
+	t.sl.shrink()
+	t.lb.shrink()
+	t.sw2.shrink()
+	t.sw8.shrink()
+	t.sw65.shrink()
+}

@@ -1,0 +1,139 @@
+package limiter
+
+import "time"
+
+// SlidingLogParams configures a sliding log (SPEC §3): a request of cost c is
+// admitted at t iff the units admitted in (t−Window, t] plus c are at most
+// Limit. It is exact, and costs memory in proportion to Limit, hence
+// MaxSlidingLogLimit; sliding_window approximates it in constant memory.
+type SlidingLogParams struct {
+	Limit  int64         // units per window, 1..MaxSlidingLogLimit
+	Window time.Duration // must be positive
+	Cost   int64         // units per request; 0 means 1; at most Limit
+}
+
+// NewSlidingLog validates p and returns the limit.
+func NewSlidingLog(p SlidingLogParams) (Limit, error) {
+	if p.Limit > MaxSlidingLogLimit {
+		return Limit{}, paramErr(SlidingLog, "limit", "%d is above the maximum of %d: a sliding log keeps one timestamp per admitted request; use sliding_window for large limits", p.Limit, MaxSlidingLogLimit)
+	}
+	if err := checkCount(SlidingLog, "limit", p.Limit, MaxSlidingLogLimit); err != nil {
+		return Limit{}, err
+	}
+	if err := checkWindow(SlidingLog, p.Window); err != nil {
+		return Limit{}, err
+	}
+	cost, err := checkCost(SlidingLog, p.Cost, p.Limit, "limit")
+	if err != nil {
+		return Limit{}, err
+	}
+	p.Cost = cost
+	return Limit{alg: SlidingLog, cost: cost, sl: p}, nil
+}
+
+// SlidingLogState is the state a Store keeps per key for a sliding log: the
+// instants of the admitted units still inside the window, oldest first, in
+// a ring that grows on demand up to Limit entries and shrinks as they
+// expire. Its zero value is a fresh key.
+type SlidingLogState struct {
+	ring  []int64 // Unix ns; len is the capacity
+	head  int     // index of the oldest entry
+	count int     // entries in use
+}
+
+func (s *SlidingLogState) at(i int) int64 { return s.ring[(s.head+i)%len(s.ring)] }
+
+// StepSlidingLog applies a request of weight n at now to s (the state of
+// limit l); see StepTokenBucket for commit. An instant earlier than the
+// newest entry is treated as that entry's instant.
+//
+// Memory: 8 bytes per admitted unit still in the window, at most
+// 8·Limit bytes per key, plus a 40-byte header. The caller must serialise
+// calls on one state.
+func (l *Limit) StepSlidingLog(s *SlidingLogState, now time.Time, n int64, commit bool) Decision {
+	p := &l.sl
+	c, ok := weighted(n, l.cost, p.Limit)
+	if !ok {
+		return never(p.Limit)
+	}
+	t := nanos(now)
+	if s.count > 0 {
+		t = max(t, s.at(s.count-1))
+	}
+	// Entries at or before t−Window have left (t−Window, t].
+	first := 0
+	for first < s.count && s.at(first) <= t-int64(p.Window) {
+		first++
+	}
+	inWindow := int64(s.count - first)
+
+	d := Decision{Limit: p.Limit}
+	newest := int64(0)
+	if inWindow > 0 {
+		newest = s.at(s.count - 1)
+	}
+	if inWindow+c <= p.Limit {
+		d.Allowed = true
+		inWindow += c
+		newest = t
+		if commit {
+			s.drop(first)
+			s.push(t, int(c), int(p.Limit))
+		}
+	} else {
+		// The request fits once the oldest inWindow+c−Limit entries expire.
+		oldest := s.at(first + int(inWindow+c-p.Limit) - 1)
+		d.RetryAfter = time.Duration(satAdd(oldest, int64(p.Window)) - nanos(now))
+		if commit {
+			s.drop(first)
+		}
+	}
+	d.Remaining = p.Limit - inWindow
+	d.ResetAt = now
+	if inWindow > 0 {
+		d.ResetAt = instant(satAdd(newest, int64(p.Window)))
+	}
+	return d
+}
+
+// drop forgets the k oldest entries, and the ring when it is mostly empty.
+func (s *SlidingLogState) drop(k int) {
+	if k == 0 {
+		return
+	}
+	s.head = (s.head + k) % len(s.ring)
+	s.count -= k
+	switch {
+	case s.count == 0:
+		*s = SlidingLogState{}
+	case len(s.ring) > 16 && s.count < len(s.ring)/4:
+		s.resize(len(s.ring) / 2)
+	}
+}
+
+// push appends c entries at t, growing the ring (up to limit entries).
+func (s *SlidingLogState) push(t int64, c, limit int) {
+	if need := s.count + c; need > len(s.ring) {
+		s.resize(min(limit, max(need, 2*len(s.ring), 4)))
+	}
+	for range c {
+		s.ring[(s.head+s.count)%len(s.ring)] = t
+		s.count++
+	}
+}
+
+func (s *SlidingLogState) resize(size int) {
+	r := make([]int64, size)
+	for i := range s.count {
+		r[i] = s.at(i)
+	}
+	s.ring, s.head = r, 0
+}
+
+// SlidingLogIdleAt returns when every entry of s has left the window.
+func (l *Limit) SlidingLogIdleAt(s *SlidingLogState) time.Time {
+	if s.count == 0 {
+		return time.Time{}
+	}
+	return instant(satAdd(s.at(s.count-1), int64(l.sl.Window)))
+}

@@ -1,0 +1,35 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store keeps the per-key state of limits and applies requests to it. It is
+// the one interface of this package: the memory store (limiter/memstore) and
+// the Redis store implement it, and the conformance suite in
+// limiter/limitertest holds both to the same decisions.
+//
+// A Store is created once per process and outlives reloads: a limit's state
+// is keyed by (Limit.Name, client key), so a new Limiter built with the same
+// names finds the same state and applies its new parameters from its next
+// request on.
+type Store interface {
+	// Decide applies a request of weight n from client key at instant now to
+	// every limit in limits, atomically for that key: either every limit
+	// admits it and each consumes n × its cost, or the request is rejected
+	// and no limit's state changes in any way that would admit or reject a
+	// later request differently. It merges the per-limit decisions with
+	// Decision.Merge, in order. Implementations must be safe for concurrent
+	// use and must not modify limits; they may retain pointers to its
+	// elements, which a Limiter never changes.
+	//
+	// An error means no decision was made; wrap ErrStoreUnavailable when the
+	// backend could not be reached in time.
+	Decide(ctx context.Context, limits []Limit, key string, now time.Time, n int64) (Decision, error)
+}
+
+// ErrStoreUnavailable is wrapped by the errors a Store returns when its
+// backend cannot decide in time; callers apply their on_error policy.
+var ErrStoreUnavailable = errors.New("limiter: store unavailable")

@@ -1,0 +1,145 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// TokenBucketParams configures a token bucket (SPEC §3): the bucket holds up
+// to Burst tokens, starts full, and refills continuously at Rate. A request
+// of cost c is admitted iff the bucket holds at least c tokens, which it then
+// loses.
+type TokenBucketParams struct {
+	Rate  Rate  // refill rate; must be positive
+	Burst int64 // capacity in tokens, 1..MaxCount
+	Cost  int64 // tokens per request; 0 means 1; at most Burst
+}
+
+// tokenBucket is TokenBucketParams compiled for exact arithmetic.
+//
+// Tokens are counted in billionths (nano-tokens), and the bucket earns
+// exactly p nano-tokens every q nanoseconds (p/q is N·1e9/Per in lowest
+// terms). The state advances its clock only by whole multiples of q and
+// carries the rest, so no fraction of a token is ever rounded away: the
+// bucket's content at any instant is the exact rational value of SPEC §3,
+// and "tokens ≥ c" is decided exactly (an integer threshold compared to the
+// floor of an exact value).
+type tokenBucket struct {
+	TokenBucketParams
+	full int64 // Burst in nano-tokens
+	p, q int64
+}
+
+const nanoPerToken = 1_000_000_000
+
+// NewTokenBucket validates p and returns the limit.
+func NewTokenBucket(p TokenBucketParams) (Limit, error) {
+	if err := p.Rate.validate(); err != nil {
+		return Limit{}, paramErr(TokenBucket, "rate", "%v", err)
+	}
+	if err := checkCount(TokenBucket, "burst", p.Burst, MaxCount); err != nil {
+		return Limit{}, err
+	}
+	cost, err := checkCost(TokenBucket, p.Cost, p.Burst, "burst")
+	if err != nil {
+		return Limit{}, err
+	}
+	p.Cost = cost
+	earn := p.Rate.N * nanoPerToken
+	g := gcd(earn, int64(p.Rate.Per))
+	return Limit{alg: TokenBucket, cost: cost, tb: tokenBucket{
+		TokenBucketParams: p,
+		full:              p.Burst * nanoPerToken,
+		p:                 earn / g,
+		q:                 int64(p.Rate.Per) / g,
+	}}, nil
+}
+
+// TokenBucketState is the state a Store keeps per key for a token bucket:
+// 16 bytes. Its zero value is a fresh, full bucket.
+type TokenBucketState struct {
+	last   uint64 // biased clock (see bias); 0 means never used
+	tokens int64  // nano-tokens at last
+}
+
+// bias maps a Unix-nanosecond instant to a nonzero uint64, so that a state's
+// zero value can mean "fresh" for every instant time.Time.UnixNano can
+// return; differences of biased values are differences of instants.
+func bias(ns int64) uint64 { return uint64(ns) ^ 1<<63 }
+
+func unbias(u uint64) int64 { return int64(u ^ 1<<63) }
+
+// StepTokenBucket applies a request of weight n at now to s (the state of
+// limit l) and returns the decision. With commit false, s is left unchanged
+// and the decision says what committing would do (a Store uses it to check
+// every limit of a policy before consuming from any). Time going backwards
+// is treated as the latest instant s has seen, so the same refill is never
+// credited twice.
+//
+// Memory: 16 bytes per key. The caller must serialise calls on one state.
+func (l *Limit) StepTokenBucket(s *TokenBucketState, now time.Time, n int64, commit bool) Decision {
+	b := &l.tb
+	t := nanos(now)
+	c, ok := weighted(n, l.cost, b.Burst)
+	if !ok {
+		return never(b.Burst)
+	}
+	cn := c * nanoPerToken
+
+	// Advance to t: credit whole periods of q, carry the remainder.
+	last, tokens := t, b.full
+	if s.last != 0 {
+		last, tokens = unbias(s.last), s.tokens
+		if t < last {
+			t = last
+		}
+		e := t - last
+		avail := satAdd(tokens, mulDiv(e, b.p, b.q)) // ⌊exact tokens at t⌋
+		if avail >= b.full {
+			last, tokens = t, b.full
+		} else {
+			k := e / b.q
+			last += k * b.q
+			tokens += k * b.p
+		}
+	}
+	// Exact content at t is tokens + (t−last)·p/q with (t−last) < q unless
+	// the bucket is full; avail is its floor.
+	avail := min(b.full, tokens+mulDiv(t-last, b.p, b.q))
+
+	d := Decision{Limit: b.Burst}
+	if avail >= cn {
+		d.Allowed = true
+		tokens -= cn
+		avail -= cn
+	} else {
+		// Wait for the exact content to reach cn.
+		at := satAdd(last, mulDivCeil(cn-tokens, b.q, b.p))
+		d.RetryAfter = time.Duration(at - nanos(now))
+	}
+	d.Remaining = avail / nanoPerToken
+	d.ResetAt = instant(satAdd(last, mulDivCeil(b.full-tokens, b.q, b.p)))
+	if commit && (d.Allowed || s.last != 0) {
+		s.last, s.tokens = bias(last), tokens
+	}
+	return d
+}
+
+// TokenBucketIdleAt returns when s will be a full bucket again if nothing
+// arrives: from then on s equals a fresh key's state and a Store may forget
+// it. A fresh state returns the zero Time.
+func (l *Limit) TokenBucketIdleAt(s *TokenBucketState) time.Time {
+	if s.last == 0 {
+		return time.Time{}
+	}
+	b := &l.tb
+	return instant(satAdd(unbias(s.last), mulDivCeil(max(0, b.full-s.tokens), b.q, b.p)))
+}
+
+// Never is the RetryAfter of a request that no wait can admit: its weight
+// times the limit's cost exceeds the limit's capacity.
+const Never = time.Duration(math.MaxInt64)
+
+func never(limit int64) Decision {
+	return Decision{RetryAfter: Never, Limit: limit}
+}
