@@ -219,7 +219,7 @@ func leakyModel(t *testing.T, store limiter.Store) {
 				got.remaining = want.remaining // not specified for rejections
 			}
 			if got != want || d.Delay != wantDelay {
-				t.Fatalf("trial %d (%v) step %d at +%v: %+v delay %v, want %+v delay %v", trial, lim, i, now.Sub(time.Unix(946684800, 0)), got, d.Delay, want, wantDelay)
+				t.Fatalf("trial %d (%v) step %d at +%v: %+v delay %v, want %+v delay %v", trial, lim, i, now.Sub(time.Unix(946684800, 0)) /* synctest epoch */, got, d.Delay, want, wantDelay)
 			}
 			if d.Allowed {
 				due := now.Add(d.Delay)
@@ -229,7 +229,7 @@ func leakyModel(t *testing.T, store limiter.Store) {
 					}
 					if !time.Now().Equal(due) {
 						mu.Lock()
-						late = append(late, time.Now().Sub(due).String())
+						late = append(late, time.Since(due).String())
 						mu.Unlock()
 					}
 				})

@@ -64,7 +64,7 @@ type Store struct {
 	sweep     time.Duration
 	evictions atomic.Int64
 
-	idsMu sync.Mutex                      // serialises additions to ids
+	idsMu sync.Mutex                       // serialises additions to ids
 	ids   atomic.Pointer[map[string]int32] // limit name → index of its tables
 }
 
