@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 )
@@ -46,32 +47,44 @@ func NewLeakyBucket(p LeakyBucketParams) (Limit, error) {
 }
 
 // LeakyBucketState is the state a Store keeps per key for a leaky bucket:
-// one pointer, nil for a fresh key. While the key is busy it points to the
-// key's queue, whose release timer runs under the lock the Store passes to
-// StepLeakyBucket; once the last release's interval has passed the queue is
-// idle, holds no timer, and the Store may forget it (LeakyBucketIdle).
+// 16 bytes, and its zero value is a fresh key. A request that finds the exit
+// open leaves at once and only closes it (an instant in the state: no
+// allocation, no timer). Only when a request must wait does the key get a
+// queue, whose one release timer runs under the lock the Store passes to
+// StepLeakyBucket; once nobody waits and the exit has reopened, the queue
+// holds no timer and the Store may forget the key (LeakyBucketIdleAt).
 type LeakyBucketState struct {
-	q *leakyQueue
+	open uint64 // biased instant the exit reopens after a direct release; 0 = fresh
+	q    *leakyQueue
 }
 
-// leakyQueue is one key's FIFO and exit gate. All fields are guarded by mu,
-// the Store's lock for the key.
+// gate returns when the exit of an un-busy key reopens.
+func (s *LeakyBucketState) gate() int64 {
+	g := int64(math.MinInt64)
+	if s.open != 0 {
+		g = unbias(s.open)
+	}
+	if s.q != nil {
+		g = max(g, s.q.gateAt)
+	}
+	return g
+}
+
+// leakyQueue is one key's FIFO and exit gate while requests wait. All fields
+// are guarded by mu, the Store's lock for the key.
 //
-// The gate is closed for spacing ns after each release: a request arriving
-// at an open gate with nobody waiting leaves at once and closes it; one
-// arriving at a closed gate waits. One timer per busy key fires when the
-// gate opens; it releases the head (closing the gate again for the head's
-// spacing) or, with nobody waiting, leaves the key idle. Each re-arm is a
-// fresh timer interval measured from the release itself, so two releases
-// are never closer than the first one's spacing whatever the timer's
-// lateness. gateAt estimates when the gate opens, in the caller's clock, for
-// Delay, Queue and MaxWait; a late timer only makes estimates slightly low
-// until the next arrival corrects them.
+// One timer per busy key fires when the exit reopens; it releases the head
+// (closing the exit again for the head's spacing) or, with nobody waiting,
+// leaves the key idle. Each re-arm is a fresh timer interval measured from
+// the release itself, so two releases are never closer than the first one's
+// spacing whatever the timer's lateness. gateAt estimates when the exit
+// reopens, in the caller's clock, for Delay, Queue and MaxWait; a late timer
+// only makes estimates slightly low until the next arrival corrects them.
 type leakyQueue struct {
 	mu      *sync.Mutex
 	timer   *time.Timer
-	busy    bool  // gate closed; timer armed
-	gateAt  int64 // ns: when the gate opens
+	busy    bool  // timer armed
+	gateAt  int64 // ns: when the exit reopens
 	pending int64 // ns: sum of the spacing of the waiters
 	n       int64 // waiters
 	head    *waiter
@@ -83,7 +96,7 @@ type leakyQueue struct {
 type waiter struct {
 	q          *leakyQueue
 	prev, next *waiter
-	spacing    int64 // ns the gate stays closed after this request leaves
+	spacing    int64 // ns the exit stays closed after this request leaves
 	ready      chan struct{}
 	released   bool
 	removed    bool
@@ -96,8 +109,8 @@ type waiter struct {
 // blocks until its release (or returns when its context ends, leaving the
 // queue so that those behind move up).
 //
-// Memory: 8 bytes per key while idle (nil), plus about 150 bytes and one
-// timer while busy, plus about 100 bytes per waiter. Waiters hold no
+// Memory: 16 bytes per key; while requests wait, about 150 bytes and one
+// timer for the key and about 100 bytes per waiter. Waiters hold no
 // goroutine besides their own.
 func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, now time.Time, n int64, commit bool) Decision {
 	p := &l.lb
@@ -108,49 +121,51 @@ func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, now time.Ti
 	spacing := satMul(c, p.interval)
 	t := nanos(now)
 	q := s.q
+	busy := q != nil && q.busy
 	d := Decision{Limit: p.Queue + 1}
 
-	if q == nil || !q.busy {
+	var gate, waiting, pending int64
+	if busy {
+		// A timer that is due but has not run yet reopens the exit about now.
+		gate, waiting, pending = max(q.gateAt, t), q.n, q.pending
+	} else if gate = s.gate(); gate <= t {
+		// The exit is open and nobody waits: leave at once.
 		d.Allowed = true
 		d.Remaining = p.Queue
 		d.ResetAt = instant(satAdd(t, spacing))
 		if commit {
-			if q == nil {
-				q = &leakyQueue{mu: mu}
-				q.timer = time.AfterFunc(time.Duration(spacing), q.fire)
-				s.q = q
-			} else {
-				q.timer.Reset(time.Duration(spacing))
-			}
-			q.busy, q.gateAt = true, t+spacing
+			s.open = bias(satAdd(t, spacing))
 		}
 		return d
 	}
 
-	// A timer that is due but has not run yet opens the gate about now.
-	gate := max(q.gateAt, t)
-	if commit {
-		q.gateAt = gate
-	}
-	leave := satAdd(gate, q.pending) // departure if admitted
+	leave := satAdd(gate, pending) // departure if admitted
 	wait := leave - t
-	if q.n >= p.Queue || wait > int64(p.MaxWait) {
+	if waiting >= p.Queue || wait > int64(p.MaxWait) {
 		// Admissible once enough waiters have left for a free place and the
 		// wait has shrunk to MaxWait.
 		at := leave - int64(p.MaxWait)
-		if q.n >= p.Queue {
-			at = max(at, q.departure(gate, q.n-p.Queue))
+		if waiting >= p.Queue {
+			at = max(at, q.departure(gate, waiting-p.Queue))
 		}
-		d.RetryAfter = time.Duration(at - nanos(now))
-		d.Remaining = 0
+		d.RetryAfter = time.Duration(at - t)
 		d.ResetAt = instant(leave)
 		return d
 	}
 	d.Allowed = true
 	d.Delay = time.Duration(wait)
-	d.Remaining = p.Queue - q.n - 1
+	d.Remaining = p.Queue - waiting - 1
 	d.ResetAt = instant(satAdd(leave, spacing))
 	if commit {
+		switch {
+		case q == nil:
+			q = &leakyQueue{mu: mu}
+			q.timer = time.AfterFunc(time.Duration(gate-t), q.fire)
+			s.q = q
+		case !busy:
+			q.timer.Reset(time.Duration(gate - t))
+		}
+		q.busy, q.gateAt = true, gate
 		w := &waiter{q: q, spacing: spacing, ready: make(chan struct{})}
 		q.push(w)
 		d.waiter = w
@@ -158,9 +173,12 @@ func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, now time.Ti
 	return d
 }
 
-// departure returns when the i-th waiter (0 = head) is released, if the gate
-// opens at gate and nobody leaves.
+// departure returns when the i-th waiter (0 = head) is released, if the
+// exit reopens at gate and nobody leaves. q may be nil when i is 0.
 func (q *leakyQueue) departure(gate, i int64) int64 {
+	if i == 0 {
+		return gate
+	}
 	w := q.head
 	for ; i > 0 && w != nil; i-- {
 		gate = satAdd(gate, w.spacing)
@@ -232,10 +250,19 @@ func (w *waiter) wait(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// LeakyBucketIdle reports whether s holds no queue, or an idle one: no
-// waiter and the gate open. An idle state equals a fresh key's. The caller
-// must hold the lock it passes to StepLeakyBucket.
-func LeakyBucketIdle(s *LeakyBucketState) bool { return s.q == nil || !s.q.busy }
+// LeakyBucketIdleAt returns when s equals a fresh key's state if nothing
+// arrives: when its exit reopens, or the maximal Time while requests wait
+// (such a key must not be forgotten). The caller must hold the lock it
+// passes to StepLeakyBucket.
+func LeakyBucketIdleAt(s *LeakyBucketState) time.Time {
+	switch {
+	case s.q != nil && s.q.busy:
+		return instant(math.MaxInt64)
+	case s.open == 0 && s.q == nil:
+		return time.Time{}
+	}
+	return instant(s.gate())
+}
 
 // LeakyBucketWaiting returns how many requests wait in s's queue. The caller
 // must hold the lock it passes to StepLeakyBucket.

@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// shardSweepGap is the least request time between two sweeps of one full
+// shard by evict.
+const shardSweepGap = 100 * time.Millisecond
+
 // Run sweeps the store every Options.SweepInterval, dropping keys whose
 // state equals a fresh key's (see Sweep), until ctx is done. It returns nil
 // then. Start it once, from the goroutine that owns the store, and wait for
@@ -30,34 +34,45 @@ func (s *Store) Run(ctx context.Context) error {
 func (s *Store) Sweep(now time.Time) int {
 	cut := now.UnixNano()
 	dropped := 0
-	for si := range s.shards {
-		sh := &s.shards[si]
+	for i := range s.shards {
+		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, t := range sh.tabs {
-			if t == nil || t.lim == nil {
+		dropped += sh.sweepLocked(cut)
+		sh.mu.Unlock()
+	}
+	return dropped
+}
+
+// sweepLocked drops the shard's keys that are fresh at cut (Unix ns).
+// Requires sh.mu held.
+func (sh *shard) sweepLocked(cut int64) int {
+	dropped := 0
+	for _, t := range sh.tabs {
+		if t == nil || t.lim == nil {
+			continue
+		}
+		for i := 0; i < t.size(); {
+			if t.hashAt(i) != 0 && t.idleAt(i) <= cut {
+				t.deleteAt(i) // a later entry may move into i: look again
+				sh.keys--
+				dropped++
 				continue
 			}
-			for i := 0; i < t.size(); {
-				if t.hashAt(i) != 0 && t.idleAt(i) <= cut {
-					t.deleteAt(i) // a later entry may move into i: look again
-					sh.keys--
-					dropped++
-					continue
-				}
-				i++
-			}
-			t.shrink()
+			i++
 		}
-		sh.mu.Unlock()
+		t.shrink()
 	}
 	return dropped
 }
 
 // evict makes room in a full shard for the key with hash h, by dropping,
 // among a few entries of the shard's largest table, the one that becomes
-// fresh first. It counts the eviction if that entry was not fresh at now.
-// It reports false if nothing could be dropped (every sampled entry is a
-// busy leaky-bucket queue). Requires sh.mu held.
+// fresh first. If none of them is fresh, it first sweeps the whole shard
+// (at most once per shardSweepGap of request time, so a flood of new keys
+// does not turn every insert into a scan), since fresh keys may hide outside
+// the sample. Dropping an entry that was not fresh at now counts as an
+// eviction. It reports false if nothing could be dropped (every sampled
+// entry is a busy leaky-bucket queue). Requires sh.mu held.
 func (s *Store) evict(sh *shard, h uint64, now int64) bool {
 	var best *tables
 	for _, t := range sh.tabs {
@@ -87,6 +102,12 @@ func (s *Store) evict(sh *shard, h uint64, now int64) bool {
 	}
 	if victim < 0 {
 		return false
+	}
+	if victimAt > now && now >= sh.sweptAt+int64(shardSweepGap) {
+		sh.sweptAt = now
+		if sh.sweepLocked(now) > 0 {
+			return true
+		}
 	}
 	if victimAt > now {
 		s.evictions.Add(1)

@@ -69,10 +69,11 @@ type Store struct {
 }
 
 type shard struct {
-	mu   sync.Mutex
-	keys int       // entries in all tabs
-	tabs []*tables // by limit index; nil until the limit is used here
-	_    [64]byte  // keep shards' locks on separate cache lines
+	mu      sync.Mutex
+	keys    int       // entries in all tabs
+	tabs    []*tables // by limit index; nil until the limit is used here
+	sweptAt int64     // Unix ns of evict's last sweep of this shard
+	_       [64]byte  // keep shards' locks on separate cache lines
 }
 
 // tables holds one limit's state in one shard. Only the table of the
@@ -294,8 +295,8 @@ func (s *Store) Len() int {
 func (s *Store) Evictions() int64 { return s.evictions.Load() }
 
 // idleAt returns when the entry at position i of a limit's tables becomes
-// fresh; math.MaxInt64 for an entry that must not be dropped (a busy
-// leaky-bucket queue). Requires the shard's lock.
+// fresh (Unix ns); math.MaxInt64 for an entry that must not be dropped (a
+// leaky bucket with waiters). Requires the shard's lock.
 func (t *tables) idleAt(i int) int64 {
 	lim := t.lim
 	var at time.Time
@@ -307,10 +308,7 @@ func (t *tables) idleAt(i int) int64 {
 	case limiter.SlidingLog:
 		at = lim.SlidingLogIdleAt(&t.sl.slots[i].s)
 	case limiter.LeakyBucket:
-		if !limiter.LeakyBucketIdle(&t.lb.slots[i].s) {
-			return math.MaxInt64
-		}
-		return math.MinInt64
+		at = limiter.LeakyBucketIdleAt(&t.lb.slots[i].s)
 	case limiter.SlidingWindow:
 		switch k := lim.SlidingWindowCounters(); {
 		case k <= 2:
