@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,9 +15,10 @@ import (
 // Step… methods to the state it keeps, and the Redis store sends the
 // parameters to its scripts.
 type Limit struct {
-	alg  Algorithm
-	name string // state namespace, set by New
-	cost int64  // per request, ≥ 1
+	alg    Algorithm
+	name   string        // state namespace, set by New
+	handle *atomic.Int64 // the bound Store's memo, set by New
+	cost   int64         // per request, ≥ 1
 
 	tb tokenBucket
 	lb leakyBucket
@@ -45,6 +47,13 @@ func (l *Limit) Algorithm() Algorithm { return l.alg }
 // Name returns the name under which a Store keeps l's state. It is empty
 // until New binds l into a Limiter.
 func (l *Limit) Name() string { return l.name }
+
+// Handle returns a word in which the Store the limit is bound to may
+// memoise its own handle for the limit (a table index, say), so that it
+// resolves Name once per Limiter rather than once per request. It is nil
+// until New binds the limit, and zero until the Store first sets it. Each
+// Limiter gets fresh handles, and a Limiter is bound to one Store.
+func (l *Limit) Handle() *atomic.Int64 { return l.handle }
 
 // Cost returns the units one request of weight 1 consumes from l.
 func (l *Limit) Cost() int64 { return l.cost }

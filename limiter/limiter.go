@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -219,6 +220,7 @@ func New(store Store, policy string, limits ...Limit) (*Limiter, error) {
 			return nil, errors.New("limiter: more than one leaky_bucket in one policy")
 		}
 		l.name = stateName(policy, &l, seen[l.alg])
+		l.handle = new(atomic.Int64)
 		seen[l.alg]++
 		ls[i] = l
 	}

@@ -20,6 +20,44 @@ func RunLeakyQueue(t *testing.T, newStore NewStore) {
 	t.Run("MaxWait", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { leakyMaxWait(t, newStore(t)) }) })
 	t.Run("Cancel", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { leakyCancel(t, newStore(t)) }) })
 	t.Run("Model", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { leakyModel(t, newStore(t)) }) })
+	t.Run("Boundary", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { leakyBoundary(t, newStore(t)) }) })
+}
+
+// leakyBoundary is RunBoundary's scenario for the leaky bucket: 1000/min
+// with room for a minute of waiting (queue 1000, max_wait 1m). At 0:59 one
+// request leaves and 999 wait, released 60ms apart; by 1:01, 34 have left
+// (the last at 0:59 + 33 × 60ms = 1:00.98), so 34 places are free again.
+func leakyBoundary(t *testing.T, store limiter.Store) {
+	l := leaky(t, store, limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1000, Per: time.Minute}, Queue: 1000, MaxWait: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Start at a whole minute of the bubble's clock plus 59s.
+	minute := time.Now().Truncate(time.Minute).Add(time.Minute)
+	time.Sleep(time.Until(minute.Add(59 * time.Second)))
+	admitted := 0
+	var wg sync.WaitGroup
+	for round := range 2 {
+		if round == 1 {
+			time.Sleep(2 * time.Second)
+			synctest.Wait()
+		}
+		for range 1000 {
+			d, err := l.Allow(ctx, "k", time.Now(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+				wg.Go(func() { d.Wait(ctx) })
+			}
+		}
+	}
+	t.Logf("%v admitted %d of 2000 (34 left the queue in the 2s between the bursts)", must(t)(limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1000, Per: time.Minute}, Queue: 1000, MaxWait: time.Minute})), admitted)
+	if admitted != 1034 {
+		t.Errorf("leaky bucket admitted %d, want 1034", admitted)
+	}
+	cancel()
+	wg.Wait()
 }
 
 func leaky(t *testing.T, store limiter.Store, p limiter.LeakyBucketParams) *limiter.Limiter {

@@ -187,95 +187,157 @@ func (sh *shard) tablesFor(id int32) *tables {
 func (s *Store) Decide(_ context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
 	h := s.hash(key)
 	sh := s.shardOf(h)
-	var ids [limiter.MaxLimits]int32
-	for i := range limits {
-		ids[i] = s.id(limits[i].Name())
-	}
-	var d limiter.Decision
-	sh.mu.Lock()
 	if len(limits) == 1 {
 		// One limit: a rejection changes nothing that matters, so decide
 		// and commit in one pass.
-		d.Merge(0, s.step(sh, ids[0], &limits[0], h, now, n, true))
-	} else {
+		id := s.handle(&limits[0])
+		sh.mu.Lock()
+		d := s.step(sh, id, &limits[0], h, now, n, true)
+		sh.mu.Unlock()
+		return d, nil
+	}
+	var ids [limiter.MaxLimits]int32
+	for i := range limits {
+		ids[i] = s.handle(&limits[i])
+	}
+	var d limiter.Decision
+	sh.mu.Lock()
+	for i := range limits {
+		d.Merge(i, s.step(sh, ids[i], &limits[i], h, now, n, false))
+	}
+	if d.Allowed {
+		d = limiter.Decision{}
 		for i := range limits {
-			d.Merge(i, s.step(sh, ids[i], &limits[i], h, now, n, false))
-		}
-		if d.Allowed {
-			d = limiter.Decision{}
-			for i := range limits {
-				d.Merge(i, s.step(sh, ids[i], &limits[i], h, now, n, true))
-			}
+			d.Merge(i, s.step(sh, ids[i], &limits[i], h, now, n, true))
 		}
 	}
 	sh.mu.Unlock()
 	return d, nil
 }
 
+// handle returns the index of lim's tables, memoised in the limit.
+func (s *Store) handle(lim *limiter.Limit) int32 {
+	memo := lim.Handle()
+	if v := memo.Load(); v != 0 {
+		return int32(v - 1)
+	}
+	id := s.id(lim.Name())
+	memo.Store(int64(id) + 1)
+	return id
+}
+
 // step applies one limit to the key with hash h. Without commit it only
-// reads. Requires sh.mu held.
+// reads. An absent key is a fresh state: read from a zero value, and
+// inserted only when committing an admission. Requires sh.mu held.
 func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time.Time, n int64, commit bool) limiter.Decision {
 	t := sh.tablesFor(id)
-	t.lim = lim
+	if t.lim != lim {
+		t.lim = lim // the janitor reads the latest parameters
+	}
 	ns := now.UnixNano()
 	switch lim.Algorithm() {
 	case limiter.TokenBucket:
-		return stepIn(s, sh, &t.tb, h, ns, commit, func(st *limiter.TokenBucketState, c bool) limiter.Decision {
-			return lim.StepTokenBucket(st, now, n, c)
-		})
+		st := get(&t.tb, h)
+		if st == nil {
+			var fresh limiter.TokenBucketState
+			if d := lim.StepTokenBucket(&fresh, now, n, false); !commit || !d.Allowed {
+				return d
+			}
+			st = add(s, sh, &t.tb, h, ns)
+		}
+		return lim.StepTokenBucket(st, now, n, commit)
 	case limiter.FixedWindow:
-		return stepIn(s, sh, &t.fw, h, ns, commit, func(st *limiter.FixedWindowState, c bool) limiter.Decision {
-			return lim.StepFixedWindow(st, now, n, c)
-		})
+		st := get(&t.fw, h)
+		if st == nil {
+			var fresh limiter.FixedWindowState
+			if d := lim.StepFixedWindow(&fresh, now, n, false); !commit || !d.Allowed {
+				return d
+			}
+			st = add(s, sh, &t.fw, h, ns)
+		}
+		return lim.StepFixedWindow(st, now, n, commit)
 	case limiter.SlidingLog:
-		return stepIn(s, sh, &t.sl, h, ns, commit, func(st *limiter.SlidingLogState, c bool) limiter.Decision {
-			return lim.StepSlidingLog(st, now, n, c)
-		})
+		st := get(&t.sl, h)
+		if st == nil {
+			var fresh limiter.SlidingLogState
+			if d := lim.StepSlidingLog(&fresh, now, n, false); !commit || !d.Allowed {
+				return d
+			}
+			st = add(s, sh, &t.sl, h, ns)
+		}
+		return lim.StepSlidingLog(st, now, n, commit)
 	case limiter.LeakyBucket:
-		return stepIn(s, sh, &t.lb, h, ns, commit, func(st *limiter.LeakyBucketState, c bool) limiter.Decision {
-			return lim.StepLeakyBucket(st, &sh.mu, now, n, c)
-		})
+		st := get(&t.lb, h)
+		if st == nil {
+			var fresh limiter.LeakyBucketState
+			if d := lim.StepLeakyBucket(&fresh, &sh.mu, now, n, false); !commit || !d.Allowed {
+				return d
+			}
+			st = add(s, sh, &t.lb, h, ns)
+		}
+		return lim.StepLeakyBucket(st, &sh.mu, now, n, commit)
 	case limiter.SlidingWindow:
 		k := lim.SlidingWindowCounters()
 		switch {
 		case k <= 2:
-			return stepIn(s, sh, &t.sw2, h, ns, commit, func(st *swCounts2, c bool) limiter.Decision {
-				return lim.StepSlidingWindow(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}, now, n, c)
-			})
+			return stepWindow(s, sh, &t.sw2, lim, h, now, ns, n, commit)
 		case k <= 8:
-			return stepIn(s, sh, &t.sw8, h, ns, commit, func(st *swCounts8, c bool) limiter.Decision {
-				return lim.StepSlidingWindow(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}, now, n, c)
-			})
+			return stepWindow(s, sh, &t.sw8, lim, h, now, ns, n, commit)
 		default:
-			return stepIn(s, sh, &t.sw65, h, ns, commit, func(st *swCounts65, c bool) limiter.Decision {
-				return lim.StepSlidingWindow(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}, now, n, c)
-			})
+			return stepWindow(s, sh, &t.sw65, lim, h, now, ns, n, commit)
 		}
 	}
 	return limiter.Decision{}
 }
 
-// stepIn finds h in tab and applies fn to its state. An absent key is a
-// fresh state: read from a zero value, and inserted only when committing an
-// admission. Requires sh.mu held.
-func stepIn[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64, commit bool, fn func(*S, bool) limiter.Decision) limiter.Decision {
+// stepWindow is step for sliding windows, whose states differ only in how
+// many counters they hold inline.
+func stepWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *limiter.Limit, h uint64, now time.Time, ns, n int64, commit bool) limiter.Decision {
+	st := get(tab, h)
+	if st == nil {
+		var fresh S
+		if d := lim.StepSlidingWindow(view(&fresh, lim), now, n, false); !commit || !d.Allowed {
+			return d
+		}
+		st = add(s, sh, tab, h, ns)
+	}
+	return lim.StepSlidingWindow(view(st, lim), now, n, commit)
+}
+
+// view returns the limiter's view of an inline sliding-window state.
+func view[S swCounts2 | swCounts8 | swCounts65](st *S, lim *limiter.Limit) limiter.SlidingWindowState {
+	k := lim.SlidingWindowCounters()
+	switch st := any(st).(type) {
+	case *swCounts2:
+		return limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
+	case *swCounts8:
+		return limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
+	case *swCounts65:
+		return limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
+	}
+	panic("unreachable")
+}
+
+// get returns h's state in tab, or nil if h is absent.
+func get[S any](tab *table[S], h uint64) *S {
 	if i, ok := tab.find(h); ok {
-		return fn(&tab.slots[i].s, commit)
+		return &tab.slots[i].s
 	}
-	var fresh S
-	d := fn(&fresh, false)
-	if !commit || !d.Allowed {
-		return d
-	}
+	return nil
+}
+
+// add inserts h into tab with a zero (fresh) state, evicting first if the
+// shard is full, and returns the state. If nothing can be evicted it
+// returns a state that is not remembered, rather than exceed the bound.
+// Requires sh.mu held.
+func add[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64) *S {
 	if sh.keys >= s.perShard && !s.evict(sh, h, now) {
-		// Nothing evictable: decide for a key that will not be remembered,
-		// rather than exceed the bound.
 		s.evictions.Add(1)
-		return fn(&fresh, true)
+		return new(S)
 	}
 	i := tab.insert(h)
 	sh.keys++
-	return fn(&tab.slots[i].s, true)
+	return &tab.slots[i].s
 }
 
 // Len returns the number of keys tracked, all limits together.
@@ -310,16 +372,13 @@ func (t *tables) idleAt(i int) int64 {
 	case limiter.LeakyBucket:
 		at = limiter.LeakyBucketIdleAt(&t.lb.slots[i].s)
 	case limiter.SlidingWindow:
-		switch k := lim.SlidingWindowCounters(); {
-		case k <= 2:
-			st := &t.sw2.slots[i].s
-			at = lim.SlidingWindowIdleAt(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]})
-		case k <= 8:
-			st := &t.sw8.slots[i].s
-			at = lim.SlidingWindowIdleAt(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]})
+		switch {
+		case len(t.sw2.slots) > 0:
+			at = lim.SlidingWindowIdleAt(view(&t.sw2.slots[i].s, lim))
+		case len(t.sw8.slots) > 0:
+			at = lim.SlidingWindowIdleAt(view(&t.sw8.slots[i].s, lim))
 		default:
-			st := &t.sw65.slots[i].s
-			at = lim.SlidingWindowIdleAt(limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]})
+			at = lim.SlidingWindowIdleAt(view(&t.sw65.slots[i].s, lim))
 		}
 	}
 	if at.IsZero() {

@@ -1,0 +1,10 @@
+# The README's two commands, and the benchmark harness.
+.PHONY: test bench-limiter
+
+# Every check and test, as CI runs it (installs what it needs).
+test:
+	scripts/test.sh
+
+# Regenerates the limiter section of BENCHMARKS.md (about 4 minutes).
+bench-limiter:
+	bench/limiter.sh 5

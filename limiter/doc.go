@@ -1,0 +1,59 @@
+// Package limiter holds limitproxy's five rate-limiting algorithms and the
+// Store interface that keeps their per-client state.
+//
+// A Limiter is one policy's limits bound to a Store. Allow(ctx, key, now, n)
+// decides a request from one client key at an instant the caller passes in:
+// nothing in this package reads the clock, so every algorithm is tested with
+// exact instants. A request is admitted only if every limit of the policy
+// admits it, and a rejected request consumes nothing from any of them; the
+// Store makes that atomic per key.
+//
+// # Algorithms (SPEC §3)
+//
+//	algorithm       admits a request of cost c at t iff            memory per key (memstore)
+//	token_bucket    the bucket (burst b, refill r) holds ≥ c         16 B state, 24 B slot
+//	leaky_bucket    fewer than queue wait and the wait ≤ max_wait    16 B; +~150 B and a timer while
+//	                (it then waits its turn: releases ≥ 1/r apart)   requests wait, +~100 B a waiter
+//	fixed_window    count in floor(t/W) + c ≤ limit                  16 B state, 24 B slot
+//	sliding_log     units admitted in (t−W, t] + c ≤ limit           8 B per unit in the window
+//	sliding_window  weighted estimate over `slots` slots + c ≤ limit 8+4·(slots+1) B state
+//
+// Decisions are exact: time is integer nanoseconds and counts are
+// integers. The token bucket counts billionths of a token and advances its
+// clock only by whole periods in which it earns a whole number of them,
+// carrying the rest, so its content is always the exact rational value of
+// the definition; the sliding window compares its weighted estimate in 128
+// bits. The conformance suite in limitertest checks every decision against
+// naive models written from SPEC §3 with big.Rat arithmetic.
+//
+// Retry-After (Decision.RetryAfter) is the exact time until the same
+// request would be admitted if nothing else arrived, rounded up to the
+// nanosecond; the proxy rounds it up to whole seconds. A request whose
+// weight times cost exceeds a limit's capacity is rejected with Never.
+//
+// # Time going backwards
+//
+// Each key's state remembers the latest instant it has seen, and an earlier
+// instant is treated as that one: a token bucket credits no refill (and
+// never credits the same interval twice), a window counts the request in
+// the newest window or slot it has seen, a sliding log treats it as its
+// newest entry's instant. Concurrent requests reach a key in an order that
+// can differ slightly from their clock readings; this rule makes that
+// harmless. It does mean a wall clock stepped back by an hour would hold a
+// busy key at its current state until the clock catches up, which is why
+// the proxy passes a monotonic-derived instant.
+//
+// # State across reloads
+//
+// A Store keys state by (limit name, client key). New names each limit from
+// its policy name, its algorithm and its ordinal among that policy's limits
+// of that algorithm, plus, for fixed and sliding windows, the time grid
+// (window, slots). So a reload that keeps a policy's name and a limit's
+// algorithm keeps its counters and applies the new numbers from the next
+// request: a token bucket keeps its tokens, clamped to a smaller burst (and
+// the time since its last request is credited at the new rate); a raised
+// window limit admits more at once. A changed algorithm, or a window whose
+// length or slots changed, starts fresh, since counts on one grid mean
+// nothing on another. State nobody uses any more becomes fresh with time
+// and is dropped by the store.
+package limiter

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite, as README.md and .ci/run run it: formatting, go vet,
+# staticcheck, and every test under the race detector. It installs what it
+# needs when missing (staticcheck from the Go module proxy).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATICCHECK_VERSION=v0.8.2 # staticcheck 2026.1.x, built for Go 1.26
+
+step() { printf '\n== %s\n' "$*"; }
+
+gobin=$(go env GOPATH)/bin
+export PATH="$gobin:$PATH"
+if ! command -v staticcheck >/dev/null 2>&1; then
+  step "installing staticcheck $STATICCHECK_VERSION"
+  go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:" $unformatted >&2
+  exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "staticcheck"
+staticcheck ./...
+
+step "go test -race"
+go test -race -count=1 ./...
