@@ -133,18 +133,7 @@ func BenchmarkMillionKeys(b *testing.B) {
 			if n := store.Len(); n != benchKeys {
 				b.Fatalf("store tracks %d keys, want %d", n, benchKeys)
 			}
-			var seed atomic.Uint64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				rng := rand.New(rand.NewPCG(seed.Add(1), 0))
-				var kb keyBuf
-				now := start
-				for pb.Next() {
-					now = now.Add(time.Microsecond)
-					l.Allow(ctx, kb.key(rng.IntN(benchKeys)), now, 1)
-				}
-			})
+			randomKeys(b, func(key string, now time.Time) { l.Allow(ctx, key, now, 1) })
 			b.ReportMetric(perKey, "B/key")
 			runtime.KeepAlive(store)
 		})
@@ -156,20 +145,26 @@ func BenchmarkMillionKeys(b *testing.B) {
 			m.allow(strings.Clone(kb.key(i)), start) // the map keeps its keys
 		}
 		perKey := float64(heapInUse()-before) / benchKeys
-		var seed atomic.Uint64
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			rng := rand.New(rand.NewPCG(seed.Add(1), 0))
-			var kb keyBuf
-			now := start
-			for pb.Next() {
-				now = now.Add(time.Microsecond)
-				m.allow(kb.key(rng.IntN(benchKeys)), now)
-			}
-		})
+		randomKeys(b, func(key string, now time.Time) { m.allow(key, now) })
 		b.ReportMetric(perKey, "B/key")
 		runtime.KeepAlive(m)
+	})
+}
+
+// randomKeys times decide on random keys of the million from every
+// goroutine, the instant advancing 1µs per decision.
+func randomKeys(b *testing.B, decide func(key string, now time.Time)) {
+	var seed atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(seed.Add(1), 0))
+		var kb keyBuf
+		now := start
+		for pb.Next() {
+			now = now.Add(time.Microsecond)
+			decide(kb.key(rng.IntN(benchKeys)), now)
+		}
 	})
 }
 

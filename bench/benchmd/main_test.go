@@ -1,0 +1,34 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRun checks medians, min–max, and that ratios are taken within each
+// round: the anchor's noise in round 2 must cancel out of the ratio.
+func TestRun(t *testing.T) {
+	in := `# round 1
+BenchmarkHot/a-2   10   50.0 ns/op   0 B/op   0 allocs/op
+BenchmarkHot/x-2   10  100.0 ns/op   0 B/op   0 allocs/op
+# round 2
+BenchmarkHot/a-2   10  100.0 ns/op   0 B/op   0 allocs/op
+BenchmarkHot/x-2   10  200.0 ns/op   0 B/op   0 allocs/op
+# round 3
+BenchmarkHot/a-2   10   60.0 ns/op   0 B/op   0 allocs/op
+BenchmarkHot/x-2   10  120.0 ns/op   0 B/op   0 allocs/op
+`
+	var out strings.Builder
+	if err := run(strings.NewReader(in), &out, anchors{"Hot": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"#### Hot (3 rounds)",
+		"| a | 60 (50–100) | 0 | 0 | 0.50× (0.50–0.50) |",
+		"| x | 120 (100–200) | 0 | 0 | 1.00× (1.00–1.00) |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
