@@ -142,6 +142,10 @@ const (
 	DefaultRedisTimeout      = 50 * time.Millisecond
 )
 
+// nameRE is what a policy name may be: it is quoted in RateLimit headers
+// (a Structured Field string) and used as a metric label.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
 func oneOf(c *collector, key, v string, allowed ...string) {
 	for _, a := range allowed {
 		if v == a {
@@ -268,6 +272,8 @@ func validate(raw *rawFile, c *collector) *Config {
 		switch prev, dup := names[spec.Name]; {
 		case spec.Name == "":
 			c.add(key+".name", "is required")
+		case !nameRE.MatchString(spec.Name):
+			c.add(key+".name", "%q: use letters, digits, '.', '_' and '-' (it appears in headers, metrics and logs)", spec.Name)
 		case dup:
 			c.add(key+".name", "policy %q duplicates policy[%d]", spec.Name, prev)
 		default:

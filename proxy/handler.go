@@ -1,0 +1,268 @@
+// Package proxy is limitproxy's data path: for each request, match a
+// policy, build the client key, ask the policy's limiter, then reject,
+// wait in the leaky-bucket queue, or forward through
+// httputil.ReverseProxy.
+package proxy
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"limitproxy/policy"
+)
+
+// Decisions, as the access log and SPEC §8's metrics name them.
+const (
+	Allowed        = "allowed"
+	Rejected       = "rejected"
+	Queued         = "queued"
+	ShadowRejected = "shadow_rejected"
+	Unmatched      = "unmatched"
+	Skipped        = "skipped" // on_missing = "skip": forwarded without limiting
+	Unlimited      = "unlimited"
+)
+
+// Handler is the proxy's http.Handler. It holds the current policy set in
+// an atomic pointer: each request loads it once and uses that snapshot from
+// start to end, so a reload never changes the rules under a request in
+// flight. Safe for concurrent use.
+type Handler struct {
+	snap atomic.Pointer[snapshot]
+	now  func() time.Time
+	log  *zap.Logger
+	acc  *zap.Logger // access log; nil when off
+}
+
+// snapshot is a policy set with the upstream pools built for it.
+type snapshot struct {
+	set   *policy.Set
+	pools map[string]*pool
+}
+
+// Options configures a Handler.
+type Options struct {
+	// Logger receives errors and, with AccessLog, one line per request.
+	// nil means no logging.
+	Logger *zap.Logger
+	// AccessLog turns the access log on.
+	AccessLog bool
+	// Now is the clock the limiters see. nil means a clock that follows
+	// the wall clock at start-up and then the monotonic clock, so it never
+	// steps back when the wall clock is corrected.
+	Now func() time.Time
+}
+
+// MonotonicClock returns a clock that reads the wall time once and then
+// advances with the monotonic clock: it never goes backwards, and limits'
+// windows stay aligned to the Unix epoch within the wall clock's drift.
+func MonotonicClock() func() time.Time {
+	base := time.Now()
+	return func() time.Time { return base.Add(time.Since(base)) }
+}
+
+// New returns a handler serving set.
+func New(set *policy.Set, o Options) *Handler {
+	h := &Handler{now: o.Now, log: o.Logger}
+	if h.now == nil {
+		h.now = MonotonicClock()
+	}
+	if h.log == nil {
+		h.log = zap.NewNop()
+	}
+	if o.AccessLog {
+		h.acc = h.log.Named("access")
+	}
+	h.Swap(set)
+	return h
+}
+
+// Swap makes set the one new requests see. Requests in flight keep the set
+// they started with.
+func (h *Handler) Swap(set *policy.Set) {
+	trusted := set.Config.Server.TrustedProxies
+	isTrusted := func(r *http.Request) bool {
+		a, ok := clientPeer(r)
+		return ok && isTrusted(a, trusted)
+	}
+	s := &snapshot{set: set, pools: map[string]*pool{}}
+	for _, u := range set.Config.Upstreams {
+		s.pools[u.Name] = newPool(u, isTrusted, h.log, h.now)
+	}
+	h.snap.Store(s)
+}
+
+// Set returns the policy set new requests see.
+func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
+
+// acmeChallenge is never limited (SPEC §5).
+const acmeChallenge = "/.well-known/acme-challenge/"
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.now()
+	snap := h.snap.Load()
+	rec := &recorder{ResponseWriter: w}
+	var (
+		p        *policy.Policy
+		decision string
+		wait     time.Duration
+	)
+	defer func() { h.logAccess(r, rec, start, p, decision, wait) }()
+
+	p, ok := snap.set.Match(r)
+	if !ok {
+		decision = Unmatched
+		writeProblem(rec, http.StatusNotFound, problem{Type: "about:blank", Title: "Not Found", Status: http.StatusNotFound,
+			Detail: "no policy matches this request"})
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, acmeChallenge) {
+		decision = Unlimited
+		h.forward(rec, r, snap, p)
+		return
+	}
+	cfg := &snap.set.Config.Server
+	key, res := clientKey(r, p, cfg)
+	switch res {
+	case keySkip:
+		decision = Skipped
+		h.forward(rec, r, snap, p)
+		return
+	case keyReject:
+		decision = Rejected
+		writeProblem(rec, http.StatusBadRequest, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
+			Detail: "the request lacks a part of its client key: " + keyNames(p)})
+		return
+	}
+
+	d, err := p.Limiter.Allow(r.Context(), key, start, 1)
+	if err != nil {
+		// The memory store never fails; the Redis store's on_error
+		// policy (issue 5) decides this case there.
+		h.log.Error("limiter failed; request forwarded", zap.String("policy", p.Name), zap.Error(err))
+		decision = Allowed
+		h.forward(rec, r, snap, p)
+		return
+	}
+	setRateLimitHeaders(rec.Header(), cfg.RateLimitHeaders, p, d, start)
+	switch {
+	case !d.Allowed && p.Mode == policy.Shadow:
+		decision = ShadowRejected
+		h.log.Info("shadow policy would reject", zap.String("policy", p.Name), zap.Duration("retry_after", d.RetryAfter))
+	case !d.Allowed:
+		decision = Rejected
+		reject(rec, p, d)
+		return
+	case d.Delay > 0 && p.Mode == policy.Shadow:
+		// Counted in the queue like an enforced request, never held.
+		decision = Allowed
+		h.log.Debug("shadow policy would delay", zap.String("policy", p.Name), zap.Duration("delay", d.Delay))
+	case d.Delay > 0:
+		decision = Queued
+		err := d.Wait(r.Context())
+		wait = h.now().Sub(start)
+		if err != nil {
+			// The client left while queued: it has left the queue and is
+			// never forwarded; there is no one to answer.
+			rec.status = statusClientClosed
+			return
+		}
+	default:
+		decision = Allowed
+	}
+	h.forward(rec, r, snap, p)
+}
+
+func keyNames(p *policy.Policy) string {
+	names := make([]string, len(p.Key))
+	for i, k := range p.Key {
+		names[i] = k.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *policy.Policy) {
+	t := snap.pools[p.Upstream].pick()
+	w.upstream = p.Upstream
+	t.proxy.ServeHTTP(w, r)
+}
+
+// logAccess writes SPEC §8's access-log line. Rejections are logged at
+// debug level, so that a flood of them cannot flood the log; everything
+// else at info.
+func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision string, wait time.Duration) {
+	if h.acc == nil {
+		return
+	}
+	level := zapcore.InfoLevel
+	if decision == Rejected {
+		level = zapcore.DebugLevel
+	}
+	ce := h.acc.Check(level, "request")
+	if ce == nil {
+		return
+	}
+	name := ""
+	if p != nil {
+		name = p.Name
+	}
+	ce.Write(
+		zap.String("method", r.Method),
+		zap.String("host", r.Host),
+		zap.String("path", r.URL.Path),
+		zap.Int("status", rec.statusCode()),
+		zap.Duration("duration", h.now().Sub(start)),
+		zap.String("policy", name),
+		zap.String("decision", decision),
+		zap.String("upstream", rec.upstream),
+		zap.Duration("queue_wait", wait),
+	)
+}
+
+// recorder remembers the status written, for the access log. It unwraps to
+// the underlying writer so that http.ResponseController (which
+// ReverseProxy uses to flush streams and hijack WebSocket upgrades) reaches
+// it.
+type recorder struct {
+	http.ResponseWriter
+	status   int
+	upstream string
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the underlying ResponseWriter.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *recorder) statusCode() int {
+	if r.status == 0 {
+		return http.StatusOK
+	}
+	return r.status
+}
+
+// clientPeer returns the direct peer's address.
+func clientPeer(r *http.Request) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}

@@ -1,0 +1,222 @@
+package proxy
+
+import (
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"limitproxy/policy"
+)
+
+// clientIP returns the address a request is keyed by (SPEC §4): the peer's
+// address, unless the peer is a trusted proxy, in which case the
+// forwarding headers are walked from the right (the hop nearest to us),
+// skipping trusted proxies, to the first address that is not one. RFC 7239
+// Forwarded is used when present, else X-Forwarded-For. A client that is not
+// a trusted proxy cannot change its address by sending either header.
+// IPv4-mapped IPv6 addresses are unmapped. ok is false if RemoteAddr cannot
+// be parsed (never the case for requests from net/http's server).
+func clientIP(r *http.Request, trusted []netip.Prefix) (addr netip.Addr, ok bool) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		a, err := netip.ParseAddr(r.RemoteAddr)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		ap = netip.AddrPortFrom(a, 0)
+	}
+	peer := ap.Addr().Unmap()
+	if !isTrusted(peer, trusted) {
+		return peer, true
+	}
+	var hops []string
+	if fwd := r.Header.Values("Forwarded"); len(fwd) > 0 {
+		hops = forwardedFor(fwd)
+	} else {
+		for _, v := range r.Header.Values("X-Forwarded-For") {
+			for _, h := range strings.Split(v, ",") {
+				hops = append(hops, strings.TrimSpace(h))
+			}
+		}
+	}
+	client := peer
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := parseHop(hops[i])
+		if err != nil {
+			// An unknown or obfuscated hop: the trusted proxy that
+			// reported it is the best we know.
+			break
+		}
+		client = a
+		if !isTrusted(a, trusted) {
+			break
+		}
+	}
+	return client, true
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseHop parses one hop of X-Forwarded-For or a Forwarded for= value: an
+// address, optionally with a port, IPv6 optionally in brackets.
+func parseHop(s string) (netip.Addr, error) {
+	s = strings.Trim(strings.TrimSpace(s), `"`)
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), nil
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	a, err := netip.ParseAddr(s)
+	return a.Unmap(), err
+}
+
+// forwardedFor returns the for= values of Forwarded header fields, in
+// order (RFC 7239: elements separated by commas, pairs by semicolons).
+func forwardedFor(fields []string) []string {
+	var out []string
+	for _, f := range fields {
+		for _, elem := range splitQuoted(f, ',') {
+			for _, pair := range splitQuoted(elem, ';') {
+				k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+				if ok && strings.EqualFold(k, "for") {
+					out = append(out, v)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// splitQuoted splits s at sep outside double quotes.
+func splitQuoted(s string, sep byte) []string {
+	var parts []string
+	start, quoted := 0, false
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\' && quoted:
+			i++
+		case s[i] == '"':
+			quoted = !quoted
+		case s[i] == sep && !quoted:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
+}
+
+// groupIPv6 reduces an IPv6 address to its prefix of bits bits, so that a
+// client cannot escape its limit by rotating through its /64.
+func groupIPv6(a netip.Addr, bits int) netip.Addr {
+	if !a.Is6() || a.Is4In6() || bits >= 128 {
+		return a
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return a
+	}
+	return p.Addr()
+}
+
+// keyResult says what the key parts of a request produced.
+type keyResult uint8
+
+const (
+	keyOK      keyResult = iota
+	keySkip              // on_missing = "skip": do not limit
+	keyReject            // on_missing = "reject": answer 400
+	keyMissing           // (internal) a part was absent
+)
+
+// clientKey builds the key of r for policy p: its key parts, each
+// length-prefixed ("13:203.0.113.7" …) so that no value can be crafted to
+// collide with another combination; an absent part is written "-", which
+// no length prefix produces. With on_missing = "ip" a request missing a part
+// is keyed by its address alone, under a distinct prefix.
+func clientKey(r *http.Request, p *policy.Policy, s *policy.Server) (key string, res keyResult) {
+	var b strings.Builder
+	missing := false
+	for _, part := range p.Key {
+		v, ok := keyPart(r, part, s)
+		if !ok {
+			missing = true
+			if p.OnMissing != policy.MissingShared {
+				break
+			}
+			b.WriteString("-;")
+			continue
+		}
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
+		b.WriteByte(';')
+	}
+	if !missing {
+		return b.String(), keyOK
+	}
+	switch p.OnMissing {
+	case policy.MissingShared:
+		return b.String(), keyOK
+	case policy.MissingSkip:
+		return "", keySkip
+	case policy.MissingReject:
+		return "", keyReject
+	}
+	ip, _ := keyPart(r, policy.KeyPart{Kind: policy.KeyIP}, s)
+	return "ip=" + ip, keyOK
+}
+
+func keyPart(r *http.Request, part policy.KeyPart, s *policy.Server) (string, bool) {
+	switch part.Kind {
+	case policy.KeyIP:
+		a, ok := clientIP(r, s.TrustedProxies)
+		if !ok {
+			return "", false
+		}
+		return groupIPv6(a, s.IPv6Prefix).String(), true
+	case policy.KeyHeader:
+		vs := r.Header.Values(part.Name)
+		if len(vs) == 0 {
+			return "", false
+		}
+		return strings.Join(vs, ","), true
+	case policy.KeyQuery:
+		q := r.URL.Query()
+		if !q.Has(part.Name) {
+			return "", false
+		}
+		return q.Get(part.Name), true
+	case policy.KeyCookie:
+		c, err := r.Cookie(part.Name)
+		if err != nil {
+			return "", false
+		}
+		return c.Value, true
+	case policy.KeyHost:
+		return strings.ToLower(hostOnly(r.Host)), true
+	case policy.KeyMethod:
+		return r.Method, true
+	case policy.KeyPath:
+		return r.URL.Path, true
+	}
+	return "", false
+}
+
+func hostOnly(host string) string {
+	if strings.HasPrefix(host, "[") {
+		if i := strings.Index(host, "]"); i > 0 {
+			return host[1:i]
+		}
+	}
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.Count(host, ":") == 1 {
+		return host[:i]
+	}
+	return host
+}

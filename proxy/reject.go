@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"limitproxy/limiter"
+	"limitproxy/policy"
+)
+
+// problem is an RFC 9457 problem details body.
+type problem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail,omitempty"`
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+}
+
+// quotaExceeded is the problem type of the IETF RateLimit draft.
+const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+func writeProblem(w http.ResponseWriter, status int, p problem) {
+	body, _ := json.Marshal(p)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// ceilSeconds rounds d up to whole seconds, as Retry-After and the reset
+// fields are given.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	if d >= limiter.Never/2 {
+		return int64(limiter.Never / time.Second)
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// setRateLimitHeaders writes SPEC §5's fields for the most restrictive limit
+// of d, per mode: "draft" (IETF httpapi draft-10 RateLimit-Policy and
+// RateLimit, Structured Field lists), "legacy" (X-RateLimit-*), "both" or
+// "none".
+func setRateLimitHeaders(h http.Header, mode string, p *policy.Policy, d limiter.Decision, now time.Time) {
+	if mode == "none" || d.Index >= len(p.Limits) {
+		return
+	}
+	reset := ceilSeconds(d.ResetAt.Sub(now))
+	if mode == "draft" || mode == "both" {
+		_, window := p.Limits[d.Index].Quota()
+		name := strconv.Quote(p.Name) // policy names are restricted to sf-string-safe characters
+		// Set directly, not with Set, to keep the draft's spelling (Go
+		// would canonicalise it to "Ratelimit"); field names are
+		// case-insensitive either way.
+		h["RateLimit-Policy"] = []string{name + ";q=" + strconv.FormatInt(d.Limit, 10) + ";w=" + strconv.FormatInt(max(1, ceilSeconds(window)), 10)}
+		h["RateLimit"] = []string{name + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(reset, 10)}
+	}
+	if mode == "legacy" || mode == "both" {
+		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+	}
+}
+
+// reject answers a rejected request: the policy's status (429), Retry-After
+// in whole seconds rounded up, and the policy's body or a problem+json one.
+func reject(w http.ResponseWriter, p *policy.Policy, d limiter.Decision) {
+	h := w.Header()
+	h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
+	if p.Reject.Body == "" {
+		writeProblem(w, p.Reject.Status, problem{
+			Type:             quotaExceeded,
+			Title:            "Request cannot be satisfied as assigned quota has been exceeded",
+			Status:           p.Reject.Status,
+			ViolatedPolicies: []string{p.Name},
+		})
+		return
+	}
+	h.Set("Content-Type", p.Reject.ContentType)
+	h.Set("Content-Length", strconv.Itoa(len(p.Reject.Body)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Reject.Status)
+	w.Write([]byte(p.Reject.Body))
+}
