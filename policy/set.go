@@ -32,6 +32,9 @@ type Policy struct {
 // policy name and algorithm (see limiter.New), so compiling a new Config
 // against the same store keeps the counters of unchanged limits.
 func (c *Config) Compile(store limiter.Store, now time.Time) (*Set, error) {
+	if store == nil {
+		return nil, fmt.Errorf("compile %s: no store", c.File)
+	}
 	s := &Set{Config: c, LoadedAt: now}
 	for _, spec := range c.Policies {
 		l, err := limiter.New(store, spec.Name, spec.Limits...)

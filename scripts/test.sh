@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as README.md and .ci/run run it: formatting, go vet,
-# staticcheck, and every test under the race detector. It installs what it
-# needs when missing (staticcheck from the Go module proxy).
+# staticcheck, every test under the race detector, and a few seconds of each
+# fuzz target. It installs what it needs when missing (staticcheck from the
+# Go module proxy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,3 +32,10 @@ staticcheck ./...
 
 step "go test -race"
 go test -race -count=1 ./...
+
+# Each fuzz target briefly, past its seed corpus (the seeds also run as
+# ordinary tests above).
+step "go test -fuzz (briefly)"
+for target in ./policy:FuzzParseRate ./policy:FuzzParse ./proxy:FuzzClientKey; do
+  go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 5s "${target%%:*}"
+done
