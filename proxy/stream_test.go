@@ -22,13 +22,15 @@ func TestStreaming(t *testing.T) {
 		io.WriteString(w, "data: last\n\n")
 	})
 	e := start(t, "minimal.toml", up, newClock(), nil)
-	resp, err := http.Get(e.proxy.URL + "/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	defer close(finish) // let the upstream end, whatever happened
 	got := make(chan string, 1)
 	go func() {
+		resp, err := http.Get(e.proxy.URL + "/events")
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
 		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
 		got <- line
 	}()
@@ -40,7 +42,6 @@ func TestStreaming(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("the first event did not arrive while the upstream was still streaming")
 	}
-	close(finish)
 }
 
 // TestUpgrade: a WebSocket-style upgrade (101 Switching Protocols) passes
@@ -57,6 +58,7 @@ func TestUpgrade(t *testing.T) {
 			return
 		}
 		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second)) // never hold the server's Close
 		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
 		line, _ := brw.ReadString('\n')
 		io.WriteString(conn, "echo: "+line)
