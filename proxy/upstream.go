@@ -33,10 +33,12 @@ type target struct {
 	downUntil atomic.Int64 // Unix ns; 0 when up
 }
 
-// newTransport returns the Transport shared by an upstream's targets: keeps
-// connections alive and many of them per host (a proxy talks to few hosts,
-// hard), and bounds the wait for response headers by the upstream's timeout.
-func newTransport(cfg policy.Upstream) *http.Transport {
+// NewTransport returns the Transport shared by an upstream's targets: it
+// keeps many connections alive per host (a proxy talks to few hosts, hard),
+// never goes through an environment proxy, and bounds the wait for response
+// headers by the upstream's timeout. Exported so that the benchmark's bare
+// httputil.ReverseProxy uses exactly the same Transport.
+func NewTransport(cfg policy.Upstream) *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil, // never via an environment proxy
 		DialContext:           (&net.Dialer{Timeout: min(cfg.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}).DialContext,
@@ -52,7 +54,7 @@ func newTransport(cfg policy.Upstream) *http.Transport {
 
 func newPool(cfg policy.Upstream, trusted func(*http.Request) bool, log *zap.Logger, now func() time.Time) *pool {
 	p := &pool{cfg: cfg, now: now}
-	tr := newTransport(cfg)
+	tr := NewTransport(cfg)
 	errLog := zap.NewStdLog(log.Named("upstream").WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
 	for _, u := range cfg.Targets {
 		t := &target{pool: p, name: u.Host}

@@ -1,0 +1,23 @@
+# Shared by the bench/*.sh scripts: replace (or append) one generated
+# section of BENCHMARKS.md, between <!-- NAME:begin --> and <!-- NAME:end -->.
+# Usage: write_section NAME FILE
+write_section() {
+  local name=$1 file=$2
+  if [ ! -f BENCHMARKS.md ]; then
+    printf '# Benchmarks\n\nEvery figure here is written by a script in bench/; the command that produced each section is given in it.\n\n' >BENCHMARKS.md
+  fi
+  if grep -q "<!-- $name:begin -->" BENCHMARKS.md; then
+    awk -v f="$file" -v b="<!-- $name:begin -->" -v e="<!-- $name:end -->" '
+      $0 == b { while ((getline l < f) > 0) print l; skip = 1; next }
+      $0 == e { skip = 0; next }
+      !skip' BENCHMARKS.md >BENCHMARKS.md.new
+    mv BENCHMARKS.md.new BENCHMARKS.md
+  else
+    cat "$file" >>BENCHMARKS.md
+  fi
+  echo "BENCHMARKS.md: $name section updated" >&2
+}
+
+machine() {
+  echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(go version | cut -d' ' -f3)"
+}

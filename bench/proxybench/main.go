@@ -1,0 +1,308 @@
+// Command proxybench measures the proxy's cost with wrk, on 127.0.0.1 only:
+// the upstream alone, a bare httputil.ReverseProxy with limitproxy's
+// Transport, limitproxy forwarding under a token bucket that never rejects,
+// and limitproxy far over its limit (1000/s, burst 100: wrk, a closed loop,
+// then offers tens of times the limit and nearly every answer is a 429). It runs interleaved
+// rounds (each round measures every target once, in a rotated order, so a
+// busy moment of this shared machine hits all of them alike) and writes a
+// Markdown section: medians with min–max, ratios to the bare proxy computed
+// within each round, and the proxy's CPU time per request from /proc (on 2
+// cores wrk competes for the CPU, so CPU per request is the fairer figure).
+//
+// It starts every process it measures and stops each by its PID when done.
+//
+//	proxybench -limitproxy BIN -bareproxy BIN [-rounds 5] [-duration 5s] [-conns 64] > section.md
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type target struct {
+	name, url string
+	cmd       *exec.Cmd // nil: measured in-process (no CPU figure)
+	rounds    []sample
+}
+
+type sample struct {
+	rps, p50, p99 float64 // requests/s, ms, ms
+	non2xx        float64 // share of responses that were not 2xx/3xx
+	cpuPerReq     float64 // µs of the proxy's CPU per request
+}
+
+func main() {
+	lp := flag.String("limitproxy", "", "limitproxy binary")
+	bare := flag.String("bareproxy", "", "bareproxy binary")
+	rounds := flag.Int("rounds", 5, "interleaved rounds")
+	dur := flag.Duration("duration", 5*time.Second, "wrk duration per measurement")
+	conns := flag.Int("conns", 64, "wrk connections")
+	threads := flag.Int("threads", 2, "wrk threads")
+	flag.Parse()
+	if *lp == "" || *bare == "" {
+		fmt.Fprintln(os.Stderr, "usage: proxybench -limitproxy BIN -bareproxy BIN [-rounds N] [-duration D] [-conns N]")
+		os.Exit(2)
+	}
+	if err := run(*lp, *bare, *rounds, *dur, *conns, *threads, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "proxybench:", err)
+		os.Exit(1)
+	}
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitUp(addr string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not start listening", addr)
+}
+
+const configTemplate = `[server]
+listen = %q
+rate_limit_headers = "draft"
+[admin]
+listen = ""
+[log]
+level = "warn"
+access = false
+[[upstream]]
+name = "app"
+targets = ["http://%s"]
+[[policy]]
+name = "bench"
+upstream = "app"
+key = ["ip"]
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = %q
+  burst = %d
+`
+
+func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, out io.Writer) error {
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return errors.New("wrk is not installed (bench/proxy.sh installs it when run as root)")
+	}
+	// The upstream: in this process, a fixed small answer.
+	upAddr := freeAddr()
+	up := &http.Server{Addr: upAddr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "ok\n")
+	})}
+	go up.ListenAndServe()
+	defer up.Close()
+	if err := waitUp(upAddr); err != nil {
+		return err
+	}
+
+	dir, err := os.MkdirTemp("", "proxybench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var targets []*target
+	targets = append(targets, &target{name: "upstream direct", url: "http://" + upAddr})
+	bareAddr := freeAddr()
+	targets = append(targets, &target{name: "bare ReverseProxy", url: "http://" + bareAddr,
+		cmd: exec.Command(bare, "-listen", bareAddr, "-target", "http://"+upAddr)})
+	for _, c := range []struct {
+		name, rate string
+		burst      int
+	}{
+		{"limitproxy, token bucket never rejecting", "1000000000/s", 1000000000},
+		{"limitproxy, over its limit of 1000/s (429s)", "1000/s", 100},
+	} {
+		addr := freeAddr()
+		path := filepath.Join(dir, strconv.Itoa(len(targets))+".toml")
+		if err := os.WriteFile(path, fmt.Appendf(nil, configTemplate, addr, upAddr, c.rate, c.burst), 0o644); err != nil {
+			return err
+		}
+		targets = append(targets, &target{name: c.name, url: "http://" + addr, cmd: exec.Command(lp, "-config", path)})
+	}
+	for _, t := range targets {
+		if t.cmd == nil {
+			continue
+		}
+		t.cmd.Stderr = os.Stderr
+		if err := t.cmd.Start(); err != nil {
+			return err
+		}
+		defer func(c *exec.Cmd) { c.Process.Kill(); c.Wait() }(t.cmd)
+		if err := waitUp(strings.TrimPrefix(t.url, "http://")); err != nil {
+			return err
+		}
+	}
+
+	for r := range rounds {
+		for i := range targets {
+			t := targets[(i+r)%len(targets)]
+			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r+1, rounds, t.name)
+			s, err := measure(t, dur, conns, threads)
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+			t.rounds = append(t.rounds, s)
+		}
+	}
+	report(out, targets, rounds, dur, conns, threads)
+	return nil
+}
+
+// cpuTicks returns a process's user+system CPU time in clock ticks.
+func cpuTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return utime + stime, nil
+}
+
+const ticksPerSecond = 100 // USER_HZ on Linux
+
+var (
+	reqLine   = regexp.MustCompile(`(\d+) requests in`)
+	rpsLine   = regexp.MustCompile(`Requests/sec:\s+([\d.]+)`)
+	non2xx    = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+	pctLine   = regexp.MustCompile(`^\s+(50|99)%\s+([\d.]+)(us|ms|s)`)
+	errorLine = regexp.MustCompile(`Socket errors: .*`)
+)
+
+func measure(t *target, dur time.Duration, conns, threads int) (sample, error) {
+	var before int64
+	if t.cmd != nil {
+		var err error
+		if before, err = cpuTicks(t.cmd.Process.Pid); err != nil {
+			return sample{}, err
+		}
+	}
+	cmd := exec.Command("wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns), "-d", dur.String(), "--latency", t.url+"/bench")
+	outb, err := cmd.CombinedOutput()
+	if err != nil {
+		return sample{}, fmt.Errorf("wrk: %v: %s", err, outb)
+	}
+	var s sample
+	text := string(outb)
+	if m := rpsLine.FindStringSubmatch(text); m != nil {
+		s.rps, _ = strconv.ParseFloat(m[1], 64)
+	}
+	var total float64
+	if m := reqLine.FindStringSubmatch(text); m != nil {
+		total, _ = strconv.ParseFloat(m[1], 64)
+	}
+	if m := non2xx.FindStringSubmatch(text); m != nil && total > 0 {
+		n, _ := strconv.ParseFloat(m[1], 64)
+		s.non2xx = n / total
+	}
+	if m := errorLine.FindString(text); m != "" {
+		fmt.Fprintln(os.Stderr, t.name+": "+m)
+	}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		m := pctLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		v, _ := strconv.ParseFloat(m[2], 64)
+		switch m[3] {
+		case "us":
+			v /= 1000
+		case "s":
+			v *= 1000
+		}
+		if m[1] == "50" {
+			s.p50 = v
+		} else {
+			s.p99 = v
+		}
+	}
+	if t.cmd != nil && total > 0 {
+		after, err := cpuTicks(t.cmd.Process.Pid)
+		if err != nil {
+			return sample{}, err
+		}
+		s.cpuPerReq = float64(after-before) / ticksPerSecond * 1e6 / total
+	}
+	if s.rps == 0 {
+		return s, fmt.Errorf("no Requests/sec in wrk's output: %s", text)
+	}
+	return s, nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func spread(v []float64, format string) string {
+	return fmt.Sprintf(format+" ("+format+"–"+format+")", median(v), slices.Min(v), slices.Max(v))
+}
+
+func column(t *target, f func(sample) float64) []float64 {
+	var v []float64
+	for _, s := range t.rounds {
+		v = append(v, f(s))
+	}
+	return v
+}
+
+func report(out io.Writer, targets []*target, rounds int, dur time.Duration, conns, threads int) {
+	bare := targets[1]
+	fmt.Fprintf(out, "wrk -t%d -c%d -d%v against each target, %d interleaved rounds; medians (min–max). Ratios are taken within each round against the bare ReverseProxy, then their median.\n\n", threads, conns, dur, rounds)
+	fmt.Fprintln(out, "| target | requests/s | p50 ms | p99 ms | non-2xx | proxy CPU µs/request | req/s vs bare | CPU vs bare |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, t := range targets {
+		rps := column(t, func(s sample) float64 { return s.rps })
+		cpu := "–"
+		cpuRatio := "–"
+		if t.cmd != nil {
+			cpu = spread(column(t, func(s sample) float64 { return s.cpuPerReq }), "%.1f")
+			var r []float64
+			for i := range t.rounds {
+				r = append(r, t.rounds[i].cpuPerReq/bare.rounds[i].cpuPerReq)
+			}
+			cpuRatio = spread(r, "%.2f×")
+		}
+		var rr []float64
+		for i := range t.rounds {
+			rr = append(rr, t.rounds[i].rps/bare.rounds[i].rps)
+		}
+		fmt.Fprintf(out, "| %s | %s | %.2f | %.2f | %.0f%% | %s | %s | %s |\n", t.name, spread(rps, "%.0f"),
+			median(column(t, func(s sample) float64 { return s.p50 })), median(column(t, func(s sample) float64 { return s.p99 })),
+			100*median(column(t, func(s sample) float64 { return s.non2xx })), cpu, spread(rr, "%.2f×"), cpuRatio)
+	}
+	fmt.Fprintln(out)
+}
