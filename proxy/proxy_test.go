@@ -111,6 +111,10 @@ func (e *env) get(t *testing.T, path string, hdr ...string) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequest("GET", e.proxy.URL+path, nil)
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1] // the client ignores Header["Host"]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
