@@ -24,6 +24,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"limitproxy/bench/internal/stats"
 )
 
 type anchors map[string]string
@@ -177,15 +179,6 @@ func values(rounds []map[string]result, name, unit string) []float64 {
 	return v
 }
 
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func format(x float64) string {
 	switch {
 	case x == float64(int64(x)) && x < 1e6:
@@ -203,14 +196,14 @@ func summary(v []float64, unit string) string {
 	}
 	lo, hi := slices.Min(v), slices.Max(v)
 	if lo == hi || unit == "allocs/op" {
-		return format(median(v))
+		return format(stats.Median(v))
 	}
-	return fmt.Sprintf("%s (%s–%s)", format(median(v)), format(lo), format(hi))
+	return fmt.Sprintf("%s (%s–%s)", format(stats.Median(v)), format(lo), format(hi))
 }
 
 func ratioSummary(v []float64) string {
 	if len(v) == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2f× (%.2f–%.2f)", median(v), slices.Min(v), slices.Max(v))
+	return fmt.Sprintf("%.2f× (%.2f–%.2f)", stats.Median(v), slices.Min(v), slices.Max(v))
 }

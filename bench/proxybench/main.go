@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"limitproxy/bench/internal/stats"
 )
 
 type target struct {
@@ -258,17 +260,8 @@ func measure(t *target, dur time.Duration, conns, threads int) (sample, error) {
 	return s, nil
 }
 
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func spread(v []float64, format string) string {
-	return fmt.Sprintf(format+" ("+format+"–"+format+")", median(v), slices.Min(v), slices.Max(v))
+	return fmt.Sprintf(format+" ("+format+"–"+format+")", stats.Median(v), slices.Min(v), slices.Max(v))
 }
 
 func column(t *target, f func(sample) float64) []float64 {
@@ -301,8 +294,8 @@ func report(out io.Writer, targets []*target, rounds int, dur time.Duration, con
 			rr = append(rr, t.rounds[i].rps/bare.rounds[i].rps)
 		}
 		fmt.Fprintf(out, "| %s | %s | %.2f | %.2f | %.0f%% | %s | %s | %s |\n", t.name, spread(rps, "%.0f"),
-			median(column(t, func(s sample) float64 { return s.p50 })), median(column(t, func(s sample) float64 { return s.p99 })),
-			100*median(column(t, func(s sample) float64 { return s.non2xx })), cpu, spread(rr, "%.2f×"), cpuRatio)
+			stats.Median(column(t, func(s sample) float64 { return s.p50 })), stats.Median(column(t, func(s sample) float64 { return s.p99 })),
+			100*stats.Median(column(t, func(s sample) float64 { return s.non2xx })), cpu, spread(rr, "%.2f×"), cpuRatio)
 	}
 	fmt.Fprintln(out)
 }
