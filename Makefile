@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test bench-limiter
+.PHONY: test bench-limiter bench-proxy
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -8,3 +8,7 @@ test:
 # Regenerates the limiter section of BENCHMARKS.md (about 4 minutes).
 bench-limiter:
 	bench/limiter.sh 5
+
+# Regenerates the proxy section of BENCHMARKS.md with wrk (about 2 minutes).
+bench-proxy:
+	bench/proxy.sh 5 5s
