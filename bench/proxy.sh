@@ -24,6 +24,12 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/limitproxy" ./cmd/limitproxy
 go build -o "$bin/bareproxy" ./bench/bareproxy
+go test -c -o "$bin/proxy.test" ./proxy
+overhead="$bin/overhead.txt"
+for i in $(seq 1 "$rounds"); do
+  echo "# round $i" >>"$overhead"
+  (cd proxy && "$bin/proxy.test" -test.run '^$' -test.bench Overhead -test.benchmem) >>"$overhead"
+done
 section="$bin/section.md"
 {
   echo "<!-- proxy:begin -->"
@@ -36,6 +42,11 @@ section="$bin/section.md"
   echo "wrk is a closed loop, so it then offers as much as the 429 path can answer: the non-2xx column shows the share rejected."
   echo
   go run ./bench/proxybench -limitproxy "$bin/limitproxy" -bareproxy "$bin/bareproxy" -rounds "$rounds" -duration "$duration"
+  echo "What a limit adds per request, in process (\`BenchmarkOverhead\` in proxy/bench_test.go): the same request through a bare"
+  echo "httputil.ReverseProxy and through limitproxy's handler (match, client key, token bucket, RateLimit headers, forward), both over a"
+  echo "transport that answers at once, so only the proxies' own work is timed; $rounds interleaved rounds."
+  echo
+  go run ./bench/benchmd -anchor Overhead=bare <"$overhead"
   echo "<!-- proxy:end -->"
 } >"$section"
 write_section proxy "$section"

@@ -141,29 +141,40 @@ const (
 // no length prefix produces. With on_missing = "ip" a request missing a part
 // is keyed by its address alone, under a distinct prefix.
 func clientKey(r *http.Request, p *policy.Policy, s *policy.Server) (key string, res keyResult) {
-	var b strings.Builder
+	var stack [128]byte
+	b := stack[:0]
 	missing := false
 	for _, part := range p.Key {
-		v, ok := keyPart(r, part, s)
-		if !ok {
-			missing = true
-			if p.OnMissing != policy.MissingShared {
-				break
+		if part.Kind == policy.KeyIP {
+			// The common case, without an intermediate string.
+			if a, ok := clientIP(r, s.TrustedProxies); ok {
+				var ipb [64]byte
+				ip := groupIPv6(a, s.IPv6Prefix).AppendTo(ipb[:0])
+				b = strconv.AppendInt(b, int64(len(ip)), 10)
+				b = append(b, ':')
+				b = append(b, ip...)
+				b = append(b, ';')
+				continue
 			}
-			b.WriteString("-;")
+		} else if v, ok := keyPart(r, part, s); ok {
+			b = strconv.AppendInt(b, int64(len(v)), 10)
+			b = append(b, ':')
+			b = append(b, v...)
+			b = append(b, ';')
 			continue
 		}
-		b.WriteString(strconv.Itoa(len(v)))
-		b.WriteByte(':')
-		b.WriteString(v)
-		b.WriteByte(';')
+		missing = true
+		if p.OnMissing != policy.MissingShared {
+			break
+		}
+		b = append(b, "-;"...)
 	}
 	if !missing {
-		return b.String(), keyOK
+		return string(b), keyOK
 	}
 	switch p.OnMissing {
 	case policy.MissingShared:
-		return b.String(), keyOK
+		return string(b), keyOK
 	case policy.MissingSkip:
 		return "", keySkip
 	case policy.MissingReject:

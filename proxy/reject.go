@@ -55,12 +55,23 @@ func setRateLimitHeaders(h http.Header, mode string, p *policy.Policy, d limiter
 	reset := ceilSeconds(d.ResetAt.Sub(now))
 	if mode == "draft" || mode == "both" {
 		_, window := p.Limits[d.Index].Quota()
-		name := strconv.Quote(p.Name) // policy names are restricted to sf-string-safe characters
-		// Set directly, not with Set, to keep the draft's spelling (Go
-		// would canonicalise it to "Ratelimit"); field names are
-		// case-insensitive either way.
-		h["RateLimit-Policy"] = []string{name + ";q=" + strconv.FormatInt(d.Limit, 10) + ";w=" + strconv.FormatInt(max(1, ceilSeconds(window)), 10)}
-		h["RateLimit"] = []string{name + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(reset, 10)}
+		// Policy names are restricted to characters a Structured Field
+		// string holds as they are. Set directly, not with Set, to keep
+		// the draft's spelling (Go would canonicalise it to "Ratelimit");
+		// field names are case-insensitive either way.
+		var buf [128]byte
+		b := strconv.AppendQuote(buf[:0], p.Name)
+		n := len(b)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, d.Limit, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, max(1, ceilSeconds(window)), 10)
+		h["RateLimit-Policy"] = []string{string(b)}
+		b = append(b[:n], ";r="...)
+		b = strconv.AppendInt(b, d.Remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, reset, 10)
+		h["RateLimit"] = []string{string(b)}
 	}
 	if mode == "legacy" || mode == "both" {
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
