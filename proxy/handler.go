@@ -33,10 +33,11 @@ const (
 // start to end, so a reload never changes the rules under a request in
 // flight. Safe for concurrent use.
 type Handler struct {
-	snap atomic.Pointer[snapshot]
-	now  func() time.Time
-	log  *zap.Logger
-	acc  *zap.Logger // access log; nil when off
+	snap    atomic.Pointer[snapshot]
+	now     func() time.Time
+	log     *zap.Logger
+	acc     *zap.Logger // access log; nil when off
+	buffers *bufferPool // ReverseProxy's copy buffers, shared by every upstream
 }
 
 // snapshot is a policy set with the upstream pools built for it.
@@ -68,7 +69,7 @@ func MonotonicClock() func() time.Time {
 
 // New returns a handler serving set.
 func New(set *policy.Set, o Options) *Handler {
-	h := &Handler{now: o.Now, log: o.Logger}
+	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool()}
 	if h.now == nil {
 		h.now = MonotonicClock()
 	}
@@ -92,7 +93,7 @@ func (h *Handler) Swap(set *policy.Set) {
 	}
 	s := &snapshot{set: set, pools: map[string]*pool{}}
 	for _, u := range set.Config.Upstreams {
-		s.pools[u.Name] = newPool(u, isTrusted, h.log, h.now)
+		s.pools[u.Name] = newPool(u, isTrusted, h.buffers, h.log, h.now)
 	}
 	h.snap.Store(s)
 }

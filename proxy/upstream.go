@@ -52,7 +52,7 @@ func NewTransport(cfg policy.Upstream) *http.Transport {
 	}
 }
 
-func newPool(cfg policy.Upstream, trusted func(*http.Request) bool, log *zap.Logger, now func() time.Time) *pool {
+func newPool(cfg policy.Upstream, trusted func(*http.Request) bool, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
 	p := &pool{cfg: cfg, now: now}
 	tr := NewTransport(cfg)
 	errLog := zap.NewStdLog(log.Named("upstream").WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
@@ -73,7 +73,8 @@ func newPool(cfg policy.Upstream, trusted func(*http.Request) bool, log *zap.Log
 					pr.Out.Host = pr.In.Host
 				}
 			},
-			Transport: tr,
+			Transport:  tr,
+			BufferPool: buffers,
 			ModifyResponse: func(*http.Response) error {
 				t.fails.Store(0)
 				return nil
