@@ -227,6 +227,19 @@ func New(store Store, policy string, limits ...Limit) (*Limiter, error) {
 	return &Limiter{store: store, policy: policy, limits: ls}, nil
 }
 
+// StateNames returns the names New gives limits' state for policy, in
+// order, without binding them to a Store (a reload uses it to find the state
+// of limits that are gone).
+func StateNames(policy string, limits ...Limit) []string {
+	var seen [len(algorithmNames)]int
+	names := make([]string, len(limits))
+	for i := range limits {
+		names[i] = stateName(policy, &limits[i], seen[limits[i].alg])
+		seen[limits[i].alg]++
+	}
+	return names
+}
+
 // stateName builds the Store name of a limit. The policy name is
 // length-prefixed so that no policy name can collide with another's limits.
 // The window algorithms' names also carry their time grid (window, and

@@ -57,6 +57,42 @@ func (s *Set) Match(r *http.Request) (*Policy, bool) {
 	return nil, false
 }
 
+// LimitNames returns the state names of every limit of every policy (see
+// limiter.StateNames).
+func (c *Config) LimitNames() []string {
+	var names []string
+	for _, p := range c.Policies {
+		names = append(names, limiter.StateNames(p.Name, p.Limits...)...)
+	}
+	return names
+}
+
+// Describe returns a one-line description of p that changes whenever
+// anything p does changes; reloads compare descriptions to report which
+// policies changed.
+func (p *PolicySpec) Describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "upstream=%s mode=%s key=[", p.Upstream, p.Mode)
+	for i, k := range p.Key {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(k.String())
+	}
+	fmt.Fprintf(&b, "] on_missing=%s match={%s} limits=[", p.OnMissing, p.Match.String())
+	for i, l := range p.Limits {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(l.String())
+	}
+	fmt.Fprintf(&b, "] reject=%d", p.Reject.Status)
+	if p.Reject.Body != "" {
+		fmt.Fprintf(&b, " %q %q", p.Reject.ContentType, p.Reject.Body)
+	}
+	return b.String()
+}
+
 // Upstream returns the upstream named name.
 func (c *Config) Upstream(name string) (Upstream, bool) {
 	for _, u := range c.Upstreams {
@@ -115,6 +151,33 @@ func (m *Matcher) Matches(r *http.Request) bool {
 		}
 	}
 	return true
+}
+
+// String describes m's conditions, e.g. "methods=[POST] path=/login".
+func (m *Matcher) String() string {
+	if m.all {
+		return "all"
+	}
+	var parts []string
+	if len(m.hosts) > 0 {
+		parts = append(parts, fmt.Sprintf("hosts=%v", m.hosts))
+	}
+	if len(m.methods) > 0 {
+		parts = append(parts, fmt.Sprintf("methods=%v", m.methods))
+	}
+	if m.hasPath {
+		parts = append(parts, "path="+m.path)
+	}
+	if m.prefix != "" {
+		parts = append(parts, "path_prefix="+m.prefix)
+	}
+	if m.re != nil {
+		parts = append(parts, "path_regex="+m.re.String())
+	}
+	for _, h := range m.headers {
+		parts = append(parts, fmt.Sprintf("header %s=%q", h.name, h.value))
+	}
+	return strings.Join(parts, " ")
 }
 
 // IsCatchAll reports whether m matches every request.

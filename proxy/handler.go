@@ -7,6 +7,7 @@ package proxy
 import (
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -84,18 +85,48 @@ func New(set *policy.Set, o Options) *Handler {
 }
 
 // Swap makes set the one new requests see. Requests in flight keep the set
-// they started with.
+// they started with. An upstream whose settings (and the trusted proxies)
+// are unchanged keeps its pool: its connections and its targets' health.
+// Pools no longer used let go of their idle connections; requests still
+// using them finish normally.
 func (h *Handler) Swap(set *policy.Set) {
 	trusted := set.Config.Server.TrustedProxies
 	isTrusted := func(r *http.Request) bool {
 		a, ok := clientPeer(r)
 		return ok && isTrusted(a, trusted)
 	}
+	old := h.snap.Load()
 	s := &snapshot{set: set, pools: map[string]*pool{}}
 	for _, u := range set.Config.Upstreams {
+		if old != nil {
+			if p, ok := old.pools[u.Name]; ok && sameUpstream(p.cfg, u) && slices.Equal(old.set.Config.Server.TrustedProxies, trusted) {
+				s.pools[u.Name] = p
+				continue
+			}
+		}
 		s.pools[u.Name] = newPool(u, isTrusted, h.buffers, h.log, h.now)
 	}
 	h.snap.Store(s)
+	if old != nil {
+		for name, p := range old.pools {
+			if s.pools[name] != p {
+				p.transport.CloseIdleConnections()
+			}
+		}
+	}
+}
+
+func sameUpstream(a, b policy.Upstream) bool {
+	if a.Name != b.Name || a.Timeout != b.Timeout || a.PreserveHost != b.PreserveHost ||
+		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) {
+		return false
+	}
+	for i := range a.Targets {
+		if a.Targets[i].String() != b.Targets[i].String() {
+			return false
+		}
+	}
+	return true
 }
 
 // Set returns the policy set new requests see.

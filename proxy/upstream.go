@@ -18,10 +18,11 @@ import (
 // fail_timeout after max_fails consecutive failures (passive health, as
 // nginx's max_fails/fail_timeout). Safe for concurrent use.
 type pool struct {
-	cfg     policy.Upstream
-	targets []*target
-	next    atomic.Uint64
-	now     func() time.Time
+	cfg       policy.Upstream
+	transport *http.Transport
+	targets   []*target
+	next      atomic.Uint64
+	now       func() time.Time
 }
 
 // target is one upstream address with its reverse proxy and health.
@@ -53,9 +54,9 @@ func NewTransport(cfg policy.Upstream) *http.Transport {
 }
 
 func newPool(cfg policy.Upstream, trusted func(*http.Request) bool, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
-	p := &pool{cfg: cfg, now: now}
 	tr := NewTransport(cfg)
-	errLog := zap.NewStdLog(log.Named("upstream").WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	p := &pool{cfg: cfg, transport: tr, now: now}
+	errLog, _ := zap.NewStdLogAt(log.Named("upstream"), zap.WarnLevel)
 	for _, u := range cfg.Targets {
 		t := &target{pool: p, name: u.Host}
 		t.proxy = &httputil.ReverseProxy{

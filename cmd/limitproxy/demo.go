@@ -31,9 +31,9 @@ func demo(ctx context.Context, stdout, stderr io.Writer) error {
 	go up.Serve(ln)
 	defer up.Close()
 
-	ready := make(chan net.Addr, 1)
+	ready := make(chan listening, 1)
 	go func() {
-		addr := <-ready
+		addr := (<-ready).Proxy
 		_, port, _ := net.SplitHostPort(addr.String())
 		base := "http://127.0.0.1:" + port
 		fmt.Fprintf(stdout, `limitproxy demo: echo upstream on http://%s, proxy on %s (config.example.toml)
@@ -55,7 +55,7 @@ Try, in another terminal:
 Ctrl-C stops both.
 `, demoUpstream, base, base, base, base, base)
 	}()
-	return serve(ctx, cfg, stderr, ready)
+	return serve(ctx, "", cfg, stderr, ready)
 }
 
 // echo answers every request with what it received, as JSON.

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
 	"net/http"
 	"os"
@@ -92,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, cfg, stderr, nil)
+	return serve(ctx, path, cfg, stderr, nil)
 }
 
 // configFlag parses "-config PATH", which is required.
@@ -142,9 +143,28 @@ func versionString() string {
 	return fmt.Sprintf("limitproxy %s (%s, commit %s)", version, runtime.Version(), commit)
 }
 
-// newLogger builds the zap logger [log] asks for, writing to stderr.
-func newLogger(c policy.Log, stderr io.Writer) *zap.Logger {
-	level, _ := zapcore.ParseLevel(c.Level)
+// mustStdLog adapts l to the *log.Logger http.Server wants, at warn level
+// (its messages are about clients and connections, never routine).
+func mustStdLog(l *zap.Logger) *stdlog.Logger {
+	sl, err := zap.NewStdLogAt(l, zap.WarnLevel)
+	if err != nil { // only for an invalid level, which WarnLevel is not
+		return stdlog.New(io.Discard, "", 0)
+	}
+	return sl
+}
+
+// levelOf returns the zap level for a validated [log] level.
+func levelOf(s string) zapcore.Level {
+	l, err := zapcore.ParseLevel(s)
+	if err != nil {
+		return zapcore.InfoLevel
+	}
+	return l
+}
+
+// newLogger builds the zap logger [log] asks for, writing to stderr, at a
+// level a reload can change.
+func newLogger(c policy.Log, level zap.AtomicLevel, stderr io.Writer) *zap.Logger {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	var encoder zapcore.Encoder
@@ -157,11 +177,20 @@ func newLogger(c policy.Log, stderr io.Writer) *zap.Logger {
 	return zap.New(zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(stderr)), level))
 }
 
-// serve runs the proxy for cfg until ctx is done, then drains. If ready is
-// not nil it receives the listener's address once the proxy accepts
-// connections (tests use it).
-func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer, ready chan<- net.Addr) error {
-	log := newLogger(cfg.Log, stderr)
+// listening is what serve sends on its ready channel: where it listens.
+// Admin is nil when the admin listener is off.
+type listening struct {
+	Proxy, Admin net.Addr
+}
+
+// serve runs the proxy for cfg, read from path ("" for the embedded
+// example, which cannot be reloaded), until ctx is done, then drains. It
+// owns every goroutine it starts (servers, config watcher, SIGHUP handler,
+// store janitor) and waits for each before it returns. If ready is not nil
+// it receives the listeners' addresses once they accept connections.
+func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Writer, ready chan<- listening) error {
+	level := zap.NewAtomicLevelAt(levelOf(cfg.Log.Level))
+	log := newLogger(cfg.Log, level, stderr)
 	defer log.Sync()
 
 	store := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
@@ -171,38 +200,87 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer, ready chan
 		return err
 	}
 	handler := proxy.New(set, proxy.Options{Logger: log, AccessLog: cfg.Log.Access, Now: now})
+	reload := newReloader(path, cfg, store, handler, level, log, now)
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Server.Listen, err)
 	}
+	defer ln.Close()
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
 		IdleTimeout:       cfg.Server.IdleTimeout,
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
-		ErrorLog:          zap.NewStdLog(log.Named("http").WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
+		ErrorLog:          mustStdLog(log.Named("http")),
+	}
+	var admin *http.Server
+	var adminLn net.Listener
+	if cfg.Admin.Listen != "" {
+		token := ""
+		if cfg.Admin.TokenEnv != "" {
+			if token = os.Getenv(cfg.Admin.TokenEnv); token == "" {
+				return fmt.Errorf("admin.token_env: environment variable %s is empty or unset", cfg.Admin.TokenEnv)
+			}
+		}
+		if adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+			return fmt.Errorf("admin: listen %s: %w", cfg.Admin.Listen, err)
+		}
+		defer adminLn.Close()
+		admin = &http.Server{Handler: adminHandler(reload, token), ReadHeaderTimeout: 5 * time.Second}
 	}
 
+	// Background work, stopped after the servers have drained.
 	var wg sync.WaitGroup
-	janitor, stopJanitor := context.WithCancel(context.Background())
-	wg.Go(func() { store.Run(janitor) })
+	workers, stopWorkers := context.WithCancel(context.Background())
 	defer func() {
-		stopJanitor()
+		stopWorkers()
 		wg.Wait()
 	}()
+	wg.Go(func() { store.Run(workers) })
+	if path != "" {
+		// Watching starts here, before serve reports it is ready, so that
+		// no change made after that is missed.
+		w, err := policy.NewWatcher(path, 0, log, func() { reload.reload("file") })
+		if err != nil {
+			log.Error("cannot watch the config file; reload with SIGHUP or the admin API", zap.Error(err))
+		} else {
+			wg.Go(func() { w.Run(workers) })
+		}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	wg.Go(func() {
+		for {
+			select {
+			case <-workers.Done():
+				return
+			case <-hup:
+				reload.reload("sighup")
+			}
+		}
+	})
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	served := make(chan error, 2)
+	wg.Go(func() { served <- srv.Serve(ln) })
+	if admin != nil {
+		wg.Go(func() { served <- admin.Serve(adminLn) })
+	}
+	addrs := listening{Proxy: ln.Addr()}
+	if adminLn != nil {
+		addrs.Admin = adminLn.Addr()
+	}
 	log.Info("limitproxy started", zap.String("listen", ln.Addr().String()), zap.String("config", cfg.File),
 		zap.Int("policies", len(cfg.Policies)), zap.String("version", version))
 	if ready != nil {
-		ready <- ln.Addr()
+		ready <- addrs
 	}
 
+	var failed error
 	select {
 	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
+		failed = fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
 	// Stop accepting; let requests in flight, queued ones included, finish
@@ -214,7 +292,9 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer, ready chan
 		srv.Close()
 		log.Warn("drain budget exhausted; remaining connections closed", zap.Error(err))
 	}
-	<-served
+	if admin != nil {
+		admin.Close()
+	}
 	log.Info("stopped")
-	return nil
+	return failed
 }

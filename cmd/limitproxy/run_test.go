@@ -61,11 +61,11 @@ func TestDrain(t *testing.T) {
 	cfg.Server.ShutdownTimeout = 20 * time.Second
 
 	ctx, stop := context.WithCancel(context.Background())
-	ready := make(chan net.Addr, 1)
+	ready := make(chan listening, 1)
 	done := make(chan error, 1)
 	var logs bytes.Buffer
-	go func() { done <- serve(ctx, cfg, &syncWriter{w: &logs}, ready) }()
-	addr := (<-ready).String()
+	go func() { done <- serve(ctx, "", cfg, &syncWriter{w: &logs}, ready) }()
+	addr := (<-ready).Proxy.String()
 
 	var wg sync.WaitGroup
 	statuses := make(chan int, 8)

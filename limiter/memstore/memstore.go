@@ -344,6 +344,29 @@ func add[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64) *S {
 	return &tab.slots[i].s
 }
 
+// Forget drops all state kept under the given limit names: a reload calls
+// it for limits that no longer exist, so that their state is released at
+// once rather than when it would have become fresh. A name used again later
+// starts fresh.
+func (s *Store) Forget(names ...string) {
+	ids := *s.ids.Load()
+	for _, name := range names {
+		id, ok := ids[name]
+		if !ok {
+			continue
+		}
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			if int(id) < len(sh.tabs) && sh.tabs[id] != nil {
+				sh.keys -= sh.tabs[id].count()
+				sh.tabs[id] = nil
+			}
+			sh.mu.Unlock()
+		}
+	}
+}
+
 // Len returns the number of keys tracked, all limits together.
 func (s *Store) Len() int {
 	total := 0

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"limitproxy/policy"
+)
+
+// adminHandler serves SPEC §8's admin API (the part that exists so far):
+// GET /healthz, GET /readyz, GET /api/v1/config and POST /api/v1/reload.
+// With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
+// constant time.
+func adminHandler(r *reloader, token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		// Ready once a configuration is in force; the memory store is
+		// always reachable.
+		w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /api/v1/config", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, configView(r.Status()))
+	})
+	mux.HandleFunc("POST /api/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
+		if err := r.reload("api"); err != nil {
+			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"applied": false, "errors": errorList(err)})
+			return
+		}
+		s := r.Status()
+		writeJSON(w, http.StatusOK, map[string]any{"applied": true, "hash": s.Config.Hash, "loaded_at": s.LoadedAt, "requires_restart": s.PendingRestart})
+	})
+	if token == "" {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.HasPrefix(req.URL.Path, "/api/") {
+			got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="limitproxy"`)
+				writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "a valid bearer token is required"})
+				return
+			}
+		}
+		mux.ServeHTTP(w, req)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// errorList turns a reload error into its positioned parts.
+func errorList(err error) []map[string]any {
+	var es policy.Errors
+	if !errors.As(err, &es) {
+		return []map[string]any{{"message": err.Error()}}
+	}
+	out := make([]map[string]any, len(es))
+	for i, e := range es {
+		out[i] = map[string]any{"file": e.File, "line": e.Line, "col": e.Col, "key": e.Key, "message": e.Msg, "error": e.Error()}
+	}
+	return out
+}
+
+// configView is GET /api/v1/config: the configuration in force, its hash
+// and load time, and the outcome of the last reload. The file itself holds
+// no secrets (passwords and tokens are named by environment variable and
+// never read into it), so nothing needs redacting beyond not showing those
+// variables' values, which this view never does.
+func configView(s *reloadStatus) map[string]any {
+	c := s.Config
+	var policies []map[string]any
+	for _, p := range c.Policies {
+		policies = append(policies, map[string]any{"name": p.Name, "description": p.Describe()})
+	}
+	var upstreams []map[string]any
+	for _, u := range c.Upstreams {
+		var targets []string
+		for _, t := range u.Targets {
+			targets = append(targets, t.Redacted())
+		}
+		upstreams = append(upstreams, map[string]any{"name": u.Name, "targets": targets, "timeout": u.Timeout.String(),
+			"preserve_host": u.PreserveHost, "max_fails": u.MaxFails, "fail_timeout": u.FailTimeout.String()})
+	}
+	return map[string]any{
+		"file":      c.File,
+		"hash":      c.Hash,
+		"loaded_at": s.LoadedAt.UTC().Format(time.RFC3339Nano),
+		"server": map[string]any{"listen": c.Server.Listen, "rate_limit_headers": c.Server.RateLimitHeaders,
+			"trusted_proxies": c.Server.TrustedProxies, "ipv6_prefix": c.Server.IPv6Prefix},
+		"store":     map[string]any{"backend": c.Store.Backend, "max_keys": c.Store.MaxKeys},
+		"upstreams": upstreams,
+		"policies":  policies,
+		"last_reload": map[string]any{
+			"at": s.LastAttempt.UTC().Format(time.RFC3339Nano), "trigger": s.LastTrigger,
+			"successful": s.LastError == nil, "error": s.lastError(), "errors": errorsOrNil(s.LastError),
+			"successes": s.Successes, "failures": s.Failures, "requires_restart": s.PendingRestart,
+		},
+	}
+}
+
+func errorsOrNil(err error) []map[string]any {
+	if err == nil {
+		return nil
+	}
+	return errorList(err)
+}
