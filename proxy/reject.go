@@ -56,9 +56,9 @@ func setRateLimitHeaders(h http.Header, mode string, p *policy.Policy, d limiter
 	if mode == "draft" || mode == "both" {
 		_, window := p.Limits[d.Index].Quota()
 		// Policy names are restricted to characters a Structured Field
-		// string holds as they are. Set directly, not with Set, to keep
-		// the draft's spelling (Go would canonicalise it to "Ratelimit");
-		// field names are case-insensitive either way.
+		// string holds as they are. Field names are case-insensitive: Go
+		// writes these as "Ratelimit-Policy" and "Ratelimit", HTTP/2 in
+		// lower case.
 		var buf [128]byte
 		b := strconv.AppendQuote(buf[:0], p.Name)
 		n := len(b)
@@ -66,12 +66,12 @@ func setRateLimitHeaders(h http.Header, mode string, p *policy.Policy, d limiter
 		b = strconv.AppendInt(b, d.Limit, 10)
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, max(1, ceilSeconds(window)), 10)
-		h["RateLimit-Policy"] = []string{string(b)}
+		h.Set("RateLimit-Policy", string(b))
 		b = append(b[:n], ";r="...)
 		b = strconv.AppendInt(b, d.Remaining, 10)
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, reset, 10)
-		h["RateLimit"] = []string{string(b)}
+		h.Set("RateLimit", string(b))
 	}
 	if mode == "legacy" || mode == "both" {
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))

@@ -52,7 +52,7 @@ upstream = "app"
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest("GET", "/x", nil)
 		h.ServeHTTP(w, r)
-		return w.Code, strings.Join(w.Header()["RateLimit"], "") // set under the draft's spelling, not Go's canonical one
+		return w.Code, w.Header().Get("RateLimit")
 	}
 	for range 3 {
 		status()

@@ -48,13 +48,12 @@ upstream = "app"
 
 // running is a limitproxy started by serve on a config file.
 type running struct {
-	dir, path   string
-	proxy       string // base URL
-	admin       string // base URL
-	upstream    *httptest.Server
-	stop        func()
-	logs        *syncWriter
-	reloadsSeen atomic.Int64
+	dir, path string
+	proxy     string // base URL
+	admin     string // base URL
+	upstream  *httptest.Server
+	stop      func()
+	logs      *syncWriter
 }
 
 func startFile(t *testing.T, write func(path string, up string)) *running {
