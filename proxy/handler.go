@@ -41,10 +41,12 @@ type Handler struct {
 	buffers *bufferPool // ReverseProxy's copy buffers, shared by every upstream
 }
 
-// snapshot is a policy set with the upstream pools built for it.
+// snapshot is a policy set with what is built once for it: the upstream
+// pools, and each policy's rejection body.
 type snapshot struct {
-	set   *policy.Set
-	pools map[string]*pool
+	set       *policy.Set
+	pools     map[string]*pool
+	rejection map[*policy.Policy][]byte
 }
 
 // Options configures a Handler.
@@ -96,7 +98,10 @@ func (h *Handler) Swap(set *policy.Set) {
 		return ok && isTrusted(a, trusted)
 	}
 	old := h.snap.Load()
-	s := &snapshot{set: set, pools: map[string]*pool{}}
+	s := &snapshot{set: set, pools: map[string]*pool{}, rejection: map[*policy.Policy][]byte{}}
+	for _, p := range set.Policies {
+		s.rejection[p] = rejectionBody(p)
+	}
 	for _, u := range set.Config.Upstreams {
 		if old != nil {
 			if p, ok := old.pools[u.Name]; ok && sameUpstream(p.cfg, u) && slices.Equal(old.set.Config.Server.TrustedProxies, trusted) {
@@ -188,7 +193,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.log.Info("shadow policy would reject", zap.String("policy", p.Name), zap.Duration("retry_after", d.RetryAfter))
 	case !d.Allowed:
 		decision = Rejected
-		reject(rec, p, d)
+		reject(rec, p, d, snap.rejection[p])
 		return
 	case d.Delay > 0 && p.Mode == policy.Shadow:
 		// Counted in the queue like an enforced request, never held.

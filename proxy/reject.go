@@ -80,23 +80,30 @@ func setRateLimitHeaders(h http.Header, mode string, p *policy.Policy, d limiter
 	}
 }
 
+// rejectionBody returns what a policy's rejections carry: its
+// [policy.reject] body, or SPEC §5's problem+json, which is the same for
+// every rejection of the policy and so is built once per policy set.
+func rejectionBody(p *policy.Policy) []byte {
+	if p.Reject.Body != "" {
+		return []byte(p.Reject.Body)
+	}
+	body, _ := json.Marshal(problem{
+		Type:             quotaExceeded,
+		Title:            "Request cannot be satisfied as assigned quota has been exceeded",
+		Status:           p.Reject.Status,
+		ViolatedPolicies: []string{p.Name},
+	})
+	return append(body, '\n')
+}
+
 // reject answers a rejected request: the policy's status (429), Retry-After
-// in whole seconds rounded up, and the policy's body or a problem+json one.
-func reject(w http.ResponseWriter, p *policy.Policy, d limiter.Decision) {
+// in whole seconds rounded up, and its body (see rejectionBody).
+func reject(w http.ResponseWriter, p *policy.Policy, d limiter.Decision, body []byte) {
 	h := w.Header()
 	h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
-	if p.Reject.Body == "" {
-		writeProblem(w, p.Reject.Status, problem{
-			Type:             quotaExceeded,
-			Title:            "Request cannot be satisfied as assigned quota has been exceeded",
-			Status:           p.Reject.Status,
-			ViolatedPolicies: []string{p.Name},
-		})
-		return
-	}
 	h.Set("Content-Type", p.Reject.ContentType)
-	h.Set("Content-Length", strconv.Itoa(len(p.Reject.Body)))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(p.Reject.Status)
-	w.Write([]byte(p.Reject.Body))
+	w.Write(body)
 }

@@ -298,4 +298,11 @@ func report(out io.Writer, targets []*target, rounds int, dur time.Duration, con
 			100*stats.Median(column(t, func(s sample) float64 { return s.non2xx })), cpu, spread(rr, "%.2f×"), cpuRatio)
 	}
 	fmt.Fprintln(out)
+	// The 429 path against forwarding, both limitproxy, round by round.
+	fwd, rej := targets[2], targets[3]
+	var r []float64
+	for i := range fwd.rounds {
+		r = append(r, rej.rounds[i].rps/fwd.rounds[i].rps)
+	}
+	fmt.Fprintf(out, "limitproxy's 429 path answers %s as many requests per second as its forwarding path (ratio within each round).\n\n", spread(r, "%.2f×"))
 }
