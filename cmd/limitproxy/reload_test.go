@@ -440,3 +440,40 @@ func TestReloadLatency(t *testing.T) {
 	t.Logf("file write → new policy in force over %d writes: median %v, min %v, max %v (the watcher debounces %v)",
 		len(took), took[len(took)/2], took[0], took[len(took)-1], policy.DefaultDebounce)
 }
+
+// TestReloadRestartOnly: a file that also changes a setting needing a
+// restart is applied except for that setting, which is reported.
+func TestReloadRestartOnly(t *testing.T) {
+	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(config(up, 10, "1/h", "")), 0o644) })
+	text := strings.Replace(config(r.upstream.URL, 12, "1/h", ""), `listen = "127.0.0.1:0"
+[admin]`, `listen = "127.0.0.1:1"
+[admin]`, 1)
+	writeAtomic(t, r.path, text)
+	r.waitQuota(t, "12") // the policy change is in force, on the old listener
+	last := r.status(t)["last_reload"].(map[string]any)
+	if rr, _ := last["requires_restart"].([]any); len(rr) != 1 || rr[0] != "server.listen" {
+		t.Errorf("requires_restart = %v, want [server.listen]", last["requires_restart"])
+	}
+}
+
+// TestRemovedLimits: the state names of limits a reload removes, and only
+// those, are handed to the store to release.
+func TestRemovedLimits(t *testing.T) {
+	parse := func(text string) *policy.Config {
+		t.Helper()
+		cfg, err := policy.Parse("x.toml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	a := parse(config("http://127.0.0.1:1", 10, "1/h", ""))
+	b := parse(config("http://127.0.0.1:1", 20, "1/h", "")) // same policy and algorithm
+	c := parse(strings.Replace(config("http://127.0.0.1:1", 20, "1/h", ""), `name = "all"`, `name = "renamed"`, 1))
+	if gone := removedLimits(a, b); len(gone) != 0 {
+		t.Errorf("a changed burst released %v", gone)
+	}
+	if gone := removedLimits(a, c); len(gone) != 1 || !gone[a.LimitNames()[0]] {
+		t.Errorf("renaming the policy released %v, want its old limit %q", gone, a.LimitNames()[0])
+	}
+}

@@ -220,3 +220,26 @@ func TestConcurrentKeysAndSweeps(t *testing.T) {
 		}
 	}
 }
+
+// TestForget: forgetting a limit's name drops its keys at once and leaves
+// other limits' alone; the name then starts fresh.
+func TestForget(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	a := tokenBucket(t, store, "a", 1, limiter.Rate{N: 1, Per: time.Hour})
+	b := tokenBucket(t, store, "b", 1, limiter.Rate{N: 1, Per: time.Hour})
+	ctx := context.Background()
+	for i := range 50 {
+		a.Allow(ctx, strconv.Itoa(i), t0, 1)
+		b.Allow(ctx, strconv.Itoa(i), t0, 1)
+	}
+	store.Forget(a.Limits()[0].Name())
+	if n := store.Len(); n != 50 {
+		t.Errorf("Len = %d after forgetting a, want b's 50", n)
+	}
+	if d, _ := a.Allow(ctx, "0", t0, 1); !d.Allowed {
+		t.Error("a forgotten limit did not start fresh")
+	}
+	if d, _ := b.Allow(ctx, "0", t0, 1); d.Allowed {
+		t.Error("forgetting a reset b")
+	}
+}
