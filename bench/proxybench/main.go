@@ -54,12 +54,13 @@ func main() {
 	dur := flag.Duration("duration", 5*time.Second, "wrk duration per measurement")
 	conns := flag.Int("conns", 64, "wrk connections")
 	threads := flag.Int("threads", 2, "wrk threads")
+	wrkCPU := flag.String("wrk-cpu", "", "run wrk on these CPUs (taskset -c), e.g. 0; the caller pins the rest elsewhere")
 	flag.Parse()
 	if *lp == "" || *bare == "" {
 		fmt.Fprintln(os.Stderr, "usage: proxybench -limitproxy BIN -bareproxy BIN [-rounds N] [-duration D] [-conns N]")
 		os.Exit(2)
 	}
-	if err := run(*lp, *bare, *rounds, *dur, *conns, *threads, os.Stdout); err != nil {
+	if err := run(*lp, *bare, *rounds, *dur, *conns, *threads, *wrkCPU, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
 		os.Exit(1)
 	}
@@ -107,7 +108,7 @@ key = ["ip"]
   burst = %d
 `
 
-func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, out io.Writer) error {
+func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrkCPU string, out io.Writer) error {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return errors.New("wrk is not installed (bench/proxy.sh installs it when run as root)")
 	}
@@ -165,7 +166,7 @@ func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, out
 		for i := range targets {
 			t := targets[(i+r)%len(targets)]
 			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r+1, rounds, t.name)
-			s, err := measure(t, dur, conns, threads)
+			s, err := measure(t, dur, conns, threads, wrkCPU)
 			if err != nil {
 				return fmt.Errorf("%s: %w", t.name, err)
 			}
@@ -199,7 +200,7 @@ var (
 	errorLine = regexp.MustCompile(`Socket errors: .*`)
 )
 
-func measure(t *target, dur time.Duration, conns, threads int) (sample, error) {
+func measure(t *target, dur time.Duration, conns, threads int, wrkCPU string) (sample, error) {
 	var before int64
 	if t.cmd != nil {
 		var err error
@@ -207,7 +208,11 @@ func measure(t *target, dur time.Duration, conns, threads int) (sample, error) {
 			return sample{}, err
 		}
 	}
-	cmd := exec.Command("wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns), "-d", dur.String(), "--latency", t.url+"/bench")
+	args := []string{"wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns), "-d", dur.String(), "--latency", t.url + "/bench"}
+	if wrkCPU != "" {
+		args = append([]string{"taskset", "-c", wrkCPU}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	outb, err := cmd.CombinedOutput()
 	if err != nil {
 		return sample{}, fmt.Errorf("wrk: %v: %s", err, outb)
