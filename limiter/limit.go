@@ -127,6 +127,7 @@ type ParamError struct {
 	Msg       string
 }
 
+// Error returns "algorithm: field: message".
 func (e *ParamError) Error() string { return e.Algorithm.String() + ": " + e.Field + ": " + e.Msg }
 
 func paramErr(a Algorithm, field, format string, args ...any) error {

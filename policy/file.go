@@ -127,6 +127,8 @@ type Error struct {
 	Msg       string
 }
 
+// Error returns "file:line:col: key: message" (or "file: key: message"
+// when the position is unknown), as `limitproxy check` prints it.
 func (e *Error) Error() string {
 	where := e.File
 	if e.Line > 0 {
@@ -142,6 +144,7 @@ func (e *Error) Error() string {
 // method prints one per line, as `limitproxy check` shows them.
 type Errors []*Error
 
+// Error returns every error, one per line.
 func (es Errors) Error() string {
 	var b strings.Builder
 	for i, e := range es {

@@ -251,6 +251,7 @@ type KeyPart struct {
 	Name string // for header (canonical), query and cookie
 }
 
+// String returns the part as the key list writes it, e.g. "header:X-Api-Key".
 func (k KeyPart) String() string {
 	switch k.Kind {
 	case KeyIP:

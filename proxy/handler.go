@@ -140,6 +140,8 @@ func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
 // acmeChallenge is never limited (SPEC §5).
 const acmeChallenge = "/.well-known/acme-challenge/"
 
+// ServeHTTP is the data path: snapshot → match → key → limits → reject,
+// wait in the leaky-bucket queue, or forward.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
 	snap := h.snap.Load()
