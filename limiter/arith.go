@@ -63,7 +63,9 @@ func satAdd(a, b int64) int64 {
 	return a + b
 }
 
-// u128 is an unsigned 128-bit integer, used to compare weighted sums exactly.
+// u128 is an unsigned 128-bit integer, used to compare weighted sums exactly:
+// a sliding window compares count × slot length, which for a limit of 10⁹
+// over a window of a day is about 8.6·10²², past int64.
 type u128 struct{ hi, lo uint64 }
 
 func mul128(a, b int64) u128 {

@@ -48,8 +48,12 @@ func (l *Limit) StepFixedWindow(s *FixedWindowState, now time.Time, n int64, com
 	}
 	t := nanos(now)
 	w := int64(p.Window)
+	// floorDiv, not /, so that instants before the epoch fall in the right
+	// window too. A count of zero is a fresh key whatever its window says.
 	idx, count := floorDiv(t, w), int64(0)
 	if s.count > 0 && s.window >= idx {
+		// The same window, or an earlier instant than the key has seen:
+		// count it in the newest window, so a window never reopens.
 		idx, count = s.window, s.count
 	}
 	end := satAdd(idx*w, w) // idx·w ≤ an instant seen, so it cannot overflow
@@ -62,6 +66,8 @@ func (l *Limit) StepFixedWindow(s *FixedWindowState, now time.Time, n int64, com
 			s.window, s.count = idx, count
 		}
 	} else {
+		// From the caller's instant: if time went backwards, the wait is
+		// correspondingly longer, never shorter.
 		d.RetryAfter = time.Duration(end - t)
 	}
 	d.Remaining = p.Limit - count

@@ -58,9 +58,14 @@ func (l *Limit) StepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 	}
 	t := nanos(now)
 	if s.count > 0 {
+		// Entries stay in time order: an earlier instant is read as the
+		// newest entry's, which keeps the ring sorted and never frees a
+		// place early.
 		t = max(t, s.at(s.count-1))
 	}
-	// Entries at or before t−Window have left (t−Window, t].
+	// Entries at or before t−Window have left (t−Window, t]. They are only
+	// counted here; the ring is trimmed when committing, so that a
+	// read-only step (commit false) changes nothing.
 	first := 0
 	for first < s.count && s.at(first) <= t-int64(p.Window) {
 		first++
@@ -96,7 +101,8 @@ func (l *Limit) StepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 	return d
 }
 
-// drop forgets the k oldest entries, and the ring when it is mostly empty.
+// drop forgets the k oldest entries, and the ring when it is mostly empty:
+// a key that was busy once must not keep Limit×8 bytes for ever.
 func (s *SlidingLogState) drop(k int) {
 	if k == 0 {
 		return
@@ -111,7 +117,8 @@ func (s *SlidingLogState) drop(k int) {
 	}
 }
 
-// push appends c entries at t, growing the ring (up to limit entries).
+// push appends c entries at t, growing the ring by doubling (up to limit
+// entries), so that a key that never gets busy never pays for its limit.
 func (s *SlidingLogState) push(t int64, c, limit int) {
 	if need := s.count + c; need > len(s.ring) {
 		s.resize(min(limit, max(need, 2*len(s.ring), 4)))
