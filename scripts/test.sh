@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as README.md and .ci/run run it: formatting, go vet,
 # staticcheck, every test under the race detector, and a few seconds of each
-# fuzz target. It installs what it needs when missing (staticcheck from the
-# Go module proxy).
+# fuzz target. It installs what it needs when missing: staticcheck from the
+# Go module proxy, redis-server from Debian's packages (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +15,20 @@ export PATH="$gobin:$PATH"
 if ! command -v staticcheck >/dev/null 2>&1; then
   step "installing staticcheck $STATICCHECK_VERSION"
   go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+
+# The Redis store's tests start their own redis-server on a free loopback
+# port; they fail, clearly, without one.
+if ! command -v redis-server >/dev/null 2>&1; then
+  step "installing redis-server"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    # The package starts a system instance; the tests use their own.
+    (command -v systemctl >/dev/null 2>&1 && systemctl stop redis-server 2>/dev/null) || true
+  else
+    echo "redis-server is missing and this is not root: install it (apt-get install redis-server)" >&2
+    exit 1
+  fi
 fi
 
 step "gofmt"

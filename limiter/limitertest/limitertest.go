@@ -20,9 +20,20 @@ import (
 // NewStore makes a store for one subtest. It may register cleanups on t.
 type NewStore func(t *testing.T) limiter.Store
 
+// Options adapts the suite to a store.
+type Options struct {
+	// Resolution is the store's time resolution: instants are rounded down
+	// to it, and Retry-After is compared after rounding the model's value
+	// up to it. 0 means the nanosecond.
+	Resolution time.Duration
+}
+
 // Run runs the whole suite against stores made by newStore.
-func Run(t *testing.T, newStore NewStore) {
-	t.Run("Model", func(t *testing.T) { RunModel(t, newStore) })
+func Run(t *testing.T, newStore NewStore) { RunWith(t, newStore, Options{}) }
+
+// RunWith runs the whole suite with o.
+func RunWith(t *testing.T, newStore NewStore, o Options) {
+	t.Run("Model", func(t *testing.T) { RunModel(t, newStore, o) })
 	t.Run("Boundary", func(t *testing.T) { RunBoundary(t, newStore) })
 	t.Run("MultiLimit", func(t *testing.T) { RunMultiLimit(t, newStore) })
 	t.Run("Concurrent", func(t *testing.T) { RunConcurrent(t, newStore) })
@@ -55,7 +66,8 @@ func must(t testing.TB) func(limiter.Limit, error) limiter.Limit {
 // gaps that land on and next to window and refill edges — through the store
 // and through the naive models of model.go, and requires every decision
 // (admission, Retry-After, Remaining) to be identical.
-func RunModel(t *testing.T, newStore NewStore) {
+func RunModel(t *testing.T, newStore NewStore, o Options) {
+	res := int64(max(o.Resolution, 1))
 	const (
 		seeds  = 12
 		events = 2500
@@ -105,6 +117,7 @@ func RunModel(t *testing.T, newStore NewStore) {
 				now := base + rng.Int64N(int64(time.Hour))
 				for i := range events {
 					now += gap(rng, now, grid)
+					now -= now % res
 					key := "client-" + strconv.Itoa(rng.IntN(keys))
 					n := int64(1)
 					if rng.IntN(8) == 0 && 2*cost <= capacity {
@@ -116,6 +129,7 @@ func RunModel(t *testing.T, newStore NewStore) {
 						models[key] = m
 					}
 					want := m.allow(now, n*cost)
+					want.retry = time.Duration(ceilTo(int64(want.retry), res))
 					d, err := l.Allow(ctx, key, time.Unix(0, now), n)
 					if err != nil {
 						t.Fatalf("seed %d step %d: %v", seed, i, err)
@@ -129,6 +143,9 @@ func RunModel(t *testing.T, newStore NewStore) {
 		})
 	}
 }
+
+// ceilTo rounds v ≥ 0 up to a multiple of res.
+func ceilTo(v, res int64) int64 { return (v + res - 1) / res * res }
 
 // gap returns the time to the next event: often nothing, often a little,
 // sometimes exactly to the next edge of grid or one nanosecond either side

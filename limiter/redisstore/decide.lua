@@ -1,0 +1,260 @@
+-- decide.lua: one decision of limitproxy's Redis store, for every limit of
+-- a policy at once (see redisstore.go for the arguments and the reply).
+--
+-- Lua in Redis has doubles for numbers: integers are exact up to 2^53. Time
+-- is therefore in microseconds (what TIME gives; about 1.8e15 now), token
+-- buckets count millionths of a token, and the Go side refuses parameters
+-- whose products could pass 2^53. Every quantity below is an integer.
+--
+-- Each limit is first decided without writing anything; only if all admit
+-- are their new states written, so a rejected request consumes nothing.
+
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local n = tonumber(ARGV[2])
+local count = tonumber(ARGV[3])
+local NPARAMS = 5
+local MICRO = 1000000
+
+local function ceildiv(a, b) return math.floor((a + b - 1) / b) end
+
+-- Lua's `..` writes numbers with 14 significant digits, which would round
+-- a microsecond instant (16 digits); large numbers become strings only
+-- through int(). (Numbers passed to redis.call are written exactly.)
+local function int(x) return string.format('%d', x) end
+
+-- Each step returns: allowed (0/1), retry (µs from now, -1 = never),
+-- remaining, reset (absolute µs), delay (µs), and a function that writes
+-- the new state (nil if nothing to write).
+
+-- token_bucket: earns p millionths of a token every q µs, exactly; the
+-- clock advances by whole q and carries the rest (as limiter/tokenbucket.go).
+local function token_bucket(key, p, q, burst, cost)
+  local c = n * cost
+  if c > burst then return 0, -1, 0, now, 0, nil end
+  local full, cn = burst * MICRO, c * MICRO
+  local last, tokens = now, full
+  local st = redis.call('HMGET', key, 't', 'v')
+  local t = now
+  if st[1] then
+    last, tokens = tonumber(st[1]), tonumber(st[2])
+    if t < last then t = last end
+    local e = t - last
+    local k = math.floor(e / q)
+    local avail = tokens + k * p + math.floor((e % q) * p / q)
+    if avail >= full then
+      last, tokens = t, full
+    else
+      last, tokens = last + k * q, tokens + k * p
+    end
+  end
+  local avail = math.min(full, tokens + math.floor((t - last) * p / q))
+  local allowed, retry = 0, 0
+  if avail >= cn then
+    allowed = 1
+    tokens = tokens - cn
+    avail = avail - cn
+  else
+    retry = last + ceildiv((cn - tokens) * q, p) - now
+  end
+  local reset = last + ceildiv(math.max(0, full - tokens) * q, p)
+  local write = function()
+    redis.call('HSET', key, 't', last, 'v', tokens)
+    redis.call('PEXPIRE', key, math.max(1, ceildiv(reset - now, 1000)))
+  end
+  if allowed == 0 and not st[1] then write = nil end
+  return allowed, retry, math.floor(avail / MICRO), reset, 0, write
+end
+
+-- fixed_window: windows of w µs aligned to the epoch.
+local function fixed_window(key, limit, w, cost)
+  local c = n * cost
+  if c > limit then return 0, -1, 0, now, 0, nil end
+  local idx = math.floor(now / w)
+  local cnt = 0
+  local st = redis.call('HMGET', key, 'w', 'c')
+  if st[1] and tonumber(st[2]) > 0 and tonumber(st[1]) >= idx then
+    idx, cnt = tonumber(st[1]), tonumber(st[2])
+  end
+  local stop = (idx + 1) * w
+  local allowed, retry = 0, 0
+  if cnt + c <= limit then
+    allowed = 1
+    cnt = cnt + c
+  else
+    retry = stop - now
+  end
+  local reset = now
+  if cnt > 0 then reset = stop end
+  local write = nil
+  if allowed == 1 then
+    write = function()
+      redis.call('HSET', key, 'w', idx, 'c', cnt)
+      redis.call('PEXPIRE', key, math.max(1, ceildiv(stop - now, 1000)))
+    end
+  end
+  return allowed, retry, limit - cnt, reset, 0, write
+end
+
+-- sliding_log: a sorted set of admitted units, scored by their instant.
+-- Members are "instant:i", i counting the units at that instant, so they
+-- are unique; an instant's units are trimmed together.
+local function sliding_log(key, limit, w, cost)
+  local c = n * cost
+  if c > limit then return 0, -1, 0, now, 0, nil end
+  local t = now
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if newest[2] and tonumber(newest[2]) > t then t = tonumber(newest[2]) end
+  -- Units at or before t-w have left (t-w, t].
+  local inwin = redis.call('ZCOUNT', key, '(' .. int(t - w), '+inf')
+  local allowed, retry = 0, 0
+  local newestt = nil
+  if newest[2] then newestt = tonumber(newest[2]) end
+  if inwin + c <= limit then
+    allowed = 1
+    inwin = inwin + c
+    newestt = t
+  else
+    -- Fits once the oldest inwin+c-limit units in the window have left.
+    local skip = redis.call('ZCOUNT', key, '-inf', t - w)
+    local at = redis.call('ZRANGE', key, skip + inwin + c - limit - 1, skip + inwin + c - limit - 1, 'WITHSCORES')
+    retry = tonumber(at[2]) + w - now
+  end
+  local reset = now
+  if inwin > 0 then reset = newestt + w end
+  local write = function()
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', t - w)
+    if allowed == 1 then
+      local at = redis.call('ZCOUNT', key, t, t)
+      for i = 1, c do
+        redis.call('ZADD', key, t, int(t) .. ':' .. int(at + i))
+      end
+    end
+    if redis.call('EXISTS', key) == 1 then
+      redis.call('PEXPIRE', key, math.max(1, ceildiv(reset - now, 1000)))
+    end
+  end
+  return allowed, retry, limit - inwin, reset, 0, write
+end
+
+-- sliding_window: k slots of w/k µs; a hash holds "j" (newest slot written)
+-- and one counter per slot index modulo k+1.
+local function sliding_window(key, limit, w, k, cost)
+  local c = n * cost
+  if c > limit then return 0, -1, 0, now, 0, nil end
+  local L = w / k
+  local ring = k + 1
+  local flat = redis.call('HGETALL', key)
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = tonumber(flat[i + 1]) end
+  local j = math.floor(now / L)
+  local t = now
+  local cur = h['j']
+  local empty = true
+  for i = 0, k do if (h[tostring(i)] or 0) > 0 then empty = false end end
+  if empty or cur == nil then cur = j end
+  if j < cur then j, t = cur, cur * L end
+  local function get(s)
+    if s > cur or s <= cur - ring then return 0 end
+    return h[tostring(s % ring)] or 0
+  end
+  local function estimate_parts(m)
+    local sum = 0
+    for i = m - k + 1, m do sum = sum + get(i) end
+    return sum, get(m - k)
+  end
+  local sum, oldest = estimate_parts(j)
+  local weight = (j + 1) * L - t
+  local used = sum * L + oldest * weight
+  local capacity = limit * L
+  local allowed, retry = 0, 0
+  if used + c * L <= capacity then
+    allowed = 1
+    used = used + c * L
+  else
+    for m = j, j + k + 1 do
+      local s, o = estimate_parts(m)
+      if s + c <= limit then
+        local lo = math.max(t, m * L)
+        if o == 0 then retry = lo - now break end
+        local at = math.max((m + 1) * L - math.floor((limit - s - c) * L / o), lo)
+        if at < (m + 1) * L then retry = at - now break end
+      end
+    end
+  end
+  local remaining = 0
+  if used < capacity then remaining = math.floor((capacity - used) / L) end
+  local z = nil
+  if allowed == 1 then z = j else
+    for i = cur, cur - ring + 1, -1 do if get(i) > 0 then z = i break end end
+  end
+  local reset = now
+  if z ~= nil and (z + 1) * L + w > now then reset = (z + 1) * L + w end
+  local write = nil
+  if allowed == 1 then
+    write = function()
+      local args = {}
+      if j > cur then
+        for i = cur + 1, math.min(j, cur + ring) do
+          table.insert(args, tostring(i % ring)); table.insert(args, 0)
+        end
+      end
+      local slot = tostring(j % ring)
+      local base = get(j)
+      if j > cur then base = 0 end
+      table.insert(args, slot); table.insert(args, base + c)
+      table.insert(args, 'j'); table.insert(args, j)
+      redis.call('HSET', key, unpack(args))
+      redis.call('PEXPIRE', key, math.max(1, ceildiv(reset - now, 1000)))
+    end
+  end
+  return allowed, retry, remaining, reset, 0, write
+end
+
+-- leaky_bucket, virtual: "tat" is when the exit is free again. A request
+-- leaves at max(now, tat); those with departures after now are waiting.
+local function leaky_bucket(key, interval, queue, maxwait, cost)
+  local spacing = n * cost * interval
+  local tat = tonumber(redis.call('GET', key) or '0')
+  if tat <= now then
+    local reset = now + spacing
+    return 1, 0, queue, reset, 0, function()
+      redis.call('SET', key, reset, 'PX', math.max(1, ceildiv(reset - now, 1000)))
+    end
+  end
+  local waiting = math.max(0, ceildiv(tat - now, interval) - 1)
+  local wait = tat - now
+  if waiting >= queue or wait > maxwait then
+    local at = tat - maxwait
+    if waiting >= queue then
+      at = math.max(at, tat - (queue + 1) * interval + interval)
+    end
+    return 0, at - now, 0, tat, 0, nil
+  end
+  local reset = tat + spacing
+  return 1, 0, queue - waiting - 1, reset, wait, function()
+    redis.call('SET', key, reset, 'PX', math.max(1, ceildiv(reset - now, 1000)))
+  end
+end
+
+local steps = {token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window}
+local out, writes, all = {}, {}, true
+for i = 1, count do
+  local a = 3 + (i - 1) * (NPARAMS + 1)
+  local alg = tonumber(ARGV[a + 1])
+  local allowed, retry, remaining, reset, delay, write = steps[alg](KEYS[i],
+    tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
+  if allowed == 0 then all = false end
+  writes[i] = write
+  for _, v in ipairs({allowed, retry, remaining, reset, delay}) do table.insert(out, v) end
+end
+for i = 1, count do
+  -- A single limit writes even when it rejects (a trimmed log, an
+  -- advanced bucket): that changes nothing a later request would see.
+  if writes[i] and (all or count == 1) then writes[i]() end
+end
+table.insert(out, now)
+return out

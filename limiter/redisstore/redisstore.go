@@ -1,0 +1,246 @@
+// Package redisstore is limitproxy's limiter.Store on Redis, for several
+// proxy instances that must share one limit.
+//
+// One decision is one round trip: a Lua script (decide.lua, run with
+// EVALSHA and loaded again on NOSCRIPT) decides every limit of a policy for
+// a client key, and writes their new states only if all admit. Time comes
+// from Redis TIME inside the script, so proxies whose clocks disagree still
+// agree on the limits; Options.CallerTime makes the script use the caller's
+// instant instead, for tests.
+//
+// Resolution. Lua in Redis computes with doubles, exact for integers up to
+// 2^53, so the script works in microseconds (TIME's resolution) and a token
+// bucket counts millionths of a token; Check refuses the rare parameters
+// whose products would not stay exact. At instants that are whole
+// microseconds the decisions are the memory store's, with Retry-After and
+// reset rounded up to the microsecond. The leaky bucket is virtual here
+// (SPEC §3): the script returns each request's departure delay from a
+// shared time at which the exit is free, so the spacing holds across
+// instances, but a request whose client leaves still holds its place.
+//
+// Keys: Options.Prefix, a hash tag made of a hash of the client key (so all
+// keys of one decision share a Redis Cluster slot), and the limit's name.
+// Every key has a TTL that ends when its state would be a fresh key's.
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"limitproxy/limiter"
+)
+
+// Interface guard.
+var _ limiter.Store = (*Store)(nil)
+
+//go:embed decide.lua
+var decideLua string
+
+var decideScript = redis.NewScript(decideLua)
+
+// Options configures a Store.
+type Options struct {
+	// Prefix starts every key; "" means "limitproxy:".
+	Prefix string
+	// Timeout bounds one decision; 0 means 50ms. A decision that misses it
+	// returns an error wrapping limiter.ErrStoreUnavailable.
+	Timeout time.Duration
+	// CallerTime makes decisions at the instant passed to Decide rather
+	// than at Redis's TIME. For tests only.
+	CallerTime bool
+}
+
+// Store is the Redis limiter.Store. It is safe for concurrent use.
+type Store struct {
+	c       redis.UniversalClient
+	prefix  string
+	timeout time.Duration
+	caller  bool
+}
+
+// New returns a Store deciding on c.
+func New(c redis.UniversalClient, o Options) *Store {
+	if o.Prefix == "" {
+		o.Prefix = "limitproxy:"
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	return &Store{c: c, prefix: o.Prefix, timeout: o.Timeout, caller: o.CallerTime}
+}
+
+// exact is the largest integer a double holds exactly.
+const exact = 1 << 53
+
+// Check reports whether l can be decided exactly by the Redis store: its
+// times must be whole microseconds and the products the script forms must
+// stay below 2^53. The configuration calls it for every limit when the
+// store is Redis, so that a file that cannot work is refused at load.
+func Check(l limiter.Limit) error {
+	_, err := params(l)
+	return err
+}
+
+// params returns the script's algorithm code and its four parameters for l.
+func params(l limiter.Limit) ([5]int64, error) {
+	var p [5]int64
+	micro := func(d time.Duration, what string) (int64, error) {
+		if d%time.Microsecond != 0 {
+			return 0, fmt.Errorf("%v: %s %v is not a whole number of microseconds, the Redis store's resolution", l.Algorithm(), what, d)
+		}
+		return int64(d / time.Microsecond), nil
+	}
+	tooBig := fmt.Errorf("%v: parameters too large for the Redis store's exact arithmetic (2^53 in Lua)", l.Algorithm())
+	cost := l.Cost()
+	switch l.Algorithm() {
+	case limiter.TokenBucket:
+		tb := l.TokenBucket()
+		per, err := micro(tb.Rate.Per, "the rate's period")
+		if err != nil {
+			return p, err
+		}
+		earn := tb.Rate.N * 1_000_000 // millionths of a token per period
+		g := gcd(earn, per)
+		pp, q := earn/g, per/g
+		if pp > exact/q || tb.Burst > exact/1_000_000/q {
+			return p, tooBig
+		}
+		p = [5]int64{1, pp, q, tb.Burst, cost}
+	case limiter.LeakyBucket:
+		lb := l.LeakyBucket()
+		per, err := micro(lb.Rate.Per, "the rate's period")
+		if err != nil {
+			return p, err
+		}
+		wait, err := micro(lb.MaxWait, "max_wait")
+		if err != nil {
+			return p, err
+		}
+		interval := (per + lb.Rate.N - 1) / lb.Rate.N
+		p = [5]int64{2, interval, lb.Queue, wait, cost}
+	case limiter.FixedWindow:
+		fw := l.FixedWindow()
+		w, err := micro(fw.Window, "window")
+		if err != nil {
+			return p, err
+		}
+		p = [5]int64{3, fw.Limit, w, cost, 0}
+	case limiter.SlidingLog:
+		sl := l.SlidingLog()
+		w, err := micro(sl.Window, "window")
+		if err != nil {
+			return p, err
+		}
+		p = [5]int64{4, sl.Limit, w, cost, 0}
+	case limiter.SlidingWindow:
+		sw := l.SlidingWindow()
+		w, err := micro(sw.Window, "window")
+		if err != nil {
+			return p, err
+		}
+		if w%int64(sw.Slots) != 0 {
+			return p, fmt.Errorf("sliding_window: window %v does not divide into %d slots of whole microseconds", sw.Window, sw.Slots)
+		}
+		if sw.Limit+1 > exact/w {
+			return p, tooBig
+		}
+		p = [5]int64{5, sw.Limit, w, int64(sw.Slots), cost}
+	default:
+		return p, fmt.Errorf("unknown algorithm %v", l.Algorithm())
+	}
+	return p, nil
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// keyTag returns the hash tag of a client key: the same for every limit of
+// a decision, spread evenly over Redis Cluster slots, and never the key
+// itself (keys are not stored or logged).
+func keyTag(key string) string {
+	h := fnv.New128a()
+	h.Write([]byte(key))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Decide implements limiter.Store.
+func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+	keys := make([]string, len(limits))
+	args := make([]any, 0, 3+6*len(limits))
+	at := ""
+	if s.caller {
+		at = strconv.FormatInt(now.UnixNano()/1000, 10)
+	}
+	args = append(args, at, n, len(limits))
+	tag := "{" + keyTag(key) + "}"
+	for i := range limits {
+		p, err := params(limits[i])
+		if err != nil {
+			return limiter.Decision{}, err
+		}
+		keys[i] = s.prefix + tag + limits[i].Name()
+		args = append(args, p[0], p[1], p[2], p[3], p[4], 0) // algorithm, 4 parameters, 1 spare
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	res, err := decideScript.Run(ctx, s.c, keys, args...).Int64Slice()
+	if err != nil {
+		return limiter.Decision{}, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
+	}
+	if len(res) != 5*len(limits)+1 {
+		return limiter.Decision{}, errors.New("redis: unexpected reply from the decide script")
+	}
+	redisNow := res[len(res)-1]
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	var d limiter.Decision
+	for i := range limits {
+		r := res[5*i : 5*i+5]
+		x := limiter.Decision{
+			Allowed:   r[0] == 1,
+			Remaining: r[2],
+			Delay:     us(r[4]),
+			// Relative to the instant the script used, applied to the
+			// caller's: headers stay right whatever the clocks say.
+			ResetAt: now.Add(us(r[3] - redisNow)),
+			Limit:   capacity(limits[i]),
+		}
+		switch {
+		case r[1] < 0:
+			x.RetryAfter = limiter.Never
+		case !x.Allowed:
+			x.RetryAfter = us(r[1])
+		}
+		d.Merge(i, x)
+	}
+	return d, nil
+}
+
+// capacity is the Limit a decision reports: burst, limit, or queue + 1.
+func capacity(l limiter.Limit) int64 {
+	switch l.Algorithm() {
+	case limiter.TokenBucket:
+		return l.TokenBucket().Burst
+	case limiter.LeakyBucket:
+		return l.LeakyBucket().Queue + 1
+	case limiter.FixedWindow:
+		return l.FixedWindow().Limit
+	case limiter.SlidingLog:
+		return l.SlidingLog().Limit
+	case limiter.SlidingWindow:
+		return l.SlidingWindow().Limit
+	}
+	return math.MaxInt64
+}
