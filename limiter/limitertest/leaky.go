@@ -279,3 +279,45 @@ func leakyModel(t *testing.T, store limiter.Store) {
 		}
 	}
 }
+
+// RunLeakyVirtual checks a store whose leaky bucket is virtual (Redis):
+// each admitted request gets its departure delay at once, and nobody
+// waits, so the same model as RunLeakyQueue's applies with the caller's
+// instants (at resolution res) and no timers: every decision, delay and
+// Retry-After must match it.
+func RunLeakyVirtual(t *testing.T, newStore NewStore, o Options) {
+	store := newStore(t)
+	res := int64(max(o.Resolution, 1))
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 7))
+	for trial := range 6 {
+		p := limiter.LeakyBucketParams{
+			Rate:    limiter.Rate{N: 1 + rng.Int64N(20), Per: []time.Duration{time.Second, 3 * time.Second, time.Minute}[rng.IntN(3)]},
+			Queue:   rng.Int64N(8),
+			MaxWait: time.Duration(rng.Int64N(int64(5*time.Second)) / res * res),
+		}
+		lim := must(t)(limiter.NewLeakyBucket(p))
+		l := mustNew(t, store, "leaky-virtual-"+string(rune('a'+trial)), lim)
+		// The store rounds the interval up to its resolution.
+		interval := ceilTo((int64(p.Rate.Per)+p.Rate.N-1)/p.Rate.N, res)
+		m := &lbModel{p: p, interval: interval}
+		now := base
+		for i := range 400 {
+			now += gap(rng, now, interval)
+			now -= now % res
+			want, wantDelay := m.allow(now, 1)
+			want.retry = time.Duration(ceilTo(int64(want.retry), res))
+			d, err := l.Allow(ctx, "k", time.Unix(0, now), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := result{d.Allowed, d.RetryAfter, d.Remaining}
+			if !got.allowed {
+				got.remaining = want.remaining
+			}
+			if got != want || d.Delay != wantDelay {
+				t.Fatalf("trial %d (%v) step %d: %+v delay %v, want %+v delay %v", trial, lim, i, got, d.Delay, want, wantDelay)
+			}
+		}
+	}
+}

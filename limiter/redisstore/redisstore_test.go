@@ -56,3 +56,12 @@ func TestConformance(t *testing.T) {
 		return redisstore.New(c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second})
 	}, limitertest.Options{Resolution: time.Microsecond})
 }
+
+// TestLeakyVirtual: the virtual queue decides as the real one does when
+// nobody leaves it.
+func TestLeakyVirtual(t *testing.T) {
+	c := startRedis(t)
+	limitertest.RunLeakyVirtual(t, func(t *testing.T) limiter.Store {
+		return redisstore.New(c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second})
+	}, limitertest.Options{Resolution: time.Microsecond})
+}
