@@ -32,6 +32,7 @@ import (
 	"hash/fnv"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,25 +58,77 @@ type Options struct {
 	// CallerTime makes decisions at the instant passed to Decide rather
 	// than at Redis's TIME. For tests only.
 	CallerTime bool
+	// OnError says what a decision does when Redis cannot make it in time
+	// (or the breaker is open): "local" decides with Fallback, a store on
+	// this instance with the same limits (each instance then limits on its
+	// own: a degraded but bounded answer); "allow" admits; "deny" rejects,
+	// with Retry-After until the breaker's next probe. "" means "local".
+	OnError string
+	// Fallback is the store "local" uses; required for it.
+	Fallback limiter.Store
+	// BreakAfter consecutive failures open the circuit breaker; 0 means 5.
+	BreakAfter int
+	// BreakFor is how long the breaker stays open before it lets one
+	// decision through as a probe; 0 means 1s.
+	BreakFor time.Duration
+	// OnBreaker, if not nil, is called when the breaker opens (open true,
+	// with the error that opened it) or closes again.
+	OnBreaker func(open bool, err error)
 }
 
 // Store is the Redis limiter.Store. It is safe for concurrent use.
 type Store struct {
-	c       redis.UniversalClient
-	prefix  string
-	timeout time.Duration
-	caller  bool
+	c        redis.UniversalClient
+	prefix   string
+	timeout  time.Duration
+	caller   bool
+	onError  string
+	fallback limiter.Store
+	breaker  *breaker
+	errors   atomic.Int64
 }
 
-// New returns a Store deciding on c.
-func New(c redis.UniversalClient, o Options) *Store {
+// New returns a Store deciding on c. It fails only for an on_error it does
+// not know, or "local" without a Fallback.
+func New(c redis.UniversalClient, o Options) (*Store, error) {
 	if o.Prefix == "" {
 		o.Prefix = "limitproxy:"
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 50 * time.Millisecond
 	}
-	return &Store{c: c, prefix: o.Prefix, timeout: o.Timeout, caller: o.CallerTime}
+	if o.OnError == "" {
+		o.OnError = "local"
+	}
+	switch {
+	case o.OnError != "local" && o.OnError != "allow" && o.OnError != "deny":
+		return nil, fmt.Errorf("redisstore: on_error %q is not local, allow or deny", o.OnError)
+	case o.OnError == "local" && o.Fallback == nil:
+		return nil, errors.New("redisstore: on_error \"local\" needs a Fallback store")
+	}
+	if o.BreakAfter <= 0 {
+		o.BreakAfter = 5
+	}
+	if o.BreakFor <= 0 {
+		o.BreakFor = time.Second
+	}
+	return &Store{c: c, prefix: o.Prefix, timeout: o.Timeout, caller: o.CallerTime, onError: o.OnError, fallback: o.Fallback,
+		breaker: &breaker{after: o.BreakAfter, pause: o.BreakFor, notify: o.OnBreaker}}, nil
+}
+
+// Errors returns how many decisions Redis failed to make (timeouts,
+// refused connections, script errors) since the store was created;
+// decisions the open breaker kept from Redis are not counted.
+func (s *Store) Errors() int64 { return s.errors.Load() }
+
+// Degraded reports whether the breaker is open: decisions follow on_error.
+func (s *Store) Degraded() bool { return s.breaker.open() }
+
+// Ping checks that Redis answers within the store's timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.c.Ping(ctx).Err()
 }
 
 // exact is the largest integer a double holds exactly.
@@ -176,8 +229,42 @@ func keyTag(key string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Decide implements limiter.Store.
+// Decide implements limiter.Store. When Redis cannot decide in time, or the
+// breaker is open, it follows on_error and returns no error.
 func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+	ok, probe := s.breaker.allow(now)
+	if !ok {
+		return s.degraded(ctx, limits, key, now, n)
+	}
+	d, err := s.decide(ctx, limits, key, now, n)
+	if err != nil && !errors.Is(err, limiter.ErrStoreUnavailable) {
+		// A parameter the store cannot take: not Redis's fault.
+		s.breaker.done(now, probe, nil)
+		return d, err
+	}
+	s.breaker.done(now, probe, err)
+	if err != nil {
+		s.errors.Add(1)
+		return s.degraded(ctx, limits, key, now, n)
+	}
+	return d, nil
+}
+
+// degraded decides without Redis, per on_error.
+func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+	switch s.onError {
+	case "local":
+		return s.fallback.Decide(ctx, limits, key, now, n)
+	case "allow":
+		q := capacity(limits[0])
+		return limiter.Decision{Allowed: true, Limit: q, Remaining: q, ResetAt: now}, nil
+	}
+	retry := max(time.Second, s.breaker.retryAt().Sub(now))
+	return limiter.Decision{RetryAfter: retry, Limit: capacity(limits[0]), ResetAt: now.Add(retry)}, nil
+}
+
+// decide asks Redis.
+func (s *Store) decide(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
 	keys := make([]string, len(limits))
 	args := make([]any, 0, 3+6*len(limits))
 	at := ""
