@@ -16,10 +16,18 @@ if now == nil then
 end
 local n = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
+-- Extra milliseconds on every TTL: 0 in production, where expiry and "now"
+-- are both Redis's clock; tests that pass their own instants set it, since
+-- Redis expires keys on its clock, not theirs.
+local slack = tonumber(ARGV[4])
 local NPARAMS = 5
 local MICRO = 1000000
 
 local function ceildiv(a, b) return math.floor((a + b - 1) / b) end
+
+-- ttl returns the milliseconds until reset: the key expires when its state
+-- would be a fresh key's.
+local function ttl(reset) return math.max(1, ceildiv(reset - now, 1000)) + slack end
 
 -- Lua's `..` writes numbers with 14 significant digits, which would round
 -- a microsecond instant (16 digits); large numbers become strings only
@@ -63,7 +71,7 @@ local function token_bucket(key, p, q, burst, cost)
   local reset = last + ceildiv(math.max(0, full - tokens) * q, p)
   local write = function()
     redis.call('HSET', key, 't', last, 'v', tokens)
-    redis.call('PEXPIRE', key, math.max(1, ceildiv(reset - now, 1000)))
+    redis.call('PEXPIRE', key, ttl(reset))
   end
   if allowed == 0 and not st[1] then write = nil end
   return allowed, retry, math.floor(avail / MICRO), reset, 0, write
@@ -93,7 +101,7 @@ local function fixed_window(key, limit, w, cost)
   if allowed == 1 then
     write = function()
       redis.call('HSET', key, 'w', idx, 'c', cnt)
-      redis.call('PEXPIRE', key, math.max(1, ceildiv(stop - now, 1000)))
+      redis.call('PEXPIRE', key, ttl(stop))
     end
   end
   return allowed, retry, limit - cnt, reset, 0, write
@@ -134,7 +142,7 @@ local function sliding_log(key, limit, w, cost)
       end
     end
     if redis.call('EXISTS', key) == 1 then
-      redis.call('PEXPIRE', key, math.max(1, ceildiv(reset - now, 1000)))
+      redis.call('PEXPIRE', key, ttl(reset))
     end
   end
   return allowed, retry, limit - inwin, reset, 0, write
@@ -208,7 +216,7 @@ local function sliding_window(key, limit, w, k, cost)
       table.insert(args, slot); table.insert(args, base + c)
       table.insert(args, 'j'); table.insert(args, j)
       redis.call('HSET', key, unpack(args))
-      redis.call('PEXPIRE', key, math.max(1, ceildiv(reset - now, 1000)))
+      redis.call('PEXPIRE', key, ttl(reset))
     end
   end
   return allowed, retry, remaining, reset, 0, write
@@ -222,7 +230,7 @@ local function leaky_bucket(key, interval, queue, maxwait, cost)
   if tat <= now then
     local reset = now + spacing
     return 1, 0, queue, reset, 0, function()
-      redis.call('SET', key, reset, 'PX', math.max(1, ceildiv(reset - now, 1000)))
+      redis.call('SET', key, reset, 'PX', ttl(reset))
     end
   end
   local waiting = math.max(0, ceildiv(tat - now, interval) - 1)
@@ -236,14 +244,14 @@ local function leaky_bucket(key, interval, queue, maxwait, cost)
   end
   local reset = tat + spacing
   return 1, 0, queue - waiting - 1, reset, wait, function()
-    redis.call('SET', key, reset, 'PX', math.max(1, ceildiv(reset - now, 1000)))
+    redis.call('SET', key, reset, 'PX', ttl(reset))
   end
 end
 
 local steps = {token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window}
 local out, writes, all = {}, {}, true
 for i = 1, count do
-  local a = 3 + (i - 1) * (NPARAMS + 1)
+  local a = 4 + (i - 1) * (NPARAMS + 1)
   local alg = tonumber(ARGV[a + 1])
   local allowed, retry, remaining, reset, delay, write = steps[alg](KEYS[i],
     tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))

@@ -266,12 +266,13 @@ func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, key string
 // decide asks Redis.
 func (s *Store) decide(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
 	keys := make([]string, len(limits))
-	args := make([]any, 0, 3+6*len(limits))
-	at := ""
+	args := make([]any, 0, 4+6*len(limits))
+	at, slack := "", 0
 	if s.caller {
-		at = strconv.FormatInt(now.UnixNano()/1000, 10)
+		// The caller's instants; keys must outlive them on Redis's clock.
+		at, slack = strconv.FormatInt(now.UnixNano()/1000, 10), 3600_000
 	}
-	args = append(args, at, n, len(limits))
+	args = append(args, at, n, len(limits), slack)
 	tag := "{" + keyTag(key) + "}"
 	for i := range limits {
 		p, err := params(limits[i])

@@ -203,3 +203,31 @@ func TestOutage(t *testing.T) {
 		})
 	}
 }
+
+// TestTTL: with Redis's own clock, a key expires when its state would be a
+// fresh key's, so idle clients cost nothing.
+func TestTTL(t *testing.T) {
+	c := startRedis(t)
+	store := newStore(t, c, redisstore.Options{Timeout: 5 * time.Second})
+	lim, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Burst: 10})
+	l, _ := limiter.New(store, "ttl", lim)
+	ctx := context.Background()
+	if d, err := l.Allow(ctx, "client", time.Now(), 1); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	keys, _ := c.Keys(ctx, "*").Result()
+	if len(keys) != 1 {
+		t.Fatalf("keys %v", keys)
+	}
+	pttl, _ := c.PTTL(ctx, keys[0]).Result()
+	if pttl <= 0 || pttl > 100*time.Millisecond {
+		t.Errorf("TTL %v; one token of 10/s is back within 100ms", pttl)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Exists(ctx, keys[0]).Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the key outlived its state")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
