@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"limitproxy/limiter"
+	"limitproxy/limiter/redisstore"
 )
 
 // Config is a validated configuration file: SPEC §2 with defaults applied.
@@ -142,6 +143,9 @@ const (
 	DefaultRedisTimeout      = 50 * time.Millisecond
 )
 
+// envName is what an environment variable's name may be.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // nameRE is what a policy name may be: it is quoted in RateLimit headers
 // (a Structured Field string) and used as a metric label.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -223,7 +227,19 @@ func validate(raw *rawFile, c *collector) *Config {
 	}
 	oneOf(c, "store.redis.on_error", cfg.Store.Redis.OnError, "local", "allow", "deny")
 	if cfg.Store.Backend == "redis" {
-		c.add("store.backend", "the redis store is not implemented yet in this build; use \"memory\"")
+		rc := &cfg.Store.Redis
+		if len(rc.Addrs) == 0 && r.Addrs.err == nil {
+			c.add("store.redis.addrs", "at least one address is required")
+		}
+		if rc.Timeout <= 0 && r.Timeout.err == nil {
+			c.add("store.redis.timeout", "must be greater than zero")
+		}
+		if rc.DB < 0 || rc.DB > 0 && len(rc.Addrs) > 1 && rc.MasterName == "" {
+			c.add("store.redis.db", "%d: a database number must be 0..15, and Redis Cluster has only 0", rc.DB)
+		}
+		if rc.PasswordEnv != "" && !envName.MatchString(rc.PasswordEnv) {
+			c.add("store.redis.password_env", "%q is not an environment variable name (the password itself never goes in the file)", rc.PasswordEnv)
+		}
 	}
 
 	upstreams := map[string]int{}
@@ -306,6 +322,13 @@ func validate(raw *rawFile, c *collector) *Config {
 			catchAll = i
 		}
 		spec.Limits = compileLimits(p.Limits, key, c)
+		if cfg.Store.Backend == "redis" {
+			for j, l := range spec.Limits {
+				if err := redisstore.Check(l); err != nil {
+					c.add(fmt.Sprintf("%s.limits[%d]", key, j), "%v", err)
+				}
+			}
+		}
 		spec.Reject = Reject{Status: 429, ContentType: "application/problem+json"}
 		if rj := p.Reject; rj != nil {
 			spec.Reject.Status = int(rj.Status.Or(429))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -15,14 +16,18 @@ import (
 // GET /healthz, GET /readyz, GET /api/v1/config and POST /api/v1/reload.
 // With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
 // constant time.
-func adminHandler(r *reloader, token string) http.Handler {
+func adminHandler(r *reloader, ready func(context.Context) error, token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		// Ready once a configuration is in force; the memory store is
-		// always reachable.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
+		// Ready once a configuration is in force (always, once serving)
+		// and the store answers (the memory store always does).
+		if err := ready(req.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		w.Write([]byte("ready\n"))
 	})
 	mux.HandleFunc("GET /api/v1/config", func(w http.ResponseWriter, _ *http.Request) {

@@ -193,14 +193,18 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 	log := newLogger(cfg.Log, level, stderr)
 	defer log.Sync()
 
-	store := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+	st, err := newStores(cfg.Store, log)
+	if err != nil {
+		return err
+	}
+	defer st.close()
 	now := proxy.MonotonicClock()
-	set, err := cfg.Compile(store, now())
+	set, err := cfg.Compile(st.decide, now())
 	if err != nil {
 		return err
 	}
 	handler := proxy.New(set, proxy.Options{Logger: log, AccessLog: cfg.Log.Access, Now: now})
-	reload := newReloader(path, cfg, store, handler, level, log, now)
+	reload := newReloader(path, cfg, st, handler, level, log, now)
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
@@ -227,7 +231,7 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 			return fmt.Errorf("admin: listen %s: %w", cfg.Admin.Listen, err)
 		}
 		defer adminLn.Close()
-		admin = &http.Server{Handler: adminHandler(reload, token), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminHandler(reload, st.ready, token), ReadHeaderTimeout: 5 * time.Second}
 	}
 
 	// Background work, stopped after the servers have drained.
@@ -237,7 +241,7 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 		stopWorkers()
 		wg.Wait()
 	}()
-	wg.Go(func() { store.Run(workers) })
+	wg.Go(func() { st.memory.Run(workers) })
 	if path != "" {
 		// Watching starts here, before serve reports it is ready, so that
 		// no change made after that is missed.

@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"limitproxy/limiter/memstore"
 	"limitproxy/policy"
 	"limitproxy/proxy"
 )
@@ -21,7 +20,7 @@ import (
 // are serialised; status may be read at any time. Safe for concurrent use.
 type reloader struct {
 	path    string
-	store   *memstore.Store
+	stores  *stores
 	handler *proxy.Handler
 	level   zap.AtomicLevel
 	log     *zap.Logger
@@ -45,8 +44,8 @@ type reloadStatus struct {
 	PendingRestart []string // settings changed in the file that need a restart
 }
 
-func newReloader(path string, cfg *policy.Config, store *memstore.Store, h *proxy.Handler, level zap.AtomicLevel, log *zap.Logger, now func() time.Time) *reloader {
-	r := &reloader{path: path, store: store, handler: h, level: level, log: log.Named("reload"), now: now, started: cfg}
+func newReloader(path string, cfg *policy.Config, st *stores, h *proxy.Handler, level zap.AtomicLevel, log *zap.Logger, now func() time.Time) *reloader {
+	r := &reloader{path: path, stores: st, handler: h, level: level, log: log.Named("reload"), now: now, started: cfg}
 	r.status.Store(&reloadStatus{Config: cfg, LoadedAt: now(), LastAttempt: now(), LastTrigger: "start"})
 	return r
 }
@@ -74,7 +73,7 @@ func (r *reloader) reload(trigger string) error {
 	cfg, err := policy.Load(r.path)
 	var set *policy.Set
 	if err == nil {
-		set, err = cfg.Compile(r.store, r.now())
+		set, err = cfg.Compile(r.stores.decide, r.now())
 	}
 	if err != nil {
 		next.LastError = err
@@ -94,7 +93,8 @@ func (r *reloader) reload(trigger string) error {
 	r.handler.Swap(set)
 	r.level.SetLevel(levelOf(cfg.Log.Level))
 	added, removed, changed := diffPolicies(old.Config, cfg)
-	r.store.Forget(sortedKeys(removedLimits(old.Config, cfg))...)
+	// Released at once in memory; Redis keys expire by their TTL.
+	r.stores.memory.Forget(sortedKeys(removedLimits(old.Config, cfg))...)
 	next.Config, next.LoadedAt = cfg, r.now()
 	next.PendingRestart = restartOnly(r.started, cfg)
 	r.status.Store(&next)

@@ -2,9 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"net"
-	"os/exec"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,70 +12,13 @@ import (
 	"limitproxy/limiter/limitertest"
 	"limitproxy/limiter/memstore"
 	"limitproxy/limiter/redisstore"
+	"limitproxy/limiter/redisstore/redistest"
 )
 
-// server is a redis-server of a test's own on a loopback port, which the
-// test can kill and start again on the same port; it is stopped by PID
-// when the test ends. A missing redis-server is a failure: `make test`
-// installs it.
-type server struct {
-	t    testing.TB
-	bin  string
-	port int
-	dir  string
-	cmd  *exec.Cmd
-}
-
-func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
-
-func (s *server) start(extra ...string) {
-	s.t.Helper()
-	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir}, extra...)
-	s.cmd = exec.Command(s.bin, args...)
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: s.addr()})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			s.t.Fatal("redis-server did not answer within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (s *server) kill() {
-	if s.cmd != nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-		s.cmd = nil
-	}
-}
-
-func newServer(t testing.TB, extra ...string) *server {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("redis-server is not installed: run `make test`, which installs it (apt-get install redis-server)")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s := &server{t: t, bin: bin, port: port, dir: t.TempDir()}
-	s.start(extra...)
-	t.Cleanup(s.kill)
-	return s
-}
-
-// startRedis starts a server and returns a client of it.
+// startRedis starts a server of the test's own and returns a client of it.
 func startRedis(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: newServer(t).addr()})
+	c := redis.NewClient(&redis.Options{Addr: redistest.Start(t).Addr()})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -122,8 +62,8 @@ func TestOutage(t *testing.T) {
 	lim, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 5, Window: time.Hour})
 	for _, mode := range []string{"local", "allow", "deny"} {
 		t.Run(mode, func(t *testing.T) {
-			srv := newServer(t)
-			c := redis.NewClient(&redis.Options{Addr: srv.addr(), DialTimeout: 50 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
+			srv := redistest.Start(t)
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 50 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
 				WriteTimeout: 50 * time.Millisecond, ContextTimeoutEnabled: true, MaxRetries: -1})
 			defer c.Close()
 			var events []bool
@@ -153,7 +93,7 @@ func TestOutage(t *testing.T) {
 				}
 			}
 
-			srv.kill()
+			srv.Kill()
 			for i := range 10 {
 				d, took := allow("b")
 				if took > 50*time.Millisecond+150*time.Millisecond {
@@ -181,7 +121,7 @@ func TestOutage(t *testing.T) {
 				t.Errorf("errors %d, degraded %v: want 3 failures, then the breaker open", store.Errors(), store.Degraded())
 			}
 
-			srv.start()
+			srv.Restart()
 			deadline := time.Now().Add(10 * time.Second)
 			for store.Degraded() {
 				if time.Now().After(deadline) {
@@ -229,5 +169,39 @@ func TestTTL(t *testing.T) {
 			t.Fatal("the key outlived its state")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCluster: on a Redis Cluster of three masters, a policy with several
+// limits works (its keys share a slot through the hash tag), and many
+// goroutines on one key admit exactly the limit.
+func TestCluster(t *testing.T) {
+	addrs := redistest.Cluster(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer c.Close()
+	newCluster := func(t *testing.T) limiter.Store {
+		return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second})
+	}
+	t.Run("MultiLimit", func(t *testing.T) { limitertest.RunMultiLimit(t, newCluster) })
+	t.Run("Concurrent", func(t *testing.T) { limitertest.RunConcurrent(t, newCluster) })
+	// The keys of many clients spread over the three masters.
+	store := newCluster(t)
+	lim, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 5, Window: time.Hour})
+	l, _ := limiter.New(store, "spread", lim)
+	for i := range 300 {
+		if _, err := l.Allow(context.Background(), "client-"+string(rune('a'+i%26))+string(rune('a'+i/26)), time.Now(), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used := 0
+	for _, a := range addrs {
+		n := redis.NewClient(&redis.Options{Addr: a})
+		if k, _ := n.DBSize(context.Background()).Result(); k > 0 {
+			used++
+		}
+		n.Close()
+	}
+	if used != 3 {
+		t.Errorf("keys of 300 clients landed on %d of 3 masters", used)
 	}
 }

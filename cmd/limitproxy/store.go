@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"limitproxy/limiter"
+	"limitproxy/limiter/memstore"
+	"limitproxy/limiter/redisstore"
+	"limitproxy/policy"
+)
+
+// stores is what serve decides with: the store the policies are bound to,
+// and the memory store (the store itself, or Redis's on_error "local"
+// fallback), whose janitor serve runs and whose state reloads release.
+type stores struct {
+	decide limiter.Store
+	memory *memstore.Store
+	redis  *redisstore.Store // nil for the memory backend
+	close  func()
+}
+
+// newStores builds the [store] of cfg. A Redis that does not answer at
+// start-up is not an error: decisions follow on_error until it does, and
+// the log says so.
+func newStores(cfg policy.Store, log *zap.Logger) (*stores, error) {
+	mem := memstore.New(memstore.Options{MaxKeys: cfg.MaxKeys})
+	if cfg.Backend != "redis" {
+		return &stores{decide: mem, memory: mem, close: func() {}}, nil
+	}
+	rc := cfg.Redis
+	password := ""
+	if rc.PasswordEnv != "" {
+		if password = os.Getenv(rc.PasswordEnv); password == "" {
+			return nil, fmt.Errorf("store.redis.password_env: environment variable %s is empty or unset", rc.PasswordEnv)
+		}
+	}
+	var tlsConfig *tls.Config
+	if rc.TLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	// One address: a single node; several: Redis Cluster; master_name:
+	// Sentinel. Every call is bounded by the decision's context
+	// (store.redis.timeout), and never retried past it.
+	client := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs: rc.Addrs, MasterName: rc.MasterName, Username: rc.Username, Password: password, DB: rc.DB,
+		TLSConfig: tlsConfig, DialTimeout: max(rc.Timeout, time.Second), ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout,
+		ContextTimeoutEnabled: true, MaxRetries: -1,
+	})
+	log = log.Named("redis")
+	rs, err := redisstore.New(client, redisstore.Options{
+		Prefix: rc.Prefix, Timeout: rc.Timeout, OnError: rc.OnError, Fallback: mem,
+		OnBreaker: func(open bool, err error) {
+			if open {
+				log.Error("redis unreachable: decisions follow on_error until it answers again", zap.String("on_error", rc.OnError), zap.Error(err))
+			} else {
+				log.Info("redis reachable again: limits are shared again")
+			}
+		},
+	})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	if err := rs.Ping(context.Background()); err != nil {
+		log.Warn("redis does not answer at start-up; decisions follow on_error until it does", zap.Strings("addrs", rc.Addrs), zap.Error(err))
+	}
+	return &stores{decide: rs, memory: mem, redis: rs, close: func() { client.Close() }}, nil
+}
+
+// ready reports whether the store can decide: always for memory; for
+// Redis, when it answers a PING within its timeout.
+func (s *stores) ready(ctx context.Context) error {
+	if s.redis == nil {
+		return nil
+	}
+	if err := s.redis.Ping(ctx); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
