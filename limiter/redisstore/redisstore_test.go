@@ -205,3 +205,51 @@ func TestCluster(t *testing.T) {
 		t.Errorf("keys of 300 clients landed on %d of 3 masters", used)
 	}
 }
+
+// TestClockSkew: three instances whose clocks are 5s apart share limits
+// exactly, because the script reads Redis's TIME, not theirs; and the
+// reset they report is relative to their own clock.
+func TestClockSkew(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	skews := []time.Duration{-5 * time.Second, 0, 5 * time.Second}
+	// At 1/s, trusting the callers' clocks would credit the 10s between
+	// the slowest and the fastest instance: up to 10 tokens too many.
+	lim, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Burst: 30})
+	begin := time.Now()
+	var ls []*limiter.Limiter
+	for range skews {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		l, _ := limiter.New(newStore(t, c, redisstore.Options{Timeout: 5 * time.Second}), "skew", lim)
+		ls = append(ls, l)
+	}
+	var admitted int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Go(func() {
+			for range 40 {
+				now := time.Now().Add(skews[i])
+				d, err := l.Allow(ctx, "client", now, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if reset := d.ResetAt.Sub(now); reset < 0 || reset > 31*time.Second {
+					t.Errorf("instance %d: reset %v from its own clock", i, reset)
+				}
+				if d.Allowed {
+					mu.Lock()
+					admitted++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// The burst, plus what the bucket really earned while the test ran.
+	if earned := int(time.Since(begin) / time.Second); admitted < 30 || admitted > 30+earned {
+		t.Errorf("instances 10s apart admitted %d together in %v, want the burst of 30 (+%d earned)", admitted, time.Since(begin), earned)
+	}
+}
