@@ -3,7 +3,8 @@
 //
 // One decision is one round trip: a Lua script (decide.lua, run with
 // EVALSHA and loaded again on NOSCRIPT) decides every limit of a policy for
-// a client key, and writes their new states only if all admit. Time comes
+// a client key, and writes their new states only if all admit. Concurrent
+// decisions are pipelined automatically (batch.go). Time comes
 // from Redis TIME inside the script, so proxies whose clocks disagree still
 // agree on the limits; Options.CallerTime makes the script use the caller's
 // instant instead, for tests.
@@ -85,7 +86,9 @@ type Store struct {
 	onError  string
 	fallback limiter.Store
 	breaker  *breaker
+	batch    *batcher
 	errors   atomic.Int64
+	lastErr  atomic.Pointer[error]
 }
 
 // New returns a Store deciding on c. It fails only for an on_error it does
@@ -113,13 +116,22 @@ func New(c redis.UniversalClient, o Options) (*Store, error) {
 		o.BreakFor = time.Second
 	}
 	return &Store{c: c, prefix: o.Prefix, timeout: o.Timeout, caller: o.CallerTime, onError: o.OnError, fallback: o.Fallback,
-		breaker: &breaker{after: o.BreakAfter, pause: o.BreakFor, notify: o.OnBreaker}}, nil
+		breaker: &breaker{after: o.BreakAfter, pause: o.BreakFor, notify: o.OnBreaker},
+		batch:   &batcher{c: c, timeout: o.Timeout}}, nil
 }
 
 // Errors returns how many decisions Redis failed to make (timeouts,
 // refused connections, script errors) since the store was created;
 // decisions the open breaker kept from Redis are not counted.
 func (s *Store) Errors() int64 { return s.errors.Load() }
+
+// LastError returns the last error Redis gave a decision, or nil.
+func (s *Store) LastError() error {
+	if p := s.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Degraded reports whether the breaker is open: decisions follow on_error.
 func (s *Store) Degraded() bool { return s.breaker.open() }
@@ -245,6 +257,7 @@ func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, key string, 
 	s.breaker.done(now, probe, err)
 	if err != nil {
 		s.errors.Add(1)
+		s.lastErr.Store(&err)
 		return s.degraded(ctx, limits, key, now, n)
 	}
 	return d, nil
@@ -284,7 +297,7 @@ func (s *Store) decide(ctx context.Context, limits []limiter.Limit, key string, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	res, err := decideScript.Run(ctx, s.c, keys, args...).Int64Slice()
+	res, err := s.batch.run(ctx, keys, args)
 	if err != nil {
 		return limiter.Decision{}, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
 	}

@@ -32,6 +32,13 @@ func newStore(t testing.TB, c redis.UniversalClient, o redisstore.Options) *redi
 	if err != nil {
 		t.Fatal(err)
 	}
+	if tb, ok := t.(*testing.T); ok {
+		tb.Cleanup(func() {
+			if err := s.LastError(); err != nil && o.OnError == "deny" {
+				tb.Errorf("a decision failed on Redis: %v", err)
+			}
+		})
+	}
 	return s
 }
 

@@ -91,19 +91,37 @@ func Cluster(t testing.TB) []string {
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
 	}
-	c := redis.NewClient(&redis.Options{Addr: addrs[0]})
-	defer c.Close()
+	// Every master must see the cluster as ok (each reaches that view on
+	// its own), and writes to keys of every slot range must go through.
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		info, _ := c.ClusterInfo(context.Background()).Result()
-		if contains(info, "cluster_state:ok") {
-			return addrs
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		for {
+			info, _ := c.ClusterInfo(context.Background()).Result()
+			if contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				t.Fatalf("%s: the cluster is not ok after 20s: %s", a, info)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster is not ok after 20s: %s", info)
-		}
-		time.Sleep(50 * time.Millisecond)
+		c.Close()
 	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer cc.Close()
+	for i := 0; i < 30; {
+		if err := cc.Set(context.Background(), "probe-"+strconv.Itoa(i), 1, time.Second).Err(); err != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("the cluster does not take writes after 20s: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		i++
+	}
+	return addrs
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
