@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test bench-limiter bench-proxy
+.PHONY: test bench-limiter bench-proxy bench-redis
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -12,3 +12,7 @@ bench-limiter:
 # Regenerates the proxy section of BENCHMARKS.md with wrk (about 2 minutes).
 bench-proxy:
 	bench/proxy.sh 5 5s
+
+# Regenerates the Redis section of BENCHMARKS.md (about 3 minutes).
+bench-redis:
+	bench/redis.sh 5
