@@ -34,7 +34,7 @@ done
   echo "10,000 keys chosen at random; limitproxy's store decides a token bucket with Redis's TIME, pipelining concurrent decisions;"
   echo "the anchor is go-redis/redis_rate v10's Allow (GCRA). Medians over interleaved rounds with min–max; ratios within each round."
   echo
-  go run ./bench/benchmd -anchor Redis=redis_rate/c64 <"$tmp/raw.txt"
+  go run ./bench/benchmd -anchor RedisC1=redis_rate -anchor RedisC64=redis_rate <"$tmp/raw.txt"
   echo "<!-- redis:end -->"
 } >"$tmp/section.md"
 write_section redis "$tmp/section.md"

@@ -260,3 +260,14 @@ func TestClockSkew(t *testing.T) {
 		t.Errorf("instances 10s apart admitted %d together in %v, want the burst of 30 (+%d earned)", admitted, time.Since(begin), earned)
 	}
 }
+
+// TestSentinel: through Sentinel (master_name), the store finds the master
+// and decides there.
+func TestSentinel(t *testing.T) {
+	sentinel, master := redistest.Sentinel(t)
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{sentinel}, MasterName: master})
+	defer c.Close()
+	limitertest.RunMultiLimit(t, func(t *testing.T) limiter.Store {
+		return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second})
+	})
+}

@@ -8,7 +8,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,6 +124,39 @@ func Cluster(t testing.TB) []string {
 		i++
 	}
 	return addrs
+}
+
+// Sentinel starts a master and one Sentinel monitoring it under the name
+// "limitproxy", and returns the Sentinel's address and the master's name.
+func Sentinel(t testing.TB) (sentinel, master string) {
+	t.Helper()
+	m := Start(t)
+	bin, _ := exec.LookPath("redis-server")
+	dir := t.TempDir()
+	port := freePort(t)
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor limitproxy 127.0.0.1 %d 1\nsentinel down-after-milliseconds limitproxy 5000\n", port, dir, m.port)
+	path := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, path, "--sentinel")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
+	defer sc.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if a, err := sc.GetMasterAddrByName(context.Background(), "limitproxy").Result(); err == nil && len(a) == 2 {
+			return addr, "limitproxy"
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sentinel does not know the master after 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
