@@ -45,10 +45,12 @@ local function token_bucket(key, p, q, burst, cost)
   if c > burst then return 0, -1, 0, now, 0, nil end
   local full, cn = burst * MICRO, c * MICRO
   local last, tokens = now, full
-  local st = redis.call('HMGET', key, 't', 'v')
+  -- State: one string "last:tokens" (two calls a decision, GET and SET PX).
+  local raw = redis.call('GET', key)
   local t = now
-  if st[1] then
-    last, tokens = tonumber(st[1]), tonumber(st[2])
+  if raw then
+    local a, b = string.match(raw, '^(%d+):(%-?%d+)$')
+    last, tokens = tonumber(a), tonumber(b)
     if t < last then t = last end
     local e = t - last
     local k = math.floor(e / q)
@@ -70,10 +72,9 @@ local function token_bucket(key, p, q, burst, cost)
   end
   local reset = last + ceildiv(math.max(0, full - tokens) * q, p)
   local write = function()
-    redis.call('HSET', key, 't', last, 'v', tokens)
-    redis.call('PEXPIRE', key, ttl(reset))
+    redis.call('SET', key, int(last) .. ':' .. int(tokens), 'PX', ttl(reset))
   end
-  if allowed == 0 and not st[1] then write = nil end
+  if allowed == 0 and not raw then write = nil end
   return allowed, retry, math.floor(avail / MICRO), reset, 0, write
 end
 
@@ -249,6 +250,13 @@ local function leaky_bucket(key, interval, queue, maxwait, cost)
 end
 
 local steps = {token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window}
+if count == 1 then
+  -- One limit, the common case: no tables to gather and replay.
+  local allowed, retry, remaining, reset, delay, write = steps[tonumber(ARGV[5])](KEYS[1],
+    tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]))
+  if write then write() end
+  return {allowed, retry, remaining, reset, delay, now}
+end
 local out, writes, all = {}, {}, true
 for i = 1, count do
   local a = 4 + (i - 1) * (NPARAMS + 1)
