@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"limitproxy/limiter/redisstore/redistest"
-	"limitproxy/policy"
 )
 
 // TestInstancesShareRedis runs three limitproxy instances on one Redis and
@@ -66,21 +64,8 @@ targets = [%q]
 	for i := range 3 {
 		path := filepath.Join(t.TempDir(), fmt.Sprintf("instance%d.toml", i))
 		os.WriteFile(path, []byte(text), 0o644)
-		cfg, err := policy.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		ready := make(chan listening, 1)
-		done := make(chan error, 1)
-		go func() { done <- serve(ctx, path, cfg, &syncWriter{w: new(bytesBuffer)}, ready) }()
-		select {
-		case l := <-ready:
-			proxies = append(proxies, "http://"+l.Proxy.String())
-		case err := <-done:
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cancel(); <-done })
+		l, _ := serveFile(t, path, &syncWriter{w: new(bytes.Buffer)})
+		proxies = append(proxies, "http://"+l.Proxy.String())
 	}
 
 	drive := func(path string, perWorker int) map[int]int {
@@ -134,6 +119,3 @@ targets = [%q]
 		t.Errorf("24 arrivals over %v", span)
 	}
 }
-
-// bytesBuffer is where the instances log.
-type bytesBuffer = bytes.Buffer

@@ -63,6 +63,17 @@ func startFile(t *testing.T, write func(path string, up string)) *running {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "limitproxy.toml")
 	write(path, up.URL)
+	logs := &syncWriter{w: &bytes.Buffer{}}
+	l, stop := serveFile(t, path, logs)
+	r := &running{dir: dir, path: path, proxy: "http://" + l.Proxy.String(), admin: "http://" + l.Admin.String(), upstream: up, logs: logs, stop: stop}
+	return r
+}
+
+// serveFile runs serve on the configuration file at path until the test
+// ends, and returns where it listens and a function that stops it (also
+// registered as a cleanup; stopping twice is harmless).
+func serveFile(t *testing.T, path string, logs *syncWriter) (listening, func()) {
+	t.Helper()
 	cfg, err := policy.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +81,6 @@ func startFile(t *testing.T, write func(path string, up string)) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan listening, 1)
 	done := make(chan error, 1)
-	logs := &syncWriter{w: &bytes.Buffer{}}
 	go func() { done <- serve(ctx, path, cfg, logs, ready) }()
 	var l listening
 	select {
@@ -78,15 +88,17 @@ func startFile(t *testing.T, write func(path string, up string)) *running {
 	case err := <-done:
 		t.Fatalf("serve: %v", err)
 	}
-	r := &running{dir: dir, path: path, proxy: "http://" + l.Proxy.String(), admin: "http://" + l.Admin.String(), upstream: up, logs: logs}
-	r.stop = func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		})
 	}
-	t.Cleanup(r.stop)
-	return r
+	t.Cleanup(stop)
+	return l, stop
 }
 
 // quota returns the q= of RateLimit-Policy for a request through the proxy.
