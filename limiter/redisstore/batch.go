@@ -40,7 +40,10 @@ type call struct {
 	done chan struct{}
 }
 
-// run decides through the batcher; ctx bounds the wait.
+// run decides through the batcher. The wait is bounded by the pipeline's
+// deadline (the store's timeout from when it is sent; a decision queued
+// behind pipelines in flight waits for one of them first, so at most about
+// two timeouts in all) and by ctx.
 func (b *batcher) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	c := &call{keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()

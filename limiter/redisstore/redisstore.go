@@ -19,20 +19,22 @@
 // shared time at which the exit is free, so the spacing holds across
 // instances, but a request whose client leaves still holds its place.
 //
-// Keys: Options.Prefix, a hash tag made of a hash of the client key (so all
-// keys of one decision share a Redis Cluster slot), and the limit's name.
+// Keys: Options.Prefix, a hash tag made of a 128-bit hash of the client key
+// (so all keys of one decision share a Redis Cluster slot), and the limit's
+// name.
 // Every key has a TTL that ends when its state would be a fresh key's.
 package redisstore
 
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,6 +89,8 @@ type Store struct {
 	fallback limiter.Store
 	breaker  *breaker
 	batch    *batcher
+	args     sync.Map     // a limit's Handle → []any, its encoded parameters
+	nargs    atomic.Int64 // entries in args
 	errors   atomic.Int64
 	lastErr  atomic.Pointer[error]
 }
@@ -164,7 +168,9 @@ func params(l limiter.Limit) ([5]int64, error) {
 		}
 		return int64(d / time.Microsecond), nil
 	}
-	tooBig := fmt.Errorf("%v: parameters too large for the Redis store's exact arithmetic (2^53 in Lua)", l.Algorithm())
+	tooBig := func() error {
+		return fmt.Errorf("%v: parameters too large for the Redis store's exact arithmetic (2^53 in Lua)", l.Algorithm())
+	}
 	cost := l.Cost()
 	switch l.Algorithm() {
 	case limiter.TokenBucket:
@@ -177,7 +183,7 @@ func params(l limiter.Limit) ([5]int64, error) {
 		g := gcd(earn, per)
 		pp, q := earn/g, per/g
 		if pp > exact/q || tb.Burst > exact/1_000_000/q {
-			return p, tooBig
+			return p, tooBig()
 		}
 		p = [5]int64{1, pp, q, tb.Burst, cost}
 	case limiter.LeakyBucket:
@@ -216,7 +222,7 @@ func params(l limiter.Limit) ([5]int64, error) {
 			return p, fmt.Errorf("sliding_window: window %v does not divide into %d slots of whole microseconds", sw.Window, sw.Slots)
 		}
 		if sw.Limit+1 > exact/w {
-			return p, tooBig
+			return p, tooBig()
 		}
 		p = [5]int64{5, sw.Limit, w, int64(sw.Slots), cost}
 	default:
@@ -232,13 +238,55 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// keyTag returns the hash tag of a client key: the same for every limit of
-// a decision, spread evenly over Redis Cluster slots, and never the key
-// itself (keys are not stored or logged).
-func keyTag(key string) string {
-	h := fnv.New128a()
-	h.Write([]byte(key))
-	return hex.EncodeToString(h.Sum(nil))
+// maxEncoded bounds the cache of encoded limit parameters.
+const maxEncoded = 4096
+
+// encoded returns the script arguments of a limit (algorithm, four
+// parameters, one spare), computed once per limit: a Limiter's limits never
+// change, and each has its own Handle, which keys the cache.
+func (s *Store) encoded(l *limiter.Limit) ([]any, error) {
+	if v, ok := s.args.Load(l.Handle()); ok {
+		return v.([]any), nil
+	}
+	p, err := params(*l)
+	if err != nil {
+		return nil, err
+	}
+	enc := []any{p[0], p[1], p[2], p[3], p[4], 0}
+	if h := l.Handle(); h != nil { // nil for a limit not bound by limiter.New
+		// Every reload brings new Limiters, so the cache is bounded: past
+		// maxEncoded entries it starts again (the live limits come back on
+		// their next decision).
+		if s.nargs.Add(1) > maxEncoded {
+			s.args.Clear()
+			s.nargs.Store(1)
+		}
+		s.args.Store(h, enc)
+	}
+	return enc, nil
+}
+
+// appendKey appends the Redis key of one limit's state for a client key:
+// prefix, a hash tag made of a 128-bit hash of the client key (the same
+// for every limit of a decision, spread evenly over Redis Cluster slots,
+// never the key itself: keys are not stored or logged), and the limit's
+// name. The hash is two FNV-1a 64 passes with different offsets, written
+// inline so that building a key allocates nothing but the key.
+func appendKey(b []byte, prefix, clientKey, name string) []byte {
+	const prime = 1099511628211
+	h1, h2 := uint64(14695981039346656037), uint64(0x6c62272e07bb0142)
+	for i := 0; i < len(clientKey); i++ {
+		h1 = (h1 ^ uint64(clientKey[i])) * prime
+		h2 = (h2 ^ uint64(clientKey[i])) * prime
+	}
+	var sum [16]byte
+	binary.BigEndian.PutUint64(sum[:8], h1)
+	binary.BigEndian.PutUint64(sum[8:], h2)
+	b = append(b, prefix...)
+	b = append(b, '{')
+	b = hex.AppendEncode(b, sum[:])
+	b = append(b, '}')
+	return append(b, name...)
 }
 
 // Decide implements limiter.Store. When Redis cannot decide in time, or the
@@ -286,17 +334,17 @@ func (s *Store) decide(ctx context.Context, limits []limiter.Limit, key string, 
 		at, slack = strconv.FormatInt(now.UnixNano()/1000, 10), 3600_000
 	}
 	args = append(args, at, n, len(limits), slack)
-	tag := "{" + keyTag(key) + "}"
+	var buf [256]byte
 	for i := range limits {
-		p, err := params(limits[i])
+		enc, err := s.encoded(&limits[i])
 		if err != nil {
 			return limiter.Decision{}, err
 		}
-		keys[i] = s.prefix + tag + limits[i].Name()
-		args = append(args, p[0], p[1], p[2], p[3], p[4], 0) // algorithm, 4 parameters, 1 spare
+		keys[i] = string(appendKey(buf[:0], s.prefix, key, limits[i].Name()))
+		args = append(args, enc...)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	// The pipeline that carries this decision has the store's timeout as
+	// its deadline; ctx can only end the wait sooner.
 	res, err := s.batch.run(ctx, keys, args)
 	if err != nil {
 		return limiter.Decision{}, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
