@@ -200,9 +200,22 @@ func validate(raw *rawFile, c *collector) *Config {
 			CertFile: t.CertFile.V, KeyFile: t.KeyFile.V,
 		}
 		oneOf(c, "server.tls.mode", t.Mode.V, "acme", "files")
-		// Serving TLS is issue 6; until then a TLS section is refused
-		// rather than silently served as plain HTTP.
-		c.add("server.tls", "HTTPS is not implemented yet in this build; remove [server.tls] to serve plain HTTP")
+		switch t.Mode.V {
+		case "files":
+			if t.CertFile.V == "" {
+				c.add("server.tls.cert_file", "is required when mode = \"files\"")
+			}
+			if t.KeyFile.V == "" {
+				c.add("server.tls.key_file", "is required when mode = \"files\"")
+			}
+			if !t.HTTPListen.Set {
+				cfg.Server.TLS.HTTPListen = "" // no redirect listener unless asked for
+			}
+		case "acme":
+			// Obtaining certificates is not in this build yet: refuse the
+			// section rather than serve plain HTTP where HTTPS was asked.
+			c.add("server.tls.mode", "\"acme\" is not implemented yet in this build; use \"files\" with certificates you provide")
+		}
 	}
 
 	cfg.Admin = Admin{Listen: raw.Admin.Listen.Or(DefaultAdminListen), TokenEnv: raw.Admin.TokenEnv.V}

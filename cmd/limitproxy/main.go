@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -218,6 +219,25 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
 		ErrorLog:          mustStdLog(log.Named("http")),
 	}
+	// HTTPS ([server.tls] mode = "files"): the certificate is loaded now,
+	// so that a bad one stops the start with a clear error.
+	var redirect *http.Server
+	var redirectLn net.Listener
+	if t := cfg.Server.TLS; t != nil {
+		certs, err := loadCertFiles(t.CertFile, t.KeyFile, log)
+		if err != nil {
+			return err
+		}
+		srv.TLSConfig = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
+		if t.HTTPListen != "" {
+			if redirectLn, err = net.Listen("tcp", t.HTTPListen); err != nil {
+				return fmt.Errorf("server.tls.http_listen %s: %w", t.HTTPListen, err)
+			}
+			defer redirectLn.Close()
+			_, port, _ := net.SplitHostPort(ln.Addr().String())
+			redirect = &http.Server{Handler: redirectToHTTPS(port), ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout}
+		}
+	}
 	var admin *http.Server
 	var adminLn net.Listener
 	if cfg.Admin.Listen != "" {
@@ -266,8 +286,15 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 		}
 	})
 
-	served := make(chan error, 2)
-	wg.Go(func() { served <- srv.Serve(ln) })
+	served := make(chan error, 3)
+	if srv.TLSConfig != nil {
+		wg.Go(func() { served <- srv.ServeTLS(ln, "", "") })
+	} else {
+		wg.Go(func() { served <- srv.Serve(ln) })
+	}
+	if redirect != nil {
+		wg.Go(func() { served <- redirect.Serve(redirectLn) })
+	}
 	if admin != nil {
 		wg.Go(func() { served <- admin.Serve(adminLn) })
 	}
@@ -298,6 +325,9 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 	}
 	if admin != nil {
 		admin.Close()
+	}
+	if redirect != nil {
+		redirect.Close()
 	}
 	log.Info("stopped")
 	return failed
