@@ -212,9 +212,9 @@ func validate(raw *rawFile, c *collector) *Config {
 				cfg.Server.TLS.HTTPListen = "" // no redirect listener unless asked for
 			}
 		case "acme":
-			// Obtaining certificates is not in this build yet: refuse the
-			// section rather than serve plain HTTP where HTTPS was asked.
-			c.add("server.tls.mode", "\"acme\" is not implemented yet in this build; use \"files\" with certificates you provide")
+			if len(t.Domains.V) == 0 {
+				c.add("server.tls.domains", "at least one domain is required when mode = \"acme\"")
+			}
 		}
 	}
 

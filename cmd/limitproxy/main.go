@@ -223,19 +223,37 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 	// so that a bad one stops the start with a clear error.
 	var redirect *http.Server
 	var redirectLn net.Listener
+	var managed *acme
 	if t := cfg.Server.TLS; t != nil {
-		certs, err := loadCertFiles(t.CertFile, t.KeyFile, log)
-		if err != nil {
-			return err
-		}
-		srv.TLSConfig = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
 		if t.HTTPListen != "" {
 			if redirectLn, err = net.Listen("tcp", t.HTTPListen); err != nil {
 				return fmt.Errorf("server.tls.http_listen %s: %w", t.HTTPListen, err)
 			}
 			defer redirectLn.Close()
-			_, port, _ := net.SplitHostPort(ln.Addr().String())
-			redirect = &http.Server{Handler: redirectToHTTPS(port), ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout}
+		}
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		var handler http.Handler = redirectToHTTPS(port)
+		switch t.Mode {
+		case "files":
+			certs, err := loadCertFiles(t.CertFile, t.KeyFile, log)
+			if err != nil {
+				return err
+			}
+			srv.TLSConfig = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
+		case "acme":
+			httpPort := 0
+			if redirectLn != nil {
+				httpPort = redirectLn.Addr().(*net.TCPAddr).Port
+			}
+			if managed, err = newACME(t, ln.Addr().(*net.TCPAddr).Port, httpPort, log); err != nil {
+				return err
+			}
+			defer managed.stop()
+			srv.TLSConfig = managed.tlsConfig()
+			handler = managed.challenge(handler)
+		}
+		if redirectLn != nil {
+			redirect = &http.Server{Handler: handler, ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout}
 		}
 	}
 	var admin *http.Server
@@ -298,21 +316,29 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 	if admin != nil {
 		wg.Go(func() { served <- admin.Serve(adminLn) })
 	}
+	var failed error
+	if managed != nil {
+		// The listeners answer the CA's challenges now; get the
+		// certificates before saying the proxy is ready.
+		if err := managed.obtain(ctx); err != nil {
+			failed = err
+		}
+	}
 	addrs := listening{Proxy: ln.Addr()}
 	if adminLn != nil {
 		addrs.Admin = adminLn.Addr()
 	}
 	log.Info("limitproxy started", zap.String("listen", ln.Addr().String()), zap.String("config", cfg.File),
 		zap.Int("policies", len(cfg.Policies)), zap.String("version", version))
-	if ready != nil {
-		ready <- addrs
-	}
-
-	var failed error
-	select {
-	case err := <-served:
-		failed = fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
+	if failed == nil {
+		if ready != nil {
+			ready <- addrs
+		}
+		select {
+		case err := <-served:
+			failed = fmt.Errorf("serve: %w", err)
+		case <-ctx.Done():
+		}
 	}
 	// Stop accepting; let requests in flight, queued ones included, finish
 	// within shutdown_timeout.

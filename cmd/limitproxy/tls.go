@@ -1,15 +1,21 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
+
+	"limitproxy/policy"
 )
 
 // certFiles serves the certificate of [server.tls] mode = "files", and
@@ -89,3 +95,68 @@ func redirectToHTTPS(tlsPort string) http.Handler {
 		http.Redirect(w, r, "https://"+host+r.URL.RequestURI(), http.StatusPermanentRedirect)
 	})
 }
+
+// acme is [server.tls] mode = "acme": certmagic, built explicitly (its own
+// cache and config; never certmagic.Default or DefaultACME).
+type acme struct {
+	cfg    *certmagic.Config
+	cache  *certmagic.Cache
+	issuer *certmagic.ACMEIssuer
+	t      *policy.TLS
+}
+
+// newACME prepares certificate management for t. tlsPort and httpPort are
+// the ports the CA will reach for TLS-ALPN-01 and HTTP-01 (the proxy's own
+// listeners, which must serve tlsConfig and challenge before obtain runs).
+func newACME(t *policy.TLS, tlsPort, httpPort int, log *zap.Logger) (*acme, error) {
+	var roots *x509.CertPool
+	if t.CARoot != "" {
+		pemBytes, err := os.ReadFile(t.CARoot)
+		if err != nil {
+			return nil, fmt.Errorf("server.tls.ca_root: %w", err)
+		}
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pemBytes) {
+			return nil, fmt.Errorf("server.tls.ca_root %s: no PEM certificate in it", t.CARoot)
+		}
+	}
+	a := &acme{t: t}
+	log = log.Named("tls")
+	a.cache = certmagic.NewCache(certmagic.CacheOptions{
+		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return a.cfg, nil },
+		Logger:           log,
+	})
+	a.cfg = certmagic.New(a.cache, certmagic.Config{Storage: &certmagic.FileStorage{Path: t.Storage}, Logger: log})
+	a.issuer = certmagic.NewACMEIssuer(a.cfg, certmagic.ACMEIssuer{
+		CA: t.CA, Email: t.Email, Agreed: true, TrustedRoots: roots,
+		// The challenges are answered by the proxy's own listeners: on
+		// these ports certmagic finds them in use and relies on them.
+		AltHTTPPort: httpPort, AltTLSALPNPort: tlsPort, Logger: log,
+	})
+	a.cfg.Issuers = []certmagic.Issuer{a.issuer}
+	return a, nil
+}
+
+// tlsConfig serves the managed certificates and TLS-ALPN-01 challenges.
+func (a *acme) tlsConfig() *tls.Config {
+	c := a.cfg.TLSConfig()
+	c.MinVersion = tls.VersionTLS12
+	c.NextProtos = append([]string{"h2", "http/1.1"}, c.NextProtos...)
+	return c
+}
+
+// challenge answers HTTP-01 challenges, and passes everything else to next.
+func (a *acme) challenge(next http.Handler) http.Handler { return a.issuer.HTTPChallengeHandler(next) }
+
+// obtain gets (or loads from storage) certificates for every domain and
+// keeps them renewed in the background; renewal failures are logged and
+// retried by certmagic, never fatal. An error names the domains, the CA
+// and why.
+func (a *acme) obtain(ctx context.Context) error {
+	if err := a.cfg.ManageSync(ctx, a.t.Domains); err != nil {
+		return fmt.Errorf("server.tls: obtaining certificates for %s from %s: %w", strings.Join(a.t.Domains, ", "), a.t.CA, err)
+	}
+	return nil
+}
+
+func (a *acme) stop() { a.cache.Stop() }
