@@ -121,4 +121,3 @@ http_listen = "127.0.0.1:0"
 		t.Errorf("start with an unreachable CA: %v; want an error naming %s", err, unreachable)
 	}
 }
-
