@@ -36,16 +36,30 @@ func freePort(t *testing.T) int {
 
 // TestACME runs Pebble, Let's Encrypt's test ACME server, in process on
 // loopback, with its validation pointed at limitproxy's own ports:
-// limitproxy obtains a certificate for localhost through its HTTP-01 and
-// TLS-ALPN-01 solvers, then serves HTTPS through to an upstream, and the
-// client verifies the chain against Pebble's root.
+// limitproxy obtains a certificate for localhost, then serves HTTPS
+// through to an upstream, and the client verifies the chain against
+// Pebble's root. It runs once with only HTTP-01 reachable (Pebble's
+// TLS-ALPN-01 port is a dead one) and once with only TLS-ALPN-01, so that
+// each solver is shown to work.
 func TestACME(t *testing.T) {
 	t.Setenv("PEBBLE_VA_NOSLEEP", "1") // Pebble otherwise waits up to 15s before validating
+	t.Run("http-01", func(t *testing.T) { acmeRun(t, true, false) })
+	t.Run("tls-alpn-01", func(t *testing.T) { acmeRun(t, false, true) })
+}
+
+func acmeRun(t *testing.T, viaHTTP, viaTLS bool) {
 	quiet := log.New(io.Discard, "", 0)
 	store := db.NewMemoryStore()
 	authority := ca.New(quiet, store, "", "ecdsa", 0, 1, map[string]ca.Profile{"default": {Description: "default"}})
 	httpPort, tlsPort := freePort(t), freePort(t)
-	validator := va.New(quiet, httpPort, tlsPort, false, "", store)
+	vaHTTP, vaTLS := freePort(t), freePort(t) // nobody listens there
+	if viaHTTP {
+		vaHTTP = httpPort
+	}
+	if viaTLS {
+		vaTLS = tlsPort
+	}
+	validator := va.New(quiet, vaHTTP, vaTLS, false, "", store)
 	front := wfe.New(quiet, store, validator, authority, nil, false, false, 3, 5)
 	pebble := httptest.NewTLSServer(front.Handler())
 	defer pebble.Close()
