@@ -39,6 +39,7 @@ type Handler struct {
 	log     *zap.Logger
 	acc     *zap.Logger // access log; nil when off
 	buffers *bufferPool // ReverseProxy's copy buffers, shared by every upstream
+	metrics *Metrics    // nil: none
 }
 
 // snapshot is a policy set with what is built once for it: the upstream
@@ -56,6 +57,8 @@ type Options struct {
 	Logger *zap.Logger
 	// AccessLog turns the access log on.
 	AccessLog bool
+	// Metrics, if not nil, receives SPEC §8's data-path metrics.
+	Metrics *Metrics
 	// Now is the clock the limiters see. nil means a clock that follows
 	// the wall clock at start-up and then the monotonic clock, so it never
 	// steps back when the wall clock is corrected.
@@ -72,7 +75,7 @@ func MonotonicClock() func() time.Time {
 
 // New returns a handler serving set.
 func New(set *policy.Set, o Options) *Handler {
-	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool()}
+	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics}
 	if h.now == nil {
 		h.now = MonotonicClock()
 	}
@@ -151,7 +154,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		decision string
 		wait     time.Duration
 	)
-	defer func() { h.logAccess(r, rec, start, p, decision, wait) }()
+	defer func() {
+		name := ""
+		if p != nil {
+			name = p.Name
+		}
+		h.metrics.decision(name, decision)
+		h.logAccess(r, rec, start, p, decision, wait)
+	}()
 
 	p, ok := snap.set.Match(r)
 	if !ok {
@@ -203,8 +213,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.log.Debug("shadow policy would delay", zap.String("policy", p.Name), zap.Duration("delay", d.Delay))
 	case d.Delay > 0:
 		decision = Queued
+		h.metrics.queued(p.Name, 1)
 		err := d.Wait(r.Context())
+		h.metrics.queued(p.Name, -1)
 		wait = h.now().Sub(start)
+		h.metrics.waited(p.Name, wait)
 		if err != nil {
 			// The client left while queued: it has left the queue and is
 			// never forwarded; there is no one to answer.
@@ -228,7 +241,11 @@ func keyNames(p *policy.Policy) string {
 func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *policy.Policy) {
 	t := snap.pools[p.Upstream].pick()
 	w.upstream = p.Upstream
+	begin := h.now()
 	t.proxy.ServeHTTP(w, r)
+	if w.status != statusClientClosed {
+		h.metrics.forwarded(p.Upstream, w.statusCode(), h.now().Sub(begin))
+	}
 }
 
 // logAccess writes SPEC §8's access-log line. Rejections are logged at

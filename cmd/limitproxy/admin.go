@@ -9,15 +9,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"limitproxy/policy"
 )
 
-// adminHandler serves SPEC §8's admin API (the part that exists so far):
-// GET /healthz, GET /readyz, GET /api/v1/config and POST /api/v1/reload.
+// adminHandler serves SPEC §8's admin API: GET /healthz, GET /readyz,
+// GET /metrics, GET /api/v1/config and POST /api/v1/reload.
 // With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
 // constant time.
-func adminHandler(r *reloader, ready func(context.Context) error, token string) http.Handler {
+func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -48,6 +51,7 @@ func adminHandler(r *reloader, ready func(context.Context) error, token string) 
 		if strings.HasPrefix(req.URL.Path, "/api/") {
 			got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				m.unauthorized.Inc()
 				w.Header().Set("WWW-Authenticate", `Bearer realm="limitproxy"`)
 				writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "a valid bearer token is required"})
 				return

@@ -204,8 +204,10 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 	if err != nil {
 		return err
 	}
-	handler := proxy.New(set, proxy.Options{Logger: log, AccessLog: cfg.Log.Access, Now: now})
-	reload := newReloader(path, cfg, st, handler, level, log, now)
+	var reload *reloader
+	m := newMetrics(st, func() *reloadStatus { return reload.Status() }, cfg.Store.Backend)
+	handler := proxy.New(set, proxy.Options{Logger: log, AccessLog: cfg.Log.Access, Now: now, Metrics: m.proxy})
+	reload = newReloader(path, cfg, st, handler, level, log, now)
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
@@ -269,7 +271,7 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 			return fmt.Errorf("admin: listen %s: %w", cfg.Admin.Listen, err)
 		}
 		defer adminLn.Close()
-		admin = &http.Server{Handler: adminHandler(reload, st.ready, token), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminHandler(reload, st.ready, m, token), ReadHeaderTimeout: 5 * time.Second}
 	}
 
 	// Background work, stopped after the servers have drained.

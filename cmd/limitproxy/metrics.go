@@ -1,0 +1,58 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"limitproxy/proxy"
+)
+
+// metrics is the process's registry: SPEC §8's metrics (the data path's
+// from proxy.Metrics; the store's and the reloads' read from their sources
+// at each scrape), Go runtime and process metrics, and a counter of
+// refused admin requests.
+type metrics struct {
+	reg          *prometheus.Registry
+	proxy        *proxy.Metrics
+	unauthorized prometheus.Counter
+}
+
+func newMetrics(st *stores, reload func() *reloadStatus, backend string) *metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &metrics{reg: reg, proxy: proxy.NewMetrics(reg)}
+	m.unauthorized = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "limitproxy_admin_unauthorized_total",
+		Help: "Admin API requests refused for a missing or wrong bearer token.",
+	})
+	labels := prometheus.Labels{"backend": backend}
+	reg.MustRegister(m.unauthorized,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitproxy_store_errors_total", ConstLabels: labels,
+			Help: "Decisions the store failed to make in time (they followed on_error)."}, func() float64 {
+			if st.redis == nil {
+				return 0
+			}
+			return float64(st.redis.Errors())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitproxy_store_keys", ConstLabels: labels,
+			Help: "Client keys tracked in memory (the memory store, or Redis's on_error fallback)."}, func() float64 {
+			return float64(st.memory.Len())
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitproxy_store_evictions_total", ConstLabels: labels,
+			Help: "Keys dropped before their state was fresh, to stay within max_keys."}, func() float64 {
+			return float64(st.memory.Evictions())
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitproxy_config_reloads_total", ConstLabels: prometheus.Labels{"result": "success"},
+			Help: "Configuration reloads, by result."}, func() float64 { return float64(reload().Successes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitproxy_config_reloads_total", ConstLabels: prometheus.Labels{"result": "failure"},
+			Help: "Configuration reloads, by result."}, func() float64 { return float64(reload().Failures) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitproxy_config_last_reload_successful",
+			Help: "1 if the last reload attempt succeeded (or none was made), else 0."}, func() float64 {
+			if reload().LastError != nil {
+				return 0
+			}
+			return 1
+		}),
+	)
+	return m
+}

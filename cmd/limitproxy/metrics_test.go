@@ -1,0 +1,96 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestMetrics sends known traffic and scrapes /metrics: SPEC §8's names,
+// labels and counts, runtime and process metrics, and no client key in any
+// label. With token_env set, /api/ refuses a missing token with 401 and
+// counts it.
+func TestMetrics(t *testing.T) {
+	t.Setenv("LIMITPROXY_TEST_TOKEN", "s3cret")
+	r := startFile(t, func(path, up string) {
+		text := strings.Replace(config(up, 2, "1/h", ""), "[admin]\nlisten = \"127.0.0.1:0\"",
+			"[admin]\nlisten = \"127.0.0.1:0\"\ntoken_env = \"LIMITPROXY_TEST_TOKEN\"", 1)
+		text = strings.Replace(text, "[[policy]]\nname = \"all\"", `[[policy]]
+name = "sh"
+upstream = "app"
+mode = "shadow"
+match = { path = "/s" }
+  [[policy.limits]]
+  algorithm = "fixed_window"
+  limit = 1
+  window = "1h"
+[[policy]]
+name = "all"
+match = { path_prefix = "/x" }`, 1)
+		os.WriteFile(path, []byte(text), 0o644)
+	})
+	get := func(path string) int {
+		resp, err := http.Get(r.proxy + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, p := range []string{"/x", "/x", "/x", "/s", "/s", "/nope"} {
+		get(p)
+	}
+	resp, err := http.Post(r.admin+"/api/v1/reload", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") == "" {
+		t.Errorf("reload without the token: %d", resp.StatusCode)
+	}
+	resp, err = http.Get(r.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for _, want := range []string{
+		`limitproxy_requests_total{decision="allowed",policy="all"} 2`,
+		`limitproxy_requests_total{decision="rejected",policy="all"} 1`,
+		`limitproxy_requests_total{decision="allowed",policy="sh"} 1`,
+		`limitproxy_requests_total{decision="shadow_rejected",policy="sh"} 1`,
+		`limitproxy_requests_total{decision="unmatched",policy=""} 1`,
+		`limitproxy_upstream_duration_seconds_count{code="200",upstream="app"} 4`,
+		`limitproxy_config_reloads_total{result="failure"} 0`,
+		`limitproxy_config_last_reload_successful 1`,
+		`limitproxy_store_keys{backend="memory"} 2`,
+		`limitproxy_store_evictions_total{backend="memory"} 0`,
+		`limitproxy_store_errors_total{backend="memory"} 0`,
+		`limitproxy_admin_unauthorized_total 1`,
+		`go_goroutines `,
+		`process_cpu_seconds_total `,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "limitproxy_") && strings.Contains(line, "127.0.0.1") {
+			t.Errorf("a client address in a label: %s", line)
+		}
+	}
+	// With the token, the API answers.
+	req, _ := http.NewRequest("GET", r.admin+"/api/v1/config", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /api/v1/config with the token: %d", resp.StatusCode)
+	}
+}
