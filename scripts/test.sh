@@ -47,6 +47,13 @@ staticcheck ./...
 step "go test -race"
 go test -race -count=1 ./...
 
+# The Dockerfile's build step, checked here since no Docker engine runs
+# where this is developed: a static binary that runs.
+step "static build (Dockerfile)"
+bin=$(mktemp -d)
+scripts/build-static.sh --check "$bin/limitproxy" test
+rm -rf "$bin"
+
 # Each fuzz target briefly, past its seed corpus (the seeds also run as
 # ordinary tests above).
 step "go test -fuzz (briefly)"

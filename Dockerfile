@@ -1,0 +1,29 @@
+# limitproxy: a static binary on an empty image, running as a non-root user.
+#   docker build -t limitproxy .
+#   docker run -p 8080:8080 -v $PWD/my.toml:/etc/limitproxy/config.toml limitproxy
+# The build step is scripts/build-static.sh, which `make test` also runs
+# (with --check: the binary is static and runs), since no Docker engine runs
+# where this is developed.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN scripts/build-static.sh /out/limitproxy "$VERSION"
+# The directory the default storage for ACME certificates lives in.
+RUN mkdir -p /out/var/lib/limitproxy && chown 65532:65532 /out/var/lib/limitproxy
+
+FROM scratch
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+COPY --from=build /out/limitproxy /limitproxy
+COPY --from=build --chown=65532:65532 /out/var/lib/limitproxy /var/lib/limitproxy
+COPY config.example.toml /etc/limitproxy/config.toml
+# Non-root, numerically (there is no /etc/passwd in scratch).
+USER 65532:65532
+WORKDIR /var/lib/limitproxy
+# The proxy, and the admin API and metrics (the example binds the admin
+# listener to 127.0.0.1; set [admin] listen = ":9091" to reach it).
+EXPOSE 8080 9091
+ENTRYPOINT ["/limitproxy"]
+CMD ["-config", "/etc/limitproxy/config.toml"]
