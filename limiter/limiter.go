@@ -269,6 +269,17 @@ func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64)
 	return l.store.Decide(ctx, l.limits, key, now, n)
 }
 
+// Peek returns the decision Allow would return for key at now, without
+// changing any state.
+func (l *Limiter) Peek(ctx context.Context, key string, now time.Time) (Decision, error) {
+	return l.store.Peek(ctx, l.limits, key, now, 1)
+}
+
+// Reset forgets key's state for every limit of l.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	return l.store.Reset(ctx, l.limits, key)
+}
+
 // Policy returns the policy name l was built with.
 func (l *Limiter) Policy() string { return l.policy }
 

@@ -28,6 +28,17 @@ type Store interface {
 	// An error means no decision was made; wrap ErrStoreUnavailable when the
 	// backend could not be reached in time.
 	Decide(ctx context.Context, limits []Limit, key string, now time.Time, n int64) (Decision, error)
+
+	// Peek returns the decision Decide would return for the same
+	// arguments, without changing any state (the admin API's view of one
+	// client). A leaky bucket's Decision carries no place in the queue.
+	Peek(ctx context.Context, limits []Limit, key string, now time.Time, n int64) (Decision, error)
+
+	// Reset forgets key's state for every limit in limits, so that its
+	// next request is a fresh key's (the admin API's "unblock this
+	// client"). Requests already waiting in a leaky-bucket queue keep their
+	// places.
+	Reset(ctx context.Context, limits []Limit, key string) error
 }
 
 // ErrStoreUnavailable is wrapped by the errors a Store returns when its

@@ -38,6 +38,45 @@ func RunWith(t *testing.T, newStore NewStore, o Options) {
 	t.Run("MultiLimit", func(t *testing.T) { RunMultiLimit(t, newStore) })
 	t.Run("Concurrent", func(t *testing.T) { RunConcurrent(t, newStore) })
 	t.Run("Reload", func(t *testing.T) { RunReload(t, newStore) })
+	t.Run("PeekReset", func(t *testing.T) { RunPeekReset(t, newStore) })
+}
+
+// RunPeekReset checks the admin operations: Peek shows what Allow would
+// decide without consuming anything, and Reset makes a key fresh again
+// without touching other keys.
+func RunPeekReset(t *testing.T, newStore NewStore) {
+	m := must(t)
+	store := newStore(t)
+	ctx := context.Background()
+	now := time.Unix(0, base)
+	tb := m(limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Hour}, Burst: 3}))
+	fw := m(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 5, Window: time.Hour}))
+	l := mustNew(t, store, "admin", tb, fw)
+	for range 3 {
+		l.Allow(ctx, "a", now, 1)
+		l.Allow(ctx, "b", now, 1)
+	}
+	for range 2 { // peeking twice changes nothing
+		d, err := l.Peek(ctx, "a", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed || d.Index != 0 || d.Remaining != 0 || d.RetryAfter != time.Hour {
+			t.Fatalf("Peek of a drained bucket: %+v", d)
+		}
+	}
+	if d, _ := l.Peek(ctx, "fresh", now); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("Peek of a fresh key: %+v, want allowed with 2 left after it", d)
+	}
+	if err := l.Reset(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Allow(ctx, "a", now, 1); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("after Reset: %+v, want a fresh key", d)
+	}
+	if d, _ := l.Allow(ctx, "b", now, 1); d.Allowed {
+		t.Fatalf("Reset of a reset b too: %+v", d)
+	}
 }
 
 // base is a Unix instant on a whole day, far from the epoch.

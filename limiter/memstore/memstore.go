@@ -215,6 +215,42 @@ func (s *Store) Decide(_ context.Context, limits []limiter.Limit, key string, no
 	return d, nil
 }
 
+// Peek implements limiter.Store: every limit decided without writing.
+func (s *Store) Peek(_ context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+	h := s.hash(key)
+	sh := s.shardOf(h)
+	var d limiter.Decision
+	sh.mu.Lock()
+	for i := range limits {
+		d.Merge(i, s.step(sh, s.handle(&limits[i]), &limits[i], h, now, n, false))
+	}
+	sh.mu.Unlock()
+	return d, nil
+}
+
+// Reset implements limiter.Store.
+func (s *Store) Reset(_ context.Context, limits []limiter.Limit, key string) error {
+	h := s.hash(key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for i := range limits {
+		id := s.handle(&limits[i])
+		if int(id) >= len(sh.tabs) || sh.tabs[id] == nil || sh.tabs[id].lim == nil {
+			continue
+		}
+		t := sh.tabs[id]
+		for p := 0; p < t.size(); p++ {
+			if t.hashAt(p) == h {
+				t.deleteAt(p)
+				sh.keys--
+				break
+			}
+		}
+	}
+	return nil
+}
+
 // handle returns the index of lim's tables, memoised in the limit.
 func (s *Store) handle(lim *limiter.Limit) int32 {
 	memo := lim.Handle()

@@ -20,6 +20,8 @@ local count = tonumber(ARGV[3])
 -- are both Redis's clock; tests that pass their own instants set it, since
 -- Redis expires keys on its clock, not theirs.
 local slack = tonumber(ARGV[4])
+-- "1": decide and write nothing (the admin API's peek at one client).
+local dry = ARGV[5] == '1'
 local NPARAMS = 5
 local MICRO = 1000000
 
@@ -252,14 +254,14 @@ end
 local steps = {token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window}
 if count == 1 then
   -- One limit, the common case: no tables to gather and replay.
-  local allowed, retry, remaining, reset, delay, write = steps[tonumber(ARGV[5])](KEYS[1],
-    tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]))
-  if write then write() end
+  local allowed, retry, remaining, reset, delay, write = steps[tonumber(ARGV[6])](KEYS[1],
+    tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]))
+  if write and not dry then write() end
   return {allowed, retry, remaining, reset, delay, now}
 end
 local out, writes, all = {}, {}, true
 for i = 1, count do
-  local a = 4 + (i - 1) * (NPARAMS + 1)
+  local a = 5 + (i - 1) * (NPARAMS + 1)
   local alg = tonumber(ARGV[a + 1])
   local allowed, retry, remaining, reset, delay, write = steps[alg](KEYS[i],
     tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
@@ -270,7 +272,7 @@ end
 for i = 1, count do
   -- A single limit writes even when it rejects (a trimmed log, an
   -- advanced bucket): that changes nothing a later request would see.
-  if writes[i] and (all or count == 1) then writes[i]() end
+  if writes[i] and all and not dry then writes[i]() end
 end
 table.insert(out, now)
 return out

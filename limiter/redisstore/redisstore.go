@@ -324,8 +324,35 @@ func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, key string
 	return limiter.Decision{RetryAfter: retry, Limit: capacity(limits[0]), ResetAt: now.Add(retry)}, nil
 }
 
+// Peek implements limiter.Store. It asks Redis, past the breaker, and
+// returns Redis's error rather than following on_error.
+func (s *Store) Peek(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+	return s.run(ctx, limits, key, now, n, true)
+}
+
+// Reset implements limiter.Store: it deletes the key's state for every
+// limit (one DEL; the keys share a hash tag, so also on Redis Cluster).
+func (s *Store) Reset(ctx context.Context, limits []limiter.Limit, key string) error {
+	keys := make([]string, len(limits))
+	var buf [256]byte
+	for i := range limits {
+		keys[i] = string(appendKey(buf[:0], s.prefix, key, limits[i].Name()))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.c.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
 // decide asks Redis.
 func (s *Store) decide(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+	return s.run(ctx, limits, key, now, n, false)
+}
+
+// run runs the script; dry decides without writing.
+func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64, dry bool) (limiter.Decision, error) {
 	keys := make([]string, len(limits))
 	args := make([]any, 0, 4+6*len(limits))
 	at, slack := "", 0
@@ -333,7 +360,11 @@ func (s *Store) decide(ctx context.Context, limits []limiter.Limit, key string, 
 		// The caller's instants; keys must outlive them on Redis's clock.
 		at, slack = strconv.FormatInt(now.UnixNano()/1000, 10), 3600_000
 	}
-	args = append(args, at, n, len(limits), slack)
+	flag := "0"
+	if dry {
+		flag = "1"
+	}
+	args = append(args, at, n, len(limits), slack, flag)
 	var buf [256]byte
 	for i := range limits {
 		enc, err := s.encoded(&limits[i])
