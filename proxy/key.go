@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -182,6 +183,32 @@ func clientKey(r *http.Request, p *policy.Policy, s *policy.Server) (key string,
 	}
 	ip, _ := keyPart(r, policy.KeyPart{Kind: policy.KeyIP}, s)
 	return "ip=" + ip, keyOK
+}
+
+// KeyFor builds the client key of policy p from raw values of its key
+// parts, in order, the way the data path builds it from a request: an ip
+// part is parsed and grouped by ipv6_prefix, the others are taken as they
+// are. The admin API uses it to find one client's state.
+func KeyFor(p *policy.Policy, s *policy.Server, values []string) (string, error) {
+	if len(values) != len(p.Key) {
+		return "", fmt.Errorf("policy %q has %d key parts (%s); got %d values", p.Name, len(p.Key), keyNames(p), len(values))
+	}
+	var b []byte
+	for i, part := range p.Key {
+		v := values[i]
+		if part.Kind == policy.KeyIP {
+			a, err := netip.ParseAddr(v)
+			if err != nil {
+				return "", fmt.Errorf("key part %d (ip): %q is not an address", i, v)
+			}
+			v = groupIPv6(a.Unmap(), s.IPv6Prefix).String()
+		}
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		b = append(b, v...)
+		b = append(b, ';')
+	}
+	return string(b), nil
 }
 
 func keyPart(r *http.Request, part policy.KeyPart, s *policy.Server) (string, bool) {

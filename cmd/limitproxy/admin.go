@@ -6,16 +6,19 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"limitproxy/policy"
+	"limitproxy/proxy"
 )
 
 // adminHandler serves SPEC §8's admin API: GET /healthz, GET /readyz,
-// GET /metrics, GET /api/v1/config and POST /api/v1/reload.
+// GET /metrics, GET /api/v1/config, POST /api/v1/reload, and GET and DELETE
+// /api/v1/policies/{policy}/keys/{key} (inspect or reset one client).
 // With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
 // constant time.
 func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string) http.Handler {
@@ -35,6 +38,62 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 	})
 	mux.HandleFunc("GET /api/v1/config", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, configView(r.Status()))
+	})
+	// One client's state: {key} is the raw value of the policy's key part
+	// (an IP, an API key...); for a policy with several parts, give each in
+	// order as ?part=…&part=… and any {key}.
+	clientKey := func(w http.ResponseWriter, req *http.Request) (*policy.Policy, string, bool) {
+		set := r.handler.Set()
+		var p *policy.Policy
+		for _, q := range set.Policies {
+			if q.Name == req.PathValue("policy") {
+				p = q
+			}
+		}
+		if p == nil {
+			writeJSON(w, http.StatusNotFound, map[string]any{"error": "no policy " + strconv.Quote(req.PathValue("policy"))})
+			return nil, "", false
+		}
+		values := []string{req.PathValue("key")}
+		if len(p.Key) != 1 {
+			values = req.URL.Query()["part"]
+		}
+		key, err := proxy.KeyFor(p, &set.Config.Server, values)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+			return nil, "", false
+		}
+		return p, key, true
+	}
+	mux.HandleFunc("GET /api/v1/policies/{policy}/keys/{key}", func(w http.ResponseWriter, req *http.Request) {
+		p, key, ok := clientKey(w, req)
+		if !ok {
+			return
+		}
+		now := r.now()
+		d, err := p.Limiter.Peek(req.Context(), key, now)
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+			return
+		}
+		_, window := p.Limits[d.Index].Quota()
+		writeJSON(w, http.StatusOK, map[string]any{
+			"policy": p.Name, "next_request_allowed": d.Allowed,
+			"limit": d.Limit, "remaining": d.Remaining, "window_seconds": window.Seconds(),
+			"limiting": p.Limits[d.Index].String(), "reset_in_seconds": d.ResetAt.Sub(now).Seconds(),
+			"retry_after_seconds": d.RetryAfter.Seconds(),
+		})
+	})
+	mux.HandleFunc("DELETE /api/v1/policies/{policy}/keys/{key}", func(w http.ResponseWriter, req *http.Request) {
+		p, key, ok := clientKey(w, req)
+		if !ok {
+			return
+		}
+		if err := p.Limiter.Reset(req.Context(), key); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /api/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if err := r.reload("api"); err != nil {

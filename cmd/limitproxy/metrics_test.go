@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -92,5 +93,47 @@ match = { path_prefix = "/x" }`, 1)
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Errorf("GET /api/v1/config with the token: %d", resp.StatusCode)
+	}
+}
+
+// TestClientKeyAPI inspects and resets one client through the admin API:
+// a drained client shows no remaining quota; after DELETE it is admitted.
+func TestClientKeyAPI(t *testing.T) {
+	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(config(up, 2, "1/h", "")), 0o644) })
+	status := func(method, url string) (int, map[string]any) {
+		req, _ := http.NewRequest(method, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		json.NewDecoder(resp.Body).Decode(&v)
+		return resp.StatusCode, v
+	}
+	for range 3 {
+		status("GET", r.proxy+"/x")
+	}
+	if s, _ := status("GET", r.proxy+"/x"); s != 429 {
+		t.Fatalf("drained client: %d", s)
+	}
+	s, v := status("GET", r.admin+"/api/v1/policies/all/keys/127.0.0.1")
+	if s != 200 || v["next_request_allowed"] != false || v["remaining"] != float64(0) || v["limit"] != float64(2) {
+		t.Fatalf("GET one client: %d %v", s, v)
+	}
+	if s, v := status("GET", r.admin+"/api/v1/policies/all/keys/127.0.0.1"); s != 200 || v["remaining"] != float64(0) {
+		t.Fatalf("looking changed the state: %v", v)
+	}
+	if s, _ := status("DELETE", r.admin+"/api/v1/policies/all/keys/127.0.0.1"); s != 204 {
+		t.Fatalf("DELETE one client: %d", s)
+	}
+	if s, _ := status("GET", r.proxy+"/x"); s != 200 {
+		t.Fatalf("after the reset the client got %d", s)
+	}
+	if s, _ := status("GET", r.admin+"/api/v1/policies/none/keys/127.0.0.1"); s != 404 {
+		t.Errorf("unknown policy: %d", s)
+	}
+	if s, _ := status("GET", r.admin+"/api/v1/policies/all/keys/not-an-ip"); s != 400 {
+		t.Errorf("a bad address: %d", s)
 	}
 }
