@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test bench-limiter bench-proxy bench-redis
+.PHONY: test bench-limiter bench-proxy bench-redis bench-accuracy
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -16,3 +16,7 @@ bench-proxy:
 # Regenerates the Redis section of BENCHMARKS.md (about 3 minutes).
 bench-redis:
 	bench/redis.sh 5
+
+# Regenerates the accuracy section of BENCHMARKS.md (a second; deterministic).
+bench-accuracy:
+	bench/accuracy.sh 1
