@@ -184,7 +184,7 @@ func (m *Matcher) String() string {
 func (m *Matcher) IsCatchAll() bool { return m.all }
 
 func matchHost(patterns []string, host string) bool {
-	host = strings.ToLower(stripPort(host))
+	host = strings.ToLower(HostName(host))
 	for _, p := range patterns {
 		if suffix, ok := strings.CutPrefix(p, "*"); ok {
 			if strings.HasSuffix(host, suffix) && len(host) > len(suffix) {
@@ -197,9 +197,10 @@ func matchHost(patterns []string, host string) bool {
 	return false
 }
 
-// stripPort removes a :port from a Host header value, keeping IPv6
-// brackets' content.
-func stripPort(host string) string {
+// HostName returns a Host header value without its :port (and an IPv6
+// literal without its brackets): what host matching and the "host" key part
+// compare.
+func HostName(host string) string {
 	if strings.HasPrefix(host, "[") {
 		if i := strings.Index(host, "]"); i > 0 {
 			return host[1:i]

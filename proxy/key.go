@@ -150,18 +150,11 @@ func clientKey(r *http.Request, p *policy.Policy, s *policy.Server) (key string,
 			// The common case, without an intermediate string.
 			if a, ok := clientIP(r, s.TrustedProxies); ok {
 				var ipb [64]byte
-				ip := groupIPv6(a, s.IPv6Prefix).AppendTo(ipb[:0])
-				b = strconv.AppendInt(b, int64(len(ip)), 10)
-				b = append(b, ':')
-				b = append(b, ip...)
-				b = append(b, ';')
+				b = appendPart(b, groupIPv6(a, s.IPv6Prefix).AppendTo(ipb[:0]))
 				continue
 			}
 		} else if v, ok := keyPart(r, part, s); ok {
-			b = strconv.AppendInt(b, int64(len(v)), 10)
-			b = append(b, ':')
-			b = append(b, v...)
-			b = append(b, ';')
+			b = appendPart(b, []byte(v))
 			continue
 		}
 		missing = true
@@ -203,12 +196,17 @@ func KeyFor(p *policy.Policy, s *policy.Server, values []string) (string, error)
 			}
 			v = groupIPv6(a.Unmap(), s.IPv6Prefix).String()
 		}
-		b = strconv.AppendInt(b, int64(len(v)), 10)
-		b = append(b, ':')
-		b = append(b, v...)
-		b = append(b, ';')
+		b = appendPart(b, []byte(v))
 	}
 	return string(b), nil
+}
+
+// appendPart appends one present key part, length-prefixed: "13:203.0.113.7;".
+func appendPart(b, v []byte) []byte {
+	b = strconv.AppendInt(b, int64(len(v)), 10)
+	b = append(b, ':')
+	b = append(b, v...)
+	return append(b, ';')
 }
 
 func keyPart(r *http.Request, part policy.KeyPart, s *policy.Server) (string, bool) {
@@ -238,23 +236,11 @@ func keyPart(r *http.Request, part policy.KeyPart, s *policy.Server) (string, bo
 		}
 		return c.Value, true
 	case policy.KeyHost:
-		return strings.ToLower(hostOnly(r.Host)), true
+		return strings.ToLower(policy.HostName(r.Host)), true
 	case policy.KeyMethod:
 		return r.Method, true
 	case policy.KeyPath:
 		return r.URL.Path, true
 	}
 	return "", false
-}
-
-func hostOnly(host string) string {
-	if strings.HasPrefix(host, "[") {
-		if i := strings.Index(host, "]"); i > 0 {
-			return host[1:i]
-		}
-	}
-	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.Count(host, ":") == 1 {
-		return host[:i]
-	}
-	return host
 }

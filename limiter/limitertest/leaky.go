@@ -225,17 +225,22 @@ func (m *lbModel) allow(now, c int64) (result, time.Duration) {
 	return r, time.Duration(leave - now)
 }
 
+// leakyParams draws a random leaky bucket, its max_wait a multiple of res.
+func leakyParams(rng *rand.Rand, res int64) limiter.LeakyBucketParams {
+	return limiter.LeakyBucketParams{
+		Rate:    limiter.Rate{N: 1 + rng.Int64N(20), Per: []time.Duration{time.Second, 3 * time.Second, time.Minute}[rng.IntN(3)]},
+		Queue:   rng.Int64N(8),
+		MaxWait: time.Duration(rng.Int64N(int64(5*time.Second)) / res * res),
+	}
+}
+
 // leakyModel runs random arrivals through the store and the model, and also
 // checks that every admitted request is released exactly at its departure.
 func leakyModel(t *testing.T, store limiter.Store) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 7))
 	for trial := range 6 {
-		p := limiter.LeakyBucketParams{
-			Rate:    limiter.Rate{N: 1 + rng.Int64N(20), Per: []time.Duration{time.Second, 3 * time.Second, time.Minute}[rng.IntN(3)]},
-			Queue:   rng.Int64N(8),
-			MaxWait: time.Duration(rng.Int64N(int64(5 * time.Second))),
-		}
+		p := leakyParams(rng, 1)
 		lim := must(t)(limiter.NewLeakyBucket(p))
 		l := mustNew(t, store, "leaky-model-"+string(rune('a'+trial)), lim)
 		interval := (int64(p.Rate.Per) + p.Rate.N - 1) / p.Rate.N
@@ -291,11 +296,7 @@ func RunLeakyVirtual(t *testing.T, newStore NewStore, o Options) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 7))
 	for trial := range 6 {
-		p := limiter.LeakyBucketParams{
-			Rate:    limiter.Rate{N: 1 + rng.Int64N(20), Per: []time.Duration{time.Second, 3 * time.Second, time.Minute}[rng.IntN(3)]},
-			Queue:   rng.Int64N(8),
-			MaxWait: time.Duration(rng.Int64N(int64(5*time.Second)) / res * res),
-		}
+		p := leakyParams(rng, res)
 		lim := must(t)(limiter.NewLeakyBucket(p))
 		l := mustNew(t, store, "leaky-virtual-"+string(rune('a'+trial)), lim)
 		// The store rounds the interval up to its resolution.

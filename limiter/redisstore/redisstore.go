@@ -32,7 +32,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -317,11 +316,11 @@ func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, key string
 	case "local":
 		return s.fallback.Decide(ctx, limits, key, now, n)
 	case "allow":
-		q := capacity(limits[0])
+		q := quota(limits[0])
 		return limiter.Decision{Allowed: true, Limit: q, Remaining: q, ResetAt: now}, nil
 	}
 	retry := max(time.Second, s.breaker.retryAt().Sub(now))
-	return limiter.Decision{RetryAfter: retry, Limit: capacity(limits[0]), ResetAt: now.Add(retry)}, nil
+	return limiter.Decision{RetryAfter: retry, Limit: quota(limits[0]), ResetAt: now.Add(retry)}, nil
 }
 
 // Peek implements limiter.Store. It asks Redis, past the breaker, and
@@ -395,7 +394,7 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now
 			// Relative to the instant the script used, applied to the
 			// caller's: headers stay right whatever the clocks say.
 			ResetAt: now.Add(us(r[3] - redisNow)),
-			Limit:   capacity(limits[i]),
+			Limit:   quota(limits[i]),
 		}
 		switch {
 		case r[1] < 0:
@@ -408,19 +407,8 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now
 	return d, nil
 }
 
-// capacity is the Limit a decision reports: burst, limit, or queue + 1.
-func capacity(l limiter.Limit) int64 {
-	switch l.Algorithm() {
-	case limiter.TokenBucket:
-		return l.TokenBucket().Burst
-	case limiter.LeakyBucket:
-		return l.LeakyBucket().Queue + 1
-	case limiter.FixedWindow:
-		return l.FixedWindow().Limit
-	case limiter.SlidingLog:
-		return l.SlidingLog().Limit
-	case limiter.SlidingWindow:
-		return l.SlidingWindow().Limit
-	}
-	return math.MaxInt64
+// quota is the Limit a decision reports: burst, limit, or queue + 1.
+func quota(l limiter.Limit) int64 {
+	q, _ := l.Quota()
+	return q
 }
