@@ -247,8 +247,11 @@ func validate(raw *rawFile, c *collector) *Config {
 		if rc.Timeout <= 0 && r.Timeout.err == nil {
 			c.add("store.redis.timeout", "must be greater than zero")
 		}
-		if rc.DB < 0 || rc.DB > 0 && len(rc.Addrs) > 1 && rc.MasterName == "" {
-			c.add("store.redis.db", "%d: a database number must be 0..15, and Redis Cluster has only 0", rc.DB)
+		switch {
+		case rc.DB < 0:
+			c.add("store.redis.db", "%d: a database number is 0 or more", rc.DB)
+		case rc.DB > 0 && len(rc.Addrs) > 1 && rc.MasterName == "":
+			c.add("store.redis.db", "%d: Redis Cluster (several addrs) has only database 0", rc.DB)
 		}
 		if rc.PasswordEnv != "" && !envName.MatchString(rc.PasswordEnv) {
 			c.add("store.redis.password_env", "%q is not an environment variable name (the password itself never goes in the file)", rc.PasswordEnv)
