@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -9,17 +10,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher pipelines concurrent decisions automatically. A decision joins
-// the queue; if fewer than maxInFlight pipelines are in flight, its caller
-// sends everything queued as one pipeline (each decision still one EVALSHA,
-// one round trip), and while a pipeline is in flight new decisions gather
-// for the next. Under light load a pipeline holds one decision and nothing
-// waits; under heavy load Redis reads and answers many decisions per
-// system call, which is where its throughput goes. No goroutine exists
-// while nothing is queued. Safe for concurrent use.
+// batcher batches concurrent decisions automatically. A decision joins
+// the queue; if fewer than maxInFlight batches are in flight, its caller
+// sends everything queued as one batch, and while a batch is in flight new
+// decisions gather for the next. Under light load a batch holds one
+// decision and nothing waits; under heavy load Redis answers many
+// decisions per system call and per script call, which is where its
+// throughput goes: on one node (or Sentinel's master) a batch is one
+// EVALSHA deciding them all in order; on Redis Cluster, whose decisions
+// live in different slots, it is a pipeline of one EVALSHA per decision.
+// Either way a decision costs one round trip. No goroutine exists while
+// nothing is queued. Safe for concurrent use.
 type batcher struct {
 	c       redis.UniversalClient
 	timeout time.Duration
+	slack   int  // the script's TTL slack in ms (see decide.lua)
+	cluster bool // one EVALSHA per decision (keys in different slots)
 
 	mu       sync.Mutex
 	pending  []*call
@@ -27,11 +33,12 @@ type batcher struct {
 }
 
 const (
-	maxInFlight = 4   // pipelines in flight at once
-	maxBatch    = 256 // decisions in one pipeline
+	maxInFlight = 4   // batches in flight at once
+	maxBatch    = 256 // decisions in one batch
 )
 
-// call is one queued decision.
+// call is one queued decision: its keys, and its arguments as decide.lua
+// takes them for one decision (a head, then one per limit).
 type call struct {
 	keys []string
 	args []any
@@ -106,36 +113,82 @@ func (b *batcher) take() []*call {
 	return batch
 }
 
-// flush sends calls as one pipeline and hands each its reply. A script
+// flush sends calls as one batch and hands each its reply. A script
 // Redis does not know yet (a new or restarted server) is loaded, and the
-// pipeline sent again.
+// batch sent again.
 func (b *batcher) flush(calls []*call) {
 	if len(calls) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
-	cmds := b.send(ctx, calls, false)
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			cmds = b.send(ctx, calls, true)
-			break
+	if b.cluster {
+		cmds := b.pipeline(ctx, calls, false)
+		for _, cmd := range cmds {
+			if isNoScript(cmd.Err()) {
+				cmds = b.pipeline(ctx, calls, true)
+				break
+			}
 		}
+		for i, c := range calls {
+			c.res, c.err = cmds[i].Int64Slice()
+			close(c.done)
+		}
+		return
 	}
-	for i, c := range calls {
-		c.res, c.err = cmds[i].Int64Slice()
+	keys, args := b.join(calls)
+	res, err := decideScript.EvalSha(ctx, b.c, keys, args...).Int64Slice()
+	if isNoScript(err) {
+		res, err = decideScript.Eval(ctx, b.c, keys, args...).Int64Slice()
+	}
+	for _, c := range calls {
+		// Each decision's reply: five values per limit and its instant.
+		n := 5*len(c.keys) + 1
+		switch {
+		case err != nil:
+			c.err = err
+		case len(res) < n:
+			c.err = errors.New("unexpected reply from the decide script")
+		default:
+			c.res, res = res[:n:n], res[n:]
+		}
 		close(c.done)
 	}
 }
 
-func (b *batcher) send(ctx context.Context, calls []*call, full bool) []*redis.Cmd {
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// join makes the keys and arguments of one script call deciding calls in
+// order.
+func (b *batcher) join(calls []*call) ([]string, []any) {
+	nk, na := 0, 2
+	for _, c := range calls {
+		nk += len(c.keys)
+		na += len(c.args)
+	}
+	keys := make([]string, 0, nk)
+	args := make([]any, 0, na)
+	args = append(args, b.slack, len(calls))
+	for _, c := range calls {
+		keys = append(keys, c.keys...)
+		args = append(args, c.args...)
+	}
+	return keys, args
+}
+
+// pipeline sends one script call per decision as one pipeline (Redis
+// Cluster routes each by its keys' slot).
+func (b *batcher) pipeline(ctx context.Context, calls []*call, full bool) []*redis.Cmd {
 	pipe := b.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
+	for i := range calls {
+		keys, args := b.join(calls[i : i+1])
 		if full {
-			cmds[i] = decideScript.Eval(ctx, pipe, c.keys, c.args...)
+			cmds[i] = decideScript.Eval(ctx, pipe, keys, args...)
 		} else {
-			cmds[i] = decideScript.EvalSha(ctx, pipe, c.keys, c.args...)
+			cmds[i] = decideScript.EvalSha(ctx, pipe, keys, args...)
 		}
 	}
 	pipe.Exec(ctx) // errors are per command

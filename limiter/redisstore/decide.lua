@@ -1,5 +1,6 @@
--- decide.lua: one decision of limitproxy's Redis store, for every limit of
--- a policy at once (see redisstore.go for the arguments and the reply).
+-- decide.lua: decisions of limitproxy's Redis store, each for every limit
+-- of a policy at once, one after the other in one call (the arguments and
+-- the reply are described below; redisstore.go and batch.go send them).
 --
 -- Lua in Redis has doubles for numbers: integers are exact up to 2^53. Time
 -- is therefore in microseconds (what TIME gives; about 1.8e15 now), token
@@ -9,21 +10,26 @@
 -- Each limit is first decided without writing anything; only if all admit
 -- are their new states written, so a rejected request consumes nothing.
 
-local now = tonumber(ARGV[1])
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local n = tonumber(ARGV[2])
-local count = tonumber(ARGV[3])
+-- Arguments: ARGV[1] is the TTL slack, ARGV[2] the number of decisions in
+-- this call (concurrent decisions are batched into one call). Then, per
+-- decision, one argument holding four little-endian int64s: its instant
+-- in µs (-1 = Redis's TIME), n, the number of limits, and dry (1: decide
+-- and write nothing, the admin API's peek); then one argument per limit
+-- holding six: the algorithm and five parameters. (Binary, because
+-- tonumber on text costs more than the rest of a token bucket's step.)
+-- KEYS are the decisions' limits' keys in the same order. The reply is,
+-- per decision, five values per limit and the instant it was decided at.
+
 -- Extra milliseconds on every TTL: 0 in production, where expiry and "now"
 -- are both Redis's clock; tests that pass their own instants set it, since
 -- Redis expires keys on its clock, not theirs.
-local slack = tonumber(ARGV[4])
--- "1": decide and write nothing (the admin API's peek at one client).
-local dry = ARGV[5] == '1'
-local NPARAMS = 5
+local slack = tonumber(ARGV[1])
+local decisions = tonumber(ARGV[2])
+local PARAMS = '<i8i8i8i8i8i8'
 local MICRO = 1000000
+-- The decision at hand: its instant and n (upvalues of the steps below).
+local now, n = 0, 0
+local redisNow = nil
 
 local function ceildiv(a, b) return math.floor((a + b - 1) / b) end
 
@@ -47,12 +53,14 @@ local function token_bucket(key, p, q, burst, cost)
   if c > burst then return 0, -1, 0, now, 0, nil end
   local full, cn = burst * MICRO, c * MICRO
   local last, tokens = now, full
-  -- State: one string "last:tokens" (two calls a decision, GET and SET PX).
+  -- State: last and tokens packed as two doubles (exact integers), one
+  -- string: two calls a decision, GET and SET PX. Anything else there is
+  -- not this store's state and counts as none.
   local raw = redis.call('GET', key)
+  if raw and #raw ~= 16 then raw = false end
   local t = now
   if raw then
-    local a, b = string.match(raw, '^(%d+):(%-?%d+)$')
-    last, tokens = tonumber(a), tonumber(b)
+    last, tokens = struct.unpack('<dd', raw)
     if t < last then t = last end
     local e = t - last
     local k = math.floor(e / q)
@@ -74,7 +82,7 @@ local function token_bucket(key, p, q, burst, cost)
   end
   local reset = last + ceildiv(math.max(0, full - tokens) * q, p)
   local write = function()
-    redis.call('SET', key, int(last) .. ':' .. int(tokens), 'PX', ttl(reset))
+    redis.call('SET', key, struct.pack('<dd', last, tokens), 'PX', ttl(reset))
   end
   if allowed == 0 and not raw then write = nil end
   return allowed, retry, math.floor(avail / MICRO), reset, 0, write
@@ -252,27 +260,45 @@ local function leaky_bucket(key, interval, queue, maxwait, cost)
 end
 
 local steps = {token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window}
-if count == 1 then
-  -- One limit, the common case: no tables to gather and replay.
-  local allowed, retry, remaining, reset, delay, write = steps[tonumber(ARGV[6])](KEYS[1],
-    tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]))
-  if write and not dry then write() end
-  return {allowed, retry, remaining, reset, delay, now}
+local out = {}
+local a, k = 3, 1 -- the next decision's ARGV and KEYS
+for _ = 1, decisions do
+  local at, count, flag
+  at, n, count, flag = struct.unpack('<i8i8i8i8', ARGV[a])
+  now = at
+  if at < 0 then
+    if redisNow == nil then
+      local t = redis.call('TIME')
+      redisNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = redisNow
+  end
+  local dry = flag == 1
+  a = a + 1
+  if count == 1 then
+    -- One limit, the common case: no tables to gather and replay.
+    local alg, p1, p2, p3, p4, p5 = struct.unpack(PARAMS, ARGV[a])
+    local allowed, retry, remaining, reset, delay, write = steps[alg](KEYS[k], p1, p2, p3, p4, p5)
+    if write and not dry then write() end
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed, retry, remaining, reset, delay
+  else
+    local writes, all = {}, true
+    for i = 0, count - 1 do
+      local alg, p1, p2, p3, p4, p5 = struct.unpack(PARAMS, ARGV[a + i])
+      local allowed, retry, remaining, reset, delay, write = steps[alg](KEYS[k + i], p1, p2, p3, p4, p5)
+      if allowed == 0 then all = false end
+      writes[i] = write
+      local o = #out
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed, retry, remaining, reset, delay
+    end
+    for i = 0, count - 1 do
+      -- A single limit writes even when it rejects (a trimmed log, an
+      -- advanced bucket): that changes nothing a later request would see.
+      if writes[i] and all and not dry then writes[i]() end
+    end
+  end
+  out[#out + 1] = now
+  a, k = a + count, k + count
 end
-local out, writes, all = {}, {}, true
-for i = 1, count do
-  local a = 5 + (i - 1) * (NPARAMS + 1)
-  local alg = tonumber(ARGV[a + 1])
-  local allowed, retry, remaining, reset, delay, write = steps[alg](KEYS[i],
-    tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
-  if allowed == 0 then all = false end
-  writes[i] = write
-  for _, v in ipairs({allowed, retry, remaining, reset, delay}) do table.insert(out, v) end
-end
-for i = 1, count do
-  -- A single limit writes even when it rejects (a trimmed log, an
-  -- advanced bucket): that changes nothing a later request would see.
-  if writes[i] and all and not dry then writes[i]() end
-end
-table.insert(out, now)
 return out

@@ -4,7 +4,8 @@
 // One decision is one round trip: a Lua script (decide.lua, run with
 // EVALSHA and loaded again on NOSCRIPT) decides every limit of a policy for
 // a client key, and writes their new states only if all admit. Concurrent
-// decisions are pipelined automatically (batch.go). Time comes
+// decisions are batched automatically (batch.go): one script call decides
+// many on one node, a pipeline carries them on Redis Cluster. Time comes
 // from Redis TIME inside the script, so proxies whose clocks disagree still
 // agree on the limits; Options.CallerTime makes the script use the caller's
 // instant instead, for tests.
@@ -32,7 +33,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,7 +88,7 @@ type Store struct {
 	fallback limiter.Store
 	breaker  *breaker
 	batch    *batcher
-	args     sync.Map     // a limit's Handle → []any, its encoded parameters
+	args     sync.Map     // a limit's Handle → string, its encoded parameters
 	nargs    atomic.Int64 // entries in args
 	errors   atomic.Int64
 	lastErr  atomic.Pointer[error]
@@ -118,9 +118,15 @@ func New(c redis.UniversalClient, o Options) (*Store, error) {
 	if o.BreakFor <= 0 {
 		o.BreakFor = time.Second
 	}
+	slack := 0
+	if o.CallerTime {
+		// The caller's instants; keys must outlive them on Redis's clock.
+		slack = 3600_000
+	}
+	_, cluster := c.(*redis.ClusterClient)
 	return &Store{c: c, prefix: o.Prefix, timeout: o.Timeout, caller: o.CallerTime, onError: o.OnError, fallback: o.Fallback,
 		breaker: &breaker{after: o.BreakAfter, pause: o.BreakFor, notify: o.OnBreaker},
-		batch:   &batcher{c: c, timeout: o.Timeout}}, nil
+		batch:   &batcher{c: c, timeout: o.Timeout, slack: slack, cluster: cluster}}, nil
 }
 
 // Errors returns how many decisions Redis failed to make (timeouts,
@@ -240,18 +246,19 @@ func gcd(a, b int64) int64 {
 // maxEncoded bounds the cache of encoded limit parameters.
 const maxEncoded = 4096
 
-// encoded returns the script arguments of a limit (algorithm, four
-// parameters, one spare), computed once per limit: a Limiter's limits never
-// change, and each has its own Handle, which keys the cache.
-func (s *Store) encoded(l *limiter.Limit) ([]any, error) {
+// encoded returns the script argument of a limit (algorithm, four
+// parameters and one spare, as six little-endian int64s), computed once per
+// limit: a Limiter's limits never change, and each has its own Handle,
+// which keys the cache.
+func (s *Store) encoded(l *limiter.Limit) (string, error) {
 	if v, ok := s.args.Load(l.Handle()); ok {
-		return v.([]any), nil
+		return v.(string), nil
 	}
 	p, err := params(*l)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	enc := []any{p[0], p[1], p[2], p[3], p[4], 0}
+	enc := string(appendInt64s(nil, p[0], p[1], p[2], p[3], p[4], 0))
 	if h := l.Handle(); h != nil { // nil for a limit not bound by limiter.New
 		// Every reload brings new Limiters, so the cache is bounded: past
 		// maxEncoded entries it starts again (the live limits come back on
@@ -263,6 +270,15 @@ func (s *Store) encoded(l *limiter.Limit) ([]any, error) {
 		s.args.Store(h, enc)
 	}
 	return enc, nil
+}
+
+// appendInt64s appends vs as little-endian int64s, the form decide.lua
+// unpacks its numeric arguments from.
+func appendInt64s(b []byte, vs ...int64) []byte {
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	return b
 }
 
 // appendKey appends the Redis key of one limit's state for a client key:
@@ -353,17 +369,16 @@ func (s *Store) decide(ctx context.Context, limits []limiter.Limit, key string, 
 // run runs the script; dry decides without writing.
 func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64, dry bool) (limiter.Decision, error) {
 	keys := make([]string, len(limits))
-	args := make([]any, 0, 4+6*len(limits))
-	at, slack := "", 0
+	args := make([]any, 0, 1+len(limits))
+	at, flag := int64(-1), int64(0) // -1: Redis's TIME
 	if s.caller {
-		// The caller's instants; keys must outlive them on Redis's clock.
-		at, slack = strconv.FormatInt(now.UnixNano()/1000, 10), 3600_000
+		at = now.UnixNano() / 1000
 	}
-	flag := "0"
 	if dry {
-		flag = "1"
+		flag = 1
 	}
-	args = append(args, at, n, len(limits), slack, flag)
+	var head [32]byte
+	args = append(args, string(appendInt64s(head[:0], at, n, int64(len(limits)), flag)))
 	var buf [256]byte
 	for i := range limits {
 		enc, err := s.encoded(&limits[i])
@@ -371,7 +386,7 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now
 			return limiter.Decision{}, err
 		}
 		keys[i] = string(appendKey(buf[:0], s.prefix, key, limits[i].Name()))
-		args = append(args, enc...)
+		args = append(args, enc)
 	}
 	// The pipeline that carries this decision has the store's timeout as
 	// its deadline; ctx can only end the wait sooner.

@@ -271,3 +271,74 @@ func TestSentinel(t *testing.T) {
 		return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second})
 	})
 }
+
+// TestBatches: concurrent decisions share script calls (batch.go). Mixed
+// in one batch, single-limit and two-limit decisions and peeks (which
+// consume nothing) must each get their own reply: every client is
+// admitted exactly what its limits allow, and each peek reports what
+// its client had left at that moment.
+func TestBatches(t *testing.T) {
+	c := startRedis(t)
+	s := newStore(t, c, redisstore.Options{Timeout: 5 * time.Second})
+	fw := func(limit int64) limiter.Limit {
+		l, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limit, Window: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	tb, err := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Hour}, Burst: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, _ := limiter.New(s, "one", fw(10))
+	two, _ := limiter.New(s, "two", fw(5), tb)
+	const clients, goroutines, each = 8, 64, 20
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	var wg sync.WaitGroup
+	ctx := context.Background()
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				key := "client-" + string(rune('a'+(g+i)%clients))
+				l, name := one, "one"
+				if g%2 == 1 {
+					l, name = two, "two"
+				}
+				if i%3 == 2 {
+					d, err := l.Peek(ctx, key, time.Now())
+					if err != nil || d.Remaining < 0 || d.Limit != map[string]int64{"one": 10, "two": 5}[name] {
+						t.Errorf("peek %s %s: %+v, %v", name, key, d, err)
+					}
+					continue
+				}
+				d, err := l.Allow(ctx, key, time.Now(), 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					mu.Lock()
+					admitted[name+"/"+key]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range clients {
+		key := "client-" + string(rune('a'+i))
+		if got := admitted["one/"+key]; got != 10 {
+			t.Errorf("one/%s: admitted %d, want 10", key, got)
+		}
+		if got := admitted["two/"+key]; got != 5 {
+			t.Errorf("two/%s: admitted %d, want 5 (the window's 5, below the bucket's 7)", key, got)
+		}
+		for name, l := range map[string]*limiter.Limiter{"one": one, "two": two} {
+			if d, err := l.Peek(ctx, key, time.Now()); err != nil || d.Remaining != 0 || d.Allowed {
+				t.Errorf("%s/%s after the run: %+v, %v; want nothing left", name, key, d, err)
+			}
+		}
+	}
+}
