@@ -291,6 +291,7 @@ func leakyModel(t *testing.T, store limiter.Store) {
 // instants (at resolution res) and no timers: every decision, delay and
 // Retry-After must match it.
 func RunLeakyVirtual(t *testing.T, newStore NewStore, o Options) {
+	t.Run("Boundary", func(t *testing.T) { leakyVirtualBoundary(t, newStore(t)) })
 	store := newStore(t)
 	res := int64(max(o.Resolution, 1))
 	ctx := context.Background()
@@ -320,5 +321,30 @@ func RunLeakyVirtual(t *testing.T, newStore NewStore, o Options) {
 				t.Fatalf("trial %d (%v) step %d: %+v delay %v, want %+v delay %v", trial, lim, i, got, d.Delay, want, wantDelay)
 			}
 		}
+	}
+}
+
+// leakyVirtualBoundary is leakyBoundary for a virtual queue, at the
+// caller's instants: nobody waits, the store counts who would still be
+// waiting at 1:01.
+func leakyVirtualBoundary(t *testing.T, store limiter.Store) {
+	lim := must(t)(limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1000, Per: time.Minute}, Queue: 1000, MaxWait: time.Minute}))
+	l := mustNew(t, store, "leaky-boundary", lim)
+	start := base + int64(59*time.Second)
+	admitted := 0
+	for _, at := range []int64{start, start + int64(2*time.Second)} {
+		for range 1000 {
+			d, err := l.Allow(context.Background(), "k", time.Unix(0, at), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+	}
+	t.Logf("%v admitted %d of 2000 (34 left the queue in the 2s between the bursts)", lim, admitted)
+	if admitted != 1034 {
+		t.Errorf("leaky bucket admitted %d, want 1034", admitted)
 	}
 }

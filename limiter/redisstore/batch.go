@@ -47,9 +47,9 @@ type call struct {
 	done chan struct{}
 }
 
-// run decides through the batcher. The wait is bounded by the pipeline's
+// run decides through the batcher. The wait is bounded by the batch's
 // deadline (the store's timeout from when it is sent; a decision queued
-// behind pipelines in flight waits for one of them first, so at most about
+// behind batches in flight waits for one of them first, so at most about
 // two timeouts in all) and by ctx.
 func (b *batcher) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	c := &call{keys: keys, args: args, done: make(chan struct{})}
@@ -71,7 +71,7 @@ func (b *batcher) run(ctx context.Context, keys []string, args []any) ([]int64, 
 	}
 }
 
-// flushNext sends one pipeline of what is queued. If more has queued up
+// flushNext sends one batch of what is queued. If more has queued up
 // meanwhile, it hands the rest to a goroutine that keeps flushing until
 // the queue is empty, so that no caller waits for others' decisions.
 // Called with one in-flight slot held, which it passes on or releases.
