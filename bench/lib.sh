@@ -21,3 +21,23 @@ write_section() {
 machine() {
   echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(go version | cut -d' ' -f3)"
 }
+
+# need CMD PACKAGE: install Debian's PACKAGE when CMD is missing and we are
+# root; otherwise say what to install and fail.
+need() {
+  local cmd=$1 pkg=$2
+  if command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ]; then
+    return 0
+  fi
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing $pkg (apt-get)" >&2
+    if [ -z "${APT_UPDATED:-}" ]; then
+      apt-get update -qq >&2
+      APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null
+  else
+    echo "$0: $cmd is missing; install it (apt-get install $pkg)" >&2
+    exit 1
+  fi
+}

@@ -9,14 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 rounds=${1:-5}
-if ! command -v redis-server >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-  else
-    echo "bench/redis.sh: redis-server is missing; install it (apt-get install redis-server)" >&2
-    exit 1
-  fi
-fi
+need redis-server redis-server
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/redisstore.test" ./limiter/redisstore

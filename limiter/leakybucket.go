@@ -75,13 +75,18 @@ func (s *LeakyBucketState) gate() int64 {
 //
 // One timer per busy key fires when the exit reopens; it releases the head
 // (closing the exit again for the head's spacing) or, with nobody waiting,
-// leaves the key idle. Each re-arm is a fresh timer interval measured from
-// the release itself, so two releases are never closer than the first one's
-// spacing whatever the timer's lateness. gateAt estimates when the exit
-// reopens, in the caller's clock, for Delay, Queue and MaxWait; a late timer
-// only makes estimates slightly low until the next arrival corrects them.
+// leaves the key idle. gateAt is when the exit reopens, in the caller's
+// clock. With a clock (the one the caller's instants come from), releases
+// keep to their schedule: each is due one spacing after the previous one
+// was due, never earlier, and a release the timer made late lets the next
+// follow sooner, though never sooner than half its spacing, so the queue
+// drains at the rate rather than at the rate less the timers' lateness
+// (Go's timers can fire up to about a millisecond late: strict spacing
+// from each release would forward 1000/s as about 750/s). Without a
+// clock, each release is timed from the previous one.
 type leakyQueue struct {
 	mu      *sync.Mutex
+	clock   func() time.Time // nil: time each release from the previous one
 	timer   *time.Timer
 	busy    bool  // timer armed
 	gateAt  int64 // ns: when the exit reopens
@@ -105,14 +110,15 @@ type waiter struct {
 // StepLeakyBucket applies a request of weight n at now to s (the state of
 // limit l); see StepTokenBucket for commit. mu is the lock the caller holds
 // for this key; the queue's release timer takes it too, so it must outlive
-// the state. An admitted request that must wait gets a Decision whose Wait
+// the state. clock, if not nil, is the clock now comes from; the queue
+// reads it to keep its releases on schedule (see leakyQueue). An admitted request that must wait gets a Decision whose Wait
 // blocks until its release (or returns when its context ends, leaving the
 // queue so that those behind move up).
 //
 // Memory: 16 bytes per key; while requests wait, about 150 bytes and one
 // timer for the key and about 100 bytes per waiter. Waiters hold no
 // goroutine besides their own.
-func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, now time.Time, n int64, commit bool) Decision {
+func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, clock func() time.Time, now time.Time, n int64, commit bool) Decision {
 	p := &l.lb
 	c, ok := weighted(n, l.cost, MaxCount)
 	if !ok {
@@ -159,7 +165,7 @@ func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, now time.Ti
 	if commit {
 		switch {
 		case q == nil:
-			q = &leakyQueue{mu: mu}
+			q = &leakyQueue{mu: mu, clock: clock}
 			q.timer = time.AfterFunc(time.Duration(gate-t), q.fire)
 			s.q = q
 		case !busy:
@@ -199,8 +205,16 @@ func (q *leakyQueue) fire() {
 	q.unlink(w)
 	w.released = true
 	close(w.ready)
-	q.gateAt = satAdd(q.gateAt, w.spacing)
-	q.timer.Reset(time.Duration(w.spacing))
+	next := time.Duration(w.spacing)
+	if q.clock != nil {
+		// Due one spacing after w was due; at least half a spacing from now.
+		now := nanos(q.clock())
+		next = time.Duration(min(w.spacing, max(w.spacing/2, satAdd(q.gateAt, w.spacing)-now)))
+		q.gateAt = satAdd(now, int64(next))
+	} else {
+		q.gateAt = satAdd(q.gateAt, w.spacing)
+	}
+	q.timer.Reset(next)
 }
 
 func (q *leakyQueue) push(w *waiter) {

@@ -40,7 +40,7 @@ func newStepper(l Limit) stepper {
 		return func(now time.Time, n int64) Decision {
 			mu.Lock()
 			defer mu.Unlock()
-			return l.StepLeakyBucket(&s, &mu, now, n, true)
+			return l.StepLeakyBucket(&s, &mu, nil, now, n, true)
 		}
 	}
 	panic("unknown algorithm")

@@ -1,8 +1,11 @@
 // Command proxybench measures the proxy's cost with wrk, on 127.0.0.1 only:
 // the upstream alone, a bare httputil.ReverseProxy with limitproxy's
-// Transport, limitproxy forwarding under a token bucket that never rejects,
-// and limitproxy far over its limit (1000/s, burst 100: wrk, a closed loop,
-// then offers tens of times the limit and nearly every answer is a 429). It runs interleaved
+// Transport, nginx's proxy_pass, nginx with a limit_req that never rejects,
+// limitproxy forwarding under a token bucket that never rejects, and
+// limitproxy and nginx far over a limit of 1000/s, burst 100 (wrk, a closed
+// loop, then offers tens of times the limit and nearly every answer is a
+// 429). nginx runs one worker, upstream keepalive on, access log off:
+// the configuration one would deploy. It runs interleaved
 // rounds (each round measures every target once, in a rotated order, so a
 // busy moment of this shared machine hits all of them alike) and writes a
 // Markdown section: medians with min–max, ratios to the bare proxy computed
@@ -16,12 +19,10 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -32,14 +33,41 @@ import (
 	"strings"
 	"time"
 
+	"limitproxy/bench/internal/proc"
 	"limitproxy/bench/internal/stats"
 )
 
 type target struct {
 	name, url string
-	cmd       *exec.Cmd // nil: measured in-process (no CPU figure)
+	cmd       *exec.Cmd // a proxy of ours; nil for nginx or in-process
+	pid       int       // the process measured for CPU; 0: in-process (no CPU figure)
 	rounds    []sample
 }
+
+// The targets' names, which the report's comparisons refer to.
+const (
+	nameDirect     = "upstream direct"
+	nameBare       = "bare ReverseProxy"
+	nameNginx      = "nginx proxy_pass"
+	nameNginxNever = "nginx limit_req never rejecting"
+	nameNever      = "limitproxy, token bucket never rejecting"
+	nameOver       = "limitproxy over its limit of 1000/s (429s)"
+	nameNginxOver  = "nginx limit_req over its limit of 1000/s (429s)"
+)
+
+// nginxConf is the http block's content after proc.NginxPreamble: %[1]s the
+// upstream, %[2]s..%[4]s the listen addresses of plain proxying, a limit
+// that never rejects, and 1000/s with a burst of 100.
+const nginxConf = `  upstream app { server %[1]s; keepalive 64; }
+  limit_req_zone $binary_remote_addr zone=never:10m rate=1000000000r/s;
+  limit_req_zone $binary_remote_addr zone=over:10m rate=1000r/s;
+  proxy_http_version 1.1;
+  proxy_set_header Connection "";
+  server { listen %[2]s; location / { proxy_pass http://app; } }
+  server { listen %[3]s; location / { limit_req zone=never burst=1000000 nodelay; proxy_pass http://app; } }
+  server { listen %[4]s; location / { limit_req zone=over burst=100 nodelay; proxy_pass http://app; } }
+}
+`
 
 type sample struct {
 	rps, p50, p99 float64 // requests/s, ms, ms
@@ -64,27 +92,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
 		os.Exit(1)
 	}
-}
-
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func waitUp(addr string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not start listening", addr)
 }
 
 const configTemplate = `[server]
@@ -113,14 +120,14 @@ func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrk
 		return errors.New("wrk is not installed (bench/proxy.sh installs it when run as root)")
 	}
 	// The upstream: in this process, a fixed small answer.
-	upAddr := freeAddr()
+	upAddr := proc.FreeAddr()
 	up := &http.Server{Addr: upAddr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "ok\n")
 	})}
 	go up.ListenAndServe()
 	defer up.Close()
-	if err := waitUp(upAddr); err != nil {
+	if err := proc.WaitUp(upAddr); err != nil {
 		return err
 	}
 
@@ -130,18 +137,30 @@ func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrk
 	}
 	defer os.RemoveAll(dir)
 	var targets []*target
-	targets = append(targets, &target{name: "upstream direct", url: "http://" + upAddr})
-	bareAddr := freeAddr()
-	targets = append(targets, &target{name: "bare ReverseProxy", url: "http://" + bareAddr,
+	targets = append(targets, &target{name: nameDirect, url: "http://" + upAddr})
+	bareAddr := proc.FreeAddr()
+	targets = append(targets, &target{name: nameBare, url: "http://" + bareAddr,
 		cmd: exec.Command(bare, "-listen", bareAddr, "-target", "http://"+upAddr)})
+	ng := [3]string{proc.FreeAddr(), proc.FreeAddr(), proc.FreeAddr()}
+	ngx, err := proc.StartNginx(proc.NginxPreamble+fmt.Sprintf(nginxConf, upAddr, ng[0], ng[1], ng[2]), ng[2])
+	if err != nil {
+		return err
+	}
+	defer ngx.Stop()
+	for i, name := range []string{nameNginx, nameNginxNever, nameNginxOver} {
+		if err := proc.WaitUp(ng[i]); err != nil {
+			return err
+		}
+		targets = append(targets, &target{name: name, url: "http://" + ng[i], pid: ngx.Pid()})
+	}
 	for _, c := range []struct {
 		name, rate string
 		burst      int
 	}{
-		{"limitproxy, token bucket never rejecting", "1000000000/s", 1000000000},
-		{"limitproxy, over its limit of 1000/s (429s)", "1000/s", 100},
+		{nameNever, "1000000000/s", 1000000000},
+		{nameOver, "1000/s", 100},
 	} {
-		addr := freeAddr()
+		addr := proc.FreeAddr()
 		path := filepath.Join(dir, strconv.Itoa(len(targets))+".toml")
 		if err := os.WriteFile(path, fmt.Appendf(nil, configTemplate, addr, upAddr, c.rate, c.burst), 0o644); err != nil {
 			return err
@@ -156,8 +175,9 @@ func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrk
 		if err := t.cmd.Start(); err != nil {
 			return err
 		}
+		t.pid = t.cmd.Process.Pid
 		defer func(c *exec.Cmd) { c.Process.Kill(); c.Wait() }(t.cmd)
-		if err := waitUp(strings.TrimPrefix(t.url, "http://")); err != nil {
+		if err := proc.WaitUp(strings.TrimPrefix(t.url, "http://")); err != nil {
 			return err
 		}
 	}
@@ -177,21 +197,6 @@ func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrk
 	return nil
 }
 
-// cpuTicks returns a process's user+system CPU time in clock ticks.
-func cpuTicks(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name, which is in parentheses.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return utime + stime, nil
-}
-
-const ticksPerSecond = 100 // USER_HZ on Linux
-
 var (
 	reqLine   = regexp.MustCompile(`(\d+) requests in`)
 	rpsLine   = regexp.MustCompile(`Requests/sec:\s+([\d.]+)`)
@@ -202,9 +207,9 @@ var (
 
 func measure(t *target, dur time.Duration, conns, threads int, wrkCPU string) (sample, error) {
 	var before int64
-	if t.cmd != nil {
+	if t.pid != 0 {
 		var err error
-		if before, err = cpuTicks(t.cmd.Process.Pid); err != nil {
+		if before, err = proc.CPUTicks(t.pid); err != nil {
 			return sample{}, err
 		}
 	}
@@ -252,12 +257,12 @@ func measure(t *target, dur time.Duration, conns, threads int, wrkCPU string) (s
 			s.p99 = v
 		}
 	}
-	if t.cmd != nil && total > 0 {
-		after, err := cpuTicks(t.cmd.Process.Pid)
+	if t.pid != 0 && total > 0 {
+		after, err := proc.CPUTicks(t.pid)
 		if err != nil {
 			return sample{}, err
 		}
-		s.cpuPerReq = float64(after-before) / ticksPerSecond * 1e6 / total
+		s.cpuPerReq = float64(after-before) / proc.TicksPerSecond * 1e6 / total
 	}
 	if s.rps == 0 {
 		return s, fmt.Errorf("no Requests/sec in wrk's output: %s", text)
@@ -278,7 +283,7 @@ func column(t *target, f func(sample) float64) []float64 {
 }
 
 func report(out io.Writer, targets []*target, rounds int, dur time.Duration, conns, threads int) {
-	bare := targets[1]
+	bare := targets[1] // nameBare
 	fmt.Fprintf(out, "wrk -t%d -c%d -d%v against each target, %d interleaved rounds; medians (min–max). Ratios are taken within each round against the bare ReverseProxy, then their median.\n\n", threads, conns, dur, rounds)
 	fmt.Fprintln(out, "| target | requests/s | p50 ms | p99 ms | non-2xx | proxy CPU µs/request | req/s vs bare | CPU vs bare |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -286,7 +291,7 @@ func report(out io.Writer, targets []*target, rounds int, dur time.Duration, con
 		rps := column(t, func(s sample) float64 { return s.rps })
 		cpu := "–"
 		cpuRatio := "–"
-		if t.cmd != nil {
+		if t.pid != 0 {
 			cpu = spread(column(t, func(s sample) float64 { return s.cpuPerReq }), "%.1f")
 			var r []float64
 			for i := range t.rounds {
@@ -303,11 +308,25 @@ func report(out io.Writer, targets []*target, rounds int, dur time.Duration, con
 			100*stats.Median(column(t, func(s sample) float64 { return s.non2xx })), cpu, spread(rr, "%.2f×"), cpuRatio)
 	}
 	fmt.Fprintln(out)
-	// The 429 path against forwarding, both limitproxy, round by round.
-	fwd, rej := targets[2], targets[3]
-	var r []float64
-	for i := range fwd.rounds {
-		r = append(r, rej.rounds[i].rps/fwd.rounds[i].rps)
+	byName := map[string]*target{}
+	for _, t := range targets {
+		byName[t.name] = t
 	}
-	fmt.Fprintf(out, "limitproxy's 429 path answers %s as many requests per second as its forwarding path (ratio within each round).\n\n", spread(r, "%.2f×"))
+	// Ratios within each round, then their median (min–max).
+	ratio := func(a, b string, f func(sample) float64) string {
+		var r []float64
+		for i := range byName[a].rounds {
+			r = append(r, f(byName[a].rounds[i])/f(byName[b].rounds[i]))
+		}
+		return spread(r, "%.2f×")
+	}
+	rps := func(s sample) float64 { return s.rps }
+	cpu := func(s sample) float64 { return s.cpuPerReq }
+	fmt.Fprintf(out, "- limitproxy's 429 path answers %s as many requests per second as its forwarding path.\n", ratio(nameOver, nameNever, rps))
+	fmt.Fprintf(out, "- Forwarding under a limit that never rejects, limitproxy against nginx limit_req: %s the requests/s, %s the proxy CPU per request.\n",
+		ratio(nameNever, nameNginxNever, rps), ratio(nameNever, nameNginxNever, cpu))
+	fmt.Fprintf(out, "- Over the limit (mostly 429s), limitproxy against nginx limit_req: %s the requests/s, %s the proxy CPU per request.\n",
+		ratio(nameOver, nameNginxOver, rps), ratio(nameOver, nameNginxOver, cpu))
+	fmt.Fprintf(out, "- nginx limit_req against nginx proxy_pass alone: %s the proxy CPU per request; limitproxy's limit against the bare ReverseProxy: %s.\n\n",
+		ratio(nameNginxNever, nameNginx, cpu), ratio(nameNever, nameBare, cpu))
 }

@@ -194,12 +194,12 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 	log := newLogger(cfg.Log, level, stderr)
 	defer log.Sync()
 
-	st, err := newStores(cfg.Store, log)
+	now := proxy.MonotonicClock()
+	st, err := newStores(cfg.Store, log, now)
 	if err != nil {
 		return err
 	}
 	defer st.close()
-	now := proxy.MonotonicClock()
 	set, err := cfg.Compile(st.decide, now())
 	if err != nil {
 		return err

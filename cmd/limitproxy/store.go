@@ -26,11 +26,11 @@ type stores struct {
 	close  func()
 }
 
-// newStores builds the [store] of cfg. A Redis that does not answer at
-// start-up is not an error: decisions follow on_error until it does, and
-// the log says so.
-func newStores(cfg policy.Store, log *zap.Logger) (*stores, error) {
-	mem := memstore.New(memstore.Options{MaxKeys: cfg.MaxKeys})
+// newStores builds the [store] of cfg; clock is the one the limiters'
+// instants come from. A Redis that does not answer at start-up is not an
+// error: decisions follow on_error until it does, and the log says so.
+func newStores(cfg policy.Store, log *zap.Logger, clock func() time.Time) (*stores, error) {
+	mem := memstore.New(memstore.Options{MaxKeys: cfg.MaxKeys, Clock: clock})
 	if cfg.Backend != "redis" {
 		return &stores{decide: mem, memory: mem, close: func() {}}, nil
 	}

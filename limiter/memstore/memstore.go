@@ -52,6 +52,12 @@ type Options struct {
 	// SweepInterval is the period of Run's sweep for idle keys; 0 means
 	// DefaultSweepInterval.
 	SweepInterval time.Duration
+	// Clock, if not nil, is the clock the instants passed to Decide come
+	// from. Leaky buckets read it when they release a waiting request, to
+	// keep their releases on schedule however late timers fire; nil means
+	// each release is timed from the previous one, which forwards a little
+	// below the rate (by the timers' lateness).
+	Clock func() time.Time
 }
 
 // Store is the in-memory limiter.Store. Create it with New; it is safe for
@@ -62,6 +68,7 @@ type Store struct {
 	shardBits uint
 	perShard  int
 	sweep     time.Duration
+	clock     func() time.Time
 	evictions atomic.Int64
 
 	idsMu sync.Mutex                       // serialises additions to ids
@@ -126,6 +133,7 @@ func New(o Options) *Store {
 		shardBits: bits,
 		perShard:  max(1, (o.MaxKeys+(1<<bits)-1)>>bits),
 		sweep:     o.SweepInterval,
+		clock:     o.Clock,
 	}
 	s.ids.Store(&map[string]int32{})
 	return s
@@ -310,12 +318,12 @@ func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time
 		st := get(&t.lb, h)
 		if st == nil {
 			var fresh limiter.LeakyBucketState
-			if d := lim.StepLeakyBucket(&fresh, &sh.mu, now, n, false); !commit || !d.Allowed {
+			if d := lim.StepLeakyBucket(&fresh, &sh.mu, s.clock, now, n, false); !commit || !d.Allowed {
 				return d
 			}
 			st = add(s, sh, &t.lb, h, ns)
 		}
-		return lim.StepLeakyBucket(st, &sh.mu, now, n, commit)
+		return lim.StepLeakyBucket(st, &sh.mu, s.clock, now, n, commit)
 	case limiter.SlidingWindow:
 		k := lim.SlidingWindowCounters()
 		switch {

@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"testing"
+	"time"
 
 	"limitproxy/limiter"
 	"limitproxy/limiter/limitertest"
@@ -14,4 +15,10 @@ func TestConformance(t *testing.T) {
 
 func TestLeakyQueue(t *testing.T) {
 	limitertest.RunLeakyQueue(t, func(t *testing.T) limiter.Store { return memstore.New(memstore.Options{}) })
+}
+
+// TestLeakyQueueClock: the same with the clock the tests' instants come
+// from (the bubble's), as limitproxy runs it: releases kept on schedule.
+func TestLeakyQueueClock(t *testing.T) {
+	limitertest.RunLeakyQueue(t, func(t *testing.T) limiter.Store { return memstore.New(memstore.Options{Clock: time.Now}) })
 }

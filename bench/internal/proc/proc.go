@@ -1,0 +1,164 @@
+// Package proc holds what the benchmark commands share about processes:
+// running nginx (on 127.0.0.1 only: a configuration of the caller's in a
+// directory of its own, one worker process, no daemon, logs off), a
+// process tree's CPU time from /proc (nginx's master and worker, or one of
+// our proxies), free loopback ports and waiting for a listener.
+package proc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Nginx is a running nginx. Stop it with Stop.
+type Nginx struct {
+	cmd *exec.Cmd
+	dir string
+}
+
+// NginxPreamble is the start of every configuration: one worker, no access
+// log, errors to stderr at "error" (limit_req's rejections are logged at
+// "error" level by default; limit_req_log_level below moves them to
+// "info" so that logging does not weigh on the 429 path), temporary
+// files in the server's own directory. The caller appends its http block
+// contents and closes it.
+const NginxPreamble = `worker_processes 1;
+error_log stderr error;
+pid nginx.pid;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path tmp/body;
+  proxy_temp_path tmp/proxy;
+  fastcgi_temp_path tmp/fastcgi;
+  uwsgi_temp_path tmp/uwsgi;
+  scgi_temp_path tmp/scgi;
+  limit_req_log_level info;
+  limit_req_status 429;
+`
+
+// StartNginx runs nginx with conf (NginxPreamble, the caller's directives, and the
+// closing brace of the http block) and waits until addr accepts
+// connections. A wrap, if given, is a command nginx runs under (e.g.
+// taskset -c 1).
+func StartNginx(conf, addr string, wrap ...string) (*Nginx, error) {
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, e := os.Stat("/usr/sbin/nginx"); e != nil {
+			return nil, errors.New("nginx is not installed (the bench scripts install it when run as root: apt-get install nginx)")
+		}
+		bin = "/usr/sbin/nginx"
+	}
+	dir, err := os.MkdirTemp("", "bench-nginx")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	// Workers run as the invoking user when it is not root; as root,
+	// nginx would switch them to "nobody", who may not read dir.
+	global := "daemon off;"
+	if os.Getuid() == 0 {
+		global += " user root;"
+	}
+	args := slices.Concat(wrap, []string{bin, "-p", dir, "-c", path, "-e", "stderr", "-g", global})
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &Nginx{cmd: cmd, dir: dir}
+	if err := WaitUp(addr); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Pid is the master process's.
+func (s *Nginx) Pid() int { return s.cmd.Process.Pid }
+
+// Stop stops the master (which stops its worker) and removes the
+// directory.
+func (s *Nginx) Stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+	os.RemoveAll(s.dir)
+}
+
+// FreeAddr returns a loopback address with a port free at the time.
+func FreeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// WaitUp waits up to 10s for addr to accept a connection.
+func WaitUp(addr string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not start listening", addr)
+}
+
+// TicksPerSecond is USER_HZ on Linux, the unit of CPUTicks.
+const TicksPerSecond = 100
+
+// CPUTicks returns the user+system CPU time of pid and of all its
+// descendants that are alive (nginx's worker, say), in clock ticks.
+func CPUTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	total := utime + stime
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		c, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, s := range strings.Fields(string(c)) {
+			child, _ := strconv.Atoi(s)
+			if n, err := CPUTicks(child); err == nil {
+				total += n
+			}
+		}
+	}
+	return total, nil
+}
