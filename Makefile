@@ -1,15 +1,20 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test bench-limiter bench-proxy bench-redis bench-accuracy
+.PHONY: test bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
 	scripts/test.sh
 
+# Regenerates all of BENCHMARKS.md and docs/*.svg (about 11 minutes;
+# installs wrk, nginx and redis-server when missing and root).
+bench:
+	bench/all.sh
+
 # Regenerates the limiter section of BENCHMARKS.md (about 4 minutes).
 bench-limiter:
 	bench/limiter.sh 5
 
-# Regenerates the proxy section of BENCHMARKS.md with wrk (about 2 minutes).
+# Regenerates the proxy section of BENCHMARKS.md with wrk and nginx (about 4 minutes).
 bench-proxy:
 	bench/proxy.sh 5 5s
 
@@ -20,3 +25,7 @@ bench-redis:
 # Regenerates the accuracy section of BENCHMARKS.md (a second; deterministic).
 bench-accuracy:
 	bench/accuracy.sh 1
+
+# Regenerates the versus-nginx section of BENCHMARKS.md and its figures (about 4 minutes).
+bench-versus:
+	bench/versus.sh 10s

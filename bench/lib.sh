@@ -1,21 +1,23 @@
 # Shared by the bench/*.sh scripts: replace (or append) one generated
 # section of BENCHMARKS.md, between <!-- NAME:begin --> and <!-- NAME:end -->.
 # Usage: write_section NAME FILE
+# The file is $BENCHMARKS_FILE when set (bench/all.sh assembles a new
+# BENCHMARKS.md that way), else BENCHMARKS.md.
 write_section() {
-  local name=$1 file=$2
-  if [ ! -f BENCHMARKS.md ]; then
-    printf '# Benchmarks\n\nEvery figure here is written by a script in bench/; the command that produced each section is given in it.\n\n' >BENCHMARKS.md
+  local name=$1 file=$2 out=${BENCHMARKS_FILE:-BENCHMARKS.md}
+  if [ ! -f "$out" ]; then
+    printf '# Benchmarks\n\nEvery figure here is written by a script in bench/; the command that produced each section is given in it.\n\n' >"$out"
   fi
-  if grep -q "<!-- $name:begin -->" BENCHMARKS.md; then
+  if grep -q "<!-- $name:begin -->" "$out"; then
     awk -v f="$file" -v b="<!-- $name:begin -->" -v e="<!-- $name:end -->" '
       $0 == b { while ((getline l < f) > 0) print l; skip = 1; next }
       $0 == e { skip = 0; next }
-      !skip' BENCHMARKS.md >BENCHMARKS.md.new
-    mv BENCHMARKS.md.new BENCHMARKS.md
+      !skip' "$out" >"$out.new"
+    mv "$out.new" "$out"
   else
-    cat "$file" >>BENCHMARKS.md
+    cat "$file" >>"$out"
   fi
-  echo "BENCHMARKS.md: $name section updated" >&2
+  echo "$out: $name section updated" >&2
 }
 
 machine() {

@@ -79,11 +79,13 @@ func (s *LeakyBucketState) gate() int64 {
 // clock. With a clock (the one the caller's instants come from), releases
 // keep to their schedule: each is due one spacing after the previous one
 // was due, never earlier, and a release the timer made late lets the next
-// follow sooner, though never sooner than half its spacing, so the queue
+// follow sooner (at once if it too is overdue, and then the schedule
+// restarts from there, so lateness never builds a burst), so the queue
 // drains at the rate rather than at the rate less the timers' lateness
-// (Go's timers can fire up to about a millisecond late: strict spacing
-// from each release would forward 1000/s as about 750/s). Without a
-// clock, each release is timed from the previous one.
+// (Go's timers can fire up to about a millisecond late: spacing each
+// release from the previous one forwarded 1000/s as about 750/s). In any
+// interval T at most ⌈T/spacing⌉ + 1 leave. Without a clock, each release
+// is timed from the previous one.
 type leakyQueue struct {
 	mu      *sync.Mutex
 	clock   func() time.Time // nil: time each release from the previous one
@@ -207,10 +209,13 @@ func (q *leakyQueue) fire() {
 	close(w.ready)
 	next := time.Duration(w.spacing)
 	if q.clock != nil {
-		// Due one spacing after w was due; at least half a spacing from now.
+		// The next release is due one spacing after w was due; if that
+		// has passed too (a timer a whole spacing late), it goes at once
+		// and the schedule restarts from now, so no burst builds up.
 		now := nanos(q.clock())
-		next = time.Duration(min(w.spacing, max(w.spacing/2, satAdd(q.gateAt, w.spacing)-now)))
-		q.gateAt = satAdd(now, int64(next))
+		due := max(now, satAdd(q.gateAt, w.spacing))
+		next = time.Duration(due - now)
+		q.gateAt = due
 	} else {
 		q.gateAt = satAdd(q.gateAt, w.spacing)
 	}

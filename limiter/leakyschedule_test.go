@@ -12,9 +12,10 @@ import (
 
 // TestLeakyBucketKeepsSchedule: with a clock, a release the timer makes
 // late does not delay those after it: they stay on the schedule of one
-// spacing after another, never earlier, and never sooner than half a
-// spacing after the late one. Without a clock, each release is timed from
-// the previous one, so the lateness carries over to all that follow.
+// spacing after another, never earlier; one that is overdue too leaves at
+// once, and the schedule restarts from there. Without a clock, each
+// release is timed from the previous one, so the lateness carries over to
+// all that follow.
 //
 // Lateness is made by a clock that jumps ahead (by late) at 250 ms of
 // the bubble's time: the release due at 300 ms then happens, on the
@@ -34,7 +35,8 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 		want      []time.Duration
 	}{
 		{"late by 30ms", 30 * time.Millisecond, true, ms(0, 100, 200, 330, 400, 500, 600, 700)},
-		{"late by 80ms: not sooner than half a spacing", 80 * time.Millisecond, true, ms(0, 100, 200, 380, 430, 530, 630, 730)},
+		{"late by 80ms", 80 * time.Millisecond, true, ms(0, 100, 200, 380, 400, 500, 600, 700)},
+		{"late by 130ms: the next overdue too", 130 * time.Millisecond, true, ms(0, 100, 200, 430, 430, 530, 630, 730)},
 		{"no clock: timed from each release", 30 * time.Millisecond, false, ms(0, 100, 200, 330, 430, 530, 630, 730)},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -370,7 +370,9 @@ func (b *bench) admission() error {
 	fmt.Fprintf(b.out, "Each limiter configured for %d r/s (burst 100 where it applies; the leaky bucket's queue 100), offered %d r/s for %v\n", limitAt, offered, b.dur)
 	fmt.Fprintf(b.out, "(open loop: a request every %v whatever the answers), all from one client. Counted at the upstream: *admitted/s* is the\n", time.Second/time.Duration(offered))
 	fmt.Fprintf(b.out, "total over the run divided by its length; *per second* the counts in each whole second of the run; *most in any 1 s* the\n")
-	fmt.Fprintf(b.out, "largest count in any one-second window, slid over every arrival, against what the algorithm's definition allows.\n\n")
+	fmt.Fprintf(b.out, "largest count in any one-second window, slid over every arrival, against what the algorithm's definition allows. Arrivals are\n")
+	fmt.Fprintf(b.out, "timed at the upstream, after forwarding, whose jitter moves a few across a window's edge: an exact limiter can read a few over.\n")
+	fmt.Fprintf(b.out, "The leaky bucket's admitted/s includes the queue it held when the run ended (forwarded just after).\n\n")
 	fmt.Fprintln(b.out, "| limiter | admitted/s | vs 1000 | per second (min–max) | most in any 1 s | the definition allows in any 1 s | rejected | generator behind schedule (max) |")
 	fmt.Fprintln(b.out, "|---|---:|---:|---:|---:|---|---:|---:|")
 	rows := slices.Clone(algos)
@@ -428,7 +430,7 @@ func (b *bench) bursty() error {
 	rows := slices.Clone(algos)
 	rows = append(rows, algo{id: "nginx", label: nginxLabel + " (burst=100 nodelay)"})
 	chart := svgplot.Chart{
-		Title:  fmt.Sprintf("Admitted rate over time, bursty trace (limit %d r/s; 100 ms bins, measured at the upstream)", limitAt),
+		Title:  fmt.Sprintf("Admitted rate, bursty trace: limit %d r/s, 100 ms bins at the upstream", limitAt),
 		XLabel: "seconds", YLabel: "requests per second", XMax: total.Seconds(), PanelHeight: 110,
 	}
 	for i, a := range rows {
@@ -476,7 +478,7 @@ func (b *bench) gaps() error {
 	fmt.Fprintf(b.out, "(requests over the rate are delayed, nginx's leaky bucket).\n\n")
 	fmt.Fprintln(b.out, "| proxy | gaps | rate at the upstream | p1 ms | p50 ms | p99 ms | max ms | gaps < 0.9/rate (9 ms) | rejected |")
 	fmt.Fprintln(b.out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-	chart := svgplot.Chart{Title: fmt.Sprintf("Gaps between arrivals at the upstream, %d r/s, %d clients (0.25 ms bins)", rate, clients),
+	chart := svgplot.Chart{Title: fmt.Sprintf("Gaps between arrivals at the upstream: %d r/s, %d clients, 0.25 ms bins", rate, clients),
 		XLabel: "gap (ms)", YLabel: "share of gaps", XMax: 20, PanelHeight: 140}
 	for i, p := range []struct{ id, label string }{{"lp", "limitproxy leaky_bucket"}, {"nginx", nginxLabel + " (no nodelay)"}} {
 		fmt.Fprintf(os.Stderr, "leaky gaps: %s\n", p.label)

@@ -42,7 +42,7 @@ var Palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#
 
 const (
 	left, right   = 64, 16
-	top, gap      = 36, 34
+	top, gap      = 48, 34
 	bottomMargin  = 44
 	legendLineLen = 18
 )
