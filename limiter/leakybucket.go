@@ -76,22 +76,26 @@ func (s *LeakyBucketState) gate() int64 {
 // One timer per busy key fires when the exit reopens; it releases the head
 // (closing the exit again for the head's spacing) or, with nobody waiting,
 // leaves the key idle. gateAt is when the exit reopens, in the caller's
-// clock. With a clock (the one the caller's instants come from), releases
-// keep to their schedule: each is due one spacing after the previous one
-// was due, never earlier, and a release the timer made late lets the next
-// follow sooner (at once if it too is overdue, and then the schedule
-// restarts from there, so lateness never builds a burst), so the queue
-// drains at the rate rather than at the rate less the timers' lateness
-// (Go's timers can fire up to about a millisecond late: spacing each
-// release from the previous one forwarded 1000/s as about 750/s). In any
-// interval T at most ⌈T/spacing⌉ + 1 leave. Without a clock, each release
-// is timed from the previous one.
+// clock.
+//
+// With a clock (the one the caller's instants come from), releases keep to
+// a schedule: due is when the next release is due, one spacing after the
+// previous one was due, and no release happens before it is due, so in any
+// interval T at most ⌈T/spacing⌉ + 1 leave. Timers fire late (Go's by up
+// to about a millisecond), and spacing each release from the previous one
+// forwarded 1000/s as about 750/s; instead a release made late lets the
+// next follow sooner, though no sooner than minGap of its spacing while
+// the schedule is within reach, and at once when it is overdue too. A
+// queue more than a spacing (at least timerSlack) behind, a stall,
+// restarts its schedule from now rather than bursting. Without a clock, each release is timed from
+// the previous one.
 type leakyQueue struct {
 	mu      *sync.Mutex
 	clock   func() time.Time // nil: time each release from the previous one
 	timer   *time.Timer
 	busy    bool  // timer armed
 	gateAt  int64 // ns: when the exit reopens
+	due     int64 // ns: when the next release is due on the schedule
 	pending int64 // ns: sum of the spacing of the waiters
 	n       int64 // waiters
 	head    *waiter
@@ -173,6 +177,9 @@ func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, clock func(
 		case !busy:
 			q.timer.Reset(time.Duration(gate - t))
 		}
+		if !busy {
+			q.due = gate // a new schedule
+		}
 		q.busy, q.gateAt = true, gate
 		w := &waiter{q: q, spacing: spacing, ready: make(chan struct{})}
 		q.push(w)
@@ -207,20 +214,36 @@ func (q *leakyQueue) fire() {
 	q.unlink(w)
 	w.released = true
 	close(w.ready)
-	next := time.Duration(w.spacing)
+	next := w.spacing
 	if q.clock != nil {
-		// The next release is due one spacing after w was due; if that
-		// has passed too (a timer a whole spacing late), it goes at once
-		// and the schedule restarts from now, so no burst builds up.
 		now := nanos(q.clock())
-		due := max(now, satAdd(q.gateAt, w.spacing))
-		next = time.Duration(due - now)
-		q.gateAt = due
+		due := satAdd(q.due, w.spacing)
+		switch lag := now - due; {
+		case lag > max(w.spacing, int64(timerSlack)): // a stall: the next at once, and a new schedule from it
+			due, next = now, 0
+		case lag >= 0: // overdue: at once
+			next = 0
+		default: // catch up, gently
+			next = max(due-now, w.spacing*minGap/100)
+		}
+		q.due = due
+		q.gateAt = satAdd(now, next)
 	} else {
 		q.gateAt = satAdd(q.gateAt, w.spacing)
 	}
-	q.timer.Reset(next)
+	q.timer.Reset(time.Duration(next))
 }
+
+// minGap is the shortest gap, in percent of a spacing, between a late
+// release and the next while the schedule is within reach.
+const minGap = 90
+
+// timerSlack is how late timers routinely fire (Go's wait for the network
+// poller in whole milliseconds): a queue whose schedule is overdue by no
+// more than this, or than a spacing if that is longer, catches up rather
+// than starting a new schedule. At 1000/s and above a spacing is shorter
+// than timers' lateness, so catching up, not restarting, keeps the rate.
+const timerSlack = 2 * time.Millisecond
 
 func (q *leakyQueue) push(w *waiter) {
 	w.prev = q.tail

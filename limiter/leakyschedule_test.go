@@ -11,15 +11,18 @@ import (
 )
 
 // TestLeakyBucketKeepsSchedule: with a clock, a release the timer makes
-// late does not delay those after it: they stay on the schedule of one
-// spacing after another, never earlier; one that is overdue too leaves at
-// once, and the schedule restarts from there. Without a clock, each
-// release is timed from the previous one, so the lateness carries over to
-// all that follow.
+// late does not delay those after it for good: they catch up with the
+// schedule of one spacing after another, each at least 90% of a spacing
+// after the one before, never before it is due; one that is overdue too
+// leaves at once; a queue more than a spacing behind starts a new
+// schedule. Without a clock, each release is timed from the previous one,
+// so the lateness carries over to all that follow.
 //
 // Lateness is made by a clock that jumps ahead (by late) at 250 ms of
 // the bubble's time: the release due at 300 ms then happens, on the
-// clock, at 300 ms + late. Releases are recorded on that clock.
+// clock, at 300 ms + late. Releases are recorded on that clock. Eight
+// requests arrive at 0; a ninth joins the queue at 350 ms of the bubble's
+// time, which must not move the schedule.
 func TestLeakyBucketKeepsSchedule(t *testing.T) {
 	ms := func(v ...int) []time.Duration {
 		var d []time.Duration
@@ -34,10 +37,12 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 		withClock bool
 		want      []time.Duration
 	}{
-		{"late by 30ms", 30 * time.Millisecond, true, ms(0, 100, 200, 330, 400, 500, 600, 700)},
-		{"late by 80ms", 80 * time.Millisecond, true, ms(0, 100, 200, 380, 400, 500, 600, 700)},
-		{"late by 130ms: the next overdue too", 130 * time.Millisecond, true, ms(0, 100, 200, 430, 430, 530, 630, 730)},
-		{"no clock: timed from each release", 30 * time.Millisecond, false, ms(0, 100, 200, 330, 430, 530, 630, 730)},
+		{"late by 5ms", 5 * time.Millisecond, true, ms(0, 100, 200, 305, 400, 500, 600, 700, 800)},
+		{"late by 30ms", 30 * time.Millisecond, true, ms(0, 100, 200, 330, 420, 510, 600, 700, 800)},
+		{"late by 80ms", 80 * time.Millisecond, true, ms(0, 100, 200, 380, 470, 560, 650, 740, 830)},
+		{"late by 130ms: the next overdue too", 130 * time.Millisecond, true, ms(0, 100, 200, 430, 430, 520, 610, 700, 800)},
+		{"late by 230ms: a new schedule", 230 * time.Millisecond, true, ms(0, 100, 200, 530, 530, 630, 730, 830, 930)},
+		{"no clock: timed from each release", 30 * time.Millisecond, false, ms(0, 100, 200, 330, 430, 530, 630, 730, 830)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -57,7 +62,7 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 				var got []time.Duration
 				var gotMu sync.Mutex
 				var wg sync.WaitGroup
-				for range len(c.want) {
+				arrive := func() {
 					mu.Lock()
 					d := l.StepLeakyBucket(&s, &mu, queueClock, clock(), 1, true)
 					mu.Unlock()
@@ -73,8 +78,13 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 						gotMu.Unlock()
 					})
 				}
+				for range len(c.want) - 1 {
+					arrive()
+				}
 				time.Sleep(250 * time.Millisecond)
 				skew.Store(int64(c.late))
+				time.Sleep(100 * time.Millisecond)
+				arrive()
 				wg.Wait()
 				slices.Sort(got)
 				if !slices.Equal(got, c.want) {
