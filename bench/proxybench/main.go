@@ -94,18 +94,8 @@ func main() {
 	}
 }
 
-const configTemplate = `[server]
-listen = %q
-rate_limit_headers = "draft"
-[admin]
-listen = ""
-[log]
-level = "warn"
-access = false
-[[upstream]]
-name = "app"
-targets = ["http://%s"]
-[[policy]]
+// policyTemplate follows proc.LimitproxyConfig: one token bucket by client IP.
+const policyTemplate = `[[policy]]
 name = "bench"
 upstream = "app"
 key = ["ip"]
@@ -162,7 +152,7 @@ func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrk
 	} {
 		addr := proc.FreeAddr()
 		path := filepath.Join(dir, strconv.Itoa(len(targets))+".toml")
-		if err := os.WriteFile(path, fmt.Appendf(nil, configTemplate, addr, upAddr, c.rate, c.burst), 0o644); err != nil {
+		if err := os.WriteFile(path, fmt.Appendf([]byte(proc.LimitproxyConfig(addr, upAddr, "draft")), policyTemplate, c.rate, c.burst), 0o644); err != nil {
 			return err
 		}
 		targets = append(targets, &target{name: c.name, url: "http://" + addr, cmd: exec.Command(lp, "-config", path)})

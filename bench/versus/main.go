@@ -58,6 +58,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: versus -limitproxy BIN [-svg DIR] [-pin CPUS] [-boundary-memory FILE] [-boundary-redis FILE]")
 		os.Exit(2)
 	}
+	if *dur < 3*time.Second {
+		fmt.Fprintln(os.Stderr, "versus: -duration must be at least 3s (the leaky-bucket run skips its first second)")
+		os.Exit(2)
+	}
 	var wrap []string
 	if *pin != "" {
 		wrap = []string{"taskset", "-c", *pin}
@@ -144,19 +148,6 @@ func (r *recorder) since(path string, start time.Time) []time.Duration {
 	return d
 }
 
-const lpConfig = `[server]
-listen = %q
-rate_limit_headers = "none"
-[admin]
-listen = ""
-[log]
-level = "warn"
-access = false
-[[upstream]]
-name = "app"
-targets = ["http://%s"]
-`
-
 const lpPolicy = `[[policy]]
 name = %q
 upstream = "app"
@@ -198,7 +189,7 @@ func (b *bench) run(bmem, bredis string) error {
 	// limitproxy: one policy per algorithm and run.
 	b.lpAddr = proc.FreeAddr()
 	var conf strings.Builder
-	fmt.Fprintf(&conf, lpConfig, b.lpAddr, upAddr)
+	conf.WriteString(proc.LimitproxyConfig(b.lpAddr, upAddr, "none"))
 	for _, run := range []string{"acc", "burst"} {
 		for _, a := range algos {
 			fmt.Fprintf(&conf, lpPolicy, run+"-"+a.id, "/"+run+"/"+a.id, a.toml)

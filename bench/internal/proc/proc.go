@@ -132,6 +132,25 @@ func WaitUp(addr string) error {
 	return fmt.Errorf("%s did not start listening", addr)
 }
 
+// LimitproxyConfig returns the start of a limitproxy configuration for the
+// benchmarks: listening on listen, no admin listener, warnings only, no
+// access log, RateLimit headers per headers ("draft", "none"...), and one
+// upstream named "app" at upstream (host:port). Policies follow.
+func LimitproxyConfig(listen, upstream, headers string) string {
+	return fmt.Sprintf(`[server]
+listen = %q
+rate_limit_headers = %q
+[admin]
+listen = ""
+[log]
+level = "warn"
+access = false
+[[upstream]]
+name = "app"
+targets = ["http://%s"]
+`, listen, headers, upstream)
+}
+
 // TicksPerSecond is USER_HZ on Linux, the unit of CPUTicks.
 const TicksPerSecond = 100
 
