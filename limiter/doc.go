@@ -3,8 +3,10 @@
 //
 // A Limiter is one policy's limits bound to a Store. Allow(ctx, key, now, n)
 // decides a request from one client key at an instant the caller passes in:
-// nothing in this package reads the clock, so every algorithm is tested with
-// exact instants. A request is admitted only if every limit of the policy
+// nothing in this package reads the clock of its own accord, so every
+// algorithm is tested with exact instants. (A leaky bucket's release timer
+// reads the clock its Store passes in, the one the instants come from, to
+// keep its releases on schedule; see StepLeakyBucket.) A request is admitted only if every limit of the policy
 // admits it, and a rejected request consumes nothing from any of them; the
 // Store makes that atomic per key.
 //
@@ -13,7 +15,7 @@
 //	algorithm       admits a request of cost c at t iff            memory per key (memstore)
 //	token_bucket    the bucket (burst b, refill r) holds ≥ c         16 B state, 24 B slot
 //	leaky_bucket    fewer than queue wait and the wait ≤ max_wait    16 B; +~150 B and a timer while
-//	                (it then waits its turn: releases ≥ 1/r apart)   requests wait, +~100 B a waiter
+//	                (then waits its turn: released on a 1/r schedule) requests wait, +~100 B a waiter
 //	fixed_window    count in floor(t/W) + c ≤ limit                  16 B state, 24 B slot
 //	sliding_log     units admitted in (t−W, t] + c ≤ limit           8 B per unit in the window
 //	sliding_window  weighted estimate over `slots` slots + c ≤ limit 8+4·(slots+1) B state
