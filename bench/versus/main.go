@@ -444,9 +444,11 @@ func (b *bench) bursty() error {
 	}
 	fmt.Fprintf(b.out, "### Admitted rate over time, bursty trace\n\n")
 	fmt.Fprintf(b.out, "Three times over: 1 s at %d r/s (4× the limit), then 3 s at %d r/s, open loop through each limiter of the table above.\n", 4*limitAt, limitAt/4)
-	fmt.Fprintf(b.out, "The token bucket and nginx let the burst of 100 through, then the rate; the fixed window lets a whole window's\n")
-	fmt.Fprintf(b.out, "1000 through at once when a burst starts in a fresh window; the sliding log and sliding windows hold 1000 in any second;\n")
-	fmt.Fprintf(b.out, "the leaky bucket forwards at exactly its rate, delaying what fits in its queue.\n\n")
+	fmt.Fprintf(b.out, "What to look for: the token bucket and nginx let the burst of 100 through, then the rate; the fixed window lets a\n")
+	fmt.Fprintf(b.out, "window's 1000 through at once when a burst starts, and again when a window edge falls inside the burst; the sliding\n")
+	fmt.Fprintf(b.out, "log admits the quiet second's unused share at once, then nothing until a second has passed (never more than 1000 in\n")
+	fmt.Fprintf(b.out, "any second); the sliding windows estimate that, 10 slots closely, one slot loosely (the table above gives how far over\n")
+	fmt.Fprintf(b.out, "they went); the leaky bucket forwards at its rate, delaying what fits in its queue.\n\n")
 	fmt.Fprintf(b.out, "![admitted rate over time](%s%s)\n\n", b.svgRef, name)
 	return nil
 }
