@@ -87,8 +87,8 @@ func (s *LeakyBucketState) gate() int64 {
 // next follow sooner, though no sooner than minGap of its spacing while
 // the schedule is within reach, and at once when it is overdue too. A
 // queue more than a spacing (at least timerSlack) behind, a stall,
-// restarts its schedule from now rather than bursting. Without a clock, each release is timed from
-// the previous one.
+// restarts its schedule from now rather than bursting. Without a clock,
+// each release is timed from the previous one.
 type leakyQueue struct {
 	mu      *sync.Mutex
 	clock   func() time.Time // nil: time each release from the previous one
@@ -117,9 +117,10 @@ type waiter struct {
 // limit l); see StepTokenBucket for commit. mu is the lock the caller holds
 // for this key; the queue's release timer takes it too, so it must outlive
 // the state. clock, if not nil, is the clock now comes from; the queue
-// reads it to keep its releases on schedule (see leakyQueue). An admitted request that must wait gets a Decision whose Wait
-// blocks until its release (or returns when its context ends, leaving the
-// queue so that those behind move up).
+// reads it to keep its releases on schedule (see leakyQueue). An admitted
+// request that must wait gets a Decision whose Wait blocks until its
+// release (or returns when its context ends, leaving the queue so that
+// those behind move up).
 //
 // Memory: 16 bytes per key; while requests wait, about 150 bytes and one
 // timer for the key and about 100 bytes per waiter. Waiters hold no
@@ -224,7 +225,7 @@ func (q *leakyQueue) fire() {
 		case lag >= 0: // overdue: at once
 			next = 0
 		default: // catch up, gently
-			next = max(due-now, w.spacing*minGap/100)
+			next = max(due-now, satMul(w.spacing, minGap)/100)
 		}
 		q.due = due
 		q.gateAt = satAdd(now, next)
