@@ -17,7 +17,7 @@ export BENCHMARKS_FILE="$tmp/sections.md"
 : >"$BENCHMARKS_FILE"
 bench/limiter.sh 3
 bench/proxy.sh 5 4s
-bench/redis.sh 3
+bench/redis.sh 5
 bench/accuracy.sh 1
 bench/versus.sh 10s
 took=$(( ($(date +%s) - start + 59) / 60 ))
