@@ -5,7 +5,7 @@
 test:
 	scripts/test.sh
 
-# Regenerates all of BENCHMARKS.md and docs/*.svg (about 11 minutes;
+# Regenerates all of BENCHMARKS.md and docs/*.svg (about 10 minutes;
 # installs wrk, nginx and redis-server when missing and root).
 bench:
 	bench/all.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: regenerates all of BENCHMARKS.md and docs/*.svg in one
-# run, on 127.0.0.1 only, in about 11 minutes on a 2-core machine.
+# run, on 127.0.0.1 only, in about 10 minutes on a 2-core machine.
 # Installs wrk, nginx and redis-server from Debian's packages when
 # missing and root. The new BENCHMARKS.md replaces the old one only if
 # every part succeeded.
