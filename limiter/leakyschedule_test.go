@@ -18,35 +18,42 @@ import (
 // schedule. Without a clock, each release is timed from the previous one,
 // so the lateness carries over to all that follow.
 //
-// Lateness is made by a clock that jumps ahead (by late) at 250 ms of
-// the bubble's time: the release due at 300 ms then happens, on the
-// clock, at 300 ms + late. Releases are recorded on that clock. Eight
-// requests arrive at 0; a ninth joins the queue at 350 ms of the bubble's
-// time, which must not move the schedule.
+// Lateness is made by a clock that jumps ahead (by late) at 2.5 spacings
+// of the bubble's time: the release due at 3 spacings then happens, on the
+// clock, that much later. Releases are recorded on that clock. Eight
+// requests arrive at 0; a ninth arrives at 3.5 spacings of the bubble's
+// time, which must not move the schedule. At 1000/s a spacing is shorter
+// than timers' routine lateness, and a queue a few milliseconds behind
+// catches up rather than restarting (it would lose the rate under a busy
+// neighbour: measured 980–987/s instead of 1000/s).
 func TestLeakyBucketKeepsSchedule(t *testing.T) {
-	ms := func(v ...int) []time.Duration {
+	ms := func(v ...float64) []time.Duration {
 		var d []time.Duration
 		for _, x := range v {
-			d = append(d, time.Duration(x)*time.Millisecond)
+			d = append(d, time.Duration(x*float64(time.Millisecond)))
 		}
 		return d
 	}
+	const slow, fast = 100 * time.Millisecond, time.Millisecond
 	for _, c := range []struct {
 		name      string
+		spacing   time.Duration
 		late      time.Duration
 		withClock bool
 		want      []time.Duration
 	}{
-		{"late by 5ms", 5 * time.Millisecond, true, ms(0, 100, 200, 305, 400, 500, 600, 700, 800)},
-		{"late by 30ms", 30 * time.Millisecond, true, ms(0, 100, 200, 330, 420, 510, 600, 700, 800)},
-		{"late by 80ms", 80 * time.Millisecond, true, ms(0, 100, 200, 380, 470, 560, 650, 740, 830)},
-		{"late by 130ms: the next overdue too", 130 * time.Millisecond, true, ms(0, 100, 200, 430, 430, 520, 610, 700, 800)},
-		{"late by 230ms: a new schedule", 230 * time.Millisecond, true, ms(0, 100, 200, 530, 530, 630, 730, 830, 930)},
-		{"no clock: timed from each release", 30 * time.Millisecond, false, ms(0, 100, 200, 330, 430, 530, 630, 730, 830)},
+		{"late by 5ms", slow, 5 * time.Millisecond, true, ms(0, 100, 200, 305, 400, 500, 600, 700, 800)},
+		{"late by 30ms", slow, 30 * time.Millisecond, true, ms(0, 100, 200, 330, 420, 510, 600, 700, 800)},
+		{"late by 80ms", slow, 80 * time.Millisecond, true, ms(0, 100, 200, 380, 470, 560, 650, 740, 830)},
+		{"late by 130ms: the next overdue too", slow, 130 * time.Millisecond, true, ms(0, 100, 200, 430, 430, 520, 610, 700, 800)},
+		{"late by 230ms: a new schedule", slow, 230 * time.Millisecond, true, ms(0, 100, 200, 530, 530, 630, 730, 830, 930)},
+		{"1000/s, late by 5ms: catches up at once", fast, 5 * time.Millisecond, true, ms(0, 1, 2, 8, 8, 8, 8, 8, 8.5)},
+		{"1000/s, late by 15ms: a new schedule", fast, 15 * time.Millisecond, true, ms(0, 1, 2, 18, 18, 19, 20, 21, 22)},
+		{"no clock: timed from each release", slow, 30 * time.Millisecond, false, ms(0, 100, 200, 330, 430, 530, 630, 730, 830)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l, err := NewLeakyBucket(LeakyBucketParams{Rate: Rate{N: 10, Per: time.Second}, Queue: 20, MaxWait: time.Minute})
+				l, err := NewLeakyBucket(LeakyBucketParams{Rate: Rate{N: 1, Per: c.spacing}, Queue: 20, MaxWait: time.Minute})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -81,9 +88,9 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 				for range len(c.want) - 1 {
 					arrive()
 				}
-				time.Sleep(250 * time.Millisecond)
+				time.Sleep(c.spacing * 5 / 2)
 				skew.Store(int64(c.late))
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(c.spacing)
 				arrive()
 				wg.Wait()
 				slices.Sort(got)
