@@ -229,6 +229,20 @@ func (r *running) status(t *testing.T) map[string]any {
 	return v
 }
 
+// lastReload returns /api/v1/config's last_reload once done(it) holds, or
+// after 10 seconds. The status is recorded just after new policies go
+// live, so a test that saw them in force waits for it this way.
+func (r *running) lastReload(t *testing.T, done func(map[string]any) bool) map[string]any {
+	t.Helper()
+	var last map[string]any
+	for begin := time.Now(); time.Since(begin) < 10*time.Second; time.Sleep(5 * time.Millisecond) {
+		if last = r.status(t)["last_reload"].(map[string]any); done(last) {
+			break
+		}
+	}
+	return last
+}
+
 // TestReloadRejectsBadFiles: a bad file is refused with its position, and
 // the policies in force keep serving.
 func TestReloadRejectsBadFiles(t *testing.T) {
@@ -268,7 +282,7 @@ func TestReloadRejectsBadFiles(t *testing.T) {
 	// Fixing the file recovers.
 	os.WriteFile(r.path, []byte(config(r.upstream.URL, 11, "1/h", "")), 0o644)
 	r.waitQuota(t, "11")
-	if last := r.status(t)["last_reload"].(map[string]any); last["successful"] != true {
+	if last := r.lastReload(t, func(l map[string]any) bool { return l["successful"] == true }); last["successful"] != true {
 		t.Errorf("after a good file: %v", last)
 	}
 }
@@ -462,7 +476,7 @@ func TestReloadRestartOnly(t *testing.T) {
 [admin]`, 1)
 	writeAtomic(t, r.path, text)
 	r.waitQuota(t, "12") // the policy change is in force, on the old listener
-	last := r.status(t)["last_reload"].(map[string]any)
+	last := r.lastReload(t, func(l map[string]any) bool { return l["requires_restart"] != nil })
 	if rr, _ := last["requires_restart"].([]any); len(rr) != 1 || rr[0] != "server.listen" {
 		t.Errorf("requires_restart = %v, want [server.listen]", last["requires_restart"])
 	}
