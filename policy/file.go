@@ -35,6 +35,7 @@ type (
 		TrustedProxies    CIDRs         `toml:"trusted_proxies"`
 		IPv6Prefix        Value[int64]  `toml:"ipv6_prefix"`
 		RateLimitHeaders  Value[string] `toml:"rate_limit_headers"`
+		Underscores       Value[bool]   `toml:"underscores_in_headers"`
 		TLS               *rawTLS       `toml:"tls"`
 	}
 	rawTLS struct {
@@ -80,6 +81,8 @@ type (
 		PreserveHost Value[bool]   `toml:"preserve_host"`
 		MaxFails     Value[int64]  `toml:"max_fails"`
 		FailTimeout  Duration      `toml:"fail_timeout"`
+		Upgrades     Strings       `toml:"upgrades"`
+		AllowTrace   Value[bool]   `toml:"allow_trace"`
 	}
 	rawPolicy struct {
 		Name      Value[string] `toml:"name"`

@@ -37,7 +37,10 @@ type Server struct {
 	TrustedProxies    []netip.Prefix // peers whose X-Forwarded-For / Forwarded are believed
 	IPv6Prefix        int            // bits of an IPv6 client address that make its key
 	RateLimitHeaders  string         // "draft" | "legacy" | "both" | "none"
-	TLS               *TLS           // nil: plain HTTP
+	// UnderscoresInHeaders forwards request headers whose names hold an
+	// underscore; by default they are dropped, as nginx does.
+	UnderscoresInHeaders bool
+	TLS                  *TLS // nil: plain HTTP
 }
 
 // TLS is [server.tls].
@@ -85,6 +88,12 @@ type Upstream struct {
 	PreserveHost bool
 	MaxFails     int
 	FailTimeout  time.Duration
+	// Upgrades are the protocols (lower case) a client may upgrade to
+	// through this upstream; any other Upgrade is removed from the
+	// forwarded request. Default ["websocket"].
+	Upgrades []string
+	// AllowTrace lets TRACE requests through; otherwise they get 405.
+	AllowTrace bool
 }
 
 // Mode is a policy's mode.
@@ -173,14 +182,15 @@ func validate(raw *rawFile, c *collector) *Config {
 	cfg := &Config{}
 	s := &raw.Server
 	cfg.Server = Server{
-		Listen:            s.Listen.Or(DefaultListen),
-		ReadHeaderTimeout: s.ReadHeaderTimeout.Or(DefaultReadHeaderTimeout),
-		IdleTimeout:       s.IdleTimeout.Or(DefaultIdleTimeout),
-		ShutdownTimeout:   s.ShutdownTimeout.Or(DefaultShutdownTimeout),
-		MaxHeaderBytes:    int(s.MaxHeaderBytes.Or(DefaultMaxHeaderBytes)),
-		TrustedProxies:    s.TrustedProxies.V,
-		IPv6Prefix:        int(s.IPv6Prefix.Or(DefaultIPv6Prefix)),
-		RateLimitHeaders:  s.RateLimitHeaders.Or("draft"),
+		Listen:               s.Listen.Or(DefaultListen),
+		ReadHeaderTimeout:    s.ReadHeaderTimeout.Or(DefaultReadHeaderTimeout),
+		IdleTimeout:          s.IdleTimeout.Or(DefaultIdleTimeout),
+		ShutdownTimeout:      s.ShutdownTimeout.Or(DefaultShutdownTimeout),
+		MaxHeaderBytes:       int(s.MaxHeaderBytes.Or(DefaultMaxHeaderBytes)),
+		TrustedProxies:       s.TrustedProxies.V,
+		IPv6Prefix:           int(s.IPv6Prefix.Or(DefaultIPv6Prefix)),
+		RateLimitHeaders:     s.RateLimitHeaders.Or("draft"),
+		UnderscoresInHeaders: s.Underscores.V,
 	}
 	if cfg.Server.Listen == "" {
 		c.add("server.listen", "must not be empty")
@@ -286,6 +296,17 @@ func validate(raw *rawFile, c *collector) *Config {
 		}
 		if up.Timeout <= 0 && u.Timeout.Set {
 			c.add(key+".timeout", "must be greater than zero")
+		}
+		up.Upgrades, up.AllowTrace = []string{"websocket"}, u.AllowTrace.V
+		if u.Upgrades.Set {
+			up.Upgrades = nil
+			for j, proto := range u.Upgrades.V {
+				if !validToken(strings.SplitN(proto, "/", 2)[0]) || strings.Count(proto, "/") > 1 {
+					c.add(key+".upgrades", "element %d: %q is not a protocol name (RFC 9110 §7.8), such as \"websocket\"", j, proto)
+					continue
+				}
+				up.Upgrades = append(up.Upgrades, strings.ToLower(proto))
+			}
 		}
 		if u.MaxFails.Set && u.MaxFails.V < 0 {
 			c.add(key+".max_fails", "must not be negative (0 turns passive health checks off)")
@@ -482,7 +503,9 @@ func compileMatch(m *rawMatch, key string, c *collector) Matcher {
 	}
 	var mt Matcher
 	for i, h := range m.Hosts.V {
-		h = strings.ToLower(h)
+		// As requests' hosts are compared: lower case, without the
+		// trailing dot of a fully qualified name.
+		h = strings.TrimSuffix(strings.ToLower(h), ".")
 		if h == "" || strings.Contains(h[1:], "*") || (strings.HasPrefix(h, "*") && !strings.HasPrefix(h, "*.")) {
 			c.add(key+".hosts", "element %d: %q is not a host name or a wildcard such as \"*.example.com\"", i, h)
 			continue

@@ -5,6 +5,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -26,7 +27,7 @@ const (
 	ShadowRejected = "shadow_rejected"
 	Unmatched      = "unmatched"
 	Skipped        = "skipped" // on_missing = "skip": forwarded without limiting
-	Unlimited      = "unlimited"
+	Invalid        = "invalid" // refused before matching: 400 or 405 (see canonicalize)
 )
 
 // Handler is the proxy's http.Handler. It holds the current policy set in
@@ -40,6 +41,11 @@ type Handler struct {
 	acc     *zap.Logger // access log; nil when off
 	buffers *bufferPool // ReverseProxy's copy buffers, shared by every upstream
 	metrics *Metrics    // nil: none
+
+	// closing is done once CloseQueues is called: requests still waiting
+	// in a leaky-bucket queue then leave it with 503.
+	closing     context.Context
+	closeQueues context.CancelFunc
 }
 
 // snapshot is a policy set with what is built once for it: the upstream
@@ -76,6 +82,7 @@ func MonotonicClock() func() time.Time {
 // New returns a handler serving set.
 func New(set *policy.Set, o Options) *Handler {
 	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics}
+	h.closing, h.closeQueues = context.WithCancel(context.Background())
 	if h.now == nil {
 		h.now = MonotonicClock()
 	}
@@ -137,14 +144,18 @@ func sameUpstream(a, b policy.Upstream) bool {
 	return true
 }
 
+// CloseQueues answers every request waiting in a leaky-bucket queue, now
+// and later, with 503 and Retry-After: 1 instead of forwarding it. A server
+// calls it when its drain budget (shutdown_timeout) runs out, so that those
+// clients get an answer, and one they may retry elsewhere, before their
+// connections are closed. Safe to call more than once, and concurrently.
+func (h *Handler) CloseQueues() { h.closeQueues() }
+
 // Set returns the policy set new requests see.
 func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
 
-// acmeChallenge is never limited (SPEC §5).
-const acmeChallenge = "/.well-known/acme-challenge/"
-
-// ServeHTTP is the data path: snapshot → match → key → limits → reject,
-// wait in the leaky-bucket queue, or forward.
+// ServeHTTP is the data path: snapshot → canonical form → match → key →
+// limits → reject, wait in the leaky-bucket queue, or forward.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
 	snap := h.snap.Load()
@@ -163,6 +174,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.logAccess(r, rec, start, p, decision, wait)
 	}()
 
+	if status, detail := canonicalize(r, &snap.set.Config.Server); status != 0 {
+		decision = Invalid
+		if status == http.StatusMethodNotAllowed {
+			rec.Header().Set("Allow", allowed)
+		}
+		writeProblem(rec, status, problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+		return
+	}
 	p, ok := snap.set.Match(r)
 	if !ok {
 		decision = Unmatched
@@ -170,9 +189,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Detail: "no policy matches this request"})
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, acmeChallenge) {
-		decision = Unlimited
-		h.forward(rec, r, snap, p)
+	if r.Method == http.MethodTrace && !snap.pools[p.Upstream].cfg.AllowTrace {
+		decision = Invalid
+		rec.Header().Set("Allow", allowed)
+		writeProblem(rec, http.StatusMethodNotAllowed, problem{Type: "about:blank", Title: "Method Not Allowed", Status: http.StatusMethodNotAllowed,
+			Detail: "TRACE is not allowed to the upstream " + p.Upstream})
 		return
 	}
 	cfg := &snap.set.Config.Server
@@ -188,6 +209,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Detail: "the request lacks a part of its client key: " + keyNames(p)})
 		return
 	}
+
+	pinKeyHeaders(r, p)
 
 	d, err := p.Limiter.Allow(r.Context(), key, start, 1)
 	if err != nil {
@@ -214,14 +237,27 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case d.Delay > 0:
 		decision = Queued
 		h.metrics.queued(p.Name, 1)
-		err := d.Wait(r.Context())
+		ctx, cancel := context.WithCancel(r.Context())
+		stop := context.AfterFunc(h.closing, cancel)
+		err := d.Wait(ctx)
+		stop()
+		cancel()
 		h.metrics.queued(p.Name, -1)
 		wait = h.now().Sub(start)
 		h.metrics.waited(p.Name, wait)
-		if err != nil {
+		switch {
+		case err == nil:
+		case r.Context().Err() != nil:
 			// The client left while queued: it has left the queue and is
 			// never forwarded; there is no one to answer.
 			rec.status = statusClientClosed
+			return
+		default:
+			// The drain budget ran out (CloseQueues): the request has
+			// left the queue and is answered, not forwarded.
+			rec.Header().Set("Retry-After", "1")
+			writeProblem(rec, http.StatusServiceUnavailable, problem{Type: "about:blank", Title: "Service Unavailable",
+				Status: http.StatusServiceUnavailable, Detail: "the proxy is shutting down; retry"})
 			return
 		}
 	default:
@@ -242,6 +278,25 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 	t := snap.pools[p.Upstream].pick()
 	w.upstream = p.Upstream
 	begin := h.now()
+	defer func() {
+		// ReverseProxy aborts the handler (http.ErrAbortHandler) when the
+		// response body cannot be copied after its header went out:
+		// either the upstream cut it short or the client stopped taking
+		// it. The access log and the metrics say which.
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			if w.writeFailed || r.Context().Err() != nil {
+				w.status, w.err = statusClientClosed, "client gone while the response was sent"
+			} else {
+				w.status, w.err = http.StatusBadGateway, "upstream response cut short"
+			}
+			h.metrics.forwarded(p.Upstream, w.statusCode(), h.now().Sub(begin))
+		}
+		panic(v)
+	}()
 	t.proxy.ServeHTTP(w, r)
 	if w.status != statusClientClosed {
 		h.metrics.forwarded(p.Upstream, w.statusCode(), h.now().Sub(begin))
@@ -249,8 +304,9 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 }
 
 // logAccess writes SPEC §8's access-log line. Rejections are logged at
-// debug level, so that a flood of them cannot flood the log; everything
-// else at info.
+// debug level, so that a flood of them cannot flood the log; a response
+// cut short after its status went out at warn, with an error field;
+// everything else at info.
 func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision string, wait time.Duration) {
 	if h.acc == nil {
 		return
@@ -258,6 +314,9 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 	level := zapcore.InfoLevel
 	if decision == Rejected {
 		level = zapcore.DebugLevel
+	}
+	if rec.err != "" {
+		level = zapcore.WarnLevel
 	}
 	ce := h.acc.Check(level, "request")
 	if ce == nil {
@@ -267,7 +326,7 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 	if p != nil {
 		name = p.Name
 	}
-	ce.Write(
+	fields := [...]zap.Field{
 		zap.String("method", r.Method),
 		zap.String("host", r.Host),
 		zap.String("path", r.URL.Path),
@@ -277,7 +336,13 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 		zap.String("decision", decision),
 		zap.String("upstream", rec.upstream),
 		zap.Duration("queue_wait", wait),
-	)
+		zap.String("error", rec.err),
+	}
+	n := len(fields)
+	if rec.err == "" {
+		n-- // no error field on a line that has none
+	}
+	ce.Write(fields[:n]...)
 }
 
 // recorder remembers the status written, for the access log. It unwraps to
@@ -286,8 +351,10 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 // it.
 type recorder struct {
 	http.ResponseWriter
-	status   int
-	upstream string
+	status      int
+	upstream    string
+	writeFailed bool   // a write to the client failed
+	err         string // why the exchange failed after the status went out
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -301,7 +368,11 @@ func (r *recorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
-	return r.ResponseWriter.Write(b)
+	n, err := r.ResponseWriter.Write(b)
+	if err != nil {
+		r.writeFailed = true
+	}
+	return n, err
 }
 
 // Unwrap returns the underlying ResponseWriter.

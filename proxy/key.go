@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -218,23 +219,11 @@ func keyPart(r *http.Request, part policy.KeyPart, s *policy.Server) (string, bo
 		}
 		return groupIPv6(a, s.IPv6Prefix).String(), true
 	case policy.KeyHeader:
-		vs := r.Header.Values(part.Name)
-		if len(vs) == 0 {
-			return "", false
-		}
-		return strings.Join(vs, ","), true
+		return firstHeaderValue(r.Header, part.Name)
 	case policy.KeyQuery:
-		q := r.URL.Query()
-		if !q.Has(part.Name) {
-			return "", false
-		}
-		return q.Get(part.Name), true
+		return firstQueryValue(r.URL.RawQuery, part.Name)
 	case policy.KeyCookie:
-		c, err := r.Cookie(part.Name)
-		if err != nil {
-			return "", false
-		}
-		return c.Value, true
+		return firstCookieValue(r.Header, part.Name)
 	case policy.KeyHost:
 		return strings.ToLower(policy.HostName(r.Host)), true
 	case policy.KeyMethod:
@@ -243,4 +232,116 @@ func keyPart(r *http.Request, part policy.KeyPart, s *policy.Server) (string, bo
 		return r.URL.Path, true
 	}
 	return "", false
+}
+
+// Key parts read one value, the one an upstream most likely reads, so that
+// a client cannot add values to make itself a fresh key while the upstream
+// still sees the first one (X-API-Key: realkey, then X-API-Key: junkN).
+// An empty value counts as absent (on_missing applies).
+
+// firstHeaderValue returns the first value of the header name (canonical):
+// its first field line, up to the first comma outside double quotes (RFC
+// 9110 §5.3: several lines of a field are one comma-separated list), with
+// surrounding white space trimmed. This is what Go's Header.Get and nginx's
+// $http_ variables give an upstream for a repeated header, and for a list
+// on one line the first element, so that appending ", junk" makes no new
+// key. A value with a comma of its own (a User-Agent) is cut there: keys
+// can only become coarser, never finer, than what the client sent.
+func firstHeaderValue(h http.Header, name string) (string, bool) {
+	vs := h[name]
+	if len(vs) == 0 {
+		return "", false
+	}
+	v := vs[0]
+	quoted := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\' && quoted:
+			i++
+		case c == '"':
+			quoted = !quoted
+		case c == ',' && !quoted:
+			v = v[:i]
+		}
+	}
+	v = strings.TrimSpace(v)
+	return v, v != ""
+}
+
+// firstQueryValue returns the value of the first parameter called name in
+// a raw query, as nginx's $arg_ and Go's Query().Get read it: parameters
+// are separated by '&' only (a ';' is part of a value, as in nginx and
+// current Go and Python), names and values are percent-decoded with '+' as
+// a space (a malformed encoding is taken as it is, so that it cannot make
+// the parameter vanish while the upstream reads it).
+func firstQueryValue(rawQuery, name string) (string, bool) {
+	for rest := rawQuery; rest != ""; {
+		var pair string
+		pair, rest, _ = strings.Cut(rest, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if queryUnescape(k) != name {
+			continue
+		}
+		v = queryUnescape(v)
+		return v, v != ""
+	}
+	return "", false
+}
+
+func queryUnescape(s string) string {
+	if !strings.ContainsAny(s, "%+") {
+		return s
+	}
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// firstCookieValue returns the value of the first cookie called name in
+// the request's Cookie fields, read leniently as most servers read them:
+// pairs separated by ';', white space trimmed, one pair of surrounding
+// double quotes removed. Go's Request.Cookie skips a value it finds
+// malformed and would then return a later cookie of the same name, which
+// an upstream reading the first one does not see.
+func firstCookieValue(h http.Header, name string) (string, bool) {
+	for _, line := range h["Cookie"] {
+		for rest := line; rest != ""; {
+			var pair string
+			pair, rest, _ = strings.Cut(rest, ";")
+			k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+			if !ok || strings.TrimSpace(k) != name {
+				continue
+			}
+			v = strings.TrimSpace(v)
+			if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+				v = v[1 : len(v)-1]
+			}
+			return v, v != ""
+		}
+	}
+	return "", false
+}
+
+// pinKeyHeaders leaves each header that is a part of p's key with the one
+// value the key was built from (or removes it when that value is empty),
+// so that the upstream reads the identity that was limited, whichever of
+// several values it would have read.
+func pinKeyHeaders(r *http.Request, p *policy.Policy) {
+	for _, part := range p.Key {
+		if part.Kind != policy.KeyHeader {
+			continue
+		}
+		vs := r.Header[part.Name]
+		if len(vs) == 0 {
+			continue
+		}
+		if v, ok := firstHeaderValue(r.Header, part.Name); ok {
+			if len(vs) != 1 || vs[0] != v {
+				r.Header[part.Name] = []string{v}
+			}
+		} else {
+			delete(r.Header, part.Name)
+		}
+	}
 }

@@ -52,7 +52,7 @@ func (m *Metrics) decision(policy, d string) {
 		return
 	}
 	switch d {
-	case Skipped, Unlimited:
+	case Skipped:
 		d = Allowed
 	}
 	m.requests.WithLabelValues(policy, d).Inc()

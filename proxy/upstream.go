@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +63,12 @@ func newPool(cfg policy.Upstream, trusted func(*http.Request) bool, buffers http
 		t.proxy = &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(u)
+				// The query exactly as received: ReverseProxy re-encodes
+				// one it finds unusual (a ';', a malformed escape), and
+				// the upstream would then read other parameters than the
+				// client sent and limitproxy keyed.
+				pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+				filterUpgrade(pr.Out.Header, cfg.Upgrades)
 				// Keep the chain a trusted proxy sent us; from anyone else,
 				// start it afresh with the peer (SetXForwarded appends it).
 				if trusted(pr.In) {
@@ -140,3 +147,43 @@ func (t *target) failed(w http.ResponseWriter, r *http.Request, err error, log *
 // statusClientClosed is what the access log records for a request whose
 // client left before an answer (nginx's 499); nothing is written.
 const statusClientClosed = 499
+
+// filterUpgrade keeps, of the protocols a request asks to upgrade to, only
+// those in allowed (lower case; an entry without a version allows every
+// version), and removes the upgrade altogether when none is left. An
+// upgraded connection is no longer seen request by request: an upstream
+// that accepted h2c, say, would carry any number of HTTP/2 requests past a
+// per-request limit. WebSocket, allowed by default, is one exchange.
+// ReverseProxy has already reduced Connection to "Upgrade" when an upgrade
+// was asked for.
+func filterUpgrade(h http.Header, allowed []string) {
+	vs := h["Upgrade"]
+	if len(vs) == 0 {
+		return
+	}
+	var keep []string
+	for _, v := range vs {
+		for _, proto := range strings.Split(v, ",") {
+			proto = strings.TrimSpace(proto)
+			if proto != "" && upgradeAllowed(proto, allowed) {
+				keep = append(keep, proto)
+			}
+		}
+	}
+	if len(keep) == 0 {
+		h.Del("Upgrade")
+		h.Del("Connection")
+		return
+	}
+	h["Upgrade"] = []string{strings.Join(keep, ", ")}
+}
+
+func upgradeAllowed(proto string, allowed []string) bool {
+	name, _, _ := strings.Cut(proto, "/")
+	for _, a := range allowed {
+		if strings.EqualFold(a, proto) || !strings.Contains(a, "/") && strings.EqualFold(a, name) {
+			return true
+		}
+	}
+	return false
+}

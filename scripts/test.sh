@@ -31,6 +31,31 @@ if ! command -v redis-server >/dev/null 2>&1; then
   fi
 fi
 
+# The bypass tests run real upstreams that normalize requests their own
+# ways: nginx (Debian's package) and Flask (this machine image's Python).
+if ! command -v nginx >/dev/null 2>&1 && [ -x /usr/sbin/nginx ]; then
+  export PATH="$PATH:/usr/sbin"
+fi
+if ! command -v nginx >/dev/null 2>&1; then
+  step "installing nginx"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+    # The package may start a system instance; the tests use their own.
+    (command -v systemctl >/dev/null 2>&1 && systemctl stop nginx 2>/dev/null) || true
+    export PATH="$PATH:/usr/sbin"
+  else
+    echo "nginx is missing and this is not root: install it (apt-get install nginx-light)" >&2
+    exit 1
+  fi
+fi
+if ! python3 -c 'import flask' >/dev/null 2>&1; then
+  step "installing Flask"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-flask >/dev/null
+  fi
+  python3 -c 'import flask' || { echo "python3 cannot import flask: install it (apt-get install python3-flask)" >&2; exit 1; }
+fi
+
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then

@@ -348,8 +348,14 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 	drain, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(drain); err != nil {
+		// Requests still queued get 503 and Retry-After rather than a
+		// closed connection; a moment for those answers to go out.
+		handler.CloseQueues()
+		answer, cancel := context.WithTimeout(context.Background(), time.Second)
+		srv.Shutdown(answer)
+		cancel()
 		srv.Close()
-		log.Warn("drain budget exhausted; remaining connections closed", zap.Error(err))
+		log.Warn("drain budget exhausted; queued requests answered 503, remaining connections closed", zap.Error(err))
 	}
 	if admin != nil {
 		admin.Close()

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"limitproxy/policy"
+)
+
+// TestDrainDeadline: requests still waiting in a queue when the drain
+// budget runs out are answered 503 with Retry-After, not cut off, and
+// serve returns soon after the budget.
+func TestDrainDeadline(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	cfg, err := policy.Parse("drain.toml", []byte(`
+[server]
+listen = "127.0.0.1:0"
+shutdown_timeout = "300ms"
+[admin]
+listen = "127.0.0.1:0"
+[log]
+level = "error"
+[[upstream]]
+name = "up"
+targets = ["`+up.URL+`"]
+[[policy]]
+name = "slow"
+upstream = "up"
+key = []
+  [[policy.limits]]
+  algorithm = "leaky_bucket"
+  rate = "1/m"
+  queue = 5
+  max_wait = "1h"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan listening, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, "", cfg, io.Discard, ready) }()
+	l := <-ready
+	addr := l.Proxy.String()
+
+	type result struct {
+		status     int
+		retryAfter string
+	}
+	results := make(chan result, 3)
+	get := func() {
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			results <- result{}
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		results <- result{resp.StatusCode, resp.Header.Get("Retry-After")}
+	}
+	go get()
+	if r := <-results; r.status != 200 {
+		t.Fatalf("first request: %d", r.status)
+	}
+	go get()
+	go get()
+	// The two wait a minute and two minutes: stop once the queue's gauge
+	// shows both.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(scrape(t, l.Admin.String()), `limitproxy_queue_depth{policy="slow"} 2`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the two requests never queued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	begin := time.Now()
+	stop()
+	for range 2 {
+		select {
+		case r := <-results:
+			if r.status != 503 || r.retryAfter != "1" {
+				t.Errorf("queued request at the drain deadline: %d, Retry-After %q; want 503, 1", r.status, r.retryAfter)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a queued request got no answer")
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return")
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("stopping took %v with a 300ms budget", took)
+	}
+}
+
+func scrape(t *testing.T, admin string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"limitproxy/policy"
+)
+
+// The bypasses of limits found by trying limitproxy as a hostile client
+// would, each tried again here against real upstreams that normalize
+// requests their own ways: nginx (location = /login, server_name), Flask
+// (Werkzeug upper-cases methods, joins repeated headers), and a Go server
+// (ServeMux, Header.Get). Every upstream answers "PROTECTED" from its
+// protected handlers; with a limit of 2 an hour, no probe may make a third
+// one answer. scripts/test.sh installs nginx when it is missing; Flask is
+// part of this machine image's Python.
+
+const realUpstreamPolicies = `
+[[policy]]
+name = "login"
+upstream = "up"
+match = { methods = ["POST"], path = "/login" }
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 2
+  window = "1h"
+
+[[policy]]
+name = "api"
+upstream = "up"
+match = { path_prefix = "/api/" }
+key = ["header:X-API-Key"]
+on_missing = "reject"
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 2
+  window = "1h"
+
+[[policy]]
+name = "host"
+upstream = "up"
+match = { hosts = ["limited.example.com"] }
+key = []
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 2
+  window = "1h"
+
+[[policy]]
+name = "default"
+upstream = "up"
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 100000
+  window = "1h"
+`
+
+// startProcess runs a server process until the test ends (stopped by its
+// PID) and waits until it accepts connections on addr.
+func startProcess(t *testing.T, addr string, name string, args ...string) {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is not installed (scripts/test.sh installs it): %v", name, err)
+	}
+	cmd := exec.Command(path, args...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not listen on %s: %s", name, addr, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func startNginx(t *testing.T) string {
+	dir := t.TempDir()
+	port := freePort(t)
+	conf := fmt.Sprintf(`daemon off;
+master_process off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  server {
+    listen 127.0.0.1:%[2]d;
+    server_name limited.example.com;
+    location / { return 200 "PROTECTED\n"; }
+  }
+  server {
+    listen 127.0.0.1:%[2]d default_server;
+    location = /login { return 200 "PROTECTED\n"; }
+    location /api/ {
+      if ($http_x_api_key = "realkey") { return 200 "PROTECTED\n"; }
+      return 401 "no\n";
+    }
+    location / { return 200 "other\n"; }
+  }
+}
+`, dir, port)
+	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	startProcess(t, addr, "nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
+	return addr
+}
+
+func startFlask(t *testing.T) string {
+	dir := t.TempDir()
+	port := freePort(t)
+	app := fmt.Sprintf(`
+import logging
+from flask import Flask, request
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+app = Flask(__name__)
+ALL = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+
+@app.route("/login", methods=ALL)
+def login():
+    return "PROTECTED\n"
+
+@app.route("/api/x", methods=ALL)
+def api():
+    if request.headers.get("X-API-Key") == "realkey":
+        return "PROTECTED\n"
+    return "no\n", 401
+
+@app.route("/", defaults={"p": ""}, methods=ALL)
+@app.route("/<path:p>", methods=ALL)
+def other(p):
+    return "other\n"
+
+app.run(host="127.0.0.1", port=%d)
+`, port)
+	os.WriteFile(filepath.Join(dir, "app.py"), []byte(app), 0o644)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	startProcess(t, addr, "python3", filepath.Join(dir, "app.py"))
+	return addr
+}
+
+// startGoUpstream is a Go server as one is usually written: ServeMux
+// patterns and Header.Get.
+func startGoUpstream(t *testing.T) string {
+	mux := http.NewServeMux()
+	protected := func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "PROTECTED\n") }
+	mux.HandleFunc("POST /login", protected)
+	mux.HandleFunc("/api/x", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-API-Key") == "realkey" {
+			protected(w, r)
+			return
+		}
+		http.Error(w, "no", http.StatusUnauthorized)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "other\n") })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// startProxyFor runs limitproxy with realUpstreamPolicies in front of addr.
+func startProxyFor(t *testing.T, addr string) string {
+	t.Helper()
+	src := fmt.Sprintf("[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"\"\n[log]\nlevel = \"error\"\n"+
+		"[[upstream]]\nname = \"up\"\ntargets = [\"http://%s\"]\npreserve_host = true\n", addr) + realUpstreamPolicies
+	cfg, err := policy.Parse("real.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan listening, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, "", cfg, io.Discard, ready) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case l := <-ready:
+		return l.Proxy.String()
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	return ""
+}
+
+// probe sends one raw request and returns its status and body.
+func probe(t *testing.T, addr, request string) (int, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%q: %v", request, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestBypassRealUpstreams(t *testing.T) {
+	upstreams := map[string]func(*testing.T) string{
+		"nginx": startNginx,
+		"flask": startFlask,
+		"go":    startGoUpstream,
+	}
+	for _, name := range []string{"nginx", "flask", "go"} {
+		t.Run(name, func(t *testing.T) {
+			proxy := startProxyFor(t, upstreams[name](t))
+			req := func(line string, headers ...string) string {
+				return line + "\r\nHost: api.example.com\r\n" + strings.Join(append(headers, "Content-Length: 0", "Connection: close"), "\r\n") + "\r\n\r\n"
+			}
+			// Each group of probes targets one protected handler, after
+			// its two legitimate requests.
+			groups := []struct {
+				name   string
+				first  string
+				probes []string
+			}{
+				{"login path", req("POST /login HTTP/1.1"), []string{
+					req("POST /.well-known/acme-challenge/%2e%2e/%2e%2e/login HTTP/1.1"),
+					req("POST /.well-known/acme-challenge/../../login HTTP/1.1"),
+					req("POST //login HTTP/1.1"),
+					req("POST /./login HTTP/1.1"),
+					req("POST /a/../login HTTP/1.1"),
+					req("POST /%6cogin HTTP/1.1"),
+					req("POST /%6C%6F%67%69%6E HTTP/1.1"),
+					req("POST /login?x=1 HTTP/1.1"),
+					req("POST http://api.example.com//login HTTP/1.1"),
+					req("post /login HTTP/1.1"),
+					req("Post /login HTTP/1.1"),
+					req("POST /a%2f..%2flogin HTTP/1.1"),
+					req("POST /%2e%2e/login HTTP/1.1"),
+					req("POST /login%00 HTTP/1.1"),
+				}},
+				{"api key", req("GET /api/x HTTP/1.1", "X-API-Key: realkey"), nil},
+			}
+			for i := range 20 {
+				groups[1].probes = append(groups[1].probes,
+					req("GET /api/x HTTP/1.1", "X-API-Key: realkey", fmt.Sprintf("X-API-Key: junk%d", i)),
+					req("GET /api/x HTTP/1.1", fmt.Sprintf("X-API-Key: realkey, junk%d", i)),
+					req("GET /api/x HTTP/1.1", fmt.Sprintf("X-Api-Key: junk%d", i), "X_API_KEY: realkey"),
+				)
+			}
+			if name == "nginx" {
+				h := func(host string) string {
+					return "GET / HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n"
+				}
+				groups = append(groups, struct {
+					name   string
+					first  string
+					probes []string
+				}{"host", h("limited.example.com"), []string{
+					h("limited.example.com."), h("LIMITED.example.com"), h("limited.example.com:8080"),
+					h("limited.example.com.:80"), h("Limited.Example.Com."),
+				}})
+			}
+			for _, g := range groups {
+				protected := 0
+				for _, r := range append([]string{g.first, g.first}, g.probes...) {
+					if _, body := probe(t, proxy, r); strings.Contains(body, "PROTECTED") {
+						protected++
+					}
+				}
+				if protected > 2 {
+					t.Errorf("%s: the protected handler answered %d times; the limit is 2", g.name, protected)
+				} else if protected < 2 {
+					t.Errorf("%s: the protected handler answered %d times; the two legitimate requests should have reached it", g.name, protected)
+				}
+			}
+		})
+	}
+}
+
+// TestUpgradesStripped: an upstream that accepts every upgrade (as an h2c
+// server does) must be offered none but WebSocket through limitproxy:
+// once switched, the connection would carry any number of requests past a
+// per-request limit. An upstream that switches to whatever it is offered
+// sees no Upgrade but websocket.
+func TestUpgradesStripped(t *testing.T) {
+	// An upstream that switches to any protocol it is offered.
+	eager := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up := r.Header.Get("Upgrade")
+		if up == "" {
+			io.WriteString(w, "plain\n")
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\nTUNNEL %s\n", up, up)
+		brw.Flush()
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go eager.Serve(ln)
+	t.Cleanup(func() { eager.Close() })
+	proxy := startProxyFor(t, ln.Addr().String())
+	for _, c := range []struct {
+		upgrade    string
+		wantStatus int
+	}{
+		{"h2c", 200},
+		{"H2C", 200},
+		{"TLS/1.2", 200},
+		{"h2c, websocket", 101},
+		{"websocket", 101},
+		{"WebSocket", 101},
+	} {
+		status, _ := probe(t, proxy, "GET / HTTP/1.1\r\nHost: api.example.com\r\nConnection: Upgrade\r\nUpgrade: "+c.upgrade+"\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+		if status != c.wantStatus {
+			t.Errorf("Upgrade: %s: %d, want %d", c.upgrade, status, c.wantStatus)
+		}
+	}
+}
