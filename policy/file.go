@@ -36,6 +36,8 @@ type (
 		IPv6Prefix        Value[int64]  `toml:"ipv6_prefix"`
 		RateLimitHeaders  Value[string] `toml:"rate_limit_headers"`
 		Underscores       Value[bool]   `toml:"underscores_in_headers"`
+		ClientBodyTimeout Duration      `toml:"client_body_timeout"`
+		SendTimeout       Duration      `toml:"send_timeout"`
 		TLS               *rawTLS       `toml:"tls"`
 	}
 	rawTLS struct {
@@ -82,6 +84,8 @@ type (
 		MaxFails     Value[int64]  `toml:"max_fails"`
 		FailTimeout  Duration      `toml:"fail_timeout"`
 		Upgrades     Strings       `toml:"upgrades"`
+		Buffering    Value[bool]   `toml:"request_buffering"`
+		MaxBodyBytes Value[int64]  `toml:"max_body_bytes"`
 		AllowTrace   Value[bool]   `toml:"allow_trace"`
 	}
 	rawPolicy struct {

@@ -40,7 +40,11 @@ type Server struct {
 	// UnderscoresInHeaders forwards request headers whose names hold an
 	// underscore; by default they are dropped, as nginx does.
 	UnderscoresInHeaders bool
-	TLS                  *TLS // nil: plain HTTP
+	// ClientBodyTimeout is the time allowed between two reads of a
+	// request body; SendTimeout between two writes of a response to the
+	// client (nginx's client_body_timeout and send_timeout).
+	ClientBodyTimeout, SendTimeout time.Duration
+	TLS                            *TLS // nil: plain HTTP
 }
 
 // TLS is [server.tls].
@@ -94,6 +98,12 @@ type Upstream struct {
 	Upgrades []string
 	// AllowTrace lets TRACE requests through; otherwise they get 405.
 	AllowTrace bool
+	// Buffering reads a request's whole body before an upstream
+	// connection is taken (nginx's proxy_request_buffering).
+	Buffering bool
+	// MaxBodyBytes is the largest request body forwarded; larger ones get
+	// 413.
+	MaxBodyBytes int64
 }
 
 // Mode is a policy's mode.
@@ -150,6 +160,9 @@ const (
 	DefaultMaxFails          = 3
 	DefaultFailTimeout       = 10 * time.Second
 	DefaultRedisTimeout      = 50 * time.Millisecond
+	DefaultClientBodyTimeout = 60 * time.Second // nginx's
+	DefaultSendTimeout       = 60 * time.Second // nginx's
+	DefaultMaxBodyBytes      = 16 << 20         // nginx's is 1 MiB; APIs upload more
 )
 
 // envName is what an environment variable's name may be.
@@ -191,6 +204,14 @@ func validate(raw *rawFile, c *collector) *Config {
 		IPv6Prefix:           int(s.IPv6Prefix.Or(DefaultIPv6Prefix)),
 		RateLimitHeaders:     s.RateLimitHeaders.Or("draft"),
 		UnderscoresInHeaders: s.Underscores.V,
+		ClientBodyTimeout:    s.ClientBodyTimeout.Or(DefaultClientBodyTimeout),
+		SendTimeout:          s.SendTimeout.Or(DefaultSendTimeout),
+	}
+	if cfg.Server.ClientBodyTimeout <= 0 && s.ClientBodyTimeout.err == nil {
+		c.add("server.client_body_timeout", "must be greater than zero")
+	}
+	if cfg.Server.SendTimeout <= 0 && s.SendTimeout.err == nil {
+		c.add("server.send_timeout", "must be greater than zero")
 	}
 	if cfg.Server.Listen == "" {
 		c.add("server.listen", "must not be empty")
@@ -298,6 +319,10 @@ func validate(raw *rawFile, c *collector) *Config {
 			c.add(key+".timeout", "must be greater than zero")
 		}
 		up.Upgrades, up.AllowTrace = []string{"websocket"}, u.AllowTrace.V
+		up.Buffering, up.MaxBodyBytes = u.Buffering.Or(true), u.MaxBodyBytes.Or(DefaultMaxBodyBytes)
+		if u.MaxBodyBytes.Set && u.MaxBodyBytes.err == nil && up.MaxBodyBytes < 1 {
+			c.add(key+".max_body_bytes", "must be at least 1")
+		}
 		if u.Upgrades.Set {
 			up.Upgrades = nil
 			for j, proto := range u.Upgrades.V {

@@ -133,7 +133,9 @@ func (h *Handler) Swap(set *policy.Set) {
 
 func sameUpstream(a, b policy.Upstream) bool {
 	if a.Name != b.Name || a.Timeout != b.Timeout || a.PreserveHost != b.PreserveHost ||
-		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) {
+		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) ||
+		a.AllowTrace != b.AllowTrace || a.Buffering != b.Buffering || a.MaxBodyBytes != b.MaxBodyBytes ||
+		!slices.Equal(a.Upgrades, b.Upgrades) {
 		return false
 	}
 	for i := range a.Targets {
@@ -159,13 +161,18 @@ func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
 	snap := h.snap.Load()
-	rec := &recorder{ResponseWriter: w}
+	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout}
+	rec.dl, _ = unwrapDeadliner(w)
 	var (
 		p        *policy.Policy
 		decision string
 		wait     time.Duration
 	)
 	defer func() {
+		// The server writes what remains of the response after this
+		// returns: give it a fresh send_timeout too.
+		rec.renewed = time.Time{}
+		rec.renewDeadline()
 		name := ""
 		if p != nil {
 			name = p.Name
@@ -275,8 +282,24 @@ func keyNames(p *policy.Policy) string {
 }
 
 func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *policy.Policy) {
-	t := snap.pools[p.Upstream].pick()
+	pool := snap.pools[p.Upstream]
 	w.upstream = p.Upstream
+	cleanup, berr := prepareBody(w, r, bodyLimits{buffer: pool.cfg.Buffering, max: pool.cfg.MaxBodyBytes,
+		timeout: snap.set.Config.Server.ClientBodyTimeout})
+	defer cleanup()
+	if berr != nil {
+		w.err = berr.Error()
+		berr.write(w)
+		return
+	}
+	w.body, _ = r.Body.(*timedBody)
+	if w.dl != nil && r.Header.Get("Upgrade") != "" {
+		// An upgraded connection is the tunnel's own: no deadline left
+		// from an earlier exchange on it may cut it.
+		w.dl.SetReadDeadline(time.Time{})
+		w.dl.SetWriteDeadline(time.Time{})
+	}
+	t := pool.pick()
 	begin := h.now()
 	defer func() {
 		// ReverseProxy aborts the handler (http.ErrAbortHandler) when the
@@ -351,23 +374,46 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 // it.
 type recorder struct {
 	http.ResponseWriter
+	dl          deadliner     // the connection's deadlines; nil if none
+	sendTimeout time.Duration // allowed between two writes
+	renewed     time.Time     // when the write deadline was last set
 	status      int
 	upstream    string
-	writeFailed bool   // a write to the client failed
-	err         string // why the exchange failed after the status went out
+	body        *timedBody // the request body being streamed, if any
+	writeFailed bool       // a write to the client failed
+	err         string     // why the exchange failed after the status went out
 }
 
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 {
 		r.status = code
 	}
+	r.renewDeadline()
 	r.ResponseWriter.WriteHeader(code)
+}
+
+// renewDeadline gives the next write to the client send_timeout (as
+// nginx's send_timeout: the time between two writes, not for the whole
+// response). The deadline is moved at most every eighth of the timeout, so
+// that a response of many small writes does not pay for it each time: a
+// client is cut between 7/8 and all of send_timeout after its last read.
+func (r *recorder) renewDeadline() {
+	if r.dl == nil || r.sendTimeout <= 0 {
+		return
+	}
+	now := time.Now()
+	if now.Sub(r.renewed) < r.sendTimeout/8 {
+		return
+	}
+	r.renewed = now
+	r.dl.SetWriteDeadline(now.Add(r.sendTimeout))
 }
 
 func (r *recorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
+	r.renewDeadline()
 	n, err := r.ResponseWriter.Write(b)
 	if err != nil {
 		r.writeFailed = true

@@ -119,9 +119,21 @@ func (p *pool) pick() *target {
 
 // failed answers a request the upstream could not serve, and counts the
 // failure against the target. It is the one place upstream errors are
-// logged. Statuses: nothing for a client that went away, 504 for a timeout,
-// 502 for anything else (refused, reset, bad response).
+// logged. Statuses: the client's own for a request body that could not be
+// read (400, 408, 413; no failure counted), nothing for a client that went
+// away, 504 for a timeout, 502 for anything else (refused, reset, bad
+// response).
 func (t *target) failed(w http.ResponseWriter, r *http.Request, err error, log *zap.Logger) {
+	if rec, ok := w.(*recorder); ok && rec.body != nil && rec.body.err != nil {
+		// The client's body broke off, was malformed or too large
+		// (streamed to an unbuffered upstream): the client's fault, never
+		// counted against the target. Checked first, since a body read
+		// that timed out also ends the request's context.
+		log.Debug("request body could not be read", zap.String("upstream", t.pool.cfg.Name), zap.Error(rec.body.err))
+		rec.err = rec.body.err.Error()
+		rec.body.err.write(w)
+		return
+	}
 	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
 		log.Debug("client gone before upstream answered", zap.String("upstream", t.pool.cfg.Name), zap.String("target", t.name), zap.Error(err))
 		if rec, ok := w.(*recorder); ok {
