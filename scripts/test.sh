@@ -82,6 +82,6 @@ rm -rf "$bin"
 # Each fuzz target briefly, past its seed corpus (the seeds also run as
 # ordinary tests above).
 step "go test -fuzz (briefly)"
-for target in ./policy:FuzzParseRate ./policy:FuzzParse ./proxy:FuzzClientKey; do
+for target in ./policy:FuzzParseRate ./policy:FuzzParse ./proxy:FuzzClientKey ./proxy:FuzzNormalizePath; do
   go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 5s "${target%%:*}"
 done
