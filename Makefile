@@ -1,9 +1,14 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus
+.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
 	scripts/test.sh
+
+# Release archives for linux and darwin, amd64 and arm64, in dist/:
+#   make release VERSION=v0.2.0
+release:
+	scripts/release.sh $(VERSION)
 
 # Regenerates all of BENCHMARKS.md and docs/*.svg (about 10 minutes;
 # installs wrk, nginx and redis-server when missing and root).

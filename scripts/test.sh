@@ -79,6 +79,13 @@ bin=$(mktemp -d)
 scripts/build-static.sh --check "$bin/limitproxy" test
 rm -rf "$bin"
 
+# The release build for another system, so that nothing Linux-only slips
+# into the code.
+step "release build (darwin/arm64)"
+dist=$(mktemp -d)
+TARGETS=darwin/arm64 scripts/release.sh v0.0.0-test "$dist" >/dev/null
+rm -rf "$dist"
+
 # Each fuzz target briefly, past its seed corpus (the seeds also run as
 # ordinary tests above).
 step "go test -fuzz (briefly)"

@@ -3,7 +3,10 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -56,5 +59,28 @@ func TestDashboardMetrics(t *testing.T) {
 	}
 	if queries < 10 {
 		t.Errorf("the dashboard has only %d queries", queries)
+	}
+}
+
+// TestSystemdUnitHardened: the systemd unit stays sandboxed: the exposure
+// systemd-analyze security computes for it is at most 2.0 ("OK"; it was
+// 6.0 "MEDIUM" before hardening). systemd-analyze comes with systemd,
+// which this machine image and any systemd host have.
+func TestSystemdUnitHardened(t *testing.T) {
+	bin, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatalf("systemd-analyze is not installed: %v", err)
+	}
+	unit, _ := filepath.Abs("../../deploy/limitproxy.service")
+	cmd := exec.Command(bin, "security", "--offline=true", unit)
+	cmd.Dir = t.TempDir()
+	out, _ := cmd.CombinedOutput()
+	m := regexp.MustCompile(`Overall exposure level for limitproxy\.service: ([0-9.]+) (\S+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no exposure level in:\n%s", out)
+	}
+	level, _ := strconv.ParseFloat(string(m[1]), 64)
+	if level > 2.0 {
+		t.Errorf("exposure %s %s, want at most 2.0 (OK)", m[1], m[2])
 	}
 }
