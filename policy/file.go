@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"sort"
 	"strconv"
@@ -211,9 +210,12 @@ func parentPath(k string) string {
 	return ""
 }
 
-// Load reads and validates the configuration file at path.
+// Load reads and validates the configuration file at path. It reads only
+// a regular file (or a link to one) of at most MaxFileBytes, and gives up
+// after a few seconds, so that whatever is saved at path, a reload cannot
+// hang or exhaust memory.
 func Load(path string) (*Config, error) {
-	src, err := os.ReadFile(path)
+	src, err := readConfigFile(path)
 	if err != nil {
 		return nil, Errors{{File: path, Msg: err.Error()}}
 	}
@@ -225,6 +227,12 @@ func Load(path string) (*Config, error) {
 // a TOML syntax error (one, where the decoder stopped), or every unknown
 // key, bad value and inconsistency of the file.
 func Parse(name string, src []byte) (*Config, error) {
+	if len(src) > MaxFileBytes {
+		return nil, Errors{{File: name, Msg: tooLarge(int64(len(src))).Error()}}
+	}
+	if line, col, ok := checkNesting(src); !ok {
+		return nil, Errors{{File: name, Line: line, Col: col, Msg: fmt.Sprintf("nesting deeper than %d levels", MaxDepth)}}
+	}
 	var raw rawFile
 	md, err := toml.Decode(string(src), &raw)
 	if err != nil {
