@@ -466,6 +466,12 @@ func compileLimits(raws []rawLimit, policyKey string, c *collector) []limiter.Li
 				bad = true
 			}
 		}
+		if r.Cost.Set && r.Cost.err == nil && r.Cost.V < 1 {
+			// Absent means 1; a cost written as 0 would make the limit
+			// admit everything, and a negative one would refill it.
+			c.add(key+".cost", "%d: must be at least 1", r.Cost.V)
+			bad = true
+		}
 		if bad || valueErrors(&r) {
 			continue
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -58,16 +60,56 @@ func TestWatcherBurst(t *testing.T) {
 }
 
 // TestWatcherContinuousWrites: a file rewritten without pause is still
-// reported while it goes on, not only once it stops.
+// reported while it goes on (DefaultMaxDelay after the first write), not
+// only once it stops.
 func TestWatcherContinuousWrites(t *testing.T) {
 	path, changes, stop := startWatcher(t, 50*time.Millisecond)
 	defer stop()
 	begin := time.Now()
-	for time.Since(begin) < time.Second && changes.Load() < 3 {
+	for time.Since(begin) < DefaultMaxDelay+3*time.Second && changes.Load() == 0 {
 		os.WriteFile(path, []byte(time.Now().String()), 0o644)
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := changes.Load(); n < 3 {
-		t.Errorf("a second of writes every 10ms reported %d changes; a debounce that resets on every event starves", n)
+	if changes.Load() == 0 {
+		t.Errorf("%v of writes every 10ms reported no change; a debounce that waits for quiet alone starves", time.Since(begin))
 	}
+}
+
+// TestDebounce pins the debounce's instants on a fake clock: a change is
+// reported once the events have been quiet for the interval, so a file
+// saved in two writes 150ms apart is applied once, after the second; and
+// at the latest maxDelay after the first event of a burst that never
+// falls quiet.
+func TestDebounce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		events := make(chan struct{})
+		var reported []time.Duration
+		start := time.Now()
+		done := make(chan struct{})
+		go func() {
+			debounce(ctx, events, DefaultDebounce, DefaultMaxDelay, func() { reported = append(reported, time.Since(start)) })
+			close(done)
+		}()
+		event := func(at time.Duration) {
+			time.Sleep(at - time.Since(start))
+			events <- struct{}{}
+		}
+		// Two writes 150ms apart: one change, 300ms after the second.
+		event(0)
+		event(150 * time.Millisecond)
+		// A write every 30ms from 1s to 3.97s never leaves 300ms of
+		// quiet: the max delay reports at 3s; the writes after it make a
+		// new burst, reported 300ms after its last write.
+		for at := time.Second; at < 4*time.Second; at += 30 * time.Millisecond {
+			event(at)
+		}
+		time.Sleep(6*time.Second - time.Since(start))
+		cancel()
+		<-done
+		want := []time.Duration{450 * time.Millisecond, 3 * time.Second, 4270 * time.Millisecond}
+		if !slices.Equal(reported, want) {
+			t.Errorf("changes reported at %v, want %v", reported, want)
+		}
+	})
 }

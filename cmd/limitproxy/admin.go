@@ -5,7 +5,9 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -108,7 +110,7 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if strings.HasPrefix(req.URL.Path, "/api/") {
-			got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+			got, ok := bearer(req.Header.Get("Authorization"))
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				m.unauthorized.Inc()
 				w.Header().Set("WWW-Authenticate", `Bearer realm="limitproxy"`)
@@ -118,6 +120,32 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 		}
 		mux.ServeHTTP(w, req)
 	})
+}
+
+// bearer returns the token of an Authorization field of the Bearer scheme,
+// whose name is case-insensitive (RFC 9110 §11.1): "bearer T" and "BEARER T"
+// are "Bearer T".
+func bearer(auth string) (string, bool) {
+	scheme, token, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	return token, token != ""
+}
+
+// loopback reports whether the listen address addr ("host:port") accepts
+// connections from this machine only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
-			return check(path, stdout)
+			return check(ctx, path, stdout)
 		case "demo":
 			if len(args) > 1 {
 				return usageError{"demo takes no arguments\n" + usage}
@@ -115,11 +115,27 @@ func configFlag(name string, args []string, stderr io.Writer) (string, error) {
 }
 
 // check validates a file as `nginx -t` does: a one-line summary, or every
-// error as PATH:LINE:COL: message.
-func check(path string, stdout io.Writer) error {
-	cfg, err := policy.Load(path)
-	if err != nil {
-		return err
+// error as PATH:LINE:COL: message. It returns as soon as ctx is done
+// (SIGINT, SIGTERM), whatever the file is doing.
+func check(ctx context.Context, path string, stdout io.Writer) error {
+	type loaded struct {
+		cfg *policy.Config
+		err error
+	}
+	done := make(chan loaded, 1)
+	go func() {
+		cfg, err := policy.Load(path)
+		done <- loaded{cfg, err}
+	}()
+	var cfg *policy.Config
+	select {
+	case l := <-done:
+		if l.err != nil {
+			return l.err
+		}
+		cfg = l.cfg
+	case <-ctx.Done():
+		return fmt.Errorf("%s: check interrupted", path)
 	}
 	if _, err := cfg.Compile(memstore.New(memstore.Options{MaxKeys: 1}), time.Now()); err != nil {
 		return err
@@ -269,6 +285,10 @@ func serve(ctx context.Context, path string, cfg *policy.Config, stderr io.Write
 		}
 		if adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
 			return fmt.Errorf("admin: listen %s: %w", cfg.Admin.Listen, err)
+		}
+		if token == "" && !loopback(cfg.Admin.Listen) {
+			log.Warn("admin API listens beyond loopback without a token: anyone who reaches it can reload the config and reset clients; set admin.token_env",
+				zap.String("listen", cfg.Admin.Listen))
 		}
 		defer adminLn.Close()
 		admin = &http.Server{Handler: adminHandler(reload, st.ready, m, token), ReadHeaderTimeout: 5 * time.Second}

@@ -319,11 +319,10 @@ func TestReloadKeepsCounters(t *testing.T) {
 	}
 }
 
-// TestReloadUnderLoad rewrites the file 50 times, 30ms apart, while clients
-// send requests all along: five writes of configuration A, five of B, and
-// so on, every tenth write invalid (each configuration stays in the file
-// for longer than the watcher's debounce, so reloads see both rather than
-// locking onto one phase). No request may fail, none may get a 5xx, and
+// TestReloadUnderLoad rewrites the file 20 times while clients send
+// requests all along: bursts of five writes 30ms apart, of configuration A,
+// then B, and so on, the last write invalid, each burst followed by a
+// pause longer than the watcher's debounce so that it is applied. No request may fail, none may get a 5xx, and
 // every answer must come from one of the two configurations.
 func TestReloadUnderLoad(t *testing.T) {
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(config(up, 1000000, "1000000/s", "")), 0o644) })
@@ -368,10 +367,10 @@ func TestReloadUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	for i := range 50 {
+	for i := range 20 {
 		text := a
 		switch {
-		case i%10 == 9:
+		case i == 19:
 			text = strings.Replace(a, "burst", "bursty", 1)
 		case (i/5)%2 == 1:
 			text = b
@@ -382,16 +381,21 @@ func TestReloadUnderLoad(t *testing.T) {
 			writeAtomic(t, r.path, text)
 		}
 		time.Sleep(30 * time.Millisecond)
+		if i%5 == 4 {
+			// Quiet for longer than the watcher's debounce: the burst
+			// of five writes is applied.
+			time.Sleep(policy.DefaultDebounce + 100*time.Millisecond)
+		}
 	}
 	close(stop)
 	wg.Wait()
-	// The last write was invalid (i = 49); wait, bounded, for the watcher
+	// The last write was invalid (i = 19); wait, bounded, for the watcher
 	// to have seen it.
 	deadline := time.Now().Add(10 * time.Second)
 	for r.status(t)["last_reload"].(map[string]any)["successful"] != false && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("%d requests during 50 rewrites; answers by quota: %v", requests.Load(), quotas)
+	t.Logf("%d requests during 20 rewrites; answers by quota: %v", requests.Load(), quotas)
 	if failures.Load() > 0 || len(bad) > 0 {
 		t.Errorf("%d transport errors; bad answers: %v", failures.Load(), bad[:min(len(bad), 10)])
 	}
@@ -457,7 +461,7 @@ func TestReloadWhileQueued(t *testing.T) {
 func TestReloadLatency(t *testing.T) {
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(config(up, 100, "1000000/s", "")), 0o644) })
 	var took []time.Duration
-	for i := range 20 {
+	for i := range 5 {
 		q := 101 + i
 		writeAtomic(t, r.path, config(r.upstream.URL, q, "1000000/s", ""))
 		took = append(took, r.waitQuota(t, fmt.Sprint(q)))

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -54,6 +55,7 @@ func newStores(cfg policy.Store, log *zap.Logger, clock func() time.Time) (*stor
 		ContextTimeoutEnabled: true, MaxRetries: -1,
 	})
 	log = log.Named("redis")
+	routeRedisLogs(log)
 	rs, err := redisstore.New(client, redisstore.Options{
 		Prefix: rc.Prefix, Timeout: rc.Timeout, OnError: rc.OnError, Fallback: mem,
 		OnBreaker: func(open bool, err error) {
@@ -72,6 +74,26 @@ func newStores(cfg policy.Store, log *zap.Logger, clock func() time.Time) (*stor
 		log.Warn("redis does not answer at start-up; decisions follow on_error until it does", zap.Strings("addrs", rc.Addrs), zap.Error(err))
 	}
 	return &stores{decide: rs, memory: mem, redis: rs, close: func() { client.Close() }}, nil
+}
+
+// redisLogs routes go-redis's own log lines (connection-pool trouble,
+// cluster topology changes), which it writes with the standard logger by
+// default, through zap at warn level.
+type redisLogs struct{ log atomic.Pointer[zap.Logger] }
+
+func (r *redisLogs) Printf(_ context.Context, format string, v ...any) {
+	r.log.Load().Warn("go-redis: " + fmt.Sprintf(format, v...))
+}
+
+var redisLogger redisLogs
+
+// routeRedisLogs sends go-redis's log lines to log. go-redis has one
+// logger for the whole process (redis.SetLogger), so it is installed once
+// and points at the logger of the latest Redis store.
+func routeRedisLogs(log *zap.Logger) {
+	if redisLogger.log.Swap(log) == nil {
+		redis.SetLogger(&redisLogger)
+	}
 }
 
 // ready reports whether the store can decide: always for memory; for
