@@ -18,7 +18,7 @@ FROM scratch
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/limitproxy /limitproxy
 COPY --from=build --chown=65532:65532 /out/var/lib/limitproxy /var/lib/limitproxy
-COPY config.example.toml /etc/limitproxy/config.toml
+COPY cmd/limitproxy/config.example.toml /etc/limitproxy/config.toml
 # Non-root, numerically (there is no /etc/passwd in scratch).
 USER 65532:65532
 WORKDIR /var/lib/limitproxy

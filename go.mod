@@ -1,4 +1,4 @@
-module limitproxy
+module github.com/limitproxy/limitproxy
 
 go 1.26.0
 
@@ -6,13 +6,11 @@ require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/caddyserver/certmagic v0.25.6
 	github.com/fsnotify/fsnotify v1.10.1
-	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/letsencrypt/pebble/v2 v2.10.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/zap v1.28.0
-	golang.org/x/time v0.16.0
 )
 
 require (

@@ -23,7 +23,7 @@ trap 'rm -f "$section"' EXIT
   echo "differently. *Mean rate error*: the mean difference, over requests, between the admissions each made in the minute before, relative"
   echo "to the limit (Cloudflare: 6%). *Most in any window*: the approximation's overshoot (sliding_log never exceeds 600)."
   echo
-  go run ./bench/accuracy -seed "$seed"
+  (cd bench && go run ./accuracy -seed "$seed")
   echo "<!-- accuracy:end -->"
 } >"$section"
 write_section accuracy "$section"

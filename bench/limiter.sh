@@ -11,12 +11,12 @@ cd "$(dirname "$0")/.."
 rounds=${1:-5}
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
-go test -c -o "$raw.test" ./limiter/memstore
+(cd bench && go test -c -o "$raw.test" ./limiterbench)
 trap 'rm -f "$raw" "$raw.test"' EXIT
 for i in $(seq 1 "$rounds"); do
   echo "# round $i" >>"$raw"
   echo "round $i of $rounds" >&2
-  (cd limiter/memstore && "$raw.test" -test.run '^$' -test.bench . -test.benchmem) >>"$raw"
+  (cd bench/limiterbench && "$raw.test" -test.run '^$' -test.bench . -test.benchmem) >>"$raw"
 done
 cmd="bench/limiter.sh $rounds"
 section=$(mktemp)
@@ -31,7 +31,7 @@ section=$(mktemp)
   echo "its \`Allow\` reads the clock itself, \`AllowN\` takes the instant; at 1M keys, a 256-way sharded map of its limiters."
   echo "Medians over the rounds with min–max; ratios are computed within each round, then their median taken."
   echo
-  go run ./bench/benchmd -anchor HotKey=x-time-rate/Allow -anchor MillionKeys=x-time-rate-sharded <"$raw"
+  (cd bench && go run ./benchmd -anchor HotKey=x-time-rate/Allow -anchor MillionKeys=x-time-rate-sharded) <"$raw"
   echo "<!-- limiter:end -->"
 } >"$section"
 write_section limiter "$section"

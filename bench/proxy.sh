@@ -17,8 +17,8 @@ need nginx nginx
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/limitproxy" ./cmd/limitproxy
-go build -o "$bin/bareproxy" ./bench/bareproxy
-go build -o "$bin/proxybench" ./bench/proxybench
+(cd bench && go build -o "$bin/bareproxy" ./bareproxy)
+(cd bench && go build -o "$bin/proxybench" ./proxybench)
 # On a machine with two or more cores, wrk gets CPU 0 and everything it
 # measures (proxies, upstream) CPU 1, so that the load generator does not
 # take CPU from the system under test, the same way for every target.
@@ -27,11 +27,11 @@ if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
   pin=(taskset -c 1) wrkcpu=(-wrk-cpu 0)
   placement="wrk runs on CPU 0, the proxy being measured and the upstream (a Go server answering \"ok\") on CPU 1 (taskset), for every target alike"
 fi
-go test -c -o "$bin/proxy.test" ./proxy
+go test -c -o "$bin/proxy.test" ./internal/proxy
 overhead="$bin/overhead.txt"
 for i in $(seq 1 "$rounds"); do
   echo "# round $i" >>"$overhead"
-  (cd proxy && "$bin/proxy.test" -test.run '^$' -test.bench Overhead -test.benchmem) >>"$overhead"
+  (cd internal/proxy && "$bin/proxy.test" -test.run '^$' -test.bench Overhead -test.benchmem) >>"$overhead"
 done
 section="$bin/section.md"
 {
@@ -52,7 +52,7 @@ section="$bin/section.md"
   echo "pool (bare-pooled), and limitproxy's handler (match, client key, token bucket, RateLimit headers, forward), all over a transport"
   echo "that answers at once, so only the proxies' own work is timed. limitproxy against bare-pooled is the cost of the limit itself."
   echo
-  go run ./bench/benchmd -anchor Overhead=bare <"$overhead"
+  (cd bench && go run ./benchmd -anchor Overhead=bare) <"$overhead"
   echo "<!-- proxy:end -->"
 } >"$section"
 write_section proxy "$section"

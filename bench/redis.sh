@@ -12,11 +12,11 @@ rounds=${1:-5}
 need redis-server redis-server
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go test -c -o "$tmp/redisstore.test" ./limiter/redisstore
+(cd bench && go test -c -o "$tmp/redisstore.test" ./redisbench)
 for i in $(seq 1 "$rounds"); do
   echo "# round $i" >>"$tmp/raw.txt"
   echo "round $i of $rounds" >&2
-  (cd limiter/redisstore && "$tmp/redisstore.test" -test.run '^$' -test.bench Redis -test.benchtime 3s) >>"$tmp/raw.txt"
+  (cd bench/redisbench && "$tmp/redisstore.test" -test.run '^$' -test.bench Redis -test.benchtime 3s) >>"$tmp/raw.txt"
 done
 {
   echo "<!-- redis:begin -->"
@@ -28,7 +28,7 @@ done
   echo "the anchor is go-redis/redis_rate v10's Allow (GCRA). Medians over interleaved rounds with min–max; ratios within each round"
   echo "(of time per decision: 0.50× is twice the decisions per second)."
   echo
-  go run ./bench/benchmd -anchor RedisC1=redis_rate -anchor RedisC64=redis_rate <"$tmp/raw.txt"
+  (cd bench && go run ./benchmd -anchor RedisC1=redis_rate -anchor RedisC64=redis_rate) <"$tmp/raw.txt"
   echo "<!-- redis:end -->"
 } >"$tmp/section.md"
 write_section redis "$tmp/section.md"

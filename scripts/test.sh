@@ -63,14 +63,23 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 
+# Two modules: the product, and bench/ (the benchmark harness, with its
+# own dependencies, on a replace of the product).
+step "go mod tidy (both modules)"
+go mod tidy -diff
+(cd bench && go mod tidy -diff)
+
 step "go vet"
 go vet ./...
+(cd bench && go vet ./...)
 
 step "staticcheck"
 staticcheck ./...
+(cd bench && staticcheck ./...)
 
 step "go test -race"
 go test -race -count=1 ./...
+(cd bench && go test -race -count=1 ./...)
 
 # The Dockerfile's build step, checked here since no Docker engine runs
 # where this is developed: a static binary that runs.
@@ -89,6 +98,6 @@ rm -rf "$dist"
 # Each fuzz target briefly, past its seed corpus (the seeds also run as
 # ordinary tests above).
 step "go test -fuzz (briefly)"
-for target in ./policy:FuzzParseRate ./policy:FuzzParse ./proxy:FuzzClientKey ./proxy:FuzzNormalizePath; do
+for target in ./internal/policy:FuzzParseRate ./internal/policy:FuzzParse ./internal/proxy:FuzzClientKey ./internal/proxy:FuzzNormalizePath; do
   go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 5s "${target%%:*}"
 done

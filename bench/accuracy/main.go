@@ -28,7 +28,7 @@ import (
 	"os"
 	"time"
 
-	"limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/internal/limiter"
 )
 
 const (

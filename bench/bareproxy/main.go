@@ -14,8 +14,8 @@ import (
 	"net/url"
 	"time"
 
-	"limitproxy/policy"
-	"limitproxy/proxy"
+	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
 func main() {

@@ -25,7 +25,7 @@ import (
 	"strconv"
 	"strings"
 
-	"limitproxy/bench/internal/stats"
+	"github.com/limitproxy/limitproxy/bench/internal/stats"
 )
 
 type anchors map[string]string

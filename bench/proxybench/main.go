@@ -33,8 +33,8 @@ import (
 	"strings"
 	"time"
 
-	"limitproxy/bench/internal/proc"
-	"limitproxy/bench/internal/stats"
+	"github.com/limitproxy/limitproxy/bench/internal/proc"
+	"github.com/limitproxy/limitproxy/bench/internal/stats"
 )
 
 type target struct {

@@ -40,9 +40,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"limitproxy/bench/internal/proc"
-	"limitproxy/bench/internal/stats"
-	"limitproxy/bench/internal/svgplot"
+	"github.com/limitproxy/limitproxy/bench/internal/proc"
+	"github.com/limitproxy/limitproxy/bench/internal/stats"
+	"github.com/limitproxy/limitproxy/bench/internal/svgplot"
 )
 
 func main() {

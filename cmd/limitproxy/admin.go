@@ -14,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"limitproxy/policy"
-	"limitproxy/proxy"
+	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
 // adminHandler serves SPEC §8's admin API: GET /healthz, GET /readyz,

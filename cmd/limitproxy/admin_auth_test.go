@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"limitproxy/policy"
+	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
 func TestBearer(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,9 +10,14 @@ import (
 	"net/http"
 	"time"
 
-	"limitproxy"
-	"limitproxy/policy"
+	"github.com/limitproxy/limitproxy/internal/policy"
 )
+
+// exampleConfig is config.example.toml, embedded so that `limitproxy demo`
+// runs from anywhere.
+//
+//go:embed config.example.toml
+var exampleConfig []byte
 
 // demoUpstream is where config.example.toml sends requests.
 const demoUpstream = "127.0.0.1:9000"
@@ -19,7 +25,7 @@ const demoUpstream = "127.0.0.1:9000"
 // demo starts an echo upstream on 127.0.0.1:9000 and the proxy with the
 // example configuration on :8080, and prints commands to try.
 func demo(ctx context.Context, stdout, stderr io.Writer) error {
-	cfg, err := policy.Parse("config.example.toml", limitproxy.ExampleConfig)
+	cfg, err := policy.Parse("config.example.toml", exampleConfig)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"limitproxy/policy"
+	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
 // TestDrainDeadline: requests still waiting in a queue when the drain

@@ -23,9 +23,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"limitproxy/limiter/memstore"
-	"limitproxy/policy"
-	"limitproxy/proxy"
+	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
+	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"limitproxy/proxy"
+	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
 // metrics is the process's registry: SPEC §8's metrics (the data path's

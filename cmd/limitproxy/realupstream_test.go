@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"limitproxy/policy"
+	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
 // The bypasses of limits found by trying limitproxy as a hostile client

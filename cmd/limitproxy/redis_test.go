@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"limitproxy/limiter/redisstore/redistest"
+	"github.com/limitproxy/limitproxy/internal/limiter/redisstore/redistest"
 )
 
 // TestInstancesShareRedis runs three limitproxy instances on one Redis and

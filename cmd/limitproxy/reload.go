@@ -10,8 +10,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"limitproxy/policy"
-	"limitproxy/proxy"
+	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
 // reloader applies a configuration file to the running proxy (SPEC §6):

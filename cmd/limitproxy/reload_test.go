@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"limitproxy/policy"
+	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
 // config writes a configuration whose one catch-all policy is a token

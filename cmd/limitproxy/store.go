@@ -11,10 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"limitproxy/limiter"
-	"limitproxy/limiter/memstore"
-	"limitproxy/limiter/redisstore"
-	"limitproxy/policy"
+	"github.com/limitproxy/limitproxy/internal/limiter"
+	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
+	"github.com/limitproxy/limitproxy/internal/limiter/redisstore"
+	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
 // stores is what serve decides with: the store the policies are bound to,

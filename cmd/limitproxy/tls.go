@@ -15,7 +15,7 @@ import (
 	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
 
-	"limitproxy/policy"
+	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
 // certFiles serves the certificate of [server.tls] mode = "files", and

@@ -1,0 +1,538 @@
+// Package memstore is limitproxy's embedded, in-memory limiter.Store.
+//
+// State is sharded by a hash of the client key: each shard has its own lock
+// and, per limit, a compact open-addressing table whose slots hold the
+// algorithm's state inline (24 bytes a key for a token bucket, fixed window
+// or two-counter sliding window). All limits of one client key live in the
+// same shard, so a policy with several limits is decided under one lock, and
+// a request rejected by any limit consumes nothing from the others. There is
+// no global lock on the decision path.
+//
+// The store is bounded: Options.MaxKeys caps the keys of all limits
+// together. Keys whose state has returned to a fresh key's are dropped by
+// the janitor (Run); when a shard is still full, inserting a key evicts, from
+// a small sample, the entry closest to becoming fresh, and counts it.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/limitproxy/limitproxy/internal/limiter"
+)
+
+// Interface guard.
+var _ limiter.Store = (*Store)(nil)
+
+// DefaultMaxKeys is the key bound used when Options.MaxKeys is 0, as in the
+// configuration's store.max_keys.
+const DefaultMaxKeys = 1_000_000
+
+// DefaultSweepInterval is how often Run looks for idle keys when
+// Options.SweepInterval is 0.
+const DefaultSweepInterval = 10 * time.Second
+
+// shardBitsMax is the most shard bits a store uses (256 shards); tables shift
+// that many bits out of a hash before placing it.
+const shardBitsMax = 8
+
+// evictSample is how many entries an eviction compares.
+const evictSample = 8
+
+// Options configures a Store. The zero value is usable.
+type Options struct {
+	// MaxKeys bounds the keys tracked for all limits together; 0 means
+	// DefaultMaxKeys. The bound is enforced per shard (MaxKeys divided
+	// evenly), which with a uniform hash is the same within a few percent.
+	MaxKeys int
+	// SweepInterval is the period of Run's sweep for idle keys; 0 means
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
+	// Clock, if not nil, is the clock the instants passed to Decide come
+	// from. Leaky buckets read it when they release a waiting request, to
+	// keep their releases on schedule however late timers fire; nil means
+	// each release is timed from the previous one, which forwards a little
+	// below the rate (by the timers' lateness).
+	Clock func() time.Time
+}
+
+// Store is the in-memory limiter.Store. Create it with New; it is safe for
+// concurrent use. Start Run in a goroutine to drop idle keys.
+type Store struct {
+	seed      maphash.Seed
+	shards    []shard
+	shardBits uint
+	perShard  int
+	sweep     time.Duration
+	clock     func() time.Time
+	evictions atomic.Int64
+
+	idsMu sync.Mutex                       // serialises additions to ids
+	ids   atomic.Pointer[map[string]int32] // limit name → index of its tables
+}
+
+type shard struct {
+	mu      sync.Mutex
+	keys    int       // entries in all tabs
+	tabs    []*tables // by limit index; nil until the limit is used here
+	sweptAt int64     // Unix ns of evict's last sweep of this shard
+	_       [64]byte  // keep shards' locks on separate cache lines
+}
+
+// tables holds one limit's state in one shard. Only the table of the
+// limit's algorithm (and, for sliding windows, its slot count) is used.
+type tables struct {
+	lim  *limiter.Limit // the parameters last used, for the janitor
+	tb   table[limiter.TokenBucketState]
+	fw   table[limiter.FixedWindowState]
+	sl   table[limiter.SlidingLogState]
+	lb   table[limiter.LeakyBucketState]
+	sw2  table[swCounts2]
+	sw8  table[swCounts8]
+	sw65 table[swCounts65]
+}
+
+// Sliding-window states with inline counters, sized for the slot counts
+// SlidingWindowCounters asks for: 2 (slots = 1), up to 8, up to 65.
+type (
+	swCounts2 struct {
+		slot int64
+		c    [2]uint32
+	}
+	swCounts8 struct {
+		slot int64
+		c    [8]uint32
+	}
+	swCounts65 struct {
+		slot int64
+		c    [limiter.MaxSlots + 1]uint32
+	}
+)
+
+// New returns an empty store.
+func New(o Options) *Store {
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = DefaultMaxKeys
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	// Enough shards for concurrency, few enough that each keeps a useful
+	// share of the bound.
+	bits := uint(shardBitsMax)
+	for bits > 0 && o.MaxKeys>>bits < 64 {
+		bits--
+	}
+	s := &Store{
+		seed:      maphash.MakeSeed(),
+		shards:    make([]shard, 1<<bits),
+		shardBits: bits,
+		perShard:  max(1, (o.MaxKeys+(1<<bits)-1)>>bits),
+		sweep:     o.SweepInterval,
+		clock:     o.Clock,
+	}
+	s.ids.Store(&map[string]int32{})
+	return s
+}
+
+// hash returns the client key's hash, never 0 (0 marks empty slots).
+func (s *Store) hash(key string) uint64 {
+	h := maphash.String(s.seed, key)
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+func (s *Store) shardOf(h uint64) *shard {
+	if s.shardBits == 0 {
+		return &s.shards[0]
+	}
+	return &s.shards[h>>(64-s.shardBits)]
+}
+
+// id returns the index of a limit name's tables, assigning one on first use.
+// Names are few (one per configured limit, over all reloads).
+func (s *Store) id(name string) int32 {
+	if id, ok := (*s.ids.Load())[name]; ok {
+		return id
+	}
+	s.idsMu.Lock()
+	defer s.idsMu.Unlock()
+	old := *s.ids.Load()
+	if id, ok := old[name]; ok {
+		return id
+	}
+	m := make(map[string]int32, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	id := int32(len(old))
+	m[name] = id
+	s.ids.Store(&m)
+	return id
+}
+
+// tablesFor returns the shard's tables for limit index id, creating them.
+// Requires sh.mu held.
+func (sh *shard) tablesFor(id int32) *tables {
+	if int(id) >= len(sh.tabs) {
+		sh.tabs = append(sh.tabs, make([]*tables, int(id)+1-len(sh.tabs))...)
+	}
+	t := sh.tabs[id]
+	if t == nil {
+		t = &tables{}
+		sh.tabs[id] = t
+	}
+	return t
+}
+
+// Decide implements limiter.Store. It never returns an error.
+func (s *Store) Decide(_ context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+	h := s.hash(key)
+	sh := s.shardOf(h)
+	if len(limits) == 1 {
+		// One limit: a rejection changes nothing that matters, so decide
+		// and commit in one pass.
+		id := s.handle(&limits[0])
+		sh.mu.Lock()
+		d := s.step(sh, id, &limits[0], h, now, n, true)
+		sh.mu.Unlock()
+		return d, nil
+	}
+	var ids [limiter.MaxLimits]int32
+	for i := range limits {
+		ids[i] = s.handle(&limits[i])
+	}
+	var d limiter.Decision
+	sh.mu.Lock()
+	for i := range limits {
+		d.Merge(i, s.step(sh, ids[i], &limits[i], h, now, n, false))
+	}
+	if d.Allowed {
+		d = limiter.Decision{}
+		for i := range limits {
+			d.Merge(i, s.step(sh, ids[i], &limits[i], h, now, n, true))
+		}
+	}
+	sh.mu.Unlock()
+	return d, nil
+}
+
+// Peek implements limiter.Store: every limit decided without writing.
+func (s *Store) Peek(_ context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+	h := s.hash(key)
+	sh := s.shardOf(h)
+	var d limiter.Decision
+	sh.mu.Lock()
+	for i := range limits {
+		d.Merge(i, s.step(sh, s.handle(&limits[i]), &limits[i], h, now, n, false))
+	}
+	sh.mu.Unlock()
+	return d, nil
+}
+
+// Reset implements limiter.Store.
+func (s *Store) Reset(_ context.Context, limits []limiter.Limit, key string) error {
+	h := s.hash(key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for i := range limits {
+		id := s.handle(&limits[i])
+		if int(id) >= len(sh.tabs) || sh.tabs[id] == nil || sh.tabs[id].lim == nil {
+			continue
+		}
+		t := sh.tabs[id]
+		for p := 0; p < t.size(); p++ {
+			if t.hashAt(p) == h {
+				t.deleteAt(p)
+				sh.keys--
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// handle returns the index of lim's tables, memoised in the limit.
+func (s *Store) handle(lim *limiter.Limit) int32 {
+	memo := lim.Handle()
+	if v := memo.Load(); v != 0 {
+		return int32(v - 1)
+	}
+	id := s.id(lim.Name())
+	memo.Store(int64(id) + 1)
+	return id
+}
+
+// step applies one limit to the key with hash h. Without commit it only
+// reads. An absent key is a fresh state: read from a zero value, and
+// inserted only when committing an admission. Requires sh.mu held.
+//
+// The cases repeat one pattern with a different state type on purpose: a
+// helper taking the step as a closure cost about 10 ns a decision
+// (BenchmarkHotKey), an eighth of the whole.
+func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time.Time, n int64, commit bool) limiter.Decision {
+	t := sh.tablesFor(id)
+	if t.lim != lim {
+		t.lim = lim // the janitor reads the latest parameters
+	}
+	ns := now.UnixNano()
+	switch lim.Algorithm() {
+	case limiter.TokenBucket:
+		st := get(&t.tb, h)
+		if st == nil {
+			var fresh limiter.TokenBucketState
+			if d := lim.StepTokenBucket(&fresh, now, n, false); !commit || !d.Allowed {
+				return d
+			}
+			st = add(s, sh, &t.tb, h, ns)
+		}
+		return lim.StepTokenBucket(st, now, n, commit)
+	case limiter.FixedWindow:
+		st := get(&t.fw, h)
+		if st == nil {
+			var fresh limiter.FixedWindowState
+			if d := lim.StepFixedWindow(&fresh, now, n, false); !commit || !d.Allowed {
+				return d
+			}
+			st = add(s, sh, &t.fw, h, ns)
+		}
+		return lim.StepFixedWindow(st, now, n, commit)
+	case limiter.SlidingLog:
+		st := get(&t.sl, h)
+		if st == nil {
+			var fresh limiter.SlidingLogState
+			if d := lim.StepSlidingLog(&fresh, now, n, false); !commit || !d.Allowed {
+				return d
+			}
+			st = add(s, sh, &t.sl, h, ns)
+		}
+		return lim.StepSlidingLog(st, now, n, commit)
+	case limiter.LeakyBucket:
+		st := get(&t.lb, h)
+		if st == nil {
+			var fresh limiter.LeakyBucketState
+			if d := lim.StepLeakyBucket(&fresh, &sh.mu, s.clock, now, n, false); !commit || !d.Allowed {
+				return d
+			}
+			st = add(s, sh, &t.lb, h, ns)
+		}
+		return lim.StepLeakyBucket(st, &sh.mu, s.clock, now, n, commit)
+	case limiter.SlidingWindow:
+		k := lim.SlidingWindowCounters()
+		switch {
+		case k <= 2:
+			return stepWindow(s, sh, &t.sw2, lim, h, now, ns, n, commit)
+		case k <= 8:
+			return stepWindow(s, sh, &t.sw8, lim, h, now, ns, n, commit)
+		default:
+			return stepWindow(s, sh, &t.sw65, lim, h, now, ns, n, commit)
+		}
+	}
+	return limiter.Decision{}
+}
+
+// stepWindow is step for sliding windows, whose states differ only in how
+// many counters they hold inline.
+func stepWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *limiter.Limit, h uint64, now time.Time, ns, n int64, commit bool) limiter.Decision {
+	st := get(tab, h)
+	if st == nil {
+		var fresh S
+		if d := lim.StepSlidingWindow(view(&fresh, lim), now, n, false); !commit || !d.Allowed {
+			return d
+		}
+		st = add(s, sh, tab, h, ns)
+	}
+	return lim.StepSlidingWindow(view(st, lim), now, n, commit)
+}
+
+// view returns the limiter's view of an inline sliding-window state.
+func view[S swCounts2 | swCounts8 | swCounts65](st *S, lim *limiter.Limit) limiter.SlidingWindowState {
+	k := lim.SlidingWindowCounters()
+	switch st := any(st).(type) {
+	case *swCounts2:
+		return limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
+	case *swCounts8:
+		return limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
+	case *swCounts65:
+		return limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
+	}
+	panic("unreachable")
+}
+
+// get returns h's state in tab, or nil if h is absent.
+func get[S any](tab *table[S], h uint64) *S {
+	if i, ok := tab.find(h); ok {
+		return &tab.slots[i].s
+	}
+	return nil
+}
+
+// add inserts h into tab with a zero (fresh) state, evicting first if the
+// shard is full, and returns the state. If nothing can be evicted it
+// returns a state that is not remembered, rather than exceed the bound.
+// Requires sh.mu held.
+func add[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64) *S {
+	if sh.keys >= s.perShard && !s.evict(sh, h, now) {
+		s.evictions.Add(1)
+		return new(S)
+	}
+	i := tab.insert(h)
+	sh.keys++
+	return &tab.slots[i].s
+}
+
+// Forget drops all state kept under the given limit names: a reload calls
+// it for limits that no longer exist, so that their state is released at
+// once rather than when it would have become fresh. A name used again later
+// starts fresh.
+func (s *Store) Forget(names ...string) {
+	ids := *s.ids.Load()
+	for _, name := range names {
+		id, ok := ids[name]
+		if !ok {
+			continue
+		}
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			if int(id) < len(sh.tabs) && sh.tabs[id] != nil {
+				sh.keys -= sh.tabs[id].count()
+				sh.tabs[id] = nil
+			}
+			sh.mu.Unlock()
+		}
+	}
+}
+
+// Len returns the number of keys tracked, all limits together.
+func (s *Store) Len() int {
+	total := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		total += sh.keys
+		sh.mu.Unlock()
+	}
+	return total
+}
+
+// Evictions returns how many keys have been dropped before their state was
+// fresh again, to stay within MaxKeys, since the store was created.
+func (s *Store) Evictions() int64 { return s.evictions.Load() }
+
+// idleAt returns when the entry at position i of a limit's tables becomes
+// fresh (Unix ns); math.MaxInt64 for an entry that must not be dropped (a
+// leaky bucket with waiters). Requires the shard's lock.
+func (t *tables) idleAt(i int) int64 {
+	lim := t.lim
+	var at time.Time
+	switch lim.Algorithm() {
+	case limiter.TokenBucket:
+		at = lim.TokenBucketIdleAt(&t.tb.slots[i].s)
+	case limiter.FixedWindow:
+		at = lim.FixedWindowIdleAt(&t.fw.slots[i].s)
+	case limiter.SlidingLog:
+		at = lim.SlidingLogIdleAt(&t.sl.slots[i].s)
+	case limiter.LeakyBucket:
+		at = limiter.LeakyBucketIdleAt(&t.lb.slots[i].s)
+	case limiter.SlidingWindow:
+		switch {
+		case len(t.sw2.slots) > 0:
+			at = lim.SlidingWindowIdleAt(view(&t.sw2.slots[i].s, lim))
+		case len(t.sw8.slots) > 0:
+			at = lim.SlidingWindowIdleAt(view(&t.sw8.slots[i].s, lim))
+		default:
+			at = lim.SlidingWindowIdleAt(view(&t.sw65.slots[i].s, lim))
+		}
+	}
+	if at.IsZero() {
+		return math.MinInt64
+	}
+	return at.UnixNano()
+}
+
+// size returns the capacity of the table in use.
+func (t *tables) size() int {
+	switch t.lim.Algorithm() {
+	case limiter.TokenBucket:
+		return len(t.tb.slots)
+	case limiter.FixedWindow:
+		return len(t.fw.slots)
+	case limiter.SlidingLog:
+		return len(t.sl.slots)
+	case limiter.LeakyBucket:
+		return len(t.lb.slots)
+	case limiter.SlidingWindow:
+		return len(t.sw2.slots) + len(t.sw8.slots) + len(t.sw65.slots)
+	}
+	return 0
+}
+
+// count returns the entries of the table in use.
+func (t *tables) count() int {
+	return t.tb.n + t.fw.n + t.sl.n + t.lb.n + t.sw2.n + t.sw8.n + t.sw65.n
+}
+
+// hashAt returns the hash stored at position i (0 if empty).
+func (t *tables) hashAt(i int) uint64 {
+	switch t.lim.Algorithm() {
+	case limiter.TokenBucket:
+		return t.tb.slots[i].h
+	case limiter.FixedWindow:
+		return t.fw.slots[i].h
+	case limiter.SlidingLog:
+		return t.sl.slots[i].h
+	case limiter.LeakyBucket:
+		return t.lb.slots[i].h
+	case limiter.SlidingWindow:
+		switch {
+		case len(t.sw2.slots) > 0:
+			return t.sw2.slots[i].h
+		case len(t.sw8.slots) > 0:
+			return t.sw8.slots[i].h
+		default:
+			return t.sw65.slots[i].h
+		}
+	}
+	return 0
+}
+
+// deleteAt removes the entry at position i.
+func (t *tables) deleteAt(i int) {
+	switch t.lim.Algorithm() {
+	case limiter.TokenBucket:
+		t.tb.deleteAt(i)
+	case limiter.FixedWindow:
+		t.fw.deleteAt(i)
+	case limiter.SlidingLog:
+		t.sl.deleteAt(i)
+	case limiter.LeakyBucket:
+		t.lb.deleteAt(i)
+	case limiter.SlidingWindow:
+		switch {
+		case len(t.sw2.slots) > 0:
+			t.sw2.deleteAt(i)
+		case len(t.sw8.slots) > 0:
+			t.sw8.deleteAt(i)
+		default:
+			t.sw65.deleteAt(i)
+		}
+	}
+}
+
+func (t *tables) shrink() {
+	t.tb.shrink()
+	t.fw.shrink()
+	t.sl.shrink()
+	t.lb.shrink()
+	t.sw2.shrink()
+	t.sw8.shrink()
+	t.sw65.shrink()
+}

@@ -1,0 +1,80 @@
+package policy
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the .golden files of testdata/policy/invalid")
+
+// TestInvalid runs every file of testdata/policy/invalid and compares the
+// errors, every one with its position, to the file's .golden.
+func TestInvalid(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/policy/invalid/*.toml")
+	if len(files) == 0 {
+		t.Fatal("no invalid test files")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			_, err := Load(f)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			got := strings.ReplaceAll(err.Error(), "../../testdata/policy/invalid/", "") + "\n"
+			golden := strings.TrimSuffix(f, ".toml") + ".golden"
+			if *update {
+				os.WriteFile(golden, []byte(got), 0o644)
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("errors:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
+// TestValid loads every valid file and the example configuration.
+func TestValid(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/policy/valid/*.toml")
+	files = append(files, "../../cmd/limitproxy/config.example.toml")
+	for _, f := range files {
+		cfg, err := Load(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if len(cfg.Policies) == 0 || len(cfg.Hash) != 64 {
+			t.Errorf("%s: %d policies, hash %q", f, len(cfg.Policies), cfg.Hash)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load("../../testdata/policy/valid/minimal.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Server
+	if s.Listen != ":8080" || s.ReadHeaderTimeout != 5*time.Second || s.ShutdownTimeout != 30*time.Second ||
+		s.MaxHeaderBytes != 65536 || s.IPv6Prefix != 64 || s.RateLimitHeaders != "draft" {
+		t.Errorf("server defaults: %+v", s)
+	}
+	p := cfg.Policies[0]
+	if p.Mode != Enforce || p.OnMissing != MissingShared || len(p.Key) != 1 || p.Key[0].Kind != KeyIP || !p.Match.IsCatchAll() {
+		t.Errorf("policy defaults: %+v", p)
+	}
+	if tb := p.Limits[0].TokenBucket(); tb.Burst != 100 {
+		t.Errorf("token bucket burst default = %d, want one period of the rate (100)", tb.Burst)
+	}
+	if p.Reject.Status != 429 {
+		t.Errorf("reject status default = %d", p.Reject.Status)
+	}
+}

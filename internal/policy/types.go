@@ -1,0 +1,260 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limitproxy/limitproxy/internal/limiter"
+)
+
+// The value types of the configuration. Each decodes itself from TOML
+// (UnmarshalTOML) and, instead of failing the whole decode, records what was
+// wrong with it, so that one pass over a file finds every bad value; Parse
+// then reports them all, each at its key's file:line:col. Set reports
+// whether the key was present at all.
+
+// Value is a configuration value of a plain TOML type: string, int64 or
+// bool. The zero value is an absent key.
+type Value[T string | int64 | bool] struct {
+	V   T
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (v *Value[T]) UnmarshalTOML(data any) error {
+	v.Set = true
+	x, ok := data.(T)
+	if !ok {
+		v.err = fmt.Errorf("must be %s, not %s", kindOf(v.V), describe(data))
+		return nil
+	}
+	v.V = x
+	return nil
+}
+
+// Or returns the value, or def when the key is absent.
+func (v Value[T]) Or(def T) T {
+	if !v.Set {
+		return def
+	}
+	return v.V
+}
+
+func kindOf(x any) string {
+	switch x.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case bool:
+		return "true or false"
+	}
+	return fmt.Sprintf("%T", x)
+}
+
+// describe names a decoded TOML value for an error message.
+func describe(data any) string {
+	switch d := data.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", d)
+	case int64:
+		return fmt.Sprintf("the integer %d", d)
+	case float64:
+		return fmt.Sprintf("the number %v", d)
+	case bool:
+		return fmt.Sprintf("%v", d)
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a %T", data)
+}
+
+// Strings is an array of strings. The zero value is an absent key.
+type Strings struct {
+	V   []string
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (s *Strings) UnmarshalTOML(data any) error {
+	s.Set = true
+	arr, ok := data.([]any)
+	if !ok {
+		s.err = fmt.Errorf("must be an array of strings, not %s", describe(data))
+		return nil
+	}
+	s.V = make([]string, 0, len(arr))
+	for i, e := range arr {
+		str, ok := e.(string)
+		if !ok {
+			s.err = fmt.Errorf("element %d must be a string, not %s", i, describe(e))
+			return nil
+		}
+		s.V = append(s.V, str)
+	}
+	return nil
+}
+
+// Duration is a length of time written as a string with a unit ("250ms",
+// "1m", "1h30m"). A bare integer is an error: TOML would have it read as
+// nanoseconds, which is never what was meant.
+type Duration struct {
+	D   time.Duration
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (d *Duration) UnmarshalTOML(data any) error {
+	d.Set = true
+	switch v := data.(type) {
+	case string:
+		x, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			d.err = fmt.Errorf("%q is not a duration (write e.g. \"250ms\", \"30s\", \"1m\")", v)
+		case x < 0:
+			d.err = fmt.Errorf("%q is negative", v)
+		default:
+			d.D = x
+		}
+	case int64:
+		d.err = fmt.Errorf("bare integer %d: durations are strings with a unit, e.g. \"%ds\"", v, v)
+	default:
+		d.err = fmt.Errorf("must be a duration string such as \"30s\", not %s", describe(data))
+	}
+	return nil
+}
+
+// Or returns the duration, or def when the key is absent.
+func (d Duration) Or(def time.Duration) time.Duration {
+	if !d.Set {
+		return def
+	}
+	return d.D
+}
+
+// RateValue is a rate written "N/s", "N/m", "N/h", "N/d" or "N/<duration>"
+// ("30/5m" is 30 per 5 minutes), kept exactly as written.
+type RateValue struct {
+	limiter.Rate
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (r *RateValue) UnmarshalTOML(data any) error {
+	r.Set = true
+	s, ok := data.(string)
+	if !ok {
+		r.err = fmt.Errorf("must be a string such as \"10/s\", not %s", describe(data))
+		return nil
+	}
+	r.Rate, r.err = ParseRate(s)
+	return nil
+}
+
+// ErrBadRate is wrapped by ParseRate's errors.
+var ErrBadRate = errors.New("bad rate")
+
+// ParseRate parses "N/s", "N/m", "N/h", "N/d" or "N/<duration>".
+func ParseRate(s string) (limiter.Rate, error) {
+	num, per, ok := strings.Cut(s, "/")
+	if !ok {
+		return limiter.Rate{}, fmt.Errorf("%w %q: write N/s, N/m, N/h, N/d or N/<duration> such as \"30/5m\"", ErrBadRate, s)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 {
+		return limiter.Rate{}, fmt.Errorf("%w %q: the count before / must be a whole number above zero", ErrBadRate, s)
+	}
+	var d time.Duration
+	switch per = strings.TrimSpace(per); per {
+	case "s":
+		d = time.Second
+	case "m":
+		d = time.Minute
+	case "h":
+		d = time.Hour
+	case "d":
+		d = 24 * time.Hour
+	default:
+		d, err = time.ParseDuration(per)
+		if err != nil || d <= 0 {
+			return limiter.Rate{}, fmt.Errorf("%w %q: the period after / must be s, m, h, d or a positive duration such as 5m", ErrBadRate, s)
+		}
+	}
+	r := limiter.Rate{N: n, Per: d}
+	if n > limiter.MaxCount {
+		return limiter.Rate{}, fmt.Errorf("%w %q: at most %d per period", ErrBadRate, s, limiter.MaxCount)
+	}
+	return r, nil
+}
+
+// CIDRs is a list of networks in CIDR notation; a bare address means just
+// that address (a /32 or /128).
+type CIDRs struct {
+	V   []netip.Prefix
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (c *CIDRs) UnmarshalTOML(data any) error {
+	var s Strings
+	s.UnmarshalTOML(data)
+	c.Set, c.err = true, s.err
+	for i, v := range s.V {
+		p, err := ParsePrefix(v)
+		if err != nil {
+			c.err = fmt.Errorf("element %d: %v", i, err)
+			return nil
+		}
+		c.V = append(c.V, p)
+	}
+	return nil
+}
+
+// ParsePrefix parses "10.0.0.0/8", "2001:db8::/32" or a single address.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR such as \"10.0.0.0/8\"", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an address or CIDR", s)
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+}
+
+// valueError returns the error recorded by a decoded value, if any.
+func valueError(v any) error {
+	switch v := v.(type) {
+	case *Value[string]:
+		return v.err
+	case *Value[int64]:
+		return v.err
+	case *Value[bool]:
+		return v.err
+	case *Strings:
+		return v.err
+	case *Duration:
+		return v.err
+	case *RateValue:
+		return v.err
+	case *CIDRs:
+		return v.err
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package proxy
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/limitproxy/limitproxy/internal/policy"
+)
+
+// FuzzClientKey: for any peer address and forwarding headers, key
+// extraction does not panic, and a peer that is not a trusted proxy gets
+// the same key whatever X-Forwarded-For and Forwarded say.
+func FuzzClientKey(f *testing.F) {
+	f.Add("203.0.113.7:5000", "198.51.100.1", "for=198.51.100.2", "k")
+	f.Add("127.0.0.2:1", "10.0.0.1, 198.51.100.1", `for="[2001:db8::1]:80";proto=https, for=unknown`, "")
+	f.Add("[2001:db8::5]:443", "", `for=_hidden, for="\"quoted\""`, "x,y")
+	f.Add("garbage", "::ffff:1.2.3.4", "FOR=1.2.3.4;by=5.6.7.8", "")
+	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("10.0.0.0/8")}
+	keyOf := func(t *testing.T, remote, xff, fwd, hdr string) (string, keyResult) {
+		r, _ := http.NewRequest("GET", "http://h/p?q=1", nil)
+		r.RemoteAddr = remote
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		if fwd != "" {
+			r.Header.Set("Forwarded", fwd)
+		}
+		r.Header.Set("X-Key", hdr)
+		p := &policy.Policy{PolicySpec: policy.PolicySpec{
+			Key:       []policy.KeyPart{{Kind: policy.KeyIP}, {Kind: policy.KeyHeader, Name: "X-Key"}},
+			OnMissing: policy.MissingShared,
+		}}
+		return clientKey(r, p, &policy.Server{TrustedProxies: trusted, IPv6Prefix: 64})
+	}
+	f.Fuzz(func(t *testing.T, remote, xff, fwd, hdr string) {
+		if strings.ContainsAny(xff+fwd+hdr, "\r\n") {
+			return // not a header value net/http would deliver
+		}
+		k1, r1 := keyOf(t, remote, xff, fwd, hdr)
+		ap, err := netip.ParseAddrPort(remote)
+		if err != nil || isTrusted(ap.Addr().Unmap(), trusted) {
+			return
+		}
+		k2, r2 := keyOf(t, remote, "", "", hdr)
+		if k1 != k2 || r1 != r2 {
+			t.Fatalf("untrusted peer %s: key %q with forwarding headers, %q without", remote, k1, k2)
+		}
+	})
+}

@@ -1,0 +1,441 @@
+// Package proxy is limitproxy's data path: for each request, match a
+// policy, build the client key, ask the policy's limiter, then reject,
+// wait in the leaky-bucket queue, or forward through
+// httputil.ReverseProxy.
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/limitproxy/limitproxy/internal/policy"
+)
+
+// Decisions, as the access log and SPEC §8's metrics name them.
+const (
+	Allowed        = "allowed"
+	Rejected       = "rejected"
+	Queued         = "queued"
+	ShadowRejected = "shadow_rejected"
+	Unmatched      = "unmatched"
+	Skipped        = "skipped" // on_missing = "skip": forwarded without limiting
+	Invalid        = "invalid" // refused before matching: 400 or 405 (see canonicalize)
+)
+
+// Handler is the proxy's http.Handler. It holds the current policy set in
+// an atomic pointer: each request loads it once and uses that snapshot from
+// start to end, so a reload never changes the rules under a request in
+// flight. Safe for concurrent use.
+type Handler struct {
+	snap    atomic.Pointer[snapshot]
+	now     func() time.Time
+	log     *zap.Logger
+	acc     *zap.Logger // access log; nil when off
+	buffers *bufferPool // ReverseProxy's copy buffers, shared by every upstream
+	metrics *Metrics    // nil: none
+
+	// closing is done once CloseQueues is called: requests still waiting
+	// in a leaky-bucket queue then leave it with 503.
+	closing     context.Context
+	closeQueues context.CancelFunc
+}
+
+// snapshot is a policy set with what is built once for it: the upstream
+// pools, and each policy's rejection body.
+type snapshot struct {
+	set       *policy.Set
+	pools     map[string]*pool
+	rejection map[*policy.Policy][]byte
+}
+
+// Options configures a Handler.
+type Options struct {
+	// Logger receives errors and, with AccessLog, one line per request.
+	// nil means no logging.
+	Logger *zap.Logger
+	// AccessLog turns the access log on.
+	AccessLog bool
+	// Metrics, if not nil, receives SPEC §8's data-path metrics.
+	Metrics *Metrics
+	// Now is the clock the limiters see. nil means a clock that follows
+	// the wall clock at start-up and then the monotonic clock, so it never
+	// steps back when the wall clock is corrected.
+	Now func() time.Time
+}
+
+// MonotonicClock returns a clock that reads the wall time once and then
+// advances with the monotonic clock: it never goes backwards, and limits'
+// windows stay aligned to the Unix epoch within the wall clock's drift.
+func MonotonicClock() func() time.Time {
+	base := time.Now()
+	return func() time.Time { return base.Add(time.Since(base)) }
+}
+
+// New returns a handler serving set.
+func New(set *policy.Set, o Options) *Handler {
+	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics}
+	h.closing, h.closeQueues = context.WithCancel(context.Background())
+	if h.now == nil {
+		h.now = MonotonicClock()
+	}
+	if h.log == nil {
+		h.log = zap.NewNop()
+	}
+	if o.AccessLog {
+		h.acc = h.log.Named("access")
+	}
+	h.Swap(set)
+	return h
+}
+
+// Swap makes set the one new requests see. Requests in flight keep the set
+// they started with. An upstream whose settings (and the trusted proxies)
+// are unchanged keeps its pool: its connections and its targets' health.
+// Pools no longer used let go of their idle connections; requests still
+// using them finish normally.
+func (h *Handler) Swap(set *policy.Set) {
+	trusted := set.Config.Server.TrustedProxies
+	isTrusted := func(r *http.Request) bool {
+		a, ok := clientPeer(r)
+		return ok && isTrusted(a, trusted)
+	}
+	old := h.snap.Load()
+	s := &snapshot{set: set, pools: map[string]*pool{}, rejection: map[*policy.Policy][]byte{}}
+	for _, p := range set.Policies {
+		s.rejection[p] = rejectionBody(p)
+	}
+	for _, u := range set.Config.Upstreams {
+		if old != nil {
+			if p, ok := old.pools[u.Name]; ok && sameUpstream(p.cfg, u) && slices.Equal(old.set.Config.Server.TrustedProxies, trusted) {
+				s.pools[u.Name] = p
+				continue
+			}
+		}
+		s.pools[u.Name] = newPool(u, isTrusted, h.buffers, h.log, h.now)
+	}
+	h.snap.Store(s)
+	if old != nil {
+		for name, p := range old.pools {
+			if s.pools[name] != p {
+				p.transport.CloseIdleConnections()
+			}
+		}
+	}
+}
+
+func sameUpstream(a, b policy.Upstream) bool {
+	if a.Name != b.Name || a.Timeout != b.Timeout || a.PreserveHost != b.PreserveHost ||
+		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) ||
+		a.AllowTrace != b.AllowTrace || a.Buffering != b.Buffering || a.MaxBodyBytes != b.MaxBodyBytes ||
+		!slices.Equal(a.Upgrades, b.Upgrades) {
+		return false
+	}
+	for i := range a.Targets {
+		if a.Targets[i].String() != b.Targets[i].String() {
+			return false
+		}
+	}
+	return true
+}
+
+// CloseQueues answers every request waiting in a leaky-bucket queue, now
+// and later, with 503 and Retry-After: 1 instead of forwarding it. A server
+// calls it when its drain budget (shutdown_timeout) runs out, so that those
+// clients get an answer, and one they may retry elsewhere, before their
+// connections are closed. Safe to call more than once, and concurrently.
+func (h *Handler) CloseQueues() { h.closeQueues() }
+
+// Set returns the policy set new requests see.
+func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
+
+// ServeHTTP is the data path: snapshot → canonical form → match → key →
+// limits → reject, wait in the leaky-bucket queue, or forward.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.now()
+	snap := h.snap.Load()
+	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout}
+	rec.dl, _ = unwrapDeadliner(w)
+	var (
+		p        *policy.Policy
+		decision string
+		wait     time.Duration
+	)
+	defer func() {
+		// The server writes what remains of the response after this
+		// returns: give it a fresh send_timeout too.
+		rec.renewed = time.Time{}
+		rec.renewDeadline()
+		name := ""
+		if p != nil {
+			name = p.Name
+		}
+		h.metrics.decision(name, decision)
+		h.logAccess(r, rec, start, p, decision, wait)
+	}()
+
+	if status, detail := canonicalize(r, &snap.set.Config.Server); status != 0 {
+		decision = Invalid
+		if status == http.StatusMethodNotAllowed {
+			rec.Header().Set("Allow", allowed)
+		}
+		writeProblem(rec, status, problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+		return
+	}
+	p, ok := snap.set.Match(r)
+	if !ok {
+		decision = Unmatched
+		writeProblem(rec, http.StatusNotFound, problem{Type: "about:blank", Title: "Not Found", Status: http.StatusNotFound,
+			Detail: "no policy matches this request"})
+		return
+	}
+	if r.Method == http.MethodTrace && !snap.pools[p.Upstream].cfg.AllowTrace {
+		decision = Invalid
+		rec.Header().Set("Allow", allowed)
+		writeProblem(rec, http.StatusMethodNotAllowed, problem{Type: "about:blank", Title: "Method Not Allowed", Status: http.StatusMethodNotAllowed,
+			Detail: "TRACE is not allowed to the upstream " + p.Upstream})
+		return
+	}
+	cfg := &snap.set.Config.Server
+	key, res := clientKey(r, p, cfg)
+	switch res {
+	case keySkip:
+		decision = Skipped
+		h.forward(rec, r, snap, p)
+		return
+	case keyReject:
+		decision = Rejected
+		writeProblem(rec, http.StatusBadRequest, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
+			Detail: "the request lacks a part of its client key: " + keyNames(p)})
+		return
+	}
+
+	pinKeyHeaders(r, p)
+
+	d, err := p.Limiter.Allow(r.Context(), key, start, 1)
+	if err != nil {
+		// The memory store never fails; the Redis store's on_error
+		// policy (issue 5) decides this case there.
+		h.log.Error("limiter failed; request forwarded", zap.String("policy", p.Name), zap.Error(err))
+		decision = Allowed
+		h.forward(rec, r, snap, p)
+		return
+	}
+	setRateLimitHeaders(rec.Header(), cfg.RateLimitHeaders, p, d, start)
+	switch {
+	case !d.Allowed && p.Mode == policy.Shadow:
+		decision = ShadowRejected
+		h.log.Info("shadow policy would reject", zap.String("policy", p.Name), zap.Duration("retry_after", d.RetryAfter))
+	case !d.Allowed:
+		decision = Rejected
+		reject(rec, p, d, snap.rejection[p])
+		return
+	case d.Delay > 0 && p.Mode == policy.Shadow:
+		// Counted in the queue like an enforced request, never held.
+		decision = Allowed
+		h.log.Debug("shadow policy would delay", zap.String("policy", p.Name), zap.Duration("delay", d.Delay))
+	case d.Delay > 0:
+		decision = Queued
+		h.metrics.queued(p.Name, 1)
+		ctx, cancel := context.WithCancel(r.Context())
+		stop := context.AfterFunc(h.closing, cancel)
+		err := d.Wait(ctx)
+		stop()
+		cancel()
+		h.metrics.queued(p.Name, -1)
+		wait = h.now().Sub(start)
+		h.metrics.waited(p.Name, wait)
+		switch {
+		case err == nil:
+		case r.Context().Err() != nil:
+			// The client left while queued: it has left the queue and is
+			// never forwarded; there is no one to answer.
+			rec.status = statusClientClosed
+			return
+		default:
+			// The drain budget ran out (CloseQueues): the request has
+			// left the queue and is answered, not forwarded.
+			rec.Header().Set("Retry-After", "1")
+			writeProblem(rec, http.StatusServiceUnavailable, problem{Type: "about:blank", Title: "Service Unavailable",
+				Status: http.StatusServiceUnavailable, Detail: "the proxy is shutting down; retry"})
+			return
+		}
+	default:
+		decision = Allowed
+	}
+	h.forward(rec, r, snap, p)
+}
+
+func keyNames(p *policy.Policy) string {
+	names := make([]string, len(p.Key))
+	for i, k := range p.Key {
+		names[i] = k.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *policy.Policy) {
+	pool := snap.pools[p.Upstream]
+	w.upstream = p.Upstream
+	cleanup, berr := prepareBody(w, r, bodyLimits{buffer: pool.cfg.Buffering, max: pool.cfg.MaxBodyBytes,
+		timeout: snap.set.Config.Server.ClientBodyTimeout})
+	defer cleanup()
+	if berr != nil {
+		w.err = berr.Error()
+		berr.write(w)
+		return
+	}
+	w.body, _ = r.Body.(*timedBody)
+	if w.dl != nil && r.Header.Get("Upgrade") != "" {
+		// An upgraded connection is the tunnel's own: no deadline left
+		// from an earlier exchange on it may cut it.
+		w.dl.SetReadDeadline(time.Time{})
+		w.dl.SetWriteDeadline(time.Time{})
+	}
+	t := pool.pick()
+	begin := h.now()
+	defer func() {
+		// ReverseProxy aborts the handler (http.ErrAbortHandler) when the
+		// response body cannot be copied after its header went out:
+		// either the upstream cut it short or the client stopped taking
+		// it. The access log and the metrics say which.
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			if w.writeFailed || r.Context().Err() != nil {
+				w.status, w.err = statusClientClosed, "client gone while the response was sent"
+			} else {
+				w.status, w.err = http.StatusBadGateway, "upstream response cut short"
+			}
+			h.metrics.forwarded(p.Upstream, w.statusCode(), h.now().Sub(begin))
+		}
+		panic(v)
+	}()
+	t.proxy.ServeHTTP(w, r)
+	if w.status != statusClientClosed {
+		h.metrics.forwarded(p.Upstream, w.statusCode(), h.now().Sub(begin))
+	}
+}
+
+// logAccess writes SPEC §8's access-log line. Rejections are logged at
+// debug level, so that a flood of them cannot flood the log; a response
+// cut short after its status went out at warn, with an error field;
+// everything else at info.
+func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision string, wait time.Duration) {
+	if h.acc == nil {
+		return
+	}
+	level := zapcore.InfoLevel
+	if decision == Rejected {
+		level = zapcore.DebugLevel
+	}
+	if rec.err != "" {
+		level = zapcore.WarnLevel
+	}
+	ce := h.acc.Check(level, "request")
+	if ce == nil {
+		return
+	}
+	name := ""
+	if p != nil {
+		name = p.Name
+	}
+	fields := [...]zap.Field{
+		zap.String("method", r.Method),
+		zap.String("host", r.Host),
+		zap.String("path", r.URL.Path),
+		zap.Int("status", rec.statusCode()),
+		zap.Duration("duration", h.now().Sub(start)),
+		zap.String("policy", name),
+		zap.String("decision", decision),
+		zap.String("upstream", rec.upstream),
+		zap.Duration("queue_wait", wait),
+		zap.String("error", rec.err),
+	}
+	n := len(fields)
+	if rec.err == "" {
+		n-- // no error field on a line that has none
+	}
+	ce.Write(fields[:n]...)
+}
+
+// recorder remembers the status written, for the access log. It unwraps to
+// the underlying writer so that http.ResponseController (which
+// ReverseProxy uses to flush streams and hijack WebSocket upgrades) reaches
+// it.
+type recorder struct {
+	http.ResponseWriter
+	dl          deadliner     // the connection's deadlines; nil if none
+	sendTimeout time.Duration // allowed between two writes
+	renewed     time.Time     // when the write deadline was last set
+	status      int
+	upstream    string
+	body        *timedBody // the request body being streamed, if any
+	writeFailed bool       // a write to the client failed
+	err         string     // why the exchange failed after the status went out
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.renewDeadline()
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// renewDeadline gives the next write to the client send_timeout (as
+// nginx's send_timeout: the time between two writes, not for the whole
+// response). The deadline is moved at most every eighth of the timeout, so
+// that a response of many small writes does not pay for it each time: a
+// client is cut between 7/8 and all of send_timeout after its last read.
+func (r *recorder) renewDeadline() {
+	if r.dl == nil || r.sendTimeout <= 0 {
+		return
+	}
+	now := time.Now()
+	if now.Sub(r.renewed) < r.sendTimeout/8 {
+		return
+	}
+	r.renewed = now
+	r.dl.SetWriteDeadline(now.Add(r.sendTimeout))
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	r.renewDeadline()
+	n, err := r.ResponseWriter.Write(b)
+	if err != nil {
+		r.writeFailed = true
+	}
+	return n, err
+}
+
+// Unwrap returns the underlying ResponseWriter.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *recorder) statusCode() int {
+	if r.status == 0 {
+		return http.StatusOK
+	}
+	return r.status
+}
+
+// clientPeer returns the direct peer's address.
+func clientPeer(r *http.Request) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}

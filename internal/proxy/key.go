@@ -1,0 +1,347 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/limitproxy/limitproxy/internal/policy"
+)
+
+// clientIP returns the address a request is keyed by (SPEC §4): the peer's
+// address, unless the peer is a trusted proxy, in which case the
+// forwarding headers are walked from the right (the hop nearest to us),
+// skipping trusted proxies, to the first address that is not one. RFC 7239
+// Forwarded is used when present, else X-Forwarded-For. A client that is not
+// a trusted proxy cannot change its address by sending either header.
+// IPv4-mapped IPv6 addresses are unmapped. ok is false if RemoteAddr cannot
+// be parsed (never the case for requests from net/http's server).
+func clientIP(r *http.Request, trusted []netip.Prefix) (addr netip.Addr, ok bool) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		a, err := netip.ParseAddr(r.RemoteAddr)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		ap = netip.AddrPortFrom(a, 0)
+	}
+	peer := ap.Addr().Unmap()
+	if !isTrusted(peer, trusted) {
+		return peer, true
+	}
+	var hops []string
+	if fwd := r.Header.Values("Forwarded"); len(fwd) > 0 {
+		hops = forwardedFor(fwd)
+	} else {
+		for _, v := range r.Header.Values("X-Forwarded-For") {
+			for _, h := range strings.Split(v, ",") {
+				hops = append(hops, strings.TrimSpace(h))
+			}
+		}
+	}
+	client := peer
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := parseHop(hops[i])
+		if err != nil {
+			// An unknown or obfuscated hop: the trusted proxy that
+			// reported it is the best we know.
+			break
+		}
+		client = a
+		if !isTrusted(a, trusted) {
+			break
+		}
+	}
+	return client, true
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseHop parses one hop of X-Forwarded-For or a Forwarded for= value: an
+// address, optionally with a port, IPv6 optionally in brackets.
+func parseHop(s string) (netip.Addr, error) {
+	s = strings.Trim(strings.TrimSpace(s), `"`)
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), nil
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	a, err := netip.ParseAddr(s)
+	return a.Unmap(), err
+}
+
+// forwardedFor returns the for= values of Forwarded header fields, in
+// order (RFC 7239: elements separated by commas, pairs by semicolons).
+func forwardedFor(fields []string) []string {
+	var out []string
+	for _, f := range fields {
+		for _, elem := range splitQuoted(f, ',') {
+			for _, pair := range splitQuoted(elem, ';') {
+				k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+				if ok && strings.EqualFold(k, "for") {
+					out = append(out, v)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// splitQuoted splits s at sep outside double quotes.
+func splitQuoted(s string, sep byte) []string {
+	var parts []string
+	start, quoted := 0, false
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\' && quoted:
+			i++
+		case s[i] == '"':
+			quoted = !quoted
+		case s[i] == sep && !quoted:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
+}
+
+// groupIPv6 reduces an IPv6 address to its prefix of bits bits, so that a
+// client cannot escape its limit by rotating through its /64.
+func groupIPv6(a netip.Addr, bits int) netip.Addr {
+	if !a.Is6() || a.Is4In6() || bits >= 128 {
+		return a
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return a
+	}
+	return p.Addr()
+}
+
+// keyResult says what the key parts of a request produced.
+type keyResult uint8
+
+const (
+	keyOK      keyResult = iota
+	keySkip              // on_missing = "skip": do not limit
+	keyReject            // on_missing = "reject": answer 400
+	keyMissing           // (internal) a part was absent
+)
+
+// clientKey builds the key of r for policy p: its key parts, each
+// length-prefixed ("13:203.0.113.7" …) so that no value can be crafted to
+// collide with another combination; an absent part is written "-", which
+// no length prefix produces. With on_missing = "ip" a request missing a part
+// is keyed by its address alone, under a distinct prefix.
+func clientKey(r *http.Request, p *policy.Policy, s *policy.Server) (key string, res keyResult) {
+	var stack [128]byte
+	b := stack[:0]
+	missing := false
+	for _, part := range p.Key {
+		if part.Kind == policy.KeyIP {
+			// The common case, without an intermediate string.
+			if a, ok := clientIP(r, s.TrustedProxies); ok {
+				var ipb [64]byte
+				b = appendPart(b, groupIPv6(a, s.IPv6Prefix).AppendTo(ipb[:0]))
+				continue
+			}
+		} else if v, ok := keyPart(r, part, s); ok {
+			b = appendPart(b, []byte(v))
+			continue
+		}
+		missing = true
+		if p.OnMissing != policy.MissingShared {
+			break
+		}
+		b = append(b, "-;"...)
+	}
+	if !missing {
+		return string(b), keyOK
+	}
+	switch p.OnMissing {
+	case policy.MissingShared:
+		return string(b), keyOK
+	case policy.MissingSkip:
+		return "", keySkip
+	case policy.MissingReject:
+		return "", keyReject
+	}
+	ip, _ := keyPart(r, policy.KeyPart{Kind: policy.KeyIP}, s)
+	return "ip=" + ip, keyOK
+}
+
+// KeyFor builds the client key of policy p from raw values of its key
+// parts, in order, the way the data path builds it from a request: an ip
+// part is parsed and grouped by ipv6_prefix, the others are taken as they
+// are. The admin API uses it to find one client's state.
+func KeyFor(p *policy.Policy, s *policy.Server, values []string) (string, error) {
+	if len(values) != len(p.Key) {
+		return "", fmt.Errorf("policy %q has %d key parts (%s); got %d values", p.Name, len(p.Key), keyNames(p), len(values))
+	}
+	var b []byte
+	for i, part := range p.Key {
+		v := values[i]
+		if part.Kind == policy.KeyIP {
+			a, err := netip.ParseAddr(v)
+			if err != nil {
+				return "", fmt.Errorf("key part %d (ip): %q is not an address", i, v)
+			}
+			v = groupIPv6(a.Unmap(), s.IPv6Prefix).String()
+		}
+		b = appendPart(b, []byte(v))
+	}
+	return string(b), nil
+}
+
+// appendPart appends one present key part, length-prefixed: "13:203.0.113.7;".
+func appendPart(b, v []byte) []byte {
+	b = strconv.AppendInt(b, int64(len(v)), 10)
+	b = append(b, ':')
+	b = append(b, v...)
+	return append(b, ';')
+}
+
+func keyPart(r *http.Request, part policy.KeyPart, s *policy.Server) (string, bool) {
+	switch part.Kind {
+	case policy.KeyIP:
+		a, ok := clientIP(r, s.TrustedProxies)
+		if !ok {
+			return "", false
+		}
+		return groupIPv6(a, s.IPv6Prefix).String(), true
+	case policy.KeyHeader:
+		return firstHeaderValue(r.Header, part.Name)
+	case policy.KeyQuery:
+		return firstQueryValue(r.URL.RawQuery, part.Name)
+	case policy.KeyCookie:
+		return firstCookieValue(r.Header, part.Name)
+	case policy.KeyHost:
+		return strings.ToLower(policy.HostName(r.Host)), true
+	case policy.KeyMethod:
+		return r.Method, true
+	case policy.KeyPath:
+		return r.URL.Path, true
+	}
+	return "", false
+}
+
+// Key parts read one value, the one an upstream most likely reads, so that
+// a client cannot add values to make itself a fresh key while the upstream
+// still sees the first one (X-API-Key: realkey, then X-API-Key: junkN).
+// An empty value counts as absent (on_missing applies).
+
+// firstHeaderValue returns the first value of the header name (canonical):
+// its first field line, up to the first comma outside double quotes (RFC
+// 9110 §5.3: several lines of a field are one comma-separated list), with
+// surrounding white space trimmed. This is what Go's Header.Get and nginx's
+// $http_ variables give an upstream for a repeated header, and for a list
+// on one line the first element, so that appending ", junk" makes no new
+// key. A value with a comma of its own (a User-Agent) is cut there: keys
+// can only become coarser, never finer, than what the client sent.
+func firstHeaderValue(h http.Header, name string) (string, bool) {
+	vs := h[name]
+	if len(vs) == 0 {
+		return "", false
+	}
+	v := vs[0]
+	quoted := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\' && quoted:
+			i++
+		case c == '"':
+			quoted = !quoted
+		case c == ',' && !quoted:
+			v = v[:i]
+		}
+	}
+	v = strings.TrimSpace(v)
+	return v, v != ""
+}
+
+// firstQueryValue returns the value of the first parameter called name in
+// a raw query, as nginx's $arg_ and Go's Query().Get read it: parameters
+// are separated by '&' only (a ';' is part of a value, as in nginx and
+// current Go and Python), names and values are percent-decoded with '+' as
+// a space (a malformed encoding is taken as it is, so that it cannot make
+// the parameter vanish while the upstream reads it).
+func firstQueryValue(rawQuery, name string) (string, bool) {
+	for rest := rawQuery; rest != ""; {
+		var pair string
+		pair, rest, _ = strings.Cut(rest, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if queryUnescape(k) != name {
+			continue
+		}
+		v = queryUnescape(v)
+		return v, v != ""
+	}
+	return "", false
+}
+
+func queryUnescape(s string) string {
+	if !strings.ContainsAny(s, "%+") {
+		return s
+	}
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// firstCookieValue returns the value of the first cookie called name in
+// the request's Cookie fields, read leniently as most servers read them:
+// pairs separated by ';', white space trimmed, one pair of surrounding
+// double quotes removed. Go's Request.Cookie skips a value it finds
+// malformed and would then return a later cookie of the same name, which
+// an upstream reading the first one does not see.
+func firstCookieValue(h http.Header, name string) (string, bool) {
+	for _, line := range h["Cookie"] {
+		for rest := line; rest != ""; {
+			var pair string
+			pair, rest, _ = strings.Cut(rest, ";")
+			k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+			if !ok || strings.TrimSpace(k) != name {
+				continue
+			}
+			v = strings.TrimSpace(v)
+			if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+				v = v[1 : len(v)-1]
+			}
+			return v, v != ""
+		}
+	}
+	return "", false
+}
+
+// pinKeyHeaders leaves each header that is a part of p's key with the one
+// value the key was built from (or removes it when that value is empty),
+// so that the upstream reads the identity that was limited, whichever of
+// several values it would have read.
+func pinKeyHeaders(r *http.Request, p *policy.Policy) {
+	for _, part := range p.Key {
+		if part.Kind != policy.KeyHeader {
+			continue
+		}
+		vs := r.Header[part.Name]
+		if len(vs) == 0 {
+			continue
+		}
+		if v, ok := firstHeaderValue(r.Header, part.Name); ok {
+			if len(vs) != 1 || vs[0] != v {
+				r.Header[part.Name] = []string{v}
+			}
+		} else {
+			delete(r.Header, part.Name)
+		}
+	}
+}

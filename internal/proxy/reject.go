@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/limitproxy/limitproxy/internal/limiter"
+	"github.com/limitproxy/limitproxy/internal/policy"
+)
+
+// problem is an RFC 9457 problem details body.
+type problem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail,omitempty"`
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+}
+
+// quotaExceeded is the problem type of the IETF RateLimit draft.
+const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+func writeProblem(w http.ResponseWriter, status int, p problem) {
+	body, _ := json.Marshal(p)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// ceilSeconds rounds d up to whole seconds, as Retry-After and the reset
+// fields are given.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	if d >= limiter.Never/2 {
+		return int64(limiter.Never / time.Second)
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// setRateLimitHeaders writes SPEC §5's fields for the most restrictive limit
+// of d, per mode: "draft" (IETF httpapi draft-10 RateLimit-Policy and
+// RateLimit, Structured Field lists), "legacy" (X-RateLimit-*), "both" or
+// "none".
+func setRateLimitHeaders(h http.Header, mode string, p *policy.Policy, d limiter.Decision, now time.Time) {
+	if mode == "none" || d.Index >= len(p.Limits) {
+		return
+	}
+	reset := ceilSeconds(d.ResetAt.Sub(now))
+	if mode == "draft" || mode == "both" {
+		_, window := p.Limits[d.Index].Quota()
+		// Policy names are restricted to characters a Structured Field
+		// string holds as they are. Field names are case-insensitive: Go
+		// writes these as "Ratelimit-Policy" and "Ratelimit", HTTP/2 in
+		// lower case.
+		var buf [128]byte
+		b := strconv.AppendQuote(buf[:0], p.Name)
+		n := len(b)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, d.Limit, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, max(1, ceilSeconds(window)), 10)
+		h.Set("RateLimit-Policy", string(b))
+		b = append(b[:n], ";r="...)
+		b = strconv.AppendInt(b, d.Remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, reset, 10)
+		h.Set("RateLimit", string(b))
+	}
+	if mode == "legacy" || mode == "both" {
+		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+	}
+}
+
+// rejectionBody returns what a policy's rejections carry: its
+// [policy.reject] body, or SPEC §5's problem+json, which is the same for
+// every rejection of the policy and so is built once per policy set.
+func rejectionBody(p *policy.Policy) []byte {
+	if p.Reject.Body != "" {
+		return []byte(p.Reject.Body)
+	}
+	body, _ := json.Marshal(problem{
+		Type:             quotaExceeded,
+		Title:            "Request cannot be satisfied as assigned quota has been exceeded",
+		Status:           p.Reject.Status,
+		ViolatedPolicies: []string{p.Name},
+	})
+	return append(body, '\n')
+}
+
+// reject answers a rejected request: the policy's status (429), Retry-After
+// in whole seconds rounded up, and its body (see rejectionBody).
+func reject(w http.ResponseWriter, p *policy.Policy, d limiter.Decision, body []byte) {
+	h := w.Header()
+	h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
+	h.Set("Content-Type", p.Reject.ContentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Reject.Status)
+	w.Write(body)
+}

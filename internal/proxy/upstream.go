@@ -1,0 +1,201 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/limitproxy/limitproxy/internal/policy"
+)
+
+// pool is one upstream: its targets, served round-robin, each skipped for
+// fail_timeout after max_fails consecutive failures (passive health, as
+// nginx's max_fails/fail_timeout). Safe for concurrent use.
+type pool struct {
+	cfg       policy.Upstream
+	transport *http.Transport
+	targets   []*target
+	next      atomic.Uint64
+	now       func() time.Time
+}
+
+// target is one upstream address with its reverse proxy and health.
+type target struct {
+	pool      *pool
+	proxy     *httputil.ReverseProxy
+	name      string
+	fails     atomic.Int64
+	downUntil atomic.Int64 // Unix ns; 0 when up
+}
+
+// NewTransport returns the Transport shared by an upstream's targets: it
+// keeps many connections alive per host (a proxy talks to few hosts, hard),
+// never goes through an environment proxy, and bounds the wait for response
+// headers by the upstream's timeout. Exported so that the benchmark's bare
+// httputil.ReverseProxy uses exactly the same Transport.
+func NewTransport(cfg policy.Upstream) *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil, // never via an environment proxy
+		DialContext:           (&net.Dialer{Timeout: min(cfg.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: cfg.Timeout,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+func newPool(cfg policy.Upstream, trusted func(*http.Request) bool, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
+	tr := NewTransport(cfg)
+	p := &pool{cfg: cfg, transport: tr, now: now}
+	errLog, _ := zap.NewStdLogAt(log.Named("upstream"), zap.WarnLevel)
+	for _, u := range cfg.Targets {
+		t := &target{pool: p, name: u.Host}
+		t.proxy = &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(u)
+				// The query exactly as received: ReverseProxy re-encodes
+				// one it finds unusual (a ';', a malformed escape), and
+				// the upstream would then read other parameters than the
+				// client sent and limitproxy keyed.
+				pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+				filterUpgrade(pr.Out.Header, cfg.Upgrades)
+				// Keep the chain a trusted proxy sent us; from anyone else,
+				// start it afresh with the peer (SetXForwarded appends it).
+				if trusted(pr.In) {
+					if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
+						pr.Out.Header["X-Forwarded-For"] = xff
+					}
+				}
+				pr.SetXForwarded()
+				if cfg.PreserveHost {
+					pr.Out.Host = pr.In.Host
+				}
+			},
+			Transport:  tr,
+			BufferPool: buffers,
+			ModifyResponse: func(*http.Response) error {
+				t.fails.Store(0)
+				return nil
+			},
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				t.failed(w, r, err, log)
+			},
+			ErrorLog: errLog,
+		}
+		p.targets = append(p.targets, t)
+	}
+	return p
+}
+
+// pick returns the next target that is up, round-robin; if every target is
+// down, the one that comes back first (trying is better than refusing).
+func (p *pool) pick() *target {
+	now := p.now().UnixNano()
+	n := uint64(len(p.targets))
+	start := p.next.Add(1)
+	var soonest *target
+	for i := range n {
+		t := p.targets[(start+i)%n]
+		until := t.downUntil.Load()
+		if until <= now {
+			return t
+		}
+		if soonest == nil || until < soonest.downUntil.Load() {
+			soonest = t
+		}
+	}
+	return soonest
+}
+
+// failed answers a request the upstream could not serve, and counts the
+// failure against the target. It is the one place upstream errors are
+// logged. Statuses: the client's own for a request body that could not be
+// read (400, 408, 413; no failure counted), nothing for a client that went
+// away, 504 for a timeout, 502 for anything else (refused, reset, bad
+// response).
+func (t *target) failed(w http.ResponseWriter, r *http.Request, err error, log *zap.Logger) {
+	if rec, ok := w.(*recorder); ok && rec.body != nil && rec.body.err != nil {
+		// The client's body broke off, was malformed or too large
+		// (streamed to an unbuffered upstream): the client's fault, never
+		// counted against the target. Checked first, since a body read
+		// that timed out also ends the request's context.
+		log.Debug("request body could not be read", zap.String("upstream", t.pool.cfg.Name), zap.Error(rec.body.err))
+		rec.err = rec.body.err.Error()
+		rec.body.err.write(w)
+		return
+	}
+	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
+		log.Debug("client gone before upstream answered", zap.String("upstream", t.pool.cfg.Name), zap.String("target", t.name), zap.Error(err))
+		if rec, ok := w.(*recorder); ok {
+			rec.status = statusClientClosed
+		}
+		return
+	}
+	status := http.StatusBadGateway
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		status = http.StatusGatewayTimeout
+	}
+	if max := int64(t.pool.cfg.MaxFails); max > 0 && t.fails.Add(1) >= max {
+		t.fails.Store(0)
+		t.downUntil.Store(t.pool.now().Add(t.pool.cfg.FailTimeout).UnixNano())
+		log.Warn("upstream target marked down", zap.String("upstream", t.pool.cfg.Name), zap.String("target", t.name), zap.Duration("for", t.pool.cfg.FailTimeout))
+	}
+	log.Warn("upstream error", zap.String("upstream", t.pool.cfg.Name), zap.String("target", t.name), zap.Int("status", status), zap.Error(err))
+	writeProblem(w, status, problem{Type: "about:blank", Title: http.StatusText(status), Status: status,
+		Detail: "the upstream " + t.pool.cfg.Name + " did not answer"})
+}
+
+// statusClientClosed is what the access log records for a request whose
+// client left before an answer (nginx's 499); nothing is written.
+const statusClientClosed = 499
+
+// filterUpgrade keeps, of the protocols a request asks to upgrade to, only
+// those in allowed (lower case; an entry without a version allows every
+// version), and removes the upgrade altogether when none is left. An
+// upgraded connection is no longer seen request by request: an upstream
+// that accepted h2c, say, would carry any number of HTTP/2 requests past a
+// per-request limit. WebSocket, allowed by default, is one exchange.
+// ReverseProxy has already reduced Connection to "Upgrade" when an upgrade
+// was asked for.
+func filterUpgrade(h http.Header, allowed []string) {
+	vs := h["Upgrade"]
+	if len(vs) == 0 {
+		return
+	}
+	var keep []string
+	for _, v := range vs {
+		for _, proto := range strings.Split(v, ",") {
+			proto = strings.TrimSpace(proto)
+			if proto != "" && upgradeAllowed(proto, allowed) {
+				keep = append(keep, proto)
+			}
+		}
+	}
+	if len(keep) == 0 {
+		h.Del("Upgrade")
+		h.Del("Connection")
+		return
+	}
+	h["Upgrade"] = []string{strings.Join(keep, ", ")}
+}
+
+func upgradeAllowed(proto string, allowed []string) bool {
+	name, _, _ := strings.Cut(proto, "/")
+	for _, a := range allowed {
+		if strings.EqualFold(a, proto) || !strings.Contains(a, "/") && strings.EqualFold(a, name) {
+			return true
+		}
+	}
+	return false
+}
