@@ -14,7 +14,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
@@ -31,7 +31,7 @@ func main() {
 			pr.SetURL(u)
 			pr.SetXForwarded()
 		},
-		Transport: proxy.NewTransport(policy.Upstream{Timeout: 30 * time.Second}),
+		Transport: proxy.NewTransport(config.Upstream{Timeout: 30 * time.Second}),
 		ErrorLog:  log.New(io.Discard, "", 0), // wrk cancels requests as it stops
 	}
 	srv := &http.Server{Addr: *listen, Handler: rp, ReadHeaderTimeout: 5 * time.Second}

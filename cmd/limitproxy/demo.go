@@ -10,7 +10,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/config"
+	"github.com/limitproxy/limitproxy/internal/server"
 )
 
 // exampleConfig is config.example.toml, embedded so that `limitproxy demo`
@@ -25,7 +26,7 @@ const demoUpstream = "127.0.0.1:9000"
 // demo starts an echo upstream on 127.0.0.1:9000 and the proxy with the
 // example configuration on :8080, and prints commands to try.
 func demo(ctx context.Context, stdout, stderr io.Writer) error {
-	cfg, err := policy.Parse("config.example.toml", exampleConfig)
+	cfg, err := config.Parse("config.example.toml", exampleConfig)
 	if err != nil {
 		return err
 	}
@@ -37,9 +38,18 @@ func demo(ctx context.Context, stdout, stderr io.Writer) error {
 	go up.Serve(ln)
 	defer up.Close()
 
-	ready := make(chan listening, 1)
+	srv, err := server.New(cfg, server.Options{Stderr: stderr, Version: versionNumber()})
+	if err != nil {
+		return err
+	}
 	go func() {
-		addr := (<-ready).Proxy
+		var addr net.Addr
+		select {
+		case a := <-srv.Ready():
+			addr = a.Proxy
+		case <-ctx.Done():
+			return
+		}
 		_, port, _ := net.SplitHostPort(addr.String())
 		base := "http://127.0.0.1:" + port
 		fmt.Fprintf(stdout, `limitproxy demo: echo upstream on http://%s, proxy on %s (config.example.toml)
@@ -61,7 +71,7 @@ Try, in another terminal:
 Ctrl-C stops both.
 `, demoUpstream, base, base, base, base, base)
 	}()
-	return serve(ctx, "", cfg, stderr, ready)
+	return srv.Run(ctx)
 }
 
 // echo answers every request with what it received, as JSON.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
@@ -52,7 +53,7 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	})
 	b.Run("limitproxy", func(b *testing.B) {
-		cfg, err := policy.Parse("bench.toml", []byte(`
+		cfg, err := config.Parse("bench.toml", []byte(`
 [[upstream]]
 name = "app"
 targets = ["http://upstream.invalid"]
@@ -67,7 +68,7 @@ upstream = "app"
 		if err != nil {
 			b.Fatal(err)
 		}
-		set, _ := cfg.Compile(memstore.New(memstore.Options{}), time.Now())
+		set, _ := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
 		h := New(set, Options{})
 		for _, p := range h.snap.Load().pools {
 			for _, t := range p.targets {

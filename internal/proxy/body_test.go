@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
@@ -76,13 +77,13 @@ upstream = "up"
   algorithm = "token_bucket"
   rate = "100000/s"
 `
-	cfg, err := policy.Parse("body.toml", []byte(src))
+	cfg, err := config.Parse("body.toml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	target, _ := url.Parse(e.up.URL)
 	cfg.Upstreams[0].Targets = []*url.URL{target}
-	set, err := cfg.Compile(memstore.New(memstore.Options{}), time.Now())
+	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
@@ -92,7 +93,7 @@ type rawEnv struct {
 	seen  []string // "METHOD target host=… key=[…]"
 }
 
-func startRaw(t *testing.T, edit func(*policy.Config)) *rawEnv {
+func startRaw(t *testing.T, edit func(*config.Config)) *rawEnv {
 	t.Helper()
 	e := &rawEnv{}
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
@@ -100,7 +101,7 @@ func startRaw(t *testing.T, edit func(*policy.Config)) *rawEnv {
 		e.seen = append(e.seen, fmt.Sprintf("%s %s host=%s key=%q underscore=%q", r.Method, r.RequestURI, r.Host, r.Header.Values("X-Api-Key"), r.Header.Values("X_api_key")))
 		e.mu.Unlock()
 	})
-	cfg, err := policy.Parse("canonical.toml", []byte(canonicalConfig))
+	cfg, err := config.Parse("canonical.toml", []byte(canonicalConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func startRaw(t *testing.T, edit func(*policy.Config)) *rawEnv {
 	if edit != nil {
 		edit(cfg)
 	}
-	set, err := cfg.Compile(memstore.New(memstore.Options{}), t0)
+	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +256,7 @@ func TestMethods(t *testing.T) {
 			t.Errorf("%s: %d, want %d", c.line, st, c.want)
 		}
 	}
-	allowTrace := startRaw(t, func(c *policy.Config) { c.Upstreams[0].AllowTrace = true })
+	allowTrace := startRaw(t, func(c *config.Config) { c.Upstreams[0].AllowTrace = true })
 	if st, _ := allowTrace.do(t, "TRACE / HTTP/1.1"); st != 200 {
 		t.Errorf("TRACE with allow_trace: %d, want 200", st)
 	}

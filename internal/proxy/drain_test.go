@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
@@ -47,17 +48,17 @@ upstream = "up"
   rate = "100/s"
 `
 
-// startLogged runs config in front of up, with metrics and an access log
+// startLogged runs the configuration src in front of up, with metrics and an access log
 // the test reads.
-func startLogged(t *testing.T, config string, up *upstream) (h *Handler, addr string, m *Metrics, logs *observer.ObservedLogs) {
+func startLogged(t *testing.T, src string, up *upstream) (h *Handler, addr string, m *Metrics, logs *observer.ObservedLogs) {
 	t.Helper()
-	cfg, err := policy.Parse("test.toml", []byte(config))
+	cfg, err := config.Parse("test.toml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	target, _ := url.Parse(up.URL)
 	cfg.Upstreams[0].Targets = []*url.URL{target}
-	set, err := cfg.Compile(memstore.New(memstore.Options{}), time.Now())
+	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

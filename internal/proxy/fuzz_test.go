@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
@@ -28,11 +29,11 @@ func FuzzClientKey(f *testing.F) {
 			r.Header.Set("Forwarded", fwd)
 		}
 		r.Header.Set("X-Key", hdr)
-		p := &policy.Policy{PolicySpec: policy.PolicySpec{
-			Key:       []policy.KeyPart{{Kind: policy.KeyIP}, {Kind: policy.KeyHeader, Name: "X-Key"}},
-			OnMissing: policy.MissingShared,
+		p := &policy.Policy{Policy: config.Policy{
+			Key:       []config.KeyPart{{Kind: config.KeyIP}, {Kind: config.KeyHeader, Name: "X-Key"}},
+			OnMissing: config.MissingShared,
 		}}
-		return clientKey(r, p, &policy.Server{TrustedProxies: trusted, IPv6Prefix: 64})
+		return clientKey(r, p, &config.Server{TrustedProxies: trusted, IPv6Prefix: 64})
 	}
 	f.Fuzz(func(t *testing.T, remote, xff, fwd, hdr string) {
 		if strings.ContainsAny(xff+fwd+hdr, "\r\n") {

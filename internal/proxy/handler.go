@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
@@ -131,7 +132,7 @@ func (h *Handler) Swap(set *policy.Set) {
 	}
 }
 
-func sameUpstream(a, b policy.Upstream) bool {
+func sameUpstream(a, b config.Upstream) bool {
 	if a.Name != b.Name || a.Timeout != b.Timeout || a.PreserveHost != b.PreserveHost ||
 		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) ||
 		a.AllowTrace != b.AllowTrace || a.Buffering != b.Buffering || a.MaxBodyBytes != b.MaxBodyBytes ||
@@ -230,14 +231,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	setRateLimitHeaders(rec.Header(), cfg.RateLimitHeaders, p, d, start)
 	switch {
-	case !d.Allowed && p.Mode == policy.Shadow:
+	case !d.Allowed && p.Mode == config.Shadow:
 		decision = ShadowRejected
 		h.log.Info("shadow policy would reject", zap.String("policy", p.Name), zap.Duration("retry_after", d.RetryAfter))
 	case !d.Allowed:
 		decision = Rejected
 		reject(rec, p, d, snap.rejection[p])
 		return
-	case d.Delay > 0 && p.Mode == policy.Shadow:
+	case d.Delay > 0 && p.Mode == config.Shadow:
 		// Counted in the queue like an enforced request, never held.
 		decision = Allowed
 		h.log.Debug("shadow policy would delay", zap.String("policy", p.Name), zap.Duration("delay", d.Delay))

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
@@ -142,12 +143,12 @@ const (
 // collide with another combination; an absent part is written "-", which
 // no length prefix produces. With on_missing = "ip" a request missing a part
 // is keyed by its address alone, under a distinct prefix.
-func clientKey(r *http.Request, p *policy.Policy, s *policy.Server) (key string, res keyResult) {
+func clientKey(r *http.Request, p *policy.Policy, s *config.Server) (key string, res keyResult) {
 	var stack [128]byte
 	b := stack[:0]
 	missing := false
 	for _, part := range p.Key {
-		if part.Kind == policy.KeyIP {
+		if part.Kind == config.KeyIP {
 			// The common case, without an intermediate string.
 			if a, ok := clientIP(r, s.TrustedProxies); ok {
 				var ipb [64]byte
@@ -159,7 +160,7 @@ func clientKey(r *http.Request, p *policy.Policy, s *policy.Server) (key string,
 			continue
 		}
 		missing = true
-		if p.OnMissing != policy.MissingShared {
+		if p.OnMissing != config.MissingShared {
 			break
 		}
 		b = append(b, "-;"...)
@@ -168,14 +169,14 @@ func clientKey(r *http.Request, p *policy.Policy, s *policy.Server) (key string,
 		return string(b), keyOK
 	}
 	switch p.OnMissing {
-	case policy.MissingShared:
+	case config.MissingShared:
 		return string(b), keyOK
-	case policy.MissingSkip:
+	case config.MissingSkip:
 		return "", keySkip
-	case policy.MissingReject:
+	case config.MissingReject:
 		return "", keyReject
 	}
-	ip, _ := keyPart(r, policy.KeyPart{Kind: policy.KeyIP}, s)
+	ip, _ := keyPart(r, config.KeyPart{Kind: config.KeyIP}, s)
 	return "ip=" + ip, keyOK
 }
 
@@ -183,14 +184,14 @@ func clientKey(r *http.Request, p *policy.Policy, s *policy.Server) (key string,
 // parts, in order, the way the data path builds it from a request: an ip
 // part is parsed and grouped by ipv6_prefix, the others are taken as they
 // are. The admin API uses it to find one client's state.
-func KeyFor(p *policy.Policy, s *policy.Server, values []string) (string, error) {
+func KeyFor(p *policy.Policy, s *config.Server, values []string) (string, error) {
 	if len(values) != len(p.Key) {
 		return "", fmt.Errorf("policy %q has %d key parts (%s); got %d values", p.Name, len(p.Key), keyNames(p), len(values))
 	}
 	var b []byte
 	for i, part := range p.Key {
 		v := values[i]
-		if part.Kind == policy.KeyIP {
+		if part.Kind == config.KeyIP {
 			a, err := netip.ParseAddr(v)
 			if err != nil {
 				return "", fmt.Errorf("key part %d (ip): %q is not an address", i, v)
@@ -210,25 +211,25 @@ func appendPart(b, v []byte) []byte {
 	return append(b, ';')
 }
 
-func keyPart(r *http.Request, part policy.KeyPart, s *policy.Server) (string, bool) {
+func keyPart(r *http.Request, part config.KeyPart, s *config.Server) (string, bool) {
 	switch part.Kind {
-	case policy.KeyIP:
+	case config.KeyIP:
 		a, ok := clientIP(r, s.TrustedProxies)
 		if !ok {
 			return "", false
 		}
 		return groupIPv6(a, s.IPv6Prefix).String(), true
-	case policy.KeyHeader:
+	case config.KeyHeader:
 		return firstHeaderValue(r.Header, part.Name)
-	case policy.KeyQuery:
+	case config.KeyQuery:
 		return firstQueryValue(r.URL.RawQuery, part.Name)
-	case policy.KeyCookie:
+	case config.KeyCookie:
 		return firstCookieValue(r.Header, part.Name)
-	case policy.KeyHost:
-		return strings.ToLower(policy.HostName(r.Host)), true
-	case policy.KeyMethod:
+	case config.KeyHost:
+		return strings.ToLower(config.HostName(r.Host)), true
+	case config.KeyMethod:
 		return r.Method, true
-	case policy.KeyPath:
+	case config.KeyPath:
 		return r.URL.Path, true
 	}
 	return "", false
@@ -329,7 +330,7 @@ func firstCookieValue(h http.Header, name string) (string, bool) {
 // several values it would have read.
 func pinKeyHeaders(r *http.Request, p *policy.Policy) {
 	for _, part := range p.Key {
-		if part.Kind != policy.KeyHeader {
+		if part.Kind != config.KeyHeader {
 			continue
 		}
 		vs := r.Header[part.Name]

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // The request limitproxy matches and keys is the request the upstream
@@ -333,7 +333,7 @@ const allowed = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 // path with no safe canonical form. The query is left exactly as received.
 // Headers whose names hold an underscore are dropped unless the server
 // allows them (underscores_in_headers).
-func canonicalize(r *http.Request, s *policy.Server) (status int, detail string) {
+func canonicalize(r *http.Request, s *config.Server) (status int, detail string) {
 	if r.Method == http.MethodConnect {
 		return http.StatusMethodNotAllowed, "CONNECT is not served: limitproxy is a reverse proxy"
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
@@ -74,12 +75,12 @@ type env struct {
 	proxy *httptest.Server
 	up    *upstream
 	clock *fakeClock
-	cfg   *policy.Config
+	cfg   *config.Config
 }
 
-func start(t *testing.T, file string, up *upstream, clock *fakeClock, edit func(*policy.Config)) *env {
+func start(t *testing.T, file string, up *upstream, clock *fakeClock, edit func(*config.Config)) *env {
 	t.Helper()
-	cfg, err := policy.Load("../../testdata/policy/valid/" + file)
+	cfg, err := config.Load("../../testdata/policy/valid/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func start(t *testing.T, file string, up *upstream, clock *fakeClock, edit func(
 	if edit != nil {
 		edit(cfg)
 	}
-	set, err := cfg.Compile(memstore.New(memstore.Options{}), t0)
+	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +476,7 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 	t.Run("slow client", func(t *testing.T) {
-		e := start(t, "all_algorithms.toml", newUpstream(t, nil), newClock(), func(c *policy.Config) {
+		e := start(t, "all_algorithms.toml", newUpstream(t, nil), newClock(), func(c *config.Config) {
 			c.Server.ReadHeaderTimeout = 200 * time.Millisecond
 		})
 		conn, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
@@ -510,7 +511,7 @@ func TestBadInput(t *testing.T) {
 			case <-r.Context().Done():
 			}
 		})
-		e := start(t, "all_algorithms.toml", hang, newClock(), func(c *policy.Config) {
+		e := start(t, "all_algorithms.toml", hang, newClock(), func(c *config.Config) {
 			c.Upstreams[0].Timeout = 300 * time.Millisecond
 		})
 		begin := time.Now()

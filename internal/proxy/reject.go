@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
@@ -48,12 +49,12 @@ func ceilSeconds(d time.Duration) int64 {
 // of d, per mode: "draft" (IETF httpapi draft-10 RateLimit-Policy and
 // RateLimit, Structured Field lists), "legacy" (X-RateLimit-*), "both" or
 // "none".
-func setRateLimitHeaders(h http.Header, mode string, p *policy.Policy, d limiter.Decision, now time.Time) {
-	if mode == "none" || d.Index >= len(p.Limits) {
+func setRateLimitHeaders(h http.Header, mode config.HeadersMode, p *policy.Policy, d limiter.Decision, now time.Time) {
+	if mode == config.HeadersNone || d.Index >= len(p.Limits) {
 		return
 	}
 	reset := ceilSeconds(d.ResetAt.Sub(now))
-	if mode == "draft" || mode == "both" {
+	if mode == config.HeadersDraft || mode == config.HeadersBoth {
 		_, window := p.Limits[d.Index].Quota()
 		// Policy names are restricted to characters a Structured Field
 		// string holds as they are. Field names are case-insensitive: Go
@@ -73,7 +74,7 @@ func setRateLimitHeaders(h http.Header, mode string, p *policy.Policy, d limiter
 		b = strconv.AppendInt(b, reset, 10)
 		h.Set("RateLimit", string(b))
 	}
-	if mode == "legacy" || mode == "both" {
+	if mode == config.HeadersLegacy || mode == config.HeadersBoth {
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
@@ -22,7 +23,7 @@ func TestSwapKeepsCounters(t *testing.T) {
 	clock := newClock()
 	compile := func(limits string) *policy.Set {
 		t.Helper()
-		cfg, err := policy.Parse("swap.toml", []byte(`
+		cfg, err := config.Parse("swap.toml", []byte(`
 [[upstream]]
 name = "app"
 targets = ["http://127.0.0.1:9"]
@@ -34,7 +35,7 @@ upstream = "app"
 			t.Fatal(err)
 		}
 		cfg.Upstreams[0].Targets = []*url.URL{target}
-		set, err := cfg.Compile(store, clock.now())
+		set, err := policy.Compile(cfg, store, clock.now())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,14 +12,14 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // pool is one upstream: its targets, served round-robin, each skipped for
 // fail_timeout after max_fails consecutive failures (passive health, as
 // nginx's max_fails/fail_timeout). Safe for concurrent use.
 type pool struct {
-	cfg       policy.Upstream
+	cfg       config.Upstream
 	transport *http.Transport
 	targets   []*target
 	next      atomic.Uint64
@@ -40,7 +40,7 @@ type target struct {
 // never goes through an environment proxy, and bounds the wait for response
 // headers by the upstream's timeout. Exported so that the benchmark's bare
 // httputil.ReverseProxy uses exactly the same Transport.
-func NewTransport(cfg policy.Upstream) *http.Transport {
+func NewTransport(cfg config.Upstream) *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil, // never via an environment proxy
 		DialContext:           (&net.Dialer{Timeout: min(cfg.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}).DialContext,
@@ -54,7 +54,7 @@ func NewTransport(cfg policy.Upstream) *http.Transport {
 	}
 }
 
-func newPool(cfg policy.Upstream, trusted func(*http.Request) bool, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
+func newPool(cfg config.Upstream, trusted func(*http.Request) bool, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
 	tr := NewTransport(cfg)
 	p := &pool{cfg: cfg, transport: tr, now: now}
 	errLog, _ := zap.NewStdLogAt(log.Named("upstream"), zap.WarnLevel)

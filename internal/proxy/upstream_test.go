@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // TestPassiveHealth: targets are served round-robin; a target that fails
@@ -17,7 +17,7 @@ func TestPassiveHealth(t *testing.T) {
 	dead.Close()
 	deadURL, _ := url.Parse(dead.URL)
 	liveURL, _ := url.Parse(live.URL)
-	e := start(t, "minimal.toml", live, newClock(), func(c *policy.Config) {
+	e := start(t, "minimal.toml", live, newClock(), func(c *config.Config) {
 		c.Upstreams[0].Targets = []*url.URL{deadURL, liveURL}
 		c.Upstreams[0].MaxFails = 2
 		c.Upstreams[0].FailTimeout = time.Hour
@@ -56,7 +56,7 @@ func TestPassiveHealth(t *testing.T) {
 func TestPreserveHost(t *testing.T) {
 	for _, preserve := range []bool{false, true} {
 		up := newUpstream(t, nil)
-		e := start(t, "minimal.toml", up, newClock(), func(c *policy.Config) { c.Upstreams[0].PreserveHost = preserve })
+		e := start(t, "minimal.toml", up, newClock(), func(c *config.Config) { c.Upstreams[0].PreserveHost = preserve })
 		e.get(t, "/x", "Host", "api.example.com")
 		got := up.seen()[0].host
 		want := up.Listener.Addr().String()

@@ -167,20 +167,24 @@ func Check(l limiter.Limit) error {
 // params returns the script's algorithm code and its four parameters for l.
 func params(l limiter.Limit) ([5]int64, error) {
 	var p [5]int64
-	micro := func(d time.Duration, what string) (int64, error) {
+	// Errors name the parameter at fault, so that a configuration file
+	// reports them at that key.
+	micro := func(d time.Duration, what, field string) (int64, error) {
 		if d%time.Microsecond != 0 {
-			return 0, fmt.Errorf("%v: %s %v is not a whole number of microseconds, the Redis store's resolution", l.Algorithm(), what, d)
+			return 0, &limiter.ParamError{Algorithm: l.Algorithm(), Field: field,
+				Msg: fmt.Sprintf("%s %v is not a whole number of microseconds, the Redis store's resolution", what, d)}
 		}
 		return int64(d / time.Microsecond), nil
 	}
-	tooBig := func() error {
-		return fmt.Errorf("%v: parameters too large for the Redis store's exact arithmetic (2^53 in Lua)", l.Algorithm())
+	tooBig := func(field string) error {
+		return &limiter.ParamError{Algorithm: l.Algorithm(), Field: field,
+			Msg: "too large for the Redis store's exact arithmetic (2^53 in Lua)"}
 	}
 	cost := l.Cost()
 	switch l.Algorithm() {
 	case limiter.TokenBucket:
 		tb := l.TokenBucket()
-		per, err := micro(tb.Rate.Per, "the rate's period")
+		per, err := micro(tb.Rate.Per, "the rate's period", "rate")
 		if err != nil {
 			return p, err
 		}
@@ -188,16 +192,16 @@ func params(l limiter.Limit) ([5]int64, error) {
 		g := gcd(earn, per)
 		pp, q := earn/g, per/g
 		if pp > exact/q || tb.Burst > exact/1_000_000/q {
-			return p, tooBig()
+			return p, tooBig("rate")
 		}
 		p = [5]int64{1, pp, q, tb.Burst, cost}
 	case limiter.LeakyBucket:
 		lb := l.LeakyBucket()
-		per, err := micro(lb.Rate.Per, "the rate's period")
+		per, err := micro(lb.Rate.Per, "the rate's period", "rate")
 		if err != nil {
 			return p, err
 		}
-		wait, err := micro(lb.MaxWait, "max_wait")
+		wait, err := micro(lb.MaxWait, "max_wait", "max_wait")
 		if err != nil {
 			return p, err
 		}
@@ -205,29 +209,30 @@ func params(l limiter.Limit) ([5]int64, error) {
 		p = [5]int64{2, interval, lb.Queue, wait, cost}
 	case limiter.FixedWindow:
 		fw := l.FixedWindow()
-		w, err := micro(fw.Window, "window")
+		w, err := micro(fw.Window, "window", "window")
 		if err != nil {
 			return p, err
 		}
 		p = [5]int64{3, fw.Limit, w, cost, 0}
 	case limiter.SlidingLog:
 		sl := l.SlidingLog()
-		w, err := micro(sl.Window, "window")
+		w, err := micro(sl.Window, "window", "window")
 		if err != nil {
 			return p, err
 		}
 		p = [5]int64{4, sl.Limit, w, cost, 0}
 	case limiter.SlidingWindow:
 		sw := l.SlidingWindow()
-		w, err := micro(sw.Window, "window")
+		w, err := micro(sw.Window, "window", "window")
 		if err != nil {
 			return p, err
 		}
 		if w%int64(sw.Slots) != 0 {
-			return p, fmt.Errorf("sliding_window: window %v does not divide into %d slots of whole microseconds", sw.Window, sw.Slots)
+			return p, &limiter.ParamError{Algorithm: limiter.SlidingWindow, Field: "slots",
+				Msg: fmt.Sprintf("window %v does not divide into %d slots of whole microseconds", sw.Window, sw.Slots)}
 		}
 		if sw.Limit+1 > exact/w {
-			return p, tooBig()
+			return p, tooBig("limit")
 		}
 		p = [5]int64{5, sw.Limit, w, int64(sw.Slots), cost}
 	default:

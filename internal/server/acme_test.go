@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -22,6 +22,8 @@ import (
 	"github.com/letsencrypt/pebble/v2/db"
 	"github.com/letsencrypt/pebble/v2/va"
 	"github.com/letsencrypt/pebble/v2/wfe"
+
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 func freePort(t *testing.T) int {
@@ -70,7 +72,7 @@ func acmeRun(t *testing.T, viaHTTP, viaTLS bool) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
 	defer up.Close()
 	path := filepath.Join(dir, "limitproxy.toml")
-	text := strings.Replace(config(up.URL, 100, "100/s", fmt.Sprintf(`[server.tls]
+	text := strings.Replace(configText(up.URL, 100, "100/s", fmt.Sprintf(`[server.tls]
 mode = "acme"
 domains = ["localhost"]
 email = "ops@example.com"
@@ -121,7 +123,7 @@ func TestACMEUnreachableCA(t *testing.T) {
 	dir := t.TempDir()
 	unreachable := fmt.Sprintf("https://127.0.0.1:%d/dir", freePort(t))
 	path := filepath.Join(dir, "limitproxy.toml")
-	os.WriteFile(path, []byte(config(up.URL, 1, "1/s", fmt.Sprintf(`[server.tls]
+	os.WriteFile(path, []byte(configText(up.URL, 1, "1/s", fmt.Sprintf(`[server.tls]
 mode = "acme"
 domains = ["localhost"]
 ca = %q
@@ -130,7 +132,11 @@ http_listen = "127.0.0.1:0"
 `, unreachable, filepath.Join(dir, "certs")))), 0o644)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	err := run(ctx, []string{"-config", path}, io.Discard, io.Discard)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = serve(ctx, path, cfg, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), unreachable) {
 		t.Errorf("start with an unreachable CA: %v; want an error naming %s", err, unreachable)
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 	"github.com/limitproxy/limitproxy/internal/limiter/redisstore"
-	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
 // stores is what serve decides with: the store the policies are bound to,
@@ -30,9 +30,9 @@ type stores struct {
 // newStores builds the [store] of cfg; clock is the one the limiters'
 // instants come from. A Redis that does not answer at start-up is not an
 // error: decisions follow on_error until it does, and the log says so.
-func newStores(cfg policy.Store, log *zap.Logger, clock func() time.Time) (*stores, error) {
+func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stores, error) {
 	mem := memstore.New(memstore.Options{MaxKeys: cfg.MaxKeys, Clock: clock})
-	if cfg.Backend != "redis" {
+	if cfg.Backend != config.BackendRedis {
 		return &stores{decide: mem, memory: mem, close: func() {}}, nil
 	}
 	rc := cfg.Redis
@@ -57,10 +57,10 @@ func newStores(cfg policy.Store, log *zap.Logger, clock func() time.Time) (*stor
 	log = log.Named("redis")
 	routeRedisLogs(log)
 	rs, err := redisstore.New(client, redisstore.Options{
-		Prefix: rc.Prefix, Timeout: rc.Timeout, OnError: rc.OnError, Fallback: mem,
+		Prefix: rc.Prefix, Timeout: rc.Timeout, OnError: string(rc.OnError), Fallback: mem,
 		OnBreaker: func(open bool, err error) {
 			if open {
-				log.Error("redis unreachable: decisions follow on_error until it answers again", zap.String("on_error", rc.OnError), zap.Error(err))
+				log.Error("redis unreachable: decisions follow on_error until it answers again", zap.String("on_error", string(rc.OnError)), zap.Error(err))
 			} else {
 				log.Info("redis reachable again: limits are shared again")
 			}

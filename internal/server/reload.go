@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/policy"
 	"github.com/limitproxy/limitproxy/internal/proxy"
 )
@@ -25,7 +26,7 @@ type reloader struct {
 	level   zap.AtomicLevel
 	log     *zap.Logger
 	now     func() time.Time
-	started *policy.Config // what the listeners, store and logs were built from
+	started *config.Config // what the listeners, store and logs were built from
 
 	mu     sync.Mutex // one reload at a time
 	status atomic.Pointer[reloadStatus]
@@ -34,7 +35,7 @@ type reloader struct {
 // reloadStatus is what the admin API reports. A new value replaces the old
 // after every attempt; values are never modified.
 type reloadStatus struct {
-	Config         *policy.Config // in force
+	Config         *config.Config // in force
 	LoadedAt       time.Time      // when it came into force
 	LastAttempt    time.Time
 	LastTrigger    string
@@ -44,7 +45,7 @@ type reloadStatus struct {
 	PendingRestart []string // settings changed in the file that need a restart
 }
 
-func newReloader(path string, cfg *policy.Config, st *stores, h *proxy.Handler, level zap.AtomicLevel, log *zap.Logger, now func() time.Time) *reloader {
+func newReloader(path string, cfg *config.Config, st *stores, h *proxy.Handler, level zap.AtomicLevel, log *zap.Logger, now func() time.Time) *reloader {
 	r := &reloader{path: path, stores: st, handler: h, level: level, log: log.Named("reload"), now: now, started: cfg}
 	r.status.Store(&reloadStatus{Config: cfg, LoadedAt: now(), LastAttempt: now(), LastTrigger: "start"})
 	return r
@@ -70,10 +71,10 @@ func (r *reloader) reload(trigger string) error {
 		r.status.Store(&next)
 		return err
 	}
-	cfg, err := policy.Load(r.path)
+	cfg, err := config.LoadWith(r.path, LoadOptions())
 	var set *policy.Set
 	if err == nil {
-		set, err = cfg.Compile(r.stores.decide, r.now())
+		set, err = policy.Compile(cfg, r.stores.decide, r.now())
 	}
 	if err != nil {
 		next.LastError = err
@@ -108,7 +109,7 @@ func (r *reloader) reload(trigger string) error {
 
 // diffPolicies names the policies added, removed and changed (in any way
 // that shows in their description) from a to b.
-func diffPolicies(a, b *policy.Config) (added, removed, changed []string) {
+func diffPolicies(a, b *config.Config) (added, removed, changed []string) {
 	was := map[string]string{}
 	for _, p := range a.Policies {
 		was[p.Name] = p.Describe()
@@ -133,7 +134,7 @@ func diffPolicies(a, b *policy.Config) (added, removed, changed []string) {
 
 // removedLimits returns the state names of a's limits that b no longer has
 // (a policy removed, or a limit whose algorithm or window changed).
-func removedLimits(a, b *policy.Config) map[string]bool {
+func removedLimits(a, b *config.Config) map[string]bool {
 	keep := map[string]bool{}
 	for _, n := range b.LimitNames() {
 		keep[n] = true
@@ -159,7 +160,7 @@ func sortedKeys(names map[string]bool) []string {
 // restartOnly lists the settings of b that differ from those the process
 // started with and cannot change while it runs: the listeners, the server's
 // timeouts, TLS, the store, the admin listener and the log's format.
-func restartOnly(a, b *policy.Config) []string {
+func restartOnly(a, b *config.Config) []string {
 	var out []string
 	check := func(name string, x, y any) {
 		if !reflect.DeepEqual(x, y) {

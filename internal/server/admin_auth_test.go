@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 func TestBearer(t *testing.T) {
@@ -59,7 +59,7 @@ func TestAdminWarnings(t *testing.T) {
 		src := "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"" + c.listen + "\"\ntoken_env = \"" + c.tokenEnv + "\"\n" +
 			"[[upstream]]\nname = \"up\"\ntargets = [\"http://127.0.0.1:1\"]\n[[policy]]\nname = \"all\"\nupstream = \"up\"\n" +
 			"  [[policy.limits]]\n  algorithm = \"token_bucket\"\n  rate = \"1/s\"\n"
-		cfg, err := policy.Parse("admin.toml", []byte(src))
+		cfg, err := config.Parse("admin.toml", []byte(src))
 		if err != nil {
 			t.Fatal(err)
 		}

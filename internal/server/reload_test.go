@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -18,13 +18,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
-// config writes a configuration whose one catch-all policy is a token
+// configText writes a configuration whose one catch-all policy is a token
 // bucket of the given burst at rate (so the burst shows in RateLimit-Policy
 // as q=), in front of upstream.
-func config(upstream string, burst int, rate string, extra string) string {
+func configText(upstream string, burst int, rate string, extra string) string {
 	return fmt.Sprintf(`[server]
 listen = "127.0.0.1:0"
 [admin]
@@ -74,7 +74,7 @@ func startFile(t *testing.T, write func(path string, up string)) *running {
 // registered as a cleanup; stopping twice is harmless).
 func serveFile(t *testing.T, path string, logs *syncWriter) (listening, func()) {
 	t.Helper()
-	cfg, err := policy.Load(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,16 +142,16 @@ func writeAtomic(t *testing.T, path, text string) {
 
 // TestReloadTriggers: each trigger of SPEC §6 applies a new file.
 func TestReloadTriggers(t *testing.T) {
-	write := func(path, up string) { os.WriteFile(path, []byte(config(up, 10, "1/h", "")), 0o644) }
+	write := func(path, up string) { os.WriteFile(path, []byte(configText(up, 10, "1/h", "")), 0o644) }
 	t.Run("write in place", func(t *testing.T) {
 		r := startFile(t, write)
 		r.waitQuota(t, "10")
-		os.WriteFile(r.path, []byte(config(r.upstream.URL, 20, "1/h", "")), 0o644)
+		os.WriteFile(r.path, []byte(configText(r.upstream.URL, 20, "1/h", "")), 0o644)
 		r.waitQuota(t, "20")
 	})
 	t.Run("rename over", func(t *testing.T) {
 		r := startFile(t, write)
-		writeAtomic(t, r.path, config(r.upstream.URL, 30, "1/h", ""))
+		writeAtomic(t, r.path, configText(r.upstream.URL, 30, "1/h", ""))
 		r.waitQuota(t, "30")
 	})
 	t.Run("kubernetes symlink swap", func(t *testing.T) {
@@ -163,13 +163,13 @@ func TestReloadTriggers(t *testing.T) {
 			up = u
 			dir := filepath.Dir(path)
 			os.Mkdir(filepath.Join(dir, "..v1"), 0o755)
-			os.WriteFile(filepath.Join(dir, "..v1", "limitproxy.toml"), []byte(config(u, 40, "1/h", "")), 0o644)
+			os.WriteFile(filepath.Join(dir, "..v1", "limitproxy.toml"), []byte(configText(u, 40, "1/h", "")), 0o644)
 			os.Symlink("..v1", filepath.Join(dir, "..data"))
 			os.Symlink(filepath.Join("..data", "limitproxy.toml"), path)
 		})
 		r.waitQuota(t, "40")
 		os.Mkdir(filepath.Join(r.dir, "..v2"), 0o755)
-		os.WriteFile(filepath.Join(r.dir, "..v2", "limitproxy.toml"), []byte(config(up, 41, "1/h", "")), 0o644)
+		os.WriteFile(filepath.Join(r.dir, "..v2", "limitproxy.toml"), []byte(configText(up, 41, "1/h", "")), 0o644)
 		os.Symlink("..v2", filepath.Join(r.dir, "..data_tmp"))
 		if err := os.Rename(filepath.Join(r.dir, "..data_tmp"), filepath.Join(r.dir, "..data")); err != nil {
 			t.Fatal(err)
@@ -180,7 +180,7 @@ func TestReloadTriggers(t *testing.T) {
 		// The watcher sees every write, so let it apply this one first;
 		// then SIGHUP must reload (the same file) on its own.
 		r := startFile(t, write)
-		writeAtomic(t, r.path, config(r.upstream.URL, 50, "1/h", ""))
+		writeAtomic(t, r.path, configText(r.upstream.URL, 50, "1/h", ""))
 		r.waitQuota(t, "50")
 		before := r.status(t)["last_reload"].(map[string]any)["successes"].(float64)
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
@@ -198,7 +198,7 @@ func TestReloadTriggers(t *testing.T) {
 	})
 	t.Run("admin API", func(t *testing.T) {
 		r := startFile(t, write)
-		os.WriteFile(r.path, []byte(config(r.upstream.URL, 60, "1/h", "")), 0o644)
+		os.WriteFile(r.path, []byte(configText(r.upstream.URL, 60, "1/h", "")), 0o644)
 		resp, err := http.Post(r.admin+"/api/v1/reload", "", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -246,8 +246,8 @@ func (r *running) lastReload(t *testing.T, done func(map[string]any) bool) map[s
 // TestReloadRejectsBadFiles: a bad file is refused with its position, and
 // the policies in force keep serving.
 func TestReloadRejectsBadFiles(t *testing.T) {
-	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(config(up, 10, "1/h", "")), 0o644) })
-	good := config(r.upstream.URL, 10, "1/h", "")
+	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 10, "1/h", "")), 0o644) })
+	good := configText(r.upstream.URL, 10, "1/h", "")
 	for _, c := range []struct {
 		name, text, want string
 	}{
@@ -280,7 +280,7 @@ func TestReloadRejectsBadFiles(t *testing.T) {
 		}
 	}
 	// Fixing the file recovers.
-	os.WriteFile(r.path, []byte(config(r.upstream.URL, 11, "1/h", "")), 0o644)
+	os.WriteFile(r.path, []byte(configText(r.upstream.URL, 11, "1/h", "")), 0o644)
 	r.waitQuota(t, "11")
 	if last := r.lastReload(t, func(l map[string]any) bool { return l["successful"] == true }); last["successful"] != true {
 		t.Errorf("after a good file: %v", last)
@@ -290,7 +290,7 @@ func TestReloadRejectsBadFiles(t *testing.T) {
 // TestReloadKeepsCounters: a token bucket drained before a reload is still
 // drained after one that keeps its policy and algorithm.
 func TestReloadKeepsCounters(t *testing.T) {
-	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(config(up, 3, "1/h", "")), 0o644) })
+	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 3, "1/h", "")), 0o644) })
 	status := func() int {
 		resp, err := http.Get(r.proxy + "/x")
 		if err != nil {
@@ -306,7 +306,7 @@ func TestReloadKeepsCounters(t *testing.T) {
 		t.Fatalf("drained bucket: %d", s)
 	}
 	// An unrelated change: a second upstream.
-	writeAtomic(t, r.path, config(r.upstream.URL, 3, "1/h", "[[upstream]]\nname = \"spare\"\ntargets = [\"http://127.0.0.1:1\"]"))
+	writeAtomic(t, r.path, configText(r.upstream.URL, 3, "1/h", "[[upstream]]\nname = \"spare\"\ntargets = [\"http://127.0.0.1:1\"]"))
 	deadline := time.Now().Add(10 * time.Second)
 	for len(r.status(t)["upstreams"].([]any)) != 2 {
 		if time.Now().After(deadline) {
@@ -325,9 +325,9 @@ func TestReloadKeepsCounters(t *testing.T) {
 // pause longer than the watcher's debounce so that it is applied. No request may fail, none may get a 5xx, and
 // every answer must come from one of the two configurations.
 func TestReloadUnderLoad(t *testing.T) {
-	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(config(up, 1000000, "1000000/s", "")), 0o644) })
-	a := config(r.upstream.URL, 1000000, "1000000/s", "")
-	b := config(r.upstream.URL, 2000000, "1000000/s", "")
+	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 1000000, "1000000/s", "")), 0o644) })
+	a := configText(r.upstream.URL, 1000000, "1000000/s", "")
+	b := configText(r.upstream.URL, 2000000, "1000000/s", "")
 	var (
 		requests, failures atomic.Int64
 		mu                 sync.Mutex
@@ -384,7 +384,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		if i%5 == 4 {
 			// Quiet for longer than the watcher's debounce: the burst
 			// of five writes is applied.
-			time.Sleep(policy.DefaultDebounce + 100*time.Millisecond)
+			time.Sleep(config.DefaultDebounce + 100*time.Millisecond)
 		}
 	}
 	close(stop)
@@ -416,7 +416,7 @@ func TestReloadUnderLoad(t *testing.T) {
 // the file changes is still forwarded.
 func TestReloadWhileQueued(t *testing.T) {
 	leaky := func(up string, rate string) string {
-		return strings.Replace(config(up, 1, "1/h", ""), `  algorithm = "token_bucket"
+		return strings.Replace(configText(up, 1, "1/h", ""), `  algorithm = "token_bucket"
   rate = "1/h"
   burst = 1`, `  algorithm = "leaky_bucket"
   rate = "`+rate+`"
@@ -459,23 +459,23 @@ func TestReloadWhileQueued(t *testing.T) {
 //
 //	go test -run TestReloadLatency -v ./cmd/limitproxy
 func TestReloadLatency(t *testing.T) {
-	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(config(up, 100, "1000000/s", "")), 0o644) })
+	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 100, "1000000/s", "")), 0o644) })
 	var took []time.Duration
 	for i := range 5 {
 		q := 101 + i
-		writeAtomic(t, r.path, config(r.upstream.URL, q, "1000000/s", ""))
+		writeAtomic(t, r.path, configText(r.upstream.URL, q, "1000000/s", ""))
 		took = append(took, r.waitQuota(t, fmt.Sprint(q)))
 	}
 	slices.Sort(took)
 	t.Logf("file write → new policy in force over %d writes: median %v, min %v, max %v (the watcher debounces %v)",
-		len(took), took[len(took)/2], took[0], took[len(took)-1], policy.DefaultDebounce)
+		len(took), took[len(took)/2], took[0], took[len(took)-1], config.DefaultDebounce)
 }
 
 // TestReloadRestartOnly: a file that also changes a setting needing a
 // restart is applied except for that setting, which is reported.
 func TestReloadRestartOnly(t *testing.T) {
-	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(config(up, 10, "1/h", "")), 0o644) })
-	text := strings.Replace(config(r.upstream.URL, 12, "1/h", ""), `listen = "127.0.0.1:0"
+	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 10, "1/h", "")), 0o644) })
+	text := strings.Replace(configText(r.upstream.URL, 12, "1/h", ""), `listen = "127.0.0.1:0"
 [admin]`, `listen = "127.0.0.1:1"
 [admin]`, 1)
 	writeAtomic(t, r.path, text)
@@ -489,17 +489,17 @@ func TestReloadRestartOnly(t *testing.T) {
 // TestRemovedLimits: the state names of limits a reload removes, and only
 // those, are handed to the store to release.
 func TestRemovedLimits(t *testing.T) {
-	parse := func(text string) *policy.Config {
+	parse := func(text string) *config.Config {
 		t.Helper()
-		cfg, err := policy.Parse("x.toml", []byte(text))
+		cfg, err := config.Parse("x.toml", []byte(text))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cfg
 	}
-	a := parse(config("http://127.0.0.1:1", 10, "1/h", ""))
-	b := parse(config("http://127.0.0.1:1", 20, "1/h", "")) // same policy and algorithm
-	c := parse(strings.Replace(config("http://127.0.0.1:1", 20, "1/h", ""), `name = "all"`, `name = "renamed"`, 1))
+	a := parse(configText("http://127.0.0.1:1", 10, "1/h", ""))
+	b := parse(configText("http://127.0.0.1:1", 20, "1/h", "")) // same policy and algorithm
+	c := parse(strings.Replace(configText("http://127.0.0.1:1", 20, "1/h", ""), `name = "all"`, `name = "renamed"`, 1))
 	if gone := removedLimits(a, b); len(gone) != 0 {
 		t.Errorf("a changed burst released %v", gone)
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/policy"
 	"github.com/limitproxy/limitproxy/internal/proxy"
 )
@@ -159,7 +160,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // errorList turns a reload error into its positioned parts.
 func errorList(err error) []map[string]any {
-	var es policy.Errors
+	var es config.Errors
 	if !errors.As(err, &es) {
 		return []map[string]any{{"message": err.Error()}}
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
 
-	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // certFiles serves the certificate of [server.tls] mode = "files", and
@@ -102,13 +102,13 @@ type acme struct {
 	cfg    *certmagic.Config
 	cache  *certmagic.Cache
 	issuer *certmagic.ACMEIssuer
-	t      *policy.TLS
+	t      *config.TLS
 }
 
 // newACME prepares certificate management for t. tlsPort and httpPort are
 // the ports the CA will reach for TLS-ALPN-01 and HTTP-01 (the proxy's own
 // listeners, which must serve tlsConfig and challenge before obtain runs).
-func newACME(t *policy.TLS, tlsPort, httpPort int, log *zap.Logger) (*acme, error) {
+func newACME(t *config.TLS, tlsPort, httpPort int, log *zap.Logger) (*acme, error) {
 	var roots *x509.CertPool
 	if t.CARoot != "" {
 		pemBytes, err := os.ReadFile(t.CARoot)

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"encoding/json"
@@ -16,7 +16,7 @@ import (
 func TestMetrics(t *testing.T) {
 	t.Setenv("LIMITPROXY_TEST_TOKEN", "s3cret")
 	r := startFile(t, func(path, up string) {
-		text := strings.Replace(config(up, 2, "1/h", ""), "[admin]\nlisten = \"127.0.0.1:0\"",
+		text := strings.Replace(configText(up, 2, "1/h", ""), "[admin]\nlisten = \"127.0.0.1:0\"",
 			"[admin]\nlisten = \"127.0.0.1:0\"\ntoken_env = \"LIMITPROXY_TEST_TOKEN\"", 1)
 		text = strings.Replace(text, "[[policy]]\nname = \"all\"", `[[policy]]
 name = "sh"
@@ -99,7 +99,7 @@ match = { path_prefix = "/x" }`, 1)
 // TestClientKeyAPI inspects and resets one client through the admin API:
 // a drained client shows no remaining quota; after DELETE it is admitted.
 func TestClientKeyAPI(t *testing.T) {
-	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(config(up, 2, "1/h", "")), 0o644) })
+	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 2, "1/h", "")), 0o644) })
 	status := func(method, url string) (int, map[string]any) {
 		req, _ := http.NewRequest(method, url, nil)
 		resp, err := http.DefaultClient.Do(req)

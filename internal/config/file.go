@@ -1,4 +1,4 @@
-package policy
+package config
 
 import (
 	"crypto/sha256"
@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/limitproxy/limitproxy/internal/limiter"
 )
 
 // The raw shape of a configuration file (SPEC §2), as decoded. Every leaf is
@@ -210,23 +212,40 @@ func parentPath(k string) string {
 	return ""
 }
 
-// Load reads and validates the configuration file at path. It reads only
-// a regular file (or a link to one) of at most MaxFileBytes, and gives up
-// after a few seconds, so that whatever is saved at path, a reload cannot
-// hang or exhaust memory.
-func Load(path string) (*Config, error) {
+// Options are what a caller adds to the checks of a file.
+type Options struct {
+	// StoreChecks are the checks a store backend makes of every limit of
+	// a file that selects it (the Redis store's arithmetic has bounds the
+	// memory store's has not). The caller that knows the stores passes
+	// them; an error of type *limiter.ParamError is reported at the key it
+	// names. nil: none.
+	StoreChecks map[Backend]func(limiter.Limit) error
+}
+
+// Load reads and validates the configuration file at path, with no store
+// checks; see LoadWith.
+func Load(path string) (*Config, error) { return LoadWith(path, Options{}) }
+
+// LoadWith reads and validates the configuration file at path. It reads
+// only a regular file (or a link to one) of at most MaxFileBytes, and gives
+// up after a few seconds, so that whatever is saved at path, a reload
+// cannot hang or exhaust memory.
+func LoadWith(path string, o Options) (*Config, error) {
 	src, err := readConfigFile(path)
 	if err != nil {
 		return nil, Errors{{File: path, Msg: err.Error()}}
 	}
-	return Parse(path, src)
+	return ParseWith(path, src, o)
 }
 
 // Parse decodes and validates a configuration. name is used in error
 // messages. On failure the error is Errors, holding every problem found:
 // a TOML syntax error (one, where the decoder stopped), or every unknown
 // key, bad value and inconsistency of the file.
-func Parse(name string, src []byte) (*Config, error) {
+func Parse(name string, src []byte) (*Config, error) { return ParseWith(name, src, Options{}) }
+
+// ParseWith is Parse with the checks of o.
+func ParseWith(name string, src []byte, o Options) (*Config, error) {
 	if len(src) > MaxFileBytes {
 		return nil, Errors{{File: name, Msg: tooLarge(int64(len(src))).Error()}}
 	}
@@ -248,7 +267,7 @@ func Parse(name string, src []byte) (*Config, error) {
 		c.add(undecodedPath(k, c.at, taken), "unknown key %q", k[len(k)-1])
 	}
 	walkValues(reflect.ValueOf(&raw).Elem(), "", c)
-	cfg := validate(&raw, c)
+	cfg := validate(&raw, c, o)
 	if err := c.err(); err != nil {
 		return nil, err
 	}

@@ -1,61 +1,14 @@
-package policy
+package config
 
 import (
 	"fmt"
-	"net/http"
 	"net/textproto"
 	"regexp"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/limitproxy/limitproxy/internal/limiter"
 )
-
-// Set is a compiled configuration: matchers parsed, limits bound to the
-// store. The proxy holds the current Set in an atomic pointer and uses one
-// Set for the whole of a request. A Set never changes after Compile returns
-// it, and is safe for concurrent use.
-type Set struct {
-	Config   *Config
-	Policies []*Policy
-	LoadedAt time.Time
-}
-
-// Policy is a compiled policy: its spec and its limits bound to a store.
-type Policy struct {
-	PolicySpec
-	Limiter *limiter.Limiter
-}
-
-// Compile binds every policy's limits to store. Limit state is keyed by
-// policy name and algorithm (see limiter.New), so compiling a new Config
-// against the same store keeps the counters of unchanged limits.
-func (c *Config) Compile(store limiter.Store, now time.Time) (*Set, error) {
-	if store == nil {
-		return nil, fmt.Errorf("compile %s: no store", c.File)
-	}
-	s := &Set{Config: c, LoadedAt: now}
-	for _, spec := range c.Policies {
-		l, err := limiter.New(store, spec.Name, spec.Limits...)
-		if err != nil {
-			return nil, fmt.Errorf("compile policy %q: %w", spec.Name, err)
-		}
-		s.Policies = append(s.Policies, &Policy{PolicySpec: spec, Limiter: l})
-	}
-	return s, nil
-}
-
-// Match returns the first policy whose match table holds for r (SPEC §2:
-// policies are tried in file order).
-func (s *Set) Match(r *http.Request) (*Policy, bool) {
-	for _, p := range s.Policies {
-		if p.Match.Matches(r) {
-			return p, true
-		}
-	}
-	return nil, false
-}
 
 // LimitNames returns the state names of every limit of every policy (see
 // limiter.StateNames).
@@ -70,7 +23,7 @@ func (c *Config) LimitNames() []string {
 // Describe returns a one-line description of p that changes whenever
 // anything p does changes; reloads compare descriptions to report which
 // policies changed.
-func (p *PolicySpec) Describe() string {
+func (p *Policy) Describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "upstream=%s mode=%s key=[", p.Upstream, p.Mode)
 	for i, k := range p.Key {
@@ -103,99 +56,56 @@ func (c *Config) Upstream(name string) (Upstream, bool) {
 	return Upstream{}, false
 }
 
-// Matcher is a compiled match table: every condition given must hold. The
-// zero Matcher matches nothing; a policy without a match table gets one
-// that matches everything.
-type Matcher struct {
-	all     bool
-	hosts   []string // lower case; "*.example.com" matches sub-domains
-	methods []string
-	path    string
-	hasPath bool
-	prefix  string
-	re      *regexp.Regexp
-	headers []headerMatch
+// Match is a validated match table (SPEC §2): every condition given must
+// hold. A policy without a match table, or with an empty one, has All set.
+// The policy package compiles it into the matcher the data path runs.
+type Match struct {
+	All        bool
+	Hosts      []string // lower case, no trailing dot; "*.example.com" matches sub-domains
+	Methods    []string
+	Path       string // exact, when HasPath
+	HasPath    bool
+	PathPrefix string
+	PathRegex  *regexp.Regexp // nil: none
+	Headers    []HeaderMatch  // sorted by name
 }
 
-type headerMatch struct {
-	name  string // canonical
-	value string
-	any   bool // "*": present with any value
-}
-
-// Matches reports whether r satisfies every condition of m.
-func (m *Matcher) Matches(r *http.Request) bool {
-	if m.all {
-		return true
-	}
-	if len(m.hosts) > 0 && !matchHost(m.hosts, r.Host) {
-		return false
-	}
-	if len(m.methods) > 0 && !contains(m.methods, r.Method) {
-		return false
-	}
-	path := r.URL.Path
-	if m.hasPath && path != m.path {
-		return false
-	}
-	if m.prefix != "" && !strings.HasPrefix(path, m.prefix) {
-		return false
-	}
-	if m.re != nil && !m.re.MatchString(path) {
-		return false
-	}
-	for _, h := range m.headers {
-		vs, ok := r.Header[h.name]
-		if !ok || !h.any && !contains(vs, h.value) {
-			return false
-		}
-	}
-	return true
+// HeaderMatch is one condition of a match table's headers.
+type HeaderMatch struct {
+	Name  string // canonical
+	Value string
+	Any   bool // "*": present with any value
 }
 
 // String describes m's conditions, e.g. "methods=[POST] path=/login".
-func (m *Matcher) String() string {
-	if m.all {
+func (m *Match) String() string {
+	if m.All {
 		return "all"
 	}
 	var parts []string
-	if len(m.hosts) > 0 {
-		parts = append(parts, fmt.Sprintf("hosts=%v", m.hosts))
+	if len(m.Hosts) > 0 {
+		parts = append(parts, fmt.Sprintf("hosts=%v", m.Hosts))
 	}
-	if len(m.methods) > 0 {
-		parts = append(parts, fmt.Sprintf("methods=%v", m.methods))
+	if len(m.Methods) > 0 {
+		parts = append(parts, fmt.Sprintf("methods=%v", m.Methods))
 	}
-	if m.hasPath {
-		parts = append(parts, "path="+m.path)
+	if m.HasPath {
+		parts = append(parts, "path="+m.Path)
 	}
-	if m.prefix != "" {
-		parts = append(parts, "path_prefix="+m.prefix)
+	if m.PathPrefix != "" {
+		parts = append(parts, "path_prefix="+m.PathPrefix)
 	}
-	if m.re != nil {
-		parts = append(parts, "path_regex="+m.re.String())
+	if m.PathRegex != nil {
+		parts = append(parts, "path_regex="+m.PathRegex.String())
 	}
-	for _, h := range m.headers {
-		parts = append(parts, fmt.Sprintf("header %s=%q", h.name, h.value))
+	for _, h := range m.Headers {
+		parts = append(parts, fmt.Sprintf("header %s=%q", h.Name, h.Value))
 	}
 	return strings.Join(parts, " ")
 }
 
 // IsCatchAll reports whether m matches every request.
-func (m *Matcher) IsCatchAll() bool { return m.all }
-
-func matchHost(patterns []string, host string) bool {
-	host = strings.ToLower(HostName(host))
-	for _, p := range patterns {
-		if suffix, ok := strings.CutPrefix(p, "*"); ok {
-			if strings.HasSuffix(host, suffix) && len(host) > len(suffix) {
-				return true
-			}
-		} else if host == p {
-			return true
-		}
-	}
-	return false
-}
+func (m *Match) IsCatchAll() bool { return m.All }
 
 // HostName returns a Host header value without its :port (and an IPv6
 // literal without its brackets): what host matching and the "host" key part
@@ -215,8 +125,8 @@ func HostName(host string) string {
 
 func canonicalHeader(name string) string { return textproto.CanonicalMIMEHeaderKey(name) }
 
-func sortHeaders(h []headerMatch) {
-	sort.Slice(h, func(i, j int) bool { return h[i].name < h[j].name })
+func sortHeaders(h []HeaderMatch) {
+	sort.Slice(h, func(i, j int) bool { return h[i].Name < h[j].Name })
 }
 
 // validToken reports whether s is an HTTP token (RFC 9110 §5.6.2).

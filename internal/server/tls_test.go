@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -20,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // selfSigned returns a PEM certificate and key for 127.0.0.1 with the
@@ -59,7 +61,7 @@ func TestTLSFiles(t *testing.T) {
 	os.WriteFile(certFile, c1, 0o600)
 	os.WriteFile(keyFile, k1, 0o600)
 	path := filepath.Join(dir, "limitproxy.toml")
-	os.WriteFile(path, []byte(config(up.URL, 100, "100/s", fmt.Sprintf(`[server.tls]
+	os.WriteFile(path, []byte(configText(up.URL, 100, "100/s", fmt.Sprintf(`[server.tls]
 mode = "files"
 cert_file = %q
 key_file = %q
@@ -104,10 +106,14 @@ http_listen = "127.0.0.1:0"
 	}
 	// A broken pair at start: a clear error naming the files.
 	os.WriteFile(keyFile, []byte("not a key"), 0o600)
-	cfg := strings.Replace(config(up.URL, 1, "1/s", ""), "[admin]\nlisten = \"127.0.0.1:0\"", "[admin]\nlisten = \"\"", 1)
+	cfg := strings.Replace(configText(up.URL, 1, "1/s", ""), "[admin]\nlisten = \"127.0.0.1:0\"", "[admin]\nlisten = \"\"", 1)
 	bad := filepath.Join(dir, "bad.toml")
 	os.WriteFile(bad, []byte(cfg+fmt.Sprintf("[server.tls]\nmode = \"files\"\ncert_file = %q\nkey_file = %q\n", certFile, keyFile)), 0o644)
-	err := run(t.Context(), []string{"-config", bad}, io.Discard, io.Discard)
+	badCfg, err := config.Load(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = serve(t.Context(), bad, badCfg, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "key_file "+keyFile) {
 		t.Errorf("a broken key at start: %v, want an error naming the files", err)
 	}

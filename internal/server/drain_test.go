@@ -1,15 +1,19 @@
-package main
+package server
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // TestDrainDeadline: requests still waiting in a queue when the drain
@@ -18,7 +22,7 @@ import (
 func TestDrainDeadline(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
-	cfg, err := policy.Parse("drain.toml", []byte(`
+	cfg, err := config.Parse("drain.toml", []byte(`
 [server]
 listen = "127.0.0.1:0"
 shutdown_timeout = "300ms"
@@ -113,4 +117,71 @@ func scrape(t *testing.T, admin string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// TestDrain starts the proxy, puts one request in flight and three in the
+// leaky-bucket queue, then stops it as SIGTERM does: every one of them must
+// be answered 200, new connections must be refused, and serve must return
+// nil within the drain budget.
+func TestDrain(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond) // a slow upstream: requests are in flight
+		w.Write([]byte("ok"))
+	}))
+	defer up.Close()
+	cfg, err := config.Load("../../testdata/policy/valid/all_algorithms.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, _ := url.Parse(up.URL)
+	cfg.Upstreams[0].Targets = []*url.URL{target}
+	cfg.Server.ShutdownTimeout = 20 * time.Second
+
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan listening, 1)
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	go func() { done <- serve(ctx, "", cfg, &syncWriter{w: &logs}, ready) }()
+	addr := (<-ready).Proxy.String()
+
+	var wg sync.WaitGroup
+	statuses := make(chan int, 8)
+	get := func(path string) {
+		defer wg.Done()
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			statuses <- 0
+			return
+		}
+		resp.Body.Close()
+		statuses <- resp.StatusCode
+	}
+	wg.Add(1)
+	go get("/fw")
+	for range 3 { // 4/s: these leave 0, 250, 500ms after the first
+		wg.Add(1)
+		go get("/lb")
+	}
+	time.Sleep(100 * time.Millisecond) // all four are in the proxy now
+	stop()                             // SIGTERM
+	time.Sleep(50 * time.Millisecond)
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Error("the proxy still accepts connections while draining")
+	}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if s != 200 {
+			t.Errorf("a request admitted before the stop got %d", s)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not return after draining")
+	}
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bufio"
@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/policy"
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // The bypasses of limits found by trying limitproxy as a hostile client
@@ -197,7 +197,7 @@ func startProxyFor(t *testing.T, addr string) string {
 	t.Helper()
 	src := fmt.Sprintf("[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"\"\n[log]\nlevel = \"error\"\n"+
 		"[[upstream]]\nname = \"up\"\ntargets = [\"http://%s\"]\npreserve_host = true\n", addr) + realUpstreamPolicies
-	cfg, err := policy.Parse("real.toml", []byte(src))
+	cfg, err := config.Parse("real.toml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}

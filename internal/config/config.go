@@ -1,0 +1,204 @@
+package config
+
+import (
+	"net/netip"
+	"net/url"
+	"time"
+
+	"github.com/limitproxy/limitproxy/internal/limiter"
+)
+
+// Config is a validated configuration file, with every default applied
+// (see defaults.go). It holds no live objects: the policy package compiles
+// it. It is immutable once Parse returns it, and safe to share.
+type Config struct {
+	File      string // path it was read from
+	Hash      string // SHA-256 of the file, hex
+	Server    Server
+	Admin     Admin
+	Log       Log
+	Store     Store
+	Upstreams []Upstream
+	Policies  []Policy
+}
+
+// Server is [server].
+type Server struct {
+	Listen            string
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	ShutdownTimeout   time.Duration
+	MaxHeaderBytes    int
+	TrustedProxies    []netip.Prefix // peers whose X-Forwarded-For / Forwarded are believed
+	IPv6Prefix        int            // bits of an IPv6 client address that make its key
+	RateLimitHeaders  HeadersMode    // which rate-limit fields responses carry
+	// UnderscoresInHeaders forwards request headers whose names hold an
+	// underscore; by default they are dropped, as nginx does.
+	UnderscoresInHeaders bool
+	// ClientBodyTimeout is the time allowed between two reads of a
+	// request body; SendTimeout between two writes of a response to the
+	// client (nginx's client_body_timeout and send_timeout).
+	ClientBodyTimeout, SendTimeout time.Duration
+	TLS                            *TLS // nil: plain HTTP
+}
+
+// TLS is [server.tls].
+type TLS struct {
+	Mode                                                      TLSMode
+	Domains                                                   []string
+	Email, CA, CARoot, Storage, HTTPListen, CertFile, KeyFile string
+}
+
+// Admin is [admin].
+type Admin struct {
+	Listen   string // "" disables the admin listener
+	TokenEnv string
+}
+
+// Log is [log].
+type Log struct {
+	Level  LogLevel
+	Format LogFormat
+	Access bool
+}
+
+// Store is [store].
+type Store struct {
+	Backend Backend
+	MaxKeys int
+	Redis   Redis
+}
+
+// Redis is [store.redis].
+type Redis struct {
+	Addrs                             []string
+	MasterName, Username, PasswordEnv string
+	DB                                int
+	TLS                               bool
+	Timeout                           time.Duration
+	Prefix                            string
+	OnError                           OnError
+}
+
+// Upstream is one [[upstream]].
+type Upstream struct {
+	Name         string
+	Targets      []*url.URL
+	Timeout      time.Duration // to response headers
+	PreserveHost bool
+	MaxFails     int
+	FailTimeout  time.Duration
+	// Upgrades are the protocols (lower case) a client may upgrade to
+	// through this upstream; any other Upgrade is removed from the
+	// forwarded request. Default ["websocket"].
+	Upgrades []string
+	// AllowTrace lets TRACE requests through; otherwise they get 405.
+	AllowTrace bool
+	// Buffering reads a request's whole body before an upstream
+	// connection is taken (nginx's proxy_request_buffering).
+	Buffering bool
+	// MaxBodyBytes is the largest request body forwarded; larger ones get
+	// 413.
+	MaxBodyBytes int64
+}
+
+// Mode is a policy's mode.
+type Mode string
+
+// The modes.
+const (
+	Enforce Mode = "enforce"
+	Shadow  Mode = "shadow" // decide and count, never reject or delay
+)
+
+// OnMissing says what a policy does with a request that lacks a key part.
+type OnMissing string
+
+// The on_missing behaviours (SPEC §2).
+const (
+	MissingShared OnMissing = "shared" // the absent part is one shared value
+	MissingIP     OnMissing = "ip"     // key the request by its client IP instead
+	MissingSkip   OnMissing = "skip"   // forward without limiting, as nginx does for an empty key
+	MissingReject OnMissing = "reject" // answer 400
+)
+
+// Policy is one validated [[policy]], not yet bound to a store.
+type Policy struct {
+	Name      string
+	Index     int // position in the file
+	Upstream  string
+	Mode      Mode
+	Key       []KeyPart
+	OnMissing OnMissing
+	Match     Match
+	Limits    []limiter.Limit
+	Reject    Reject
+}
+
+// Reject is [policy.reject]: what a rejected request gets.
+type Reject struct {
+	Status      int
+	Body        string // "" means the problem+json body of SPEC §5
+	ContentType string
+}
+
+// HeadersMode is [server] rate_limit_headers: which rate-limit fields
+// responses carry.
+type HeadersMode string
+
+// The rate_limit_headers modes.
+const (
+	HeadersDraft  HeadersMode = "draft"  // IETF draft-10 RateLimit-Policy and RateLimit
+	HeadersLegacy HeadersMode = "legacy" // X-RateLimit-Limit, -Remaining, -Reset
+	HeadersBoth   HeadersMode = "both"
+	HeadersNone   HeadersMode = "none"
+)
+
+// TLSMode is [server.tls] mode.
+type TLSMode string
+
+// The TLS modes.
+const (
+	TLSACME  TLSMode = "acme"  // certificates obtained and renewed by certmagic
+	TLSFiles TLSMode = "files" // certificate and key files, reloaded when they change
+)
+
+// LogLevel is [log] level.
+type LogLevel string
+
+// The log levels.
+const (
+	LevelDebug LogLevel = "debug"
+	LevelInfo  LogLevel = "info"
+	LevelWarn  LogLevel = "warn"
+	LevelError LogLevel = "error"
+)
+
+// LogFormat is [log] format.
+type LogFormat string
+
+// The log formats.
+const (
+	FormatJSON    LogFormat = "json"
+	FormatConsole LogFormat = "console"
+)
+
+// Backend is [store] backend.
+type Backend string
+
+// The store backends.
+const (
+	BackendMemory Backend = "memory" // embedded, in this process
+	BackendRedis  Backend = "redis"
+)
+
+// OnError is [store.redis] on_error: what a decision does when Redis does
+// not answer in time.
+type OnError string
+
+// The on_error behaviours.
+const (
+	OnErrorLocal OnError = "local" // decide with the in-memory store
+	OnErrorAllow OnError = "allow"
+	OnErrorDeny  OnError = "deny"
+)

@@ -1,0 +1,46 @@
+package config
+
+import "time"
+
+// Every default of the configuration, in one place: what a file that
+// leaves a key out gets. Where nginx, Traefik or Envoy set a precedent, it
+// is followed (the comments say which).
+const (
+	DefaultListen            = ":8080"
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultIPv6Prefix        = 64
+	DefaultAdminListen       = "127.0.0.1:9091"
+	DefaultMaxKeys           = 1_000_000
+	DefaultUpstreamTimeout   = 30 * time.Second
+	DefaultMaxFails          = 3
+	DefaultFailTimeout       = 10 * time.Second
+	DefaultRedisTimeout      = 50 * time.Millisecond
+	DefaultClientBodyTimeout = 60 * time.Second // nginx's
+	DefaultSendTimeout       = 60 * time.Second // nginx's
+	DefaultMaxBodyBytes      = 16 << 20         // nginx's is 1 MiB; APIs upload more
+	DefaultRateLimitHeaders  = HeadersDraft
+	DefaultLogLevel          = LevelInfo
+	DefaultLogFormat         = FormatJSON
+	DefaultLogAccess         = true
+	DefaultBackend           = BackendMemory
+	DefaultRedisAddr         = "127.0.0.1:6379"
+	DefaultRedisPrefix       = "limitproxy:"
+	DefaultOnError           = OnErrorLocal
+	DefaultACMECA            = "https://acme-v02.api.letsencrypt.org/directory"
+	DefaultACMEStorage       = "./certs"
+	DefaultHTTPListen        = ":80" // ACME HTTP-01 challenges and the redirect to HTTPS
+	DefaultRequestBuffering  = true  // nginx's proxy_request_buffering
+	DefaultMode              = Enforce
+	DefaultOnMissing         = MissingShared
+	DefaultRejectStatus      = 429
+	DefaultRejectContentType = "application/problem+json"
+	DefaultCustomContentType = "text/plain; charset=utf-8" // of a [policy.reject] body
+	DefaultSlots             = 1                           // the two-window approximation
+)
+
+// DefaultUpgrades are the protocols a client may upgrade to through an
+// upstream that does not say: WebSocket only.
+var DefaultUpgrades = []string{"websocket"}

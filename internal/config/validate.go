@@ -1,0 +1,460 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limitproxy/limitproxy/internal/limiter"
+)
+
+// envName is what an environment variable's name may be.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// nameRE is what a policy name may be: it is quoted in RateLimit headers
+// (a Structured Field string) and used as a metric label.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// oneOf reports v at key unless it is one of allowed.
+func oneOf[T ~string](c *collector, key string, v T, allowed ...T) {
+	q := make([]string, len(allowed))
+	for i, a := range allowed {
+		if v == a {
+			return
+		}
+		q[i] = strconv.Quote(string(a))
+	}
+	c.add(key, "%q is not one of %s", v, strings.Join(q, ", "))
+}
+
+// validate applies defaults and checks everything that involves more than
+// one value, section by section. Errors go to c; the Config is meaningful
+// only if there are none.
+func validate(raw *rawFile, c *collector, o Options) *Config {
+	cfg := &Config{
+		Server: validateServer(&raw.Server, c),
+		Admin:  Admin{Listen: raw.Admin.Listen.Or(DefaultAdminListen), TokenEnv: raw.Admin.TokenEnv.V},
+		Log:    validateLog(&raw.Log, c),
+		Store:  validateStore(&raw.Store, c),
+	}
+	upstreams := map[string]int{}
+	for i := range raw.Upstream {
+		cfg.Upstreams = append(cfg.Upstreams, validateUpstream(&raw.Upstream[i], fmt.Sprintf("upstream[%d]", i), upstreams, i, c))
+	}
+	cfg.Policies = validatePolicies(raw.Policy, upstreams, o.StoreChecks[cfg.Store.Backend], c)
+	return cfg
+}
+
+// validateServer checks [server] and [server.tls].
+func validateServer(s *rawServer, c *collector) Server {
+	srv := Server{
+		Listen:               s.Listen.Or(DefaultListen),
+		ReadHeaderTimeout:    s.ReadHeaderTimeout.Or(DefaultReadHeaderTimeout),
+		IdleTimeout:          s.IdleTimeout.Or(DefaultIdleTimeout),
+		ShutdownTimeout:      s.ShutdownTimeout.Or(DefaultShutdownTimeout),
+		MaxHeaderBytes:       int(s.MaxHeaderBytes.Or(DefaultMaxHeaderBytes)),
+		TrustedProxies:       s.TrustedProxies.V,
+		IPv6Prefix:           int(s.IPv6Prefix.Or(DefaultIPv6Prefix)),
+		RateLimitHeaders:     HeadersMode(s.RateLimitHeaders.Or(string(DefaultRateLimitHeaders))),
+		UnderscoresInHeaders: s.Underscores.V,
+		ClientBodyTimeout:    s.ClientBodyTimeout.Or(DefaultClientBodyTimeout),
+		SendTimeout:          s.SendTimeout.Or(DefaultSendTimeout),
+	}
+	if srv.ClientBodyTimeout <= 0 && s.ClientBodyTimeout.err == nil {
+		c.add("server.client_body_timeout", "must be greater than zero")
+	}
+	if srv.SendTimeout <= 0 && s.SendTimeout.err == nil {
+		c.add("server.send_timeout", "must be greater than zero")
+	}
+	if srv.Listen == "" {
+		c.add("server.listen", "must not be empty")
+	}
+	if n := s.MaxHeaderBytes.V; s.MaxHeaderBytes.Set && s.MaxHeaderBytes.err == nil && (n < 1024 || n > 16<<20) {
+		c.add("server.max_header_bytes", "%d is outside 1024..16777216", n)
+	}
+	if n := s.IPv6Prefix.V; s.IPv6Prefix.Set && s.IPv6Prefix.err == nil && (n < 1 || n > 128) {
+		c.add("server.ipv6_prefix", "%d is outside 1..128", n)
+	}
+	oneOf(c, "server.rate_limit_headers", srv.RateLimitHeaders, HeadersDraft, HeadersLegacy, HeadersBoth, HeadersNone)
+	if t := s.TLS; t != nil {
+		srv.TLS = &TLS{
+			Mode: TLSMode(t.Mode.V), Domains: t.Domains.V, Email: t.Email.V,
+			CA: t.CA.Or(DefaultACMECA), CARoot: t.CARoot.V,
+			Storage: t.Storage.Or(DefaultACMEStorage), HTTPListen: t.HTTPListen.Or(DefaultHTTPListen),
+			CertFile: t.CertFile.V, KeyFile: t.KeyFile.V,
+		}
+		oneOf(c, "server.tls.mode", srv.TLS.Mode, TLSACME, TLSFiles)
+		switch srv.TLS.Mode {
+		case TLSFiles:
+			if t.CertFile.V == "" {
+				c.add("server.tls.cert_file", "is required when mode = \"files\"")
+			}
+			if t.KeyFile.V == "" {
+				c.add("server.tls.key_file", "is required when mode = \"files\"")
+			}
+			if !t.HTTPListen.Set {
+				srv.TLS.HTTPListen = "" // no redirect listener unless asked for
+			}
+		case TLSACME:
+			if len(t.Domains.V) == 0 {
+				c.add("server.tls.domains", "at least one domain is required when mode = \"acme\"")
+			}
+		}
+	}
+	return srv
+}
+
+// validateLog checks [log].
+func validateLog(l *rawLog, c *collector) Log {
+	lg := Log{
+		Level:  LogLevel(l.Level.Or(string(DefaultLogLevel))),
+		Format: LogFormat(l.Format.Or(string(DefaultLogFormat))),
+		Access: l.Access.Or(DefaultLogAccess),
+	}
+	oneOf(c, "log.level", lg.Level, LevelDebug, LevelInfo, LevelWarn, LevelError)
+	oneOf(c, "log.format", lg.Format, FormatJSON, FormatConsole)
+	return lg
+}
+
+// validateStore checks [store] and [store.redis].
+func validateStore(st *rawStore, c *collector) Store {
+	s := Store{Backend: Backend(st.Backend.Or(string(DefaultBackend))), MaxKeys: int(st.MaxKeys.Or(DefaultMaxKeys))}
+	oneOf(c, "store.backend", s.Backend, BackendMemory, BackendRedis)
+	if st.MaxKeys.Set && st.MaxKeys.err == nil && st.MaxKeys.V < 1 {
+		c.add("store.max_keys", "must be at least 1")
+	}
+	r := &st.Redis
+	s.Redis = Redis{
+		Addrs: r.Addrs.V, MasterName: r.MasterName.V, Username: r.Username.V, PasswordEnv: r.PasswordEnv.V,
+		DB: int(r.DB.V), TLS: r.TLS.V, Timeout: r.Timeout.Or(DefaultRedisTimeout),
+		Prefix: r.Prefix.Or(DefaultRedisPrefix), OnError: OnError(r.OnError.Or(string(DefaultOnError))),
+	}
+	if !r.Addrs.Set {
+		s.Redis.Addrs = []string{DefaultRedisAddr}
+	}
+	oneOf(c, "store.redis.on_error", s.Redis.OnError, OnErrorLocal, OnErrorAllow, OnErrorDeny)
+	if s.Backend != BackendRedis {
+		return s
+	}
+	rc := &s.Redis
+	if len(rc.Addrs) == 0 && r.Addrs.err == nil {
+		c.add("store.redis.addrs", "at least one address is required")
+	}
+	if rc.Timeout <= 0 && r.Timeout.err == nil {
+		c.add("store.redis.timeout", "must be greater than zero")
+	}
+	switch {
+	case rc.DB < 0:
+		c.add("store.redis.db", "%d: a database number is 0 or more", rc.DB)
+	case rc.DB > 0 && len(rc.Addrs) > 1 && rc.MasterName == "":
+		c.add("store.redis.db", "%d: Redis Cluster (several addrs) has only database 0", rc.DB)
+	}
+	if rc.PasswordEnv != "" && !envName.MatchString(rc.PasswordEnv) {
+		c.add("store.redis.password_env", "%q is not an environment variable name (the password itself never goes in the file)", rc.PasswordEnv)
+	}
+	return s
+}
+
+// validateUpstream checks one [[upstream]], at index i and path key;
+// names maps the names seen so far to their index.
+func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c *collector) Upstream {
+	up := Upstream{
+		Name: u.Name.V, Timeout: u.Timeout.Or(DefaultUpstreamTimeout), PreserveHost: u.PreserveHost.V,
+		MaxFails: int(u.MaxFails.Or(DefaultMaxFails)), FailTimeout: u.FailTimeout.Or(DefaultFailTimeout),
+		Upgrades: DefaultUpgrades, AllowTrace: u.AllowTrace.V,
+		Buffering: u.Buffering.Or(DefaultRequestBuffering), MaxBodyBytes: u.MaxBodyBytes.Or(DefaultMaxBodyBytes),
+	}
+	switch prev, dup := names[up.Name]; {
+	case up.Name == "":
+		c.add(key+".name", "is required")
+	case dup:
+		c.add(key+".name", "upstream %q duplicates upstream[%d]", up.Name, prev)
+	default:
+		names[up.Name] = i
+	}
+	if len(u.Targets.V) == 0 && u.Targets.err == nil {
+		c.add(key+".targets", "at least one target URL is required")
+	}
+	for j, t := range u.Targets.V {
+		target, err := url.Parse(t)
+		if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
+			c.add(key+".targets", "element %d: %q is not an http:// or https:// URL with a host", j, t)
+			continue
+		}
+		up.Targets = append(up.Targets, target)
+	}
+	if up.Timeout <= 0 && u.Timeout.Set {
+		c.add(key+".timeout", "must be greater than zero")
+	}
+	if u.Upgrades.Set {
+		up.Upgrades = nil
+		for j, proto := range u.Upgrades.V {
+			if !validToken(strings.SplitN(proto, "/", 2)[0]) || strings.Count(proto, "/") > 1 {
+				c.add(key+".upgrades", "element %d: %q is not a protocol name (RFC 9110 §7.8), such as \"websocket\"", j, proto)
+				continue
+			}
+			up.Upgrades = append(up.Upgrades, strings.ToLower(proto))
+		}
+	}
+	if u.MaxBodyBytes.Set && u.MaxBodyBytes.err == nil && up.MaxBodyBytes < 1 {
+		c.add(key+".max_body_bytes", "must be at least 1")
+	}
+	if u.MaxFails.Set && u.MaxFails.V < 0 {
+		c.add(key+".max_fails", "must not be negative (0 turns passive health checks off)")
+	}
+	return up
+}
+
+// validatePolicies checks every [[policy]]; upstreams are the names of the
+// upstreams, and check, if not nil, the store's own check of each limit.
+func validatePolicies(raws []rawPolicy, upstreams map[string]int, check func(limiter.Limit) error, c *collector) []Policy {
+	if len(raws) == 0 {
+		c.add("policy", "at least one [[policy]] is required")
+	}
+	var out []Policy
+	names := map[string]int{}
+	catchAll := -1
+	for i, p := range raws {
+		key := fmt.Sprintf("policy[%d]", i)
+		spec := Policy{
+			Name: p.Name.V, Index: i, Upstream: p.Upstream.V,
+			Mode: Mode(p.Mode.Or(string(DefaultMode))), OnMissing: OnMissing(p.OnMissing.Or(string(DefaultOnMissing))),
+		}
+		switch prev, dup := names[spec.Name]; {
+		case spec.Name == "":
+			c.add(key+".name", "is required")
+		case !nameRE.MatchString(spec.Name):
+			c.add(key+".name", "%q: use letters, digits, '.', '_' and '-' (it appears in headers, metrics and logs)", spec.Name)
+		case dup:
+			c.add(key+".name", "policy %q duplicates policy[%d]", spec.Name, prev)
+		default:
+			names[spec.Name] = i
+		}
+		switch _, ok := upstreams[spec.Upstream]; {
+		case spec.Upstream == "":
+			c.add(key+".upstream", "is required")
+		case !ok:
+			c.add(key+".upstream", "unknown upstream %q", spec.Upstream)
+		}
+		oneOf(c, key+".mode", spec.Mode, Enforce, Shadow)
+		oneOf(c, key+".on_missing", spec.OnMissing, MissingShared, MissingIP, MissingSkip, MissingReject)
+		keyParts := []string{"ip"}
+		if p.Key.Set {
+			keyParts = p.Key.V
+		}
+		for j, part := range keyParts {
+			kp, err := ParseKeyPart(part)
+			if err != nil {
+				c.add(key+".key", "element %d: %v", j, err)
+				continue
+			}
+			spec.Key = append(spec.Key, kp)
+		}
+		spec.Match = compileMatch(p.Match, key+".match", c)
+		if catchAll >= 0 {
+			c.add(key, "policy %q can never match: policy[%d] %q before it matches every request", spec.Name, catchAll, raws[catchAll].Name.V)
+		} else if spec.Match.All {
+			catchAll = i
+		}
+		spec.Limits = compileLimits(p.Limits, key, c)
+		if check != nil {
+			for j, l := range spec.Limits {
+				lkey := fmt.Sprintf("%s.limits[%d]", key, j)
+				if err := check(l); err != nil {
+					if pe, ok := err.(*limiter.ParamError); ok {
+						c.add(lkey+"."+pe.Field, "%s", pe.Msg)
+					} else {
+						c.add(lkey, "%v", err)
+					}
+				}
+			}
+		}
+		spec.Reject = Reject{Status: DefaultRejectStatus, ContentType: DefaultRejectContentType}
+		if rj := p.Reject; rj != nil {
+			spec.Reject.Status = int(rj.Status.Or(DefaultRejectStatus))
+			if spec.Reject.Status < 400 || spec.Reject.Status > 599 {
+				c.add(key+".reject.status", "%d is not an HTTP error status (400..599)", spec.Reject.Status)
+			}
+			spec.Reject.Body = rj.Body.V
+			if rj.Body.Set {
+				spec.Reject.ContentType = rj.ContentType.Or(DefaultCustomContentType)
+			} else if rj.ContentType.Set {
+				c.add(key+".reject.content_type", "is set but body is not")
+			}
+		}
+		out = append(out, spec)
+	}
+	return out
+}
+
+// compileLimits validates a policy's [[policy.limits]] through the limiter's
+// constructors, after checking that each sets only what its algorithm takes.
+func compileLimits(raws []rawLimit, policyKey string, c *collector) []limiter.Limit {
+	if len(raws) == 0 {
+		c.add(policyKey+".limits", "at least one [[policy.limits]] is required")
+		return nil
+	}
+	if len(raws) > limiter.MaxLimits {
+		c.add(policyKey+".limits", "%d limits; at most %d per policy", len(raws), limiter.MaxLimits)
+	}
+	var out []limiter.Limit
+	leaky := -1
+	for i, r := range raws {
+		key := fmt.Sprintf("%s.limits[%d]", policyKey, i)
+		if !r.Algorithm.Set {
+			c.add(key+".algorithm", "is required")
+			continue
+		}
+		alg, err := limiter.ParseAlgorithm(r.Algorithm.V)
+		if err != nil {
+			c.add(key+".algorithm", "%v", err)
+			continue
+		}
+		takes := map[limiter.Algorithm][]string{
+			limiter.TokenBucket:   {"rate", "burst", "cost"},
+			limiter.LeakyBucket:   {"rate", "queue", "max_wait", "cost"},
+			limiter.FixedWindow:   {"limit", "window", "cost"},
+			limiter.SlidingLog:    {"limit", "window", "cost"},
+			limiter.SlidingWindow: {"limit", "window", "slots", "cost"},
+		}[alg]
+		present := map[string]bool{
+			"rate": r.Rate.Set, "burst": r.Burst.Set, "limit": r.Limit.Set, "window": r.Window.Set,
+			"slots": r.Slots.Set, "queue": r.Queue.Set, "max_wait": r.MaxWait.Set, "cost": r.Cost.Set,
+		}
+		bad := false
+		for _, field := range []string{"rate", "burst", "limit", "window", "slots", "queue", "max_wait"} {
+			if present[field] && !contains(takes, field) {
+				c.add(key+"."+field, "is not a parameter of %s (it takes %s)", alg, strings.Join(takes, ", "))
+				bad = true
+			}
+		}
+		var required []string
+		switch alg {
+		case limiter.TokenBucket, limiter.LeakyBucket:
+			required = []string{"rate"}
+		default:
+			required = []string{"limit", "window"}
+		}
+		for _, field := range required {
+			if !present[field] {
+				c.add(key+"."+field, "is required for %s", alg)
+				bad = true
+			}
+		}
+		if r.Cost.Set && r.Cost.err == nil && r.Cost.V < 1 {
+			// Absent means 1; a cost written as 0 would make the limit
+			// admit everything, and a negative one would refill it.
+			c.add(key+".cost", "%d: must be at least 1", r.Cost.V)
+			bad = true
+		}
+		if bad || valueErrors(&r) {
+			continue
+		}
+		var lim limiter.Limit
+		switch alg {
+		case limiter.TokenBucket:
+			// Default burst: one period's worth of the rate ("10/s" → 10).
+			lim, err = limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: r.Rate.Rate, Burst: r.Burst.Or(r.Rate.N), Cost: r.Cost.V})
+		case limiter.LeakyBucket:
+			p := limiter.LeakyBucketParams{Rate: r.Rate.Rate, Queue: r.Queue.V, Cost: r.Cost.V}
+			// Default max_wait: the time the full queue takes to drain, so
+			// that only queue bounds the wait.
+			p.MaxWait = r.MaxWait.Or(time.Duration(int64(r.Rate.Per) / r.Rate.N * (p.Queue + 1)))
+			lim, err = limiter.NewLeakyBucket(p)
+			if leaky >= 0 {
+				c.add(key+".algorithm", "a policy may have one leaky_bucket (a request waits in one queue); limits[%d] is one already", leaky)
+			}
+			leaky = i
+		case limiter.FixedWindow:
+			lim, err = limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: r.Limit.V, Window: r.Window.D, Cost: r.Cost.V})
+		case limiter.SlidingLog:
+			lim, err = limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: r.Limit.V, Window: r.Window.D, Cost: r.Cost.V})
+		case limiter.SlidingWindow:
+			lim, err = limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: r.Limit.V, Window: r.Window.D, Slots: int(r.Slots.Or(DefaultSlots)), Cost: r.Cost.V})
+		}
+		if err != nil {
+			if pe, ok := err.(*limiter.ParamError); ok {
+				c.add(key+"."+pe.Field, "%s", pe.Msg)
+			} else {
+				c.add(key, "%v", err)
+			}
+			continue
+		}
+		out = append(out, lim)
+	}
+	return out
+}
+
+// valueErrors reports whether any value of a limit failed to decode (those
+// errors are reported already).
+func valueErrors(r *rawLimit) bool {
+	return r.Algorithm.err != nil || r.Rate.err != nil || r.Burst.err != nil || r.Limit.err != nil ||
+		r.Window.err != nil || r.Slots.err != nil || r.Queue.err != nil || r.MaxWait.err != nil || r.Cost.err != nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// compileMatch validates a match table. A policy without one, or with an
+// empty one, matches every request.
+func compileMatch(m *rawMatch, key string, c *collector) Match {
+	if m == nil {
+		return Match{All: true}
+	}
+	var mt Match
+	for i, h := range m.Hosts.V {
+		// As requests' hosts are compared: lower case, without the
+		// trailing dot of a fully qualified name.
+		h = strings.TrimSuffix(strings.ToLower(h), ".")
+		if h == "" || strings.Contains(h[1:], "*") || (strings.HasPrefix(h, "*") && !strings.HasPrefix(h, "*.")) {
+			c.add(key+".hosts", "element %d: %q is not a host name or a wildcard such as \"*.example.com\"", i, h)
+			continue
+		}
+		mt.Hosts = append(mt.Hosts, h)
+	}
+	for i, meth := range m.Methods.V {
+		if meth == "" || strings.ToUpper(meth) != meth || strings.ContainsAny(meth, " \t/") {
+			c.add(key+".methods", "element %d: %q is not an HTTP method in upper case", i, meth)
+			continue
+		}
+		mt.Methods = append(mt.Methods, meth)
+	}
+	if m.Path.Set {
+		if !strings.HasPrefix(m.Path.V, "/") {
+			c.add(key+".path", "%q must start with /", m.Path.V)
+		}
+		mt.Path, mt.HasPath = m.Path.V, true
+	}
+	if m.PathPrefix.Set {
+		if !strings.HasPrefix(m.PathPrefix.V, "/") {
+			c.add(key+".path_prefix", "%q must start with /", m.PathPrefix.V)
+		}
+		mt.PathPrefix = m.PathPrefix.V
+	}
+	if m.PathRegex.Set {
+		re, err := regexp.Compile(m.PathRegex.V)
+		if err != nil {
+			c.add(key+".path_regex", "%q is not a valid RE2 expression: %v", m.PathRegex.V, err)
+		}
+		mt.PathRegex = re
+	}
+	for name, v := range m.Headers {
+		if !validToken(name) {
+			c.add(key+".headers."+name, "%q is not a header name", name)
+			continue
+		}
+		mt.Headers = append(mt.Headers, HeaderMatch{Name: canonicalHeader(name), Value: v.V, Any: v.V == "*"})
+	}
+	sortHeaders(mt.Headers)
+	mt.All = len(mt.Hosts) == 0 && len(mt.Methods) == 0 && !mt.HasPath && mt.PathPrefix == "" && mt.PathRegex == nil && len(mt.Headers) == 0
+	return mt
+}
