@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 STATICCHECK_VERSION=v0.8.2 # staticcheck 2026.1.x, built for Go 1.26
+DEADCODE_VERSION=v0.52.0   # golang.org/x/tools
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -15,6 +16,11 @@ export PATH="$gobin:$PATH"
 if ! command -v staticcheck >/dev/null 2>&1; then
   step "installing staticcheck $STATICCHECK_VERSION"
   go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+
+if ! command -v deadcode >/dev/null 2>&1; then
+  step "installing deadcode $DEADCODE_VERSION"
+  go install "golang.org/x/tools/cmd/deadcode@$DEADCODE_VERSION"
 fi
 
 # The Redis store's tests start their own redis-server on a free loopback
@@ -76,6 +82,13 @@ go vet ./...
 step "staticcheck"
 staticcheck ./...
 (cd bench && staticcheck ./...)
+
+step "deadcode (nothing unreachable, tests counted as callers)"
+dead=$(deadcode -test ./...)
+if [ -n "$dead" ]; then
+  echo "$dead" >&2
+  exit 1
+fi
 
 step "go test -race"
 go test -race -count=1 ./...

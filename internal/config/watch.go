@@ -46,8 +46,8 @@ type Watcher struct {
 // NewWatcher starts watching the directory of the file at path, so that
 // any change made after it returns is seen, and returns a Watcher whose Run
 // calls changed (from Run's goroutine) after the file has changed. debounce
-// 0 means DefaultDebounce; a nil log means no logging. Run must be called,
-// or Close, to release the watch.
+// 0 means DefaultDebounce; a nil log means no logging. Run must be called
+// to release the watch.
 func NewWatcher(path string, debounce time.Duration, log *zap.Logger, changed func()) (*Watcher, error) {
 	if debounce <= 0 {
 		debounce = DefaultDebounce
@@ -68,9 +68,6 @@ func NewWatcher(path string, debounce time.Duration, log *zap.Logger, changed fu
 	w.fw = fw
 	return w, nil
 }
-
-// Close releases the watch; Run does it when it returns.
-func (w *Watcher) Close() error { return w.fw.Close() }
 
 // Run reports changes until ctx is done, then releases the watch and
 // returns nil. changed is never called after Run returns.

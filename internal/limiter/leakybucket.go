@@ -310,15 +310,6 @@ func LeakyBucketIdleAt(s *LeakyBucketState) time.Time {
 	return instant(s.gate())
 }
 
-// LeakyBucketWaiting returns how many requests wait in s's queue. The caller
-// must hold the lock it passes to StepLeakyBucket.
-func LeakyBucketWaiting(s *LeakyBucketState) int64 {
-	if s.q == nil {
-		return 0
-	}
-	return s.q.n
-}
-
 func satMul(a, b int64) int64 {
 	if a != 0 && b > (1<<63-1)/a {
 		return 1<<63 - 1
