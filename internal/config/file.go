@@ -33,7 +33,7 @@ type (
 		IdleTimeout       Duration      `toml:"idle_timeout"`
 		ShutdownTimeout   Duration      `toml:"shutdown_timeout"`
 		MaxHeaderBytes    Value[int64]  `toml:"max_header_bytes"`
-		TrustedProxies    CIDRs         `toml:"trusted_proxies"`
+		TrustedProxies    cidrs         `toml:"trusted_proxies"`
 		IPv6Prefix        Value[int64]  `toml:"ipv6_prefix"`
 		RateLimitHeaders  Value[string] `toml:"rate_limit_headers"`
 		Underscores       Value[bool]   `toml:"underscores_in_headers"`
@@ -109,7 +109,7 @@ type (
 	}
 	rawLimit struct {
 		Algorithm Value[string] `toml:"algorithm"`
-		Rate      RateValue     `toml:"rate"`
+		Rate      rateValue     `toml:"rate"`
 		Burst     Value[int64]  `toml:"burst"`
 		Limit     Value[int64]  `toml:"limit"`
 		Window    Duration      `toml:"window"`

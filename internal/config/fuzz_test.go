@@ -12,16 +12,16 @@ func FuzzParseRate(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		r, err := ParseRate(s)
+		r, err := parseRate(s)
 		if err != nil {
 			return
 		}
 		if r.N <= 0 || r.Per <= 0 {
-			t.Fatalf("ParseRate(%q) = %+v", s, r)
+			t.Fatalf("parseRate(%q) = %+v", s, r)
 		}
-		back, err := ParseRate(r.String())
+		back, err := parseRate(r.String())
 		if err != nil || back != r {
-			t.Fatalf("ParseRate(%q) = %v; reading %q back gave %v, %v", s, r, r.String(), back, err)
+			t.Fatalf("parseRate(%q) = %v; reading %q back gave %v, %v", s, r, r.String(), back, err)
 		}
 	})
 }

@@ -104,9 +104,6 @@ func (m *Match) String() string {
 	return strings.Join(parts, " ")
 }
 
-// IsCatchAll reports whether m matches every request.
-func (m *Match) IsCatchAll() bool { return m.All }
-
 // HostName returns a Host header value without its :port (and an IPv6
 // literal without its brackets): what host matching and the "host" key part
 // compare.
@@ -183,9 +180,9 @@ func (k KeyPart) String() string {
 	return "?"
 }
 
-// ParseKeyPart parses one element of a key list: ip, host, method, path,
+// parseKeyPart parses one element of a key list: ip, host, method, path,
 // header:NAME, query:NAME or cookie:NAME.
-func ParseKeyPart(s string) (KeyPart, error) {
+func parseKeyPart(s string) (KeyPart, error) {
 	switch s {
 	case "ip":
 		return KeyPart{Kind: KeyIP}, nil

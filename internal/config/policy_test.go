@@ -73,7 +73,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("server defaults: %+v", s)
 	}
 	p := cfg.Policies[0]
-	if p.Mode != Enforce || p.OnMissing != MissingShared || len(p.Key) != 1 || p.Key[0].Kind != KeyIP || !p.Match.IsCatchAll() {
+	if p.Mode != Enforce || p.OnMissing != MissingShared || len(p.Key) != 1 || p.Key[0].Kind != KeyIP || !p.Match.All {
 		t.Errorf("policy defaults: %+v", p)
 	}
 	if tb := p.Limits[0].TokenBucket(); tb.Burst != 100 {

@@ -142,38 +142,38 @@ func (d Duration) Or(def time.Duration) time.Duration {
 	return d.D
 }
 
-// RateValue is a rate written "N/s", "N/m", "N/h", "N/d" or "N/<duration>"
+// rateValue is a rate written "N/s", "N/m", "N/h", "N/d" or "N/<duration>"
 // ("30/5m" is 30 per 5 minutes), kept exactly as written.
-type RateValue struct {
+type rateValue struct {
 	limiter.Rate
 	Set bool
 	err error
 }
 
 // UnmarshalTOML implements toml.Unmarshaler.
-func (r *RateValue) UnmarshalTOML(data any) error {
+func (r *rateValue) UnmarshalTOML(data any) error {
 	r.Set = true
 	s, ok := data.(string)
 	if !ok {
 		r.err = fmt.Errorf("must be a string such as \"10/s\", not %s", describe(data))
 		return nil
 	}
-	r.Rate, r.err = ParseRate(s)
+	r.Rate, r.err = parseRate(s)
 	return nil
 }
 
-// ErrBadRate is wrapped by ParseRate's errors.
-var ErrBadRate = errors.New("bad rate")
+// errBadRate is wrapped by parseRate's errors.
+var errBadRate = errors.New("bad rate")
 
-// ParseRate parses "N/s", "N/m", "N/h", "N/d" or "N/<duration>".
-func ParseRate(s string) (limiter.Rate, error) {
+// parseRate parses "N/s", "N/m", "N/h", "N/d" or "N/<duration>".
+func parseRate(s string) (limiter.Rate, error) {
 	num, per, ok := strings.Cut(s, "/")
 	if !ok {
-		return limiter.Rate{}, fmt.Errorf("%w %q: write N/s, N/m, N/h, N/d or N/<duration> such as \"30/5m\"", ErrBadRate, s)
+		return limiter.Rate{}, fmt.Errorf("%w %q: write N/s, N/m, N/h, N/d or N/<duration> such as \"30/5m\"", errBadRate, s)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
 	if err != nil || n <= 0 {
-		return limiter.Rate{}, fmt.Errorf("%w %q: the count before / must be a whole number above zero", ErrBadRate, s)
+		return limiter.Rate{}, fmt.Errorf("%w %q: the count before / must be a whole number above zero", errBadRate, s)
 	}
 	var d time.Duration
 	switch per = strings.TrimSpace(per); per {
@@ -188,31 +188,31 @@ func ParseRate(s string) (limiter.Rate, error) {
 	default:
 		d, err = time.ParseDuration(per)
 		if err != nil || d <= 0 {
-			return limiter.Rate{}, fmt.Errorf("%w %q: the period after / must be s, m, h, d or a positive duration such as 5m", ErrBadRate, s)
+			return limiter.Rate{}, fmt.Errorf("%w %q: the period after / must be s, m, h, d or a positive duration such as 5m", errBadRate, s)
 		}
 	}
 	r := limiter.Rate{N: n, Per: d}
 	if n > limiter.MaxCount {
-		return limiter.Rate{}, fmt.Errorf("%w %q: at most %d per period", ErrBadRate, s, limiter.MaxCount)
+		return limiter.Rate{}, fmt.Errorf("%w %q: at most %d per period", errBadRate, s, limiter.MaxCount)
 	}
 	return r, nil
 }
 
-// CIDRs is a list of networks in CIDR notation; a bare address means just
+// cidrs is a list of networks in CIDR notation; a bare address means just
 // that address (a /32 or /128).
-type CIDRs struct {
+type cidrs struct {
 	V   []netip.Prefix
 	Set bool
 	err error
 }
 
 // UnmarshalTOML implements toml.Unmarshaler.
-func (c *CIDRs) UnmarshalTOML(data any) error {
+func (c *cidrs) UnmarshalTOML(data any) error {
 	var s Strings
 	s.UnmarshalTOML(data)
 	c.Set, c.err = true, s.err
 	for i, v := range s.V {
-		p, err := ParsePrefix(v)
+		p, err := parsePrefix(v)
 		if err != nil {
 			c.err = fmt.Errorf("element %d: %v", i, err)
 			return nil
@@ -222,8 +222,8 @@ func (c *CIDRs) UnmarshalTOML(data any) error {
 	return nil
 }
 
-// ParsePrefix parses "10.0.0.0/8", "2001:db8::/32" or a single address.
-func ParsePrefix(s string) (netip.Prefix, error) {
+// parsePrefix parses "10.0.0.0/8", "2001:db8::/32" or a single address.
+func parsePrefix(s string) (netip.Prefix, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -251,9 +251,9 @@ func valueError(v any) error {
 		return v.err
 	case *Duration:
 		return v.err
-	case *RateValue:
+	case *rateValue:
 		return v.err
-	case *CIDRs:
+	case *cidrs:
 		return v.err
 	}
 	return nil

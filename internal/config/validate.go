@@ -246,7 +246,7 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, check func(lim
 			keyParts = p.Key.V
 		}
 		for j, part := range keyParts {
-			kp, err := ParseKeyPart(part)
+			kp, err := parseKeyPart(part)
 			if err != nil {
 				c.add(key+".key", "element %d: %v", j, err)
 				continue
