@@ -3,7 +3,7 @@
 # (docs/admitted-over-time.svg, docs/leaky-gaps.svg): limitproxy's
 # algorithms and nginx's limit_req through real HTTP on 127.0.0.1 (bench/
 # versus): admission at 1000 r/s under overload, a bursty trace, the leaky
-# bucket's smoothness, and seed 002's boundary scenario (limitproxy's
+# bucket's smoothness, and the window-edge scenario (limitproxy's
 # figures from its test suite, for the memory and Redis stores; nginx's
 # measured). Installs nginx and redis-server from Debian's packages when
 # missing and root.

@@ -12,7 +12,7 @@
 //     upstream at 100 r/s with 20 concurrent clients, for limitproxy's
 //     leaky_bucket and for nginx limit_req without nodelay (its leaky
 //     bucket with delay), drawn as histograms;
-//   - seed 002's boundary scenario on nginx (real time, at the scenario's
+//   - the window-edge scenario on nginx (real time, at the scenario's
 //     scale of a minute), next to limitproxy's figures from its test suite
 //     (injected time), which it reads from `go test -v` output.
 //

@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// specMetrics are SPEC §8's metric names (TestMetrics checks that the
+// specMetrics are docs/operating.md's metric names (TestMetrics checks that the
 // binary exports them), plus the one limitproxy adds.
 var specMetrics = []string{
 	"limitproxy_requests_total", "limitproxy_queue_depth", "limitproxy_queue_wait_seconds",

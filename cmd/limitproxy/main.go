@@ -40,7 +40,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-// exitCode prints err (one line per error) and maps it to SPEC §1's exit
+// exitCode prints err (one line per error) and maps it to docs/cli.md's exit
 // statuses: 0 clean stop, 1 configuration or start-up error, 2 usage.
 func exitCode(err error, stderr io.Writer) int {
 	if err == nil {

@@ -114,7 +114,7 @@ const (
 // OnMissing says what a policy does with a request that lacks a key part.
 type OnMissing string
 
-// The on_missing behaviours (SPEC §2).
+// The on_missing behaviours (docs/configuration.md).
 const (
 	MissingShared OnMissing = "shared" // the absent part is one shared value
 	MissingIP     OnMissing = "ip"     // key the request by its client IP instead
@@ -138,7 +138,7 @@ type Policy struct {
 // Reject is [policy.reject]: what a rejected request gets.
 type Reject struct {
 	Status      int
-	Body        string // "" means the problem+json body of SPEC §5
+	Body        string // "" means the problem+json body of docs/responses.md
 	ContentType string
 }
 

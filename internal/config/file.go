@@ -15,7 +15,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/limiter"
 )
 
-// The raw shape of a configuration file (SPEC §2), as decoded. Every leaf is
+// The raw shape of a configuration file (docs/configuration.md), as decoded. Every leaf is
 // one of the value types of types.go, so decoding never stops at a bad
 // value; validate.go turns this into a Config.
 type (

@@ -56,7 +56,7 @@ func (c *Config) Upstream(name string) (Upstream, bool) {
 	return Upstream{}, false
 }
 
-// Match is a validated match table (SPEC §2): every condition given must
+// Match is a validated match table (docs/configuration.md): every condition given must
 // hold. A policy without a match table, or with an empty one, has All set.
 // The policy package compiles it into the matcher the data path runs.
 type Match struct {
@@ -139,7 +139,7 @@ func validToken(s string) bool {
 	return true
 }
 
-// KeyKind is the kind of one part of a client key (SPEC §4).
+// KeyKind is the kind of one part of a client key (docs/configuration.md).
 type KeyKind uint8
 
 // The key parts.

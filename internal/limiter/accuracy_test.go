@@ -28,16 +28,17 @@ func steady(perWindow, windows int, w time.Duration) []time.Time {
 	return ts
 }
 
-// seed000 is the SlidingWindowCounter of seed 000: every slot's count is
+// ageWeighted is the age-weighted sliding window counter some published
+// examples use: every slot's count is
 // weighted by its age over the whole window, min(1, (W − (now − start))/W),
 // and a request is admitted if that total is below the limit.
-type seed000 struct {
+type ageWeighted struct {
 	w, slot int64
 	limit   float64
 	counts  map[int64]float64
 }
 
-func (s *seed000) allow(now int64) bool {
+func (s *ageWeighted) allow(now int64) bool {
 	total := 0.0
 	for idx, c := range s.counts {
 		start := idx * s.slot
@@ -55,10 +56,10 @@ func (s *seed000) allow(now int64) bool {
 }
 
 // TestSlidingWindowSteadyOverLimit sends steady traffic at 10× the limit
-// and measures the most admissions in any window. On steady traffic SPEC
-// §3's estimate holds every window to the limit (the overshoot the doc
+// and measures the most admissions in any window. On steady traffic the
+// defined estimate (docs/algorithms.md) holds every window to the limit (the overshoot the doc
 // comment of SlidingWindowParams allows needs a burst at a slot's end);
-// seed 000's age weighting, run on the same traffic, lets through more than
+// that age weighting, run on the same traffic, lets through more than
 // twice the limit.
 func TestSlidingWindowSteadyOverLimit(t *testing.T) {
 	const limit, windows = 600, 20
@@ -84,7 +85,7 @@ func TestSlidingWindowSteadyOverLimit(t *testing.T) {
 		}
 	}
 
-	s := &seed000{w: int64(w), slot: int64(w) / 6, limit: limit, counts: map[int64]float64{}}
+	s := &ageWeighted{w: int64(w), slot: int64(w) / 6, limit: limit, counts: map[int64]float64{}}
 	var admitted []int64
 	for _, at := range arrivals {
 		if s.allow(at.UnixNano()) {
@@ -92,8 +93,8 @@ func TestSlidingWindowSteadyOverLimit(t *testing.T) {
 		}
 	}
 	worst := maxInWindow(admitted, int64(w))
-	t.Logf("seed 000 weighting, 6 slots: at most %d in any window (%.2f× the limit)", worst, float64(worst)/limit)
+	t.Logf("age weighting, 6 slots: at most %d in any window (%.2f× the limit)", worst, float64(worst)/limit)
 	if worst <= 2*limit {
-		t.Errorf("seed 000's weighting admitted at most %d in a window; expected it to exceed twice the limit (%d)", worst, 2*limit)
+		t.Errorf("the age weighting admitted at most %d in a window; expected it to exceed twice the limit (%d)", worst, 2*limit)
 	}
 }

@@ -10,7 +10,7 @@
 // admits it, and a rejected request consumes nothing from any of them; the
 // Store makes that atomic per key.
 //
-// # Algorithms (SPEC §3)
+// # Algorithms (docs/algorithms.md)
 //
 //	algorithm       admits a request of cost c at t iff            memory per key (memstore)
 //	token_bucket    the bucket (burst b, refill r) holds ≥ c         16 B state, 24 B slot
@@ -26,7 +26,7 @@
 // carrying the rest, so its content is always the exact rational value of
 // the definition; the sliding window compares its weighted estimate in 128
 // bits. The conformance suite in limitertest checks every decision against
-// naive models written from SPEC §3 with big.Rat arithmetic.
+// naive models written from docs/algorithms.md with big.Rat arithmetic.
 //
 // Retry-After (Decision.RetryAfter) is the exact time until the same
 // request would be admitted if nothing else arrived, rounded up to the

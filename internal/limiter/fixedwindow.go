@@ -2,7 +2,7 @@ package limiter
 
 import "time"
 
-// FixedWindowParams configures a fixed window (SPEC §3): time is cut into
+// FixedWindowParams configures a fixed window (docs/algorithms.md): time is cut into
 // windows of length Window aligned to the Unix epoch (window k is
 // [k·Window, (k+1)·Window)), and at most Limit units are admitted per window.
 type FixedWindowParams struct {

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// LeakyBucketParams configures a leaky bucket (SPEC §3): a FIFO queue per key
+// LeakyBucketParams configures a leaky bucket (docs/algorithms.md): a FIFO queue per key
 // in front of the upstream. Requests leave one at a time, a request of cost
 // c holding the exit for c intervals of 1/Rate (rounded up to the
 // nanosecond, so the rate is never exceeded); an idle key lets the first

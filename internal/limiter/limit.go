@@ -74,7 +74,7 @@ func (l *Limit) SlidingLog() SlidingLogParams { return l.sl }
 func (l *Limit) SlidingWindow() SlidingWindowParams { return l.sw.SlidingWindowParams }
 
 // Quota returns the limit's quota and the time window it refers to, as
-// SPEC §5's RateLimit-Policy reports them (q and w): burst over the time the
+// docs/responses.md's RateLimit-Policy reports them (q and w): burst over the time the
 // burst takes to refill for a token bucket, limit over window for the window
 // algorithms, and queue+1 over the time the queue takes to drain for a leaky
 // bucket.

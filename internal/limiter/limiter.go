@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Algorithm names one of the five algorithms of SPEC §3. The zero value is
+// Algorithm names one of the five algorithms of docs/algorithms.md. The zero value is
 // not an algorithm.
 type Algorithm uint8
 

@@ -2,7 +2,7 @@ package limiter
 
 import "time"
 
-// SlidingWindowParams configures a sliding window counter (SPEC §3). The
+// SlidingWindowParams configures a sliding window counter (docs/algorithms.md). The
 // window is cut into Slots slots of Window/Slots, aligned to the Unix epoch.
 // At instant t in slot j, the estimate of the units admitted in (t−Window, t]
 // is the sum of slots j−Slots+1 … j (wholly inside the window, or holding

@@ -2,7 +2,7 @@ package limiter
 
 import "time"
 
-// SlidingLogParams configures a sliding log (SPEC §3): a request of cost c is
+// SlidingLogParams configures a sliding log (docs/algorithms.md): a request of cost c is
 // admitted at t iff the units admitted in (t−Window, t] plus c are at most
 // Limit. It is exact, and costs memory in proportion to Limit, hence
 // MaxSlidingLogLimit; sliding_window approximates it in constant memory.

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// TokenBucketParams configures a token bucket (SPEC §3): the bucket holds up
+// TokenBucketParams configures a token bucket (docs/algorithms.md): the bucket holds up
 // to Burst tokens, starts full, and refills continuously at Rate. A request
 // of cost c is admitted iff the bucket holds at least c tokens, which it then
 // loses.
@@ -21,7 +21,7 @@ type TokenBucketParams struct {
 // exactly p nano-tokens every q nanoseconds (p/q is N·1e9/Per in lowest
 // terms). The state advances its clock only by whole multiples of q and
 // carries the rest, so no fraction of a token is ever rounded away: the
-// bucket's content at any instant is the exact rational value of SPEC §3,
+// bucket's content at any instant is the exact rational value of docs/algorithms.md,
 // and "tokens ≥ c" is decided exactly (an integer threshold compared to the
 // floor of an exact value).
 type tokenBucket struct {

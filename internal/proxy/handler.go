@@ -20,7 +20,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
-// Decisions, as the access log and SPEC §8's metrics name them.
+// Decisions, as the access log and docs/operating.md's metrics name them.
 const (
 	Allowed        = "allowed"
 	Rejected       = "rejected"
@@ -64,7 +64,7 @@ type Options struct {
 	Logger *zap.Logger
 	// AccessLog turns the access log on.
 	AccessLog bool
-	// Metrics, if not nil, receives SPEC §8's data-path metrics.
+	// Metrics, if not nil, receives docs/operating.md's data-path metrics.
 	Metrics *Metrics
 	// Now is the clock the limiters see. nil means a clock that follows
 	// the wall clock at start-up and then the monotonic clock, so it never
@@ -223,7 +223,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d, err := p.Limiter.Allow(r.Context(), key, start, 1)
 	if err != nil {
 		// The memory store never fails; the Redis store's on_error
-		// policy (issue 5) decides this case there.
+		// policy decides this case there.
 		h.log.Error("limiter failed; request forwarded", zap.String("policy", p.Name), zap.Error(err))
 		decision = Allowed
 		h.forward(rec, r, snap, p)
@@ -327,7 +327,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 	}
 }
 
-// logAccess writes SPEC §8's access-log line. Rejections are logged at
+// logAccess writes docs/operating.md's access-log line. Rejections are logged at
 // debug level, so that a flood of them cannot flood the log; a response
 // cut short after its status went out at warn, with an error field;
 // everything else at info.

@@ -12,7 +12,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
-// clientIP returns the address a request is keyed by (SPEC §4): the peer's
+// clientIP returns the address a request is keyed by (docs/configuration.md): the peer's
 // address, unless the peer is a trusted proxy, in which case the
 // forwarding headers are walked from the right (the hop nearest to us),
 // skipping trusted proxies, to the first address that is not one. RFC 7239

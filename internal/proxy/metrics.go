@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the data path's metrics of SPEC §8. Labels are policy and
+// Metrics are the data path's metrics of docs/operating.md. Labels are policy and
 // upstream names, decisions and status codes: never a client key, so their
 // number is bounded by the configuration. Safe for concurrent use; a nil
 // *Metrics records nothing.
@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// decision counts a request under SPEC §8's decisions: a request forwarded
+// decision counts a request under docs/operating.md's decisions: a request forwarded
 // without limiting (on_missing = "skip", the ACME challenge path) counts as
 // allowed.
 func (m *Metrics) decision(policy, d string) {

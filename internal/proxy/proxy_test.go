@@ -129,7 +129,7 @@ func (e *env) get(t *testing.T, path string, hdr ...string) *http.Response {
 
 // TestAlgorithms drives each algorithm's policy through the proxy with the
 // clock held still: exactly its limit passes, and every response carries
-// the SPEC §5 headers its decision implies.
+// the docs/responses.md headers its decision implies.
 func TestAlgorithms(t *testing.T) {
 	up := newUpstream(t, nil)
 	e := start(t, "all_algorithms.toml", up, newClock(), nil)
@@ -191,7 +191,7 @@ func TestAlgorithms(t *testing.T) {
 	}
 }
 
-// TestRejectionBody checks the problem+json body of SPEC §5.
+// TestRejectionBody checks the problem+json body of docs/responses.md.
 func TestRejectionBody(t *testing.T) {
 	e := start(t, "all_algorithms.toml", newUpstream(t, nil), newClock(), nil)
 	for range 5 {

@@ -45,7 +45,7 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// setRateLimitHeaders writes SPEC §5's fields for the most restrictive limit
+// setRateLimitHeaders writes docs/responses.md's fields for the most restrictive limit
 // of d, per mode: "draft" (IETF httpapi draft-10 RateLimit-Policy and
 // RateLimit, Structured Field lists), "legacy" (X-RateLimit-*), "both" or
 // "none".
@@ -82,7 +82,7 @@ func setRateLimitHeaders(h http.Header, mode config.HeadersMode, p *policy.Polic
 }
 
 // rejectionBody returns what a policy's rejections carry: its
-// [policy.reject] body, or SPEC §5's problem+json, which is the same for
+// [policy.reject] body, or docs/responses.md's problem+json, which is the same for
 // every rejection of the policy and so is built once per policy set.
 func rejectionBody(p *policy.Policy) []byte {
 	if p.Reject.Body != "" {

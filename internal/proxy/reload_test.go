@@ -13,7 +13,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
-// TestSwapKeepsCounters: SPEC §6's counter rules through the handler, with
+// TestSwapKeepsCounters: docs/configuration.md's counter rules through the handler, with
 // an injected clock. Every Set is compiled against the same store, as a
 // reload does.
 func TestSwapKeepsCounters(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
-// reloader applies a configuration file to the running proxy (SPEC §6):
+// reloader applies a configuration file to the running proxy (docs/configuration.md):
 // read, parse, validate and compile completely, then swap atomically; on
 // any error the running policies stay and the error is recorded. Reloads
 // are serialised; status may be read at any time. Safe for concurrent use.

@@ -140,7 +140,7 @@ func writeAtomic(t *testing.T, path, text string) {
 	}
 }
 
-// TestReloadTriggers: each trigger of SPEC §6 applies a new file.
+// TestReloadTriggers: each trigger of docs/configuration.md applies a new file.
 func TestReloadTriggers(t *testing.T) {
 	write := func(path, up string) { os.WriteFile(path, []byte(configText(up, 10, "1/h", "")), 0o644) }
 	t.Run("write in place", func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 // RunLeakyQueue tests a store whose leaky bucket is a real queue (the memory
 // store) inside testing/synctest bubbles, whose fake clock makes the
-// release timers fire at exactly the instants SPEC §3 gives. The store is
+// release timers fire at exactly the instants docs/algorithms.md gives. The store is
 // made inside each bubble.
 func RunLeakyQueue(t *testing.T, newStore NewStore) {
 	t.Run("FIFOAndSpacing", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { leakyFIFO(t, newStore(t)) }) })
@@ -187,7 +187,7 @@ func leakyCancel(t *testing.T, store limiter.Store) {
 	}
 }
 
-// lbModel is SPEC §3's leaky bucket as a list of departure times: a request
+// lbModel is docs/algorithms.md's leaky bucket as a list of departure times: a request
 // arriving at t leaves at max(t, the previous departure + its spacing);
 // it is rejected if Queue requests are waiting (departures after t) or if
 // its wait would exceed MaxWait.

@@ -207,9 +207,9 @@ func gap(rng *rand.Rand, now, grid int64) int64 {
 	}
 }
 
-// RunBoundary runs the boundary scenario of seed 002: a limit of 1000 per
+// RunBoundary runs the window-edge scenario: a limit of 1000 per
 // minute, 1000 requests at 0:59 and 1000 more at 1:01. The admitted counts
-// follow from SPEC §3 (see the comments) and show each algorithm's burst at
+// follow from docs/algorithms.md (see the comments) and show each algorithm's burst at
 // a window edge.
 func RunBoundary(t *testing.T, newStore NewStore) {
 	m := must(t)
@@ -253,7 +253,7 @@ func RunBoundary(t *testing.T, newStore NewStore) {
 	}
 }
 
-// RunMultiLimit checks SPEC §3's rule for several limits: admitted only if
+// RunMultiLimit checks docs/algorithms.md's rule for several limits: admitted only if
 // every limit admits, and a rejected request consumes nothing from any.
 func RunMultiLimit(t *testing.T, newStore NewStore) {
 	m := must(t)

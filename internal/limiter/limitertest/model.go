@@ -7,7 +7,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/limiter"
 )
 
-// The reference models: each algorithm written as naively as SPEC §3 states
+// The reference models: each algorithm written as naively as docs/algorithms.md states
 // it, with no attention to memory or speed and exact arithmetic throughout,
 // so that any decision of a Store that differs from them is a bug in the
 // Store or the limiter. Times are Unix nanoseconds; traces given to the

@@ -16,7 +16,7 @@
 // whose products would not stay exact. At instants that are whole
 // microseconds the decisions are the memory store's, with Retry-After and
 // reset rounded up to the microsecond. The leaky bucket is virtual here
-// (SPEC §3): the script returns each request's departure delay from a
+// (docs/algorithms.md): the script returns each request's departure delay from a
 // shared time at which the exit is free, so the spacing holds across
 // instances, but a request whose client leaves still holds its place.
 //
