@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,12 +120,14 @@ func scrape(t *testing.T, admin string) string {
 	return string(b)
 }
 
-// TestDrain starts the proxy, puts one request in flight and three in the
-// leaky-bucket queue, then stops it as SIGTERM does: every one of them must
-// be answered 200, new connections must be refused, and serve must return
-// nil within the drain budget.
+// TestDrain starts the proxy, puts two requests in flight at a slow
+// upstream and two in the leaky-bucket queue, then stops it as SIGTERM
+// does: every one of them must be answered 200, new connections must be
+// refused, and serve must return nil within the drain budget.
 func TestDrain(t *testing.T) {
+	var arrived atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
 		time.Sleep(300 * time.Millisecond) // a slow upstream: requests are in flight
 		w.Write([]byte("ok"))
 	}))
@@ -136,13 +139,15 @@ func TestDrain(t *testing.T) {
 	target, _ := url.Parse(up.URL)
 	cfg.Upstreams[0].Targets = []*url.URL{target}
 	cfg.Server.ShutdownTimeout = 20 * time.Second
+	cfg.Admin.Listen = "127.0.0.1:0"
 
 	ctx, stop := context.WithCancel(context.Background())
 	ready := make(chan listening, 1)
 	done := make(chan error, 1)
 	var logs bytes.Buffer
 	go func() { done <- serve(ctx, "", cfg, &syncWriter{w: &logs}, ready) }()
-	addr := (<-ready).Proxy.String()
+	l := <-ready
+	addr := l.Proxy.String()
 
 	var wg sync.WaitGroup
 	statuses := make(chan int, 8)
@@ -162,11 +167,23 @@ func TestDrain(t *testing.T) {
 		wg.Add(1)
 		go get("/lb")
 	}
-	time.Sleep(100 * time.Millisecond) // all four are in the proxy now
-	stop()                             // SIGTERM
-	time.Sleep(50 * time.Millisecond)
-	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+	// All four are in the proxy: two at the upstream, two queued.
+	waitMetric(t, "http://"+l.Admin.String(), `limitproxy_queue_depth{policy="lb"} 2`)
+	for arrived.Load() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop() // SIGTERM
+	// The listener closes at once; the dial that fails shows it (bounded).
+	refused := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			refused = true
+			break
+		}
 		c.Close()
+	}
+	if !refused {
 		t.Error("the proxy still accepts connections while draining")
 	}
 	wg.Wait()

@@ -26,6 +26,13 @@ type Options struct {
 	// to it, and Retry-After is compared after rounding the model's value
 	// up to it. 0 means the nanosecond.
 	Resolution time.Duration
+	// Seeds is how many random traces RunModel drives through each
+	// algorithm. 0 means 12; a store whose decisions cost a round trip
+	// (Redis) runs fewer.
+	Seeds int
+	// Parallel runs RunModel's algorithms in parallel; newStore must then
+	// give each subtest a store of its own (say, its own key prefix).
+	Parallel bool
 }
 
 // Run runs the whole suite against stores made by newStore.
@@ -108,13 +115,19 @@ func must(t testing.TB) func(limiter.Limit, error) limiter.Limit {
 func RunModel(t *testing.T, newStore NewStore, o Options) {
 	res := int64(max(o.Resolution, 1))
 	const (
-		seeds  = 12
 		events = 2500
 		keys   = 3
 	)
+	seeds := 12
+	if o.Seeds > 0 {
+		seeds = o.Seeds
+	}
 	periods := []time.Duration{time.Second, time.Minute, 7 * time.Second, time.Hour, 250 * time.Millisecond, 3 * time.Second}
 	for _, alg := range []limiter.Algorithm{limiter.TokenBucket, limiter.FixedWindow, limiter.SlidingLog, limiter.SlidingWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
+			if o.Parallel {
+				t.Parallel()
+			}
 			store := newStore(t)
 			ctx := context.Background()
 			for seed := range uint64(seeds) {
