@@ -83,13 +83,13 @@ func run(lim limiter.Limit, ts []int64, base time.Time) []bool {
 	case limiter.SlidingLog:
 		var s limiter.SlidingLogState
 		for i, t := range ts {
-			out[i] = lim.StepSlidingLog(&s, base.Add(time.Duration(t)), 1, true).Allowed
+			out[i] = lim.StepSlidingLog(&s, base.Add(time.Duration(t)), 1).Allowed
 		}
 	case limiter.SlidingWindow:
 		var slot int64
 		counts := make([]uint32, lim.SlidingWindowCounters())
 		for i, t := range ts {
-			out[i] = lim.StepSlidingWindow(limiter.SlidingWindowState{Slot: &slot, Counts: counts}, base.Add(time.Duration(t)), 1, true).Allowed
+			out[i] = lim.StepSlidingWindow(limiter.SlidingWindowState{Slot: &slot, Counts: counts}, base.Add(time.Duration(t)), 1).Allowed
 		}
 	}
 	return out

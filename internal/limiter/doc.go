@@ -3,12 +3,13 @@
 //
 // A Limiter is one policy's limits bound to a Store. Allow(ctx, key, now, n)
 // decides a request from one client key at an instant the caller passes in:
-// nothing in this package reads the clock of its own accord, so every
-// algorithm is tested with exact instants. (A leaky bucket's release timer
-// reads the clock its Store passes in, the one the instants come from, to
-// keep its releases on schedule; see StepLeakyBucket.) A request is admitted only if every limit of the policy
-// admits it, and a rejected request consumes nothing from any of them; the
-// Store makes that atomic per key.
+// nothing in this package reads the clock, holds a lock or starts a timer,
+// so every algorithm is a step over a small state, tested with exact
+// instants. (The leaky bucket's step decides who may wait and until when;
+// the Store keeps the queue itself, its FIFO and its release timer, and
+// Limiter.Wait waits there.) A request is admitted only if every limit of
+// the policy admits it, and a rejected request consumes nothing from any of
+// them; the Store makes that atomic per key.
 //
 // # Algorithms (docs/algorithms.md)
 //

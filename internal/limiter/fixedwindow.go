@@ -34,13 +34,27 @@ type FixedWindowState struct {
 	count  int64 // units admitted in that window; 0 means fresh
 }
 
-// StepFixedWindow applies a request of weight n at now to s (the state of
-// limit l); see StepTokenBucket for commit. An instant in a window earlier
+// StepFixedWindow applies a request of weight n at now to s, the state of
+// limit l, and returns the decision; an admitted request consumes from s.
+// The caller must serialise calls on one state.
+func (l *Limit) StepFixedWindow(s *FixedWindowState, now time.Time, n int64) Decision {
+	return l.stepFixedWindow(s, now, n, true)
+}
+
+// PeekFixedWindow returns the decision StepFixedWindow would return, leaving s
+// unchanged: a Store checks every limit of a policy this way before it
+// consumes from any.
+func (l *Limit) PeekFixedWindow(s *FixedWindowState, now time.Time, n int64) Decision {
+	return l.stepFixedWindow(s, now, n, false)
+}
+
+// stepFixedWindow applies a request of weight n at now to s (the state of
+// limit l); with commit false it only reads. An instant in a window earlier
 // than the one s has seen counts in that later window, so going back in
 // time never reopens a window. Retry-After is the time to the next window.
 //
 // Memory: 16 bytes per key. The caller must serialise calls on one state.
-func (l *Limit) StepFixedWindow(s *FixedWindowState, now time.Time, n int64, commit bool) Decision {
+func (l *Limit) stepFixedWindow(s *FixedWindowState, now time.Time, n int64, commit bool) Decision {
 	p := &l.fw
 	c, ok := weighted(n, l.cost, p.Limit)
 	if !ok {

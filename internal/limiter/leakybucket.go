@@ -1,9 +1,7 @@
 package limiter
 
 import (
-	"context"
 	"math"
-	"sync"
 	"time"
 )
 
@@ -46,86 +44,57 @@ func NewLeakyBucket(p LeakyBucketParams) (Limit, error) {
 	return Limit{alg: LeakyBucket, cost: cost, lb: leakyBucket{p, p.Rate.interval()}}, nil
 }
 
-// LeakyBucketState is the state a Store keeps per key for a leaky bucket:
-// 16 bytes, and its zero value is a fresh key. A request that finds the exit
-// open leaves at once and only closes it (an instant in the state: no
-// allocation, no timer). Only when a request must wait does the key get a
-// queue, whose one release timer runs under the lock the Store passes to
-// StepLeakyBucket; once nobody waits and the exit has reopened, the queue
-// holds no timer and the Store may forget the key (LeakyBucketIdleAt).
+// LeakyBucketState is what a Store keeps per key for a leaky bucket
+// besides its queue: when the exit reopens after a request that left at
+// once. 8 bytes; its zero value is a fresh key.
 type LeakyBucketState struct {
-	open uint64 // biased instant the exit reopens after a direct release; 0 = fresh
-	q    *leakyQueue
+	open uint64 // biased instant the exit reopens; 0 = fresh
 }
 
-// gate returns when the exit of an un-busy key reopens.
-func (s *LeakyBucketState) gate() int64 {
-	g := int64(math.MinInt64)
-	if s.open != 0 {
-		g = unbias(s.open)
-	}
-	if s.q != nil {
-		g = max(g, s.q.gateAt)
-	}
-	return g
+// LeakyQueue is what a Store tells the leaky bucket's step about the
+// requests of one key waiting in its queue. The Store keeps the queue
+// itself (its FIFO, its release timer, its clock); the step only decides.
+// The zero value is a key with no queue.
+type LeakyQueue struct {
+	// Busy: the queue's release timer runs (requests wait, or the last
+	// release holds the exit closed for its spacing).
+	Busy bool
+	// Gate is when the exit reopens for the next release; for a queue that
+	// is not busy, when it reopened last (zero: never).
+	Gate time.Time
+	// Waiting is how many requests wait; Pending the exit time they hold
+	// together (the sum of their spacings).
+	Waiting int64
+	Pending time.Duration
+	// FreeAt is when a place frees in a full queue: the release of waiter
+	// Waiting − Queue (0 = the head) if nobody leaves early. Read only
+	// when Waiting ≥ Queue.
+	FreeAt time.Time
 }
 
-// leakyQueue is one key's FIFO and exit gate while requests wait. All fields
-// are guarded by mu, the Store's lock for the key.
+// StepLeakyBucket decides a request of weight n at now, the state s of
+// limit l and its queue q as the Store describes it (nil: the key has no
+// queue). A request that finds
+// the exit open and nobody waiting leaves at once, closing the exit for
+// its spacing (s records when it reopens). Otherwise it is admitted with a
+// Delay — its departure, one spacing after the requests ahead — if its
+// queue has room and the wait is at most MaxWait; the Store then queues it
+// (with LeakyBucketSpacing(n)) and releases it at that departure or, as
+// waiters ahead leave, sooner. Rejections and queued admissions leave s
+// unchanged.
 //
-// One timer per busy key fires when the exit reopens; it releases the head
-// (closing the exit again for the head's spacing) or, with nobody waiting,
-// leaves the key idle. gateAt is when the exit reopens, in the caller's
-// clock.
-//
-// With a clock (the one the caller's instants come from), releases keep to
-// a schedule: due is when the next release is due, one spacing after the
-// previous one was due, and no release happens before it is due, so in any
-// interval T at most ⌈T/spacing⌉ + 1 leave. Timers fire late (Go's by up
-// to about a millisecond), and spacing each release from the previous one
-// forwarded 1000/s as about 750/s; instead a release made late lets the
-// next follow sooner, though no sooner than minGap of its spacing while
-// the schedule is within reach, and at once when it is overdue too. A
-// queue more than a spacing (at least timerSlack) behind, a stall,
-// restarts its schedule from now rather than bursting. Without a clock,
-// each release is timed from the previous one.
-type leakyQueue struct {
-	mu      *sync.Mutex
-	clock   func() time.Time // nil: time each release from the previous one
-	timer   *time.Timer
-	busy    bool  // timer armed
-	gateAt  int64 // ns: when the exit reopens
-	due     int64 // ns: when the next release is due on the schedule
-	pending int64 // ns: sum of the spacing of the waiters
-	n       int64 // waiters
-	head    *waiter
-	tail    *waiter
+// Memory: 8 bytes per key; the Store's queue while requests wait.
+func (l *Limit) StepLeakyBucket(s *LeakyBucketState, q *LeakyQueue, now time.Time, n int64) Decision {
+	return l.stepLeakyBucket(s, q, now, n, true)
 }
 
-// waiter is a request's place in a leakyQueue. Its fields are guarded by
-// the queue's mu, except ready, which is closed once under mu.
-type waiter struct {
-	q          *leakyQueue
-	prev, next *waiter
-	spacing    int64 // ns the exit stays closed after this request leaves
-	ready      chan struct{}
-	released   bool
-	removed    bool
+// PeekLeakyBucket returns the decision StepLeakyBucket would return,
+// leaving s unchanged.
+func (l *Limit) PeekLeakyBucket(s *LeakyBucketState, q *LeakyQueue, now time.Time, n int64) Decision {
+	return l.stepLeakyBucket(s, q, now, n, false)
 }
 
-// StepLeakyBucket applies a request of weight n at now to s (the state of
-// limit l); see StepTokenBucket for commit. mu is the lock the caller holds
-// for this key; the queue's release timer takes it too, so it must outlive
-// the state. clock, if not nil, is the clock now comes from; the queue
-// reads it to keep its releases on schedule (see leakyQueue). An admitted
-// request that must wait gets a Decision whose Wait blocks until its
-// release (or returns when its context ends, leaving the queue so that
-// those behind move up).
-//
-// Memory: 16 bytes per key; while requests wait, about 150 bytes and one
-// timer for the key and about 100 bytes per waiter. Waiters hold no
-// goroutine besides their own.
-func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, clock func() time.Time, now time.Time, n int64, commit bool) Decision {
+func (l *Limit) stepLeakyBucket(s *LeakyBucketState, q *LeakyQueue, now time.Time, n int64, commit bool) Decision {
 	p := &l.lb
 	c, ok := weighted(n, l.cost, MaxCount)
 	if !ok {
@@ -133,15 +102,13 @@ func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, clock func(
 	}
 	spacing := satMul(c, p.interval)
 	t := nanos(now)
-	q := s.q
-	busy := q != nil && q.busy
 	d := Decision{Limit: p.Queue + 1}
 
 	var gate, waiting, pending int64
-	if busy {
+	if q != nil && q.Busy {
 		// A timer that is due but has not run yet reopens the exit about now.
-		gate, waiting, pending = max(q.gateAt, t), q.n, q.pending
-	} else if gate = s.gate(); gate <= t {
+		gate, waiting, pending = max(nanos(q.Gate), t), q.Waiting, int64(q.Pending)
+	} else if gate = s.gate(q); gate <= t {
 		// The exit is open and nobody waits: leave at once.
 		d.Allowed = true
 		d.Remaining = p.Queue
@@ -159,7 +126,11 @@ func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, clock func(
 		// wait has shrunk to MaxWait.
 		at := leave - int64(p.MaxWait)
 		if waiting >= p.Queue {
-			at = max(at, q.departure(gate, waiting-p.Queue))
+			free := gate // no queue: the exit's reopening frees the one place
+			if q != nil && q.Busy {
+				free = nanos(q.FreeAt)
+			}
+			at = max(at, free)
 		}
 		d.RetryAfter = time.Duration(at - t)
 		d.ResetAt = instant(leave)
@@ -169,145 +140,36 @@ func (l *Limit) StepLeakyBucket(s *LeakyBucketState, mu *sync.Mutex, clock func(
 	d.Delay = time.Duration(wait)
 	d.Remaining = p.Queue - waiting - 1
 	d.ResetAt = instant(satAdd(leave, spacing))
-	if commit {
-		switch {
-		case q == nil:
-			q = &leakyQueue{mu: mu, clock: clock}
-			q.timer = time.AfterFunc(time.Duration(gate-t), q.fire)
-			s.q = q
-		case !busy:
-			q.timer.Reset(time.Duration(gate - t))
-		}
-		if !busy {
-			q.due = gate // a new schedule
-		}
-		q.busy, q.gateAt = true, gate
-		w := &waiter{q: q, spacing: spacing, ready: make(chan struct{})}
-		q.push(w)
-		d.waiter = w
-	}
 	return d
 }
 
-// departure returns when the i-th waiter (0 = head) is released, if the
-// exit reopens at gate and nobody leaves. q may be nil when i is 0.
-func (q *leakyQueue) departure(gate, i int64) int64 {
-	if i == 0 {
-		return gate
+// gate returns when the exit of a key whose queue is not busy reopens.
+func (s *LeakyBucketState) gate(q *LeakyQueue) int64 {
+	g := int64(math.MinInt64)
+	if s.open != 0 {
+		g = unbias(s.open)
 	}
-	w := q.head
-	for ; i > 0 && w != nil; i-- {
-		gate = satAdd(gate, w.spacing)
-		w = w.next
+	if q != nil && !q.Gate.IsZero() {
+		g = max(g, nanos(q.Gate))
 	}
-	return gate
+	return g
 }
 
-// fire runs when the gate opens.
-func (q *leakyQueue) fire() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	w := q.head
-	if w == nil {
-		q.busy = false
-		return
-	}
-	q.unlink(w)
-	w.released = true
-	close(w.ready)
-	next := w.spacing
-	if q.clock != nil {
-		now := nanos(q.clock())
-		due := satAdd(q.due, w.spacing)
-		switch lag := now - due; {
-		case lag > max(w.spacing, int64(timerSlack)): // a stall: the next at once, and a new schedule from it
-			due, next = now, 0
-		case lag >= 0: // overdue: at once
-			next = 0
-		default: // catch up, gently
-			next = max(due-now, satMul(w.spacing, minGap)/100)
-		}
-		q.due = due
-		q.gateAt = satAdd(now, next)
-	} else {
-		q.gateAt = satAdd(q.gateAt, w.spacing)
-	}
-	q.timer.Reset(time.Duration(next))
+// LeakyBucketSpacing returns how long a request of weight n holds the exit
+// of leaky bucket l: its cost in intervals of 1/Rate (rounded up to the
+// nanosecond, so that the rate is never exceeded).
+func (l *Limit) LeakyBucketSpacing(n int64) time.Duration {
+	return time.Duration(satMul(satMul(n, l.cost), l.lb.interval))
 }
 
-// minGap is the shortest gap, in percent of a spacing, between a late
-// release and the next while the schedule is within reach.
-const minGap = 90
-
-// timerSlack bounds how far behind its schedule a queue may fall and
-// still catch up rather than start a new schedule (or a spacing, if that
-// is longer). Timers fire late routinely (Go's wait for the network poller
-// counts whole milliseconds) and more so when a busy neighbour takes the
-// CPU; at 1000/s, where a spacing is shorter than that, 2 ms forwarded
-// 980–987/s beside a CPU-bound process and 10 ms 1000/s. Catching up
-// releases at most timerSlack's worth of the rate at once, never ahead of
-// the schedule.
-const timerSlack = 10 * time.Millisecond
-
-func (q *leakyQueue) push(w *waiter) {
-	w.prev = q.tail
-	if q.tail != nil {
-		q.tail.next = w
-	} else {
-		q.head = w
-	}
-	q.tail = w
-	q.n++
-	q.pending = satAdd(q.pending, w.spacing)
-}
-
-func (q *leakyQueue) unlink(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		q.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		q.tail = w.prev
-	}
-	w.prev, w.next = nil, nil
-	w.removed = true
-	q.n--
-	q.pending -= w.spacing
-}
-
-// wait blocks until w is released or ctx ends; in the latter case w leaves
-// the queue and is never released.
-func (w *waiter) wait(ctx context.Context) error {
-	select {
-	case <-w.ready:
-		return nil
-	case <-ctx.Done():
-	}
-	w.q.mu.Lock()
-	if !w.removed {
-		w.q.unlink(w)
-	}
-	w.q.mu.Unlock()
-	// If the release raced with the cancellation, the place is spent, but
-	// the client has gone: do not forward.
-	return ctx.Err()
-}
-
-// LeakyBucketIdleAt returns when s equals a fresh key's state if nothing
-// arrives: when its exit reopens, or the maximal Time while requests wait
-// (such a key must not be forgotten). The caller must hold the lock it
-// passes to StepLeakyBucket.
-func LeakyBucketIdleAt(s *LeakyBucketState) time.Time {
-	switch {
-	case s.q != nil && s.q.busy:
-		return instant(math.MaxInt64)
-	case s.open == 0 && s.q == nil:
+// LeakyBucketReopensAt returns when the exit of s, and of its queue q if
+// it has one (not busy), reopens: from then on the key is a fresh one and
+// a Store may forget it. A fresh state returns the zero Time.
+func LeakyBucketReopensAt(s *LeakyBucketState, q *LeakyQueue) time.Time {
+	if s.open == 0 && (q == nil || q.Gate.IsZero()) {
 		return time.Time{}
 	}
-	return instant(s.gate())
+	return instant(s.gate(q))
 }
 
 func satMul(a, b int64) int64 {

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -15,10 +16,11 @@ import (
 // Step… methods to the state it keeps, and the Redis store sends the
 // parameters to its scripts.
 type Limit struct {
-	alg    Algorithm
-	name   string        // state namespace, set by New
-	handle *atomic.Int64 // the bound Store's memo, set by New
-	cost   int64         // per request, ≥ 1
+	alg     Algorithm
+	name    string // state namespace, set by New
+	id      int32  // dense number of name (stateID), set by New
+	binding uint64 // unique to the New call that bound it; 0 before
+	cost    int64  // per request, ≥ 1
 
 	tb tokenBucket
 	lb leakyBucket
@@ -48,12 +50,55 @@ func (l *Limit) Algorithm() Algorithm { return l.alg }
 // until New binds l into a Limiter.
 func (l *Limit) Name() string { return l.name }
 
-// Handle returns a word in which the Store the limit is bound to may
-// memoise its own handle for the limit (a table index, say), so that it
-// resolves Name once per Limiter rather than once per request. It is nil
-// until New binds the limit, and zero until the Store first sets it. Each
-// Limiter gets fresh handles, and a Limiter is bound to one Store.
-func (l *Limit) Handle() *atomic.Int64 { return l.handle }
+// StateID returns a small number, from 0 up, that stands for Name() in
+// this process: the same for every Limit bound under that name, across
+// reloads, so that a Store may index its state by it rather than look the
+// name up. -1 before New binds the limit.
+func (l *Limit) StateID() int {
+	if l.name == "" {
+		return -1
+	}
+	return int(l.id)
+}
+
+// Binding returns a number unique to the Limiter l was bound into (New),
+// 0 before: a Store may cache under it what it derives from l's parameters,
+// which a later Limiter of the same name may change.
+func (l *Limit) Binding() uint64 { return l.binding }
+
+// StateIDOf returns the StateID of the limits bound under name, if any
+// ever was.
+func StateIDOf(name string) (int, bool) {
+	stateIDs.mu.Lock()
+	defer stateIDs.mu.Unlock()
+	id, ok := stateIDs.m[name]
+	return int(id), ok
+}
+
+// stateIDs numbers the state names of every limit ever bound in this
+// process. They are few (one per configured limit, over all reloads), so
+// the table is never trimmed.
+var stateIDs struct {
+	mu sync.Mutex
+	m  map[string]int32
+}
+
+// bindings counts the New calls that bound limits.
+var bindings atomic.Uint64
+
+func stateID(name string) int32 {
+	stateIDs.mu.Lock()
+	defer stateIDs.mu.Unlock()
+	if id, ok := stateIDs.m[name]; ok {
+		return id
+	}
+	if stateIDs.m == nil {
+		stateIDs.m = map[string]int32{}
+	}
+	id := int32(len(stateIDs.m))
+	stateIDs.m[name] = id
+	return id
+}
 
 // Cost returns the units one request of weight 1 consumes from l.
 func (l *Limit) Cost() int64 { return l.cost }

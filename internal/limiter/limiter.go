@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 )
 
@@ -92,7 +91,7 @@ type Decision struct {
 	// Delay is how long an admitted request waits in a leaky-bucket queue
 	// before it may be forwarded; 0 for the other algorithms. With the memory
 	// store it is an upper bound: waiters ahead that leave make it shorter.
-	// Use Wait rather than sleeping for Delay.
+	// Use Limiter.Wait rather than sleeping for Delay.
 	Delay time.Duration
 	// RetryAfter is, for a rejected request, the time after which the same
 	// request would be admitted if nothing else arrived; 0 when allowed.
@@ -109,8 +108,10 @@ type Decision struct {
 	// Index is the position, among the limiter's limits, of the limit that
 	// Limit, Remaining and ResetAt describe: the most restrictive one.
 	Index int
-
-	waiter *waiter // set for a request queued in a real leaky-bucket queue
+	// Ticket identifies the place of a request queued by a Store that
+	// keeps a real queue (the memory store); 0 for none. Limiter.Wait
+	// hands it back to the Store.
+	Ticket uint64
 }
 
 // Merge folds d2, the decision of the limit at index i, into d, the decision
@@ -128,16 +129,16 @@ func (d *Decision) Merge(i int, d2 Decision) {
 	allowed := d.Allowed && d2.Allowed
 	retry := max(d.RetryAfter, d2.RetryAfter)
 	delay := max(d.Delay, d2.Delay)
-	w := d.waiter
-	if d2.waiter != nil {
-		w = d2.waiter
+	ticket := d.Ticket
+	if d2.Ticket != 0 {
+		ticket = d2.Ticket
 	}
 	if moreRestrictive(d2, *d) {
 		*d = d2
 	}
-	d.Allowed, d.RetryAfter, d.Delay, d.waiter = allowed, retry, delay, w
+	d.Allowed, d.RetryAfter, d.Delay, d.Ticket = allowed, retry, delay, ticket
 	if !allowed {
-		d.Delay, d.waiter = 0, nil
+		d.Delay, d.Ticket = 0, 0
 	}
 }
 
@@ -151,33 +152,7 @@ func moreRestrictive(a, b Decision) bool {
 	return a.ResetAt.After(b.ResetAt)
 }
 
-// Wait blocks until an admitted request may be forwarded: at once for a
-// Decision without Delay, when its place in a memory-store leaky-bucket queue
-// is released, or after Delay for a store whose queue is virtual. If ctx ends
-// first, the request leaves the queue (those behind it move up) and Wait
-// returns ctx's error; the request must then not be forwarded. Calling Wait
-// on a rejected Decision returns ErrRejected.
-func (d Decision) Wait(ctx context.Context) error {
-	if !d.Allowed {
-		return ErrRejected
-	}
-	if d.waiter != nil {
-		return d.waiter.wait(ctx)
-	}
-	if d.Delay <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d.Delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// ErrRejected is returned by Decision.Wait for a rejected request.
+// ErrRejected is returned by Limiter.Wait for a rejected request.
 var ErrRejected = errors.New("limiter: request rejected")
 
 // Limiter is one policy's limits bound to a Store: the unit the proxy asks
@@ -220,7 +195,8 @@ func New(store Store, policy string, limits ...Limit) (*Limiter, error) {
 			return nil, errors.New("limiter: more than one leaky_bucket in one policy")
 		}
 		l.name = stateName(policy, &l, seen[l.alg])
-		l.handle = new(atomic.Int64)
+		l.id = stateID(l.name)
+		l.binding = bindings.Add(1)
 		seen[l.alg]++
 		ls[i] = l
 	}
@@ -273,6 +249,22 @@ func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64)
 // changing any state.
 func (l *Limiter) Peek(ctx context.Context, key string, now time.Time) (Decision, error) {
 	return l.store.Peek(ctx, l.limits, key, now, 1)
+}
+
+// Wait blocks until a request admitted by Allow may be forwarded: at once
+// for a Decision without Delay, when its place in the memory store's
+// leaky-bucket queue is released, or after Delay for a store whose queue is
+// virtual. If ctx ends first, the request leaves the queue (those behind
+// it move up) and Wait returns ctx's error; the request must then not be
+// forwarded. A rejected Decision returns ErrRejected.
+func (l *Limiter) Wait(ctx context.Context, d Decision) error {
+	if !d.Allowed {
+		return ErrRejected
+	}
+	if d.Delay <= 0 && d.Ticket == 0 {
+		return nil
+	}
+	return l.store.Wait(ctx, d)
 }
 
 // Reset forgets key's state for every limit of l.

@@ -91,14 +91,28 @@ func (s SlidingWindowState) empty() bool {
 	return true
 }
 
-// StepSlidingWindow applies a request of weight n at now to s (the state
-// of limit l); see StepTokenBucket for commit. An instant in a slot earlier
+// StepSlidingWindow applies a request of weight n at now to s, the state of
+// limit l, and returns the decision; an admitted request consumes from s.
+// The caller must serialise calls on one state.
+func (l *Limit) StepSlidingWindow(s SlidingWindowState, now time.Time, n int64) Decision {
+	return l.stepSlidingWindow(s, now, n, true)
+}
+
+// PeekSlidingWindow returns the decision StepSlidingWindow would return, leaving s
+// unchanged: a Store checks every limit of a policy this way before it
+// consumes from any.
+func (l *Limit) PeekSlidingWindow(s SlidingWindowState, now time.Time, n int64) Decision {
+	return l.stepSlidingWindow(s, now, n, false)
+}
+
+// stepSlidingWindow applies a request of weight n at now to s (the state
+// of limit l); with commit false it only reads. An instant in a slot earlier
 // than the newest one written counts at the start of that newest slot, the
 // most conservative reading.
 //
 // Memory: 8 + 4·(Slots+1) bytes per key (16 for Slots = 1). The caller must
 // serialise calls on one state.
-func (l *Limit) StepSlidingWindow(s SlidingWindowState, now time.Time, n int64, commit bool) Decision {
+func (l *Limit) stepSlidingWindow(s SlidingWindowState, now time.Time, n int64, commit bool) Decision {
 	p := &l.sw
 	c, ok := weighted(n, l.cost, p.Limit)
 	if !ok {

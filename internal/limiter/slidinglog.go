@@ -43,14 +43,28 @@ type SlidingLogState struct {
 
 func (s *SlidingLogState) at(i int) int64 { return s.ring[(s.head+i)%len(s.ring)] }
 
-// StepSlidingLog applies a request of weight n at now to s (the state of
-// limit l); see StepTokenBucket for commit. An instant earlier than the
+// StepSlidingLog applies a request of weight n at now to s, the state of
+// limit l, and returns the decision; an admitted request consumes from s.
+// The caller must serialise calls on one state.
+func (l *Limit) StepSlidingLog(s *SlidingLogState, now time.Time, n int64) Decision {
+	return l.stepSlidingLog(s, now, n, true)
+}
+
+// PeekSlidingLog returns the decision StepSlidingLog would return, leaving s
+// unchanged: a Store checks every limit of a policy this way before it
+// consumes from any.
+func (l *Limit) PeekSlidingLog(s *SlidingLogState, now time.Time, n int64) Decision {
+	return l.stepSlidingLog(s, now, n, false)
+}
+
+// stepSlidingLog applies a request of weight n at now to s (the state of
+// limit l); with commit false it only reads. An instant earlier than the
 // newest entry is treated as that entry's instant.
 //
 // Memory: 8 bytes per admitted unit still in the window, at most
 // 8·Limit bytes per key, plus a 40-byte header. The caller must serialise
 // calls on one state.
-func (l *Limit) StepSlidingLog(s *SlidingLogState, now time.Time, n int64, commit bool) Decision {
+func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commit bool) Decision {
 	p := &l.sl
 	c, ok := weighted(n, l.cost, p.Limit)
 	if !ok {

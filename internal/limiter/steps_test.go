@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"sync"
 	"testing"
 	"time"
 )
@@ -21,26 +20,24 @@ func newStepper(l Limit) stepper {
 	switch l.alg {
 	case TokenBucket:
 		var s TokenBucketState
-		return func(now time.Time, n int64) Decision { return l.StepTokenBucket(&s, now, n, true) }
+		return func(now time.Time, n int64) Decision { return l.StepTokenBucket(&s, now, n) }
 	case FixedWindow:
 		var s FixedWindowState
-		return func(now time.Time, n int64) Decision { return l.StepFixedWindow(&s, now, n, true) }
+		return func(now time.Time, n int64) Decision { return l.StepFixedWindow(&s, now, n) }
 	case SlidingLog:
 		var s SlidingLogState
-		return func(now time.Time, n int64) Decision { return l.StepSlidingLog(&s, now, n, true) }
+		return func(now time.Time, n int64) Decision { return l.StepSlidingLog(&s, now, n) }
 	case SlidingWindow:
 		var slot int64
 		counts := make([]uint32, l.SlidingWindowCounters())
 		return func(now time.Time, n int64) Decision {
-			return l.StepSlidingWindow(SlidingWindowState{&slot, counts}, now, n, true)
+			return l.StepSlidingWindow(SlidingWindowState{&slot, counts}, now, n)
 		}
 	case LeakyBucket:
+		// Without a store's queue: the direct releases only.
 		var s LeakyBucketState
-		var mu sync.Mutex
 		return func(now time.Time, n int64) Decision {
-			mu.Lock()
-			defer mu.Unlock()
-			return l.StepLeakyBucket(&s, &mu, nil, now, n, true)
+			return l.StepLeakyBucket(&s, nil, now, n)
 		}
 	}
 	panic("unknown algorithm")
@@ -261,3 +258,28 @@ func TestParamErrors(t *testing.T) {
 }
 
 func errOf(_ Limit, err error) error { return err }
+
+// TestLeakyBucketStepsNoQueue: the leaky bucket's step without a store's
+// queue (queue = 0, nginx's limit_req without burst): one request through
+// per 1/r, the others rejected with Retry-After until the exit reopens;
+// with a queue and no waiters yet, the next one is admitted with the wait
+// until then. Waiting itself is the store's (memstore's queue tests).
+func TestLeakyBucketStepsNoQueue(t *testing.T) {
+	must := mustLimit(t)
+	l := must(NewLeakyBucket(LeakyBucketParams{Rate: Rate{10, time.Second}}))
+	runSteps(t, l, []step{
+		{t: 0, allowed: true, remaining: 0, reset: 100 * ms},
+		{t: 0, allowed: false, retry: 100 * ms, reset: 100 * ms},
+		{t: 40 * ms, allowed: false, retry: 60 * ms, reset: 100 * ms},
+		{t: 100 * ms, allowed: true, remaining: 0, reset: 200 * ms},
+		{t: 50 * ms, allowed: false, retry: 150 * ms, reset: 200 * ms}, // time going backwards
+	})
+	q := must(NewLeakyBucket(LeakyBucketParams{Rate: Rate{10, time.Second}, Queue: 2, MaxWait: time.Second}))
+	var s LeakyBucketState
+	if d := q.StepLeakyBucket(&s, nil, at(0), 1); !d.Allowed || d.Delay != 0 {
+		t.Fatalf("first: %+v", d)
+	}
+	if d := q.StepLeakyBucket(&s, nil, at(30*ms), 1); !d.Allowed || d.Delay != 70*ms || d.Remaining != 1 {
+		t.Errorf("second, the exit closed: %+v, want admitted with Delay 70ms, remaining 1", d)
+	}
+}

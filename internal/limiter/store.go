@@ -34,6 +34,13 @@ type Store interface {
 	// client). A leaky bucket's Decision carries no place in the queue.
 	Peek(ctx context.Context, limits []Limit, key string, now time.Time, n int64) (Decision, error)
 
+	// Wait blocks until the request of an admitted Decision this Store
+	// returned with a Delay or a Ticket may be forwarded, or until ctx
+	// ends: then the request leaves its queue (with a real queue, those
+	// behind it move up) and Wait returns ctx's error. Limiter.Wait calls
+	// it.
+	Wait(ctx context.Context, d Decision) error
+
 	// Reset forgets key's state for every limit in limits, so that its
 	// next request is a fresh key's (the admin API's "unblock this
 	// client"). Requests already waiting in a leaky-bucket queue keep their

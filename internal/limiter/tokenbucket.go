@@ -69,7 +69,21 @@ func bias(ns int64) uint64 { return uint64(ns) ^ 1<<63 }
 
 func unbias(u uint64) int64 { return int64(u ^ 1<<63) }
 
-// StepTokenBucket applies a request of weight n at now to s (the state of
+// StepTokenBucket applies a request of weight n at now to s, the state of
+// limit l, and returns the decision; an admitted request consumes from s.
+// The caller must serialise calls on one state.
+func (l *Limit) StepTokenBucket(s *TokenBucketState, now time.Time, n int64) Decision {
+	return l.stepTokenBucket(s, now, n, true)
+}
+
+// PeekTokenBucket returns the decision StepTokenBucket would return, leaving s
+// unchanged: a Store checks every limit of a policy this way before it
+// consumes from any.
+func (l *Limit) PeekTokenBucket(s *TokenBucketState, now time.Time, n int64) Decision {
+	return l.stepTokenBucket(s, now, n, false)
+}
+
+// stepTokenBucket applies a request of weight n at now to s (the state of
 // limit l) and returns the decision. With commit false, s is left unchanged
 // and the decision says what committing would do (a Store uses it to check
 // every limit of a policy before consuming from any). Time going backwards
@@ -77,7 +91,7 @@ func unbias(u uint64) int64 { return int64(u ^ 1<<63) }
 // credited twice.
 //
 // Memory: 16 bytes per key. The caller must serialise calls on one state.
-func (l *Limit) StepTokenBucket(s *TokenBucketState, now time.Time, n int64, commit bool) Decision {
+func (l *Limit) stepTokenBucket(s *TokenBucketState, now time.Time, n int64, commit bool) Decision {
 	b := &l.tb
 	t := nanos(now)
 	c, ok := weighted(n, l.cost, b.Burst)

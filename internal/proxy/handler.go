@@ -247,7 +247,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.metrics.queued(p.Name, 1)
 		ctx, cancel := context.WithCancel(r.Context())
 		stop := context.AfterFunc(h.closing, cancel)
-		err := d.Wait(ctx)
+		err := p.Limiter.Wait(ctx, d)
 		stop()
 		cancel()
 		h.metrics.queued(p.Name, -1)

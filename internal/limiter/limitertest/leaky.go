@@ -48,7 +48,7 @@ func leakyBoundary(t *testing.T, store limiter.Store) {
 			}
 			if d.Allowed {
 				admitted++
-				wg.Go(func() { d.Wait(ctx) })
+				wg.Go(func() { l.Wait(ctx, d) })
 			}
 		}
 	}
@@ -71,9 +71,9 @@ type release struct {
 	at    []time.Time
 }
 
-func (r *release) wait(t *testing.T, wg *sync.WaitGroup, ctx context.Context, id int, d limiter.Decision) {
+func (r *release) wait(t *testing.T, wg *sync.WaitGroup, ctx context.Context, l *limiter.Limiter, id int, d limiter.Decision) {
 	wg.Go(func() {
-		if err := d.Wait(ctx); err != nil {
+		if err := l.Wait(ctx, d); err != nil {
 			return
 		}
 		r.mu.Lock()
@@ -100,7 +100,7 @@ func leakyFIFO(t *testing.T, store limiter.Store) {
 		if want := int64(5 - i); d.Remaining != want || d.Limit != 6 {
 			t.Errorf("request %d: remaining %d of %d, want %d of 6", i, d.Remaining, d.Limit, want)
 		}
-		r.wait(t, &wg, ctx, i, d)
+		r.wait(t, &wg, ctx, l, i, d)
 	}
 	// 1 leaving now + 5 waiting: the queue is full until the first waiter
 	// leaves at +100ms.
@@ -158,7 +158,7 @@ func leakyCancel(t *testing.T, store limiter.Store) {
 		if !d.Allowed {
 			t.Fatalf("request %d rejected", i)
 		}
-		r.wait(t, &wg, ctx, i, d)
+		r.wait(t, &wg, ctx, l, i, d)
 	}
 	// 0 leaves at once; 1..4 are due at +100..+400ms. At +50ms the head
 	// waiter (1) and a middle one (3) leave: 2 and 4 move up.
@@ -267,7 +267,7 @@ func leakyModel(t *testing.T, store limiter.Store) {
 			if d.Allowed {
 				due := now.Add(d.Delay)
 				wg.Go(func() {
-					if err := d.Wait(ctx); err != nil {
+					if err := l.Wait(ctx, d); err != nil {
 						t.Error(err)
 					}
 					if !time.Now().Equal(due) {

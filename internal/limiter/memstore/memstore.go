@@ -70,17 +70,19 @@ type Store struct {
 	sweep     time.Duration
 	clock     func() time.Time
 	evictions atomic.Int64
-
-	idsMu sync.Mutex                       // serialises additions to ids
-	ids   atomic.Pointer[map[string]int32] // limit name → index of its tables
 }
 
 type shard struct {
-	mu      sync.Mutex
-	keys    int       // entries in all tabs
-	tabs    []*tables // by limit index; nil until the limit is used here
-	sweptAt int64     // Unix ns of evict's last sweep of this shard
-	_       [64]byte  // keep shards' locks on separate cache lines
+	mu   sync.Mutex
+	keys int // entries in all tabs
+	// The requests waiting in this shard's leaky-bucket queues, by ticket:
+	// the shard's index in the top bits (ticketBase), then a count.
+	waiters    map[uint64]*waiter
+	ticketBase uint64
+	nextTicket uint64
+	tabs       []*tables // by limit index; nil until the limit is used here
+	sweptAt    int64     // Unix ns of evict's last sweep of this shard
+	_          [64]byte  // keep shards' locks on separate cache lines
 }
 
 // tables holds one limit's state in one shard. Only the table of the
@@ -90,7 +92,7 @@ type tables struct {
 	tb   table[limiter.TokenBucketState]
 	fw   table[limiter.FixedWindowState]
 	sl   table[limiter.SlidingLogState]
-	lb   table[limiter.LeakyBucketState]
+	lb   table[leakyEntry]
 	sw2  table[swCounts2]
 	sw8  table[swCounts8]
 	sw65 table[swCounts65]
@@ -135,7 +137,9 @@ func New(o Options) *Store {
 		sweep:     o.SweepInterval,
 		clock:     o.Clock,
 	}
-	s.ids.Store(&map[string]int32{})
+	for i := range s.shards {
+		s.shards[i].ticketBase = uint64(i) << ticketShardShift
+	}
 	return s
 }
 
@@ -153,28 +157,6 @@ func (s *Store) shardOf(h uint64) *shard {
 		return &s.shards[0]
 	}
 	return &s.shards[h>>(64-s.shardBits)]
-}
-
-// id returns the index of a limit name's tables, assigning one on first use.
-// Names are few (one per configured limit, over all reloads).
-func (s *Store) id(name string) int32 {
-	if id, ok := (*s.ids.Load())[name]; ok {
-		return id
-	}
-	s.idsMu.Lock()
-	defer s.idsMu.Unlock()
-	old := *s.ids.Load()
-	if id, ok := old[name]; ok {
-		return id
-	}
-	m := make(map[string]int32, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	id := int32(len(old))
-	m[name] = id
-	s.ids.Store(&m)
-	return id
 }
 
 // tablesFor returns the shard's tables for limit index id, creating them.
@@ -259,16 +241,8 @@ func (s *Store) Reset(_ context.Context, limits []limiter.Limit, key string) err
 	return nil
 }
 
-// handle returns the index of lim's tables, memoised in the limit.
-func (s *Store) handle(lim *limiter.Limit) int32 {
-	memo := lim.Handle()
-	if v := memo.Load(); v != 0 {
-		return int32(v - 1)
-	}
-	id := s.id(lim.Name())
-	memo.Store(int64(id) + 1)
-	return id
-}
+// handle returns the index of lim's tables: its state name's number.
+func (s *Store) handle(lim *limiter.Limit) int32 { return int32(lim.StateID()) }
 
 // step applies one limit to the key with hash h. Without commit it only
 // reads. An absent key is a fresh state: read from a zero value, and
@@ -288,42 +262,64 @@ func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time
 		st := get(&t.tb, h)
 		if st == nil {
 			var fresh limiter.TokenBucketState
-			if d := lim.StepTokenBucket(&fresh, now, n, false); !commit || !d.Allowed {
+			if d := lim.PeekTokenBucket(&fresh, now, n); !commit || !d.Allowed {
 				return d
 			}
 			st = add(s, sh, &t.tb, h, ns)
 		}
-		return lim.StepTokenBucket(st, now, n, commit)
+		if !commit {
+			return lim.PeekTokenBucket(st, now, n)
+		}
+		return lim.StepTokenBucket(st, now, n)
 	case limiter.FixedWindow:
 		st := get(&t.fw, h)
 		if st == nil {
 			var fresh limiter.FixedWindowState
-			if d := lim.StepFixedWindow(&fresh, now, n, false); !commit || !d.Allowed {
+			if d := lim.PeekFixedWindow(&fresh, now, n); !commit || !d.Allowed {
 				return d
 			}
 			st = add(s, sh, &t.fw, h, ns)
 		}
-		return lim.StepFixedWindow(st, now, n, commit)
+		if !commit {
+			return lim.PeekFixedWindow(st, now, n)
+		}
+		return lim.StepFixedWindow(st, now, n)
 	case limiter.SlidingLog:
 		st := get(&t.sl, h)
 		if st == nil {
 			var fresh limiter.SlidingLogState
-			if d := lim.StepSlidingLog(&fresh, now, n, false); !commit || !d.Allowed {
+			if d := lim.PeekSlidingLog(&fresh, now, n); !commit || !d.Allowed {
 				return d
 			}
 			st = add(s, sh, &t.sl, h, ns)
 		}
-		return lim.StepSlidingLog(st, now, n, commit)
+		if !commit {
+			return lim.PeekSlidingLog(st, now, n)
+		}
+		return lim.StepSlidingLog(st, now, n)
 	case limiter.LeakyBucket:
 		st := get(&t.lb, h)
 		if st == nil {
-			var fresh limiter.LeakyBucketState
-			if d := lim.StepLeakyBucket(&fresh, &sh.mu, s.clock, now, n, false); !commit || !d.Allowed {
+			var fresh leakyEntry
+			if d := lim.PeekLeakyBucket(&fresh.s, nil, now, n); !commit || !d.Allowed {
 				return d
 			}
 			st = add(s, sh, &t.lb, h, ns)
 		}
-		return lim.StepLeakyBucket(st, &sh.mu, s.clock, now, n, commit)
+		var q *limiter.LeakyQueue
+		var v limiter.LeakyQueue
+		if st.q != nil {
+			v = st.view(ns, lim.LeakyBucket().Queue)
+			q = &v
+		}
+		if !commit {
+			return lim.PeekLeakyBucket(&st.s, q, now, n)
+		}
+		d := lim.StepLeakyBucket(&st.s, q, now, n)
+		if d.Allowed && d.Delay > 0 {
+			d.Ticket = st.enqueue(s, sh, ns, d.Delay, lim.LeakyBucketSpacing(n))
+		}
+		return d
 	case limiter.SlidingWindow:
 		k := lim.SlidingWindowCounters()
 		switch {
@@ -344,12 +340,15 @@ func stepWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *
 	st := get(tab, h)
 	if st == nil {
 		var fresh S
-		if d := lim.StepSlidingWindow(view(&fresh, lim), now, n, false); !commit || !d.Allowed {
+		if d := lim.PeekSlidingWindow(view(&fresh, lim), now, n); !commit || !d.Allowed {
 			return d
 		}
 		st = add(s, sh, tab, h, ns)
 	}
-	return lim.StepSlidingWindow(view(st, lim), now, n, commit)
+	if !commit {
+		return lim.PeekSlidingWindow(view(st, lim), now, n)
+	}
+	return lim.StepSlidingWindow(view(st, lim), now, n)
 }
 
 // view returns the limiter's view of an inline sliding-window state.
@@ -393,9 +392,8 @@ func add[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64) *S {
 // once rather than when it would have become fresh. A name used again later
 // starts fresh.
 func (s *Store) Forget(names ...string) {
-	ids := *s.ids.Load()
 	for _, name := range names {
-		id, ok := ids[name]
+		id, ok := limiter.StateIDOf(name)
 		if !ok {
 			continue
 		}
@@ -441,7 +439,7 @@ func (t *tables) idleAt(i int) int64 {
 	case limiter.SlidingLog:
 		at = lim.SlidingLogIdleAt(&t.sl.slots[i].s)
 	case limiter.LeakyBucket:
-		at = limiter.LeakyBucketIdleAt(&t.lb.slots[i].s)
+		return t.lb.slots[i].s.idleAt()
 	case limiter.SlidingWindow:
 		switch {
 		case len(t.sw2.slots) > 0:

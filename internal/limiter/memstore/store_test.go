@@ -131,7 +131,7 @@ func TestSweepKeepsBusyQueues(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 5 {
 			d, _ := l.Allow(ctx, "k", time.Now(), 1)
-			wg.Go(func() { d.Wait(ctx) })
+			wg.Go(func() { l.Wait(ctx, d) })
 		}
 		if n := store.Sweep(time.Now().Add(time.Hour)); n != 0 {
 			t.Fatalf("sweep dropped %d busy queues", n)

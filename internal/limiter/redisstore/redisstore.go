@@ -88,7 +88,7 @@ type Store struct {
 	fallback limiter.Store
 	breaker  *breaker
 	batch    *batcher
-	args     sync.Map     // a limit's Handle → string, its encoded parameters
+	args     sync.Map     // a limit's Binding → string, its encoded parameters
 	nargs    atomic.Int64 // entries in args
 	errors   atomic.Int64
 	lastErr  atomic.Pointer[error]
@@ -253,10 +253,10 @@ const maxEncoded = 4096
 
 // encoded returns the script argument of a limit (algorithm, four
 // parameters and one spare, as six little-endian int64s), computed once per
-// limit: a Limiter's limits never change, and each has its own Handle,
+// binding: a Limiter's limits never change, and each has its own Binding,
 // which keys the cache.
 func (s *Store) encoded(l *limiter.Limit) (string, error) {
-	if v, ok := s.args.Load(l.Handle()); ok {
+	if v, ok := s.args.Load(l.Binding()); ok {
 		return v.(string), nil
 	}
 	p, err := params(*l)
@@ -264,7 +264,7 @@ func (s *Store) encoded(l *limiter.Limit) (string, error) {
 		return "", err
 	}
 	enc := string(appendInt64s(nil, p[0], p[1], p[2], p[3], p[4], 0))
-	if h := l.Handle(); h != nil { // nil for a limit not bound by limiter.New
+	if h := l.Binding(); h != 0 { // 0 for a limit not bound by limiter.New
 		// Every reload brings new Limiters, so the cache is bounded: past
 		// maxEncoded entries it starts again (the live limits come back on
 		// their next decision).
@@ -348,6 +348,26 @@ func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, key string
 // returns Redis's error rather than following on_error.
 func (s *Store) Peek(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
 	return s.run(ctx, limits, key, now, n, true)
+}
+
+// Wait implements limiter.Store: the queue is virtual, so a request waits
+// its Delay; one the in-memory fallback queued (on_error "local") waits
+// there.
+func (s *Store) Wait(ctx context.Context, d limiter.Decision) error {
+	if d.Ticket != 0 && s.fallback != nil {
+		return s.fallback.Wait(ctx, d)
+	}
+	if d.Delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Reset implements limiter.Store: it deletes the key's state for every

@@ -1,4 +1,4 @@
-package limiter
+package memstore_test
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/limitproxy/limitproxy/internal/limiter"
+	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 )
 
 // TestLeakyBucketKeepsSchedule: with a clock, a release the timer makes
@@ -53,7 +56,7 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l, err := NewLeakyBucket(LeakyBucketParams{Rate: Rate{N: 1, Per: c.spacing}, Queue: 20, MaxWait: time.Minute})
+				lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1, Per: c.spacing}, Queue: 20, MaxWait: time.Minute})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -64,20 +67,20 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 				if c.withClock {
 					queueClock = clock
 				}
-				var mu sync.Mutex
-				var s LeakyBucketState
+				l, err := limiter.New(memstore.New(memstore.Options{Clock: queueClock}), "p", lim)
+				if err != nil {
+					t.Fatal(err)
+				}
 				var got []time.Duration
 				var gotMu sync.Mutex
 				var wg sync.WaitGroup
 				arrive := func() {
-					mu.Lock()
-					d := l.StepLeakyBucket(&s, &mu, queueClock, clock(), 1, true)
-					mu.Unlock()
+					d, _ := l.Allow(context.Background(), "k", clock(), 1)
 					if !d.Allowed {
 						t.Fatalf("rejected: %+v", d)
 					}
 					wg.Go(func() {
-						if err := d.Wait(context.Background()); err != nil {
+						if err := l.Wait(context.Background(), d); err != nil {
 							t.Error(err)
 						}
 						gotMu.Lock()
