@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 STATICCHECK_VERSION=v0.8.2 # staticcheck 2026.1.x, built for Go 1.26
 DEADCODE_VERSION=v0.52.0   # golang.org/x/tools
 
-step() { printf '\n== %s\n' "$*"; }
+step() { printf '\n== %s (at %ss)\n' "$*" "$SECONDS"; }
 
 gobin=$(go env GOPATH)/bin
 export PATH="$gobin:$PATH"
@@ -112,5 +112,5 @@ rm -rf "$dist"
 # ordinary tests above).
 step "go test -fuzz (briefly)"
 for target in ./internal/config:FuzzParseRate ./internal/config:FuzzParse ./internal/proxy:FuzzClientKey ./internal/proxy:FuzzNormalizePath; do
-  go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 5s "${target%%:*}"
+  go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 3s "${target%%:*}"
 done

@@ -44,7 +44,7 @@ func freePort(t *testing.T) int {
 // TLS-ALPN-01 port is a dead one) and once with only TLS-ALPN-01, so that
 // each solver is shown to work.
 func TestACME(t *testing.T) {
-	t.Setenv("PEBBLE_VA_NOSLEEP", "1") // Pebble otherwise waits up to 15s before validating
+	t.Parallel() // with the other tests; PEBBLE_VA_NOSLEEP is set in TestMain
 	// One after the other: certmagic remembers, process-wide, which
 	// challenge type last worked for a name, and would offer the other
 	// run's (dead) one first.
@@ -121,6 +121,7 @@ http_listen = "127.0.0.1:%d"
 // TestACMEUnreachableCA: a CA that cannot be reached stops the start with
 // an error that names it.
 func TestACMEUnreachableCA(t *testing.T) {
+	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer up.Close()
 	dir := t.TempDir()

@@ -14,6 +14,7 @@ import (
 // refused by every reload, at once; the policies in force keep serving,
 // later reloads still work, and the instance stops promptly.
 func TestReloadFIFO(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 10, "1/h", "")), 0o644) })
 	os.Remove(r.path)
 	if err := syscall.Mkfifo(r.path, 0o644); err != nil {

@@ -21,6 +21,7 @@ import (
 // budget runs out are answered 503 with Retry-After, not cut off, and
 // serve returns soon after the budget.
 func TestDrainDeadline(t *testing.T) {
+	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
 	cfg, err := config.Parse("drain.toml", []byte(`
@@ -125,6 +126,7 @@ func scrape(t *testing.T, admin string) string {
 // does: every one of them must be answered 200, new connections must be
 // refused, and serve must return nil within the drain budget.
 func TestDrain(t *testing.T) {
+	t.Parallel()
 	var arrived atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived.Add(1)

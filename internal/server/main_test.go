@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"sync"
+	"testing"
 
 	"github.com/limitproxy/limitproxy/internal/config"
 )
@@ -28,4 +30,13 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// TestMain sets what must hold for every test of the package before any
+// runs: Pebble (the ACME tests' CA) otherwise waits up to 15 s before each
+// validation, and reads this when a validator is made, so t.Setenv, which
+// would keep TestACME from running in parallel, is not used.
+func TestMain(m *testing.M) {
+	os.Setenv("PEBBLE_VA_NOSLEEP", "1")
+	os.Exit(m.Run())
 }

@@ -240,6 +240,7 @@ func probe(t *testing.T, addr, request string) (int, string) {
 }
 
 func TestBypassRealUpstreams(t *testing.T) {
+	t.Parallel()
 	upstreams := map[string]func(*testing.T) string{
 		"nginx": startNginx,
 		"flask": startFlask,
@@ -319,6 +320,7 @@ func TestBypassRealUpstreams(t *testing.T) {
 // per-request limit. An upstream that switches to whatever it is offered
 // sees no Upgrade but websocket.
 func TestUpgradesStripped(t *testing.T) {
+	t.Parallel()
 	// An upstream that switches to any protocol it is offered.
 	eager := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		up := r.Header.Get("Upgrade")

@@ -25,6 +25,7 @@ import (
 // be late by a few milliseconds on a busy machine, so gaps are held to the
 // 50ms interval minus 15ms, and the whole span to 23 intervals minus 15ms.
 func TestInstancesShareRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	var mu sync.Mutex
 	seen := map[string][]time.Time{}

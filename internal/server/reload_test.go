@@ -325,6 +325,7 @@ func TestReloadKeepsCounters(t *testing.T) {
 // pause longer than the watcher's debounce so that it is applied. No request may fail, none may get a 5xx, and
 // every answer must come from one of the two configurations.
 func TestReloadUnderLoad(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 1000000, "1000000/s", "")), 0o644) })
 	a := configText(r.upstream.URL, 1000000, "1000000/s", "")
 	b := configText(r.upstream.URL, 2000000, "1000000/s", "")
@@ -415,6 +416,7 @@ func TestReloadUnderLoad(t *testing.T) {
 // TestReloadWhileQueued: a request waiting in a leaky-bucket queue when
 // the file changes is still forwarded.
 func TestReloadWhileQueued(t *testing.T) {
+	t.Parallel()
 	leaky := func(up string, rate string) string {
 		return strings.Replace(configText(up, 1, "1/h", ""), `  algorithm = "token_bucket"
   rate = "1/h"

@@ -52,6 +52,7 @@ func selfSigned(t *testing.T, serial int64) (certPEM, keyPEM []byte, cert *x509.
 // replacing the files switches the served certificate without a restart;
 // a broken pair at start is refused with the files named.
 func TestTLSFiles(t *testing.T) {
+	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
 	defer up.Close()
 	dir := t.TempDir()
