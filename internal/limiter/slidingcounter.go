@@ -21,7 +21,8 @@ import "time"
 // of 600 for 1 and 6 slots over two hours). The worst case is a burst at the very
 // end of a slot that then becomes the oldest: up to that slot's count more,
 // which is at most Limit (so 2×Limit), as for every sliding window counter.
-// Seed 000's weighting, by age over the whole window, admits about 3×Limit
+// A weighting by age over the whole window, as some published examples
+// use, admits about 3×Limit
 // on steady traffic instead.
 type SlidingWindowParams struct {
 	Limit  int64         // units per window, 1..MaxCount

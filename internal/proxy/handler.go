@@ -20,7 +20,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
-// Decisions, as the access log and docs/operating.md's metrics name them.
+// Decisions, as the access log and docs/metrics.md's metrics name them.
 const (
 	Allowed        = "allowed"
 	Rejected       = "rejected"
@@ -64,7 +64,7 @@ type Options struct {
 	Logger *zap.Logger
 	// AccessLog turns the access log on.
 	AccessLog bool
-	// Metrics, if not nil, receives docs/operating.md's data-path metrics.
+	// Metrics, if not nil, receives docs/metrics.md's data-path metrics.
 	Metrics *Metrics
 	// Now is the clock the limiters see. nil means a clock that follows
 	// the wall clock at start-up and then the monotonic clock, so it never
@@ -327,7 +327,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 	}
 }
 
-// logAccess writes docs/operating.md's access-log line. Rejections are logged at
+// logAccess writes docs/metrics.md's access-log line. Rejections are logged at
 // debug level, so that a flood of them cannot flood the log; a response
 // cut short after its status went out at warn, with an error field;
 // everything else at info.

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the data path's metrics of docs/operating.md. Labels are policy and
+// Metrics are the data path's metrics of docs/metrics.md. Labels are policy and
 // upstream names, decisions and status codes: never a client key, so their
 // number is bounded by the configuration. Safe for concurrent use; a nil
 // *Metrics records nothing.
@@ -23,7 +23,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitproxy_requests_total",
-			Help: "Requests by policy and decision (allowed, rejected, queued, shadow_rejected, unmatched).",
+			Help: "Requests by policy and decision (allowed, rejected, queued, shadow_rejected, unmatched, invalid).",
 		}, []string{"policy", "decision"}),
 		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "limitproxy_queue_depth",
@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// decision counts a request under docs/operating.md's decisions: a request forwarded
+// decision counts a request under docs/metrics.md's decisions: a request forwarded
 // without limiting (on_missing = "skip", the ACME challenge path) counts as
 // allowed.
 func (m *Metrics) decision(policy, d string) {

@@ -19,7 +19,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
-// adminHandler serves docs/operating.md's admin API: GET /healthz, GET /readyz,
+// adminHandler serves docs/admin-api.md's admin API: GET /healthz, GET /readyz,
 // GET /metrics, GET /api/v1/config, POST /api/v1/reload, and GET and DELETE
 // /api/v1/policies/{policy}/keys/{key} (inspect or reset one client).
 // With a token, /api/ requires "Authorization: Bearer TOKEN", compared in

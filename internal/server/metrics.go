@@ -7,7 +7,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
-// metrics is the process's registry: docs/operating.md's metrics (the data path's
+// metrics is the process's registry: docs/metrics.md's metrics (the data path's
 // from proxy.Metrics; the store's and the reloads' read from their sources
 // at each scrape), Go runtime and process metrics, and a counter of
 // refused admin requests.

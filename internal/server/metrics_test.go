@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestMetrics sends known traffic and scrapes /metrics: docs/operating.md's names,
+// TestMetrics sends known traffic and scrapes /metrics: docs/metrics.md's names,
 // labels and counts, runtime and process metrics, and no client key in any
 // label. With token_env set, /api/ refuses a missing token with 401 and
 // counts it.
