@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/caddyserver/certmagic v0.25.6
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/letsencrypt/pebble/v2 v2.10.1
 	github.com/prometheus/client_golang v1.25.0

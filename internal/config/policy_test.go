@@ -83,3 +83,44 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("reject status default = %d", p.Reject.Status)
 	}
 }
+
+// TestDefaultMaxWait: without max_wait, a leaky bucket lets its whole
+// queue wait whatever its cost — queue 5 at cost 2 and 10/s is 6 requests
+// of 200ms — and the interval is rounded up as the bucket spaces requests
+// (3/s: 333,333,334ns), so the last waiter is never cut off by rounding.
+func TestDefaultMaxWait(t *testing.T) {
+	for _, c := range []struct {
+		limit string
+		want  time.Duration
+	}{
+		{`rate = "10/s"
+  queue = 5
+  cost = 2`, 1200 * time.Millisecond},
+		{`rate = "10/s"
+  queue = 5`, 600 * time.Millisecond},
+		{`rate = "3/s"
+  queue = 3`, 4 * 333_333_334},
+		{`rate = "10/s"
+  queue = 5
+  cost = 2
+  max_wait = "1s"`, time.Second},
+	} {
+		f := filepath.Join(t.TempDir(), "c.toml")
+		os.WriteFile(f, []byte(`[[upstream]]
+name = "u"
+targets = ["http://127.0.0.1:1"]
+[[policy]]
+name = "p"
+upstream = "u"
+  [[policy.limits]]
+  algorithm = "leaky_bucket"
+  `+c.limit+"\n"), 0o644)
+		cfg, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Policies[0].Limits[0].LeakyBucket().MaxWait; got != c.want {
+			t.Errorf("%s: max_wait %v, want %v", c.limit, got, c.want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/limitproxy/limitproxy/internal/limiter"
 )
@@ -360,9 +359,9 @@ func compileLimits(raws []rawLimit, policyKey string, c *collector) []limiter.Li
 			lim, err = limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: r.Rate.Rate, Burst: r.Burst.Or(r.Rate.N), Cost: r.Cost.V})
 		case limiter.LeakyBucket:
 			p := limiter.LeakyBucketParams{Rate: r.Rate.Rate, Queue: r.Queue.V, Cost: r.Cost.V}
-			// Default max_wait: the time the full queue takes to drain, so
-			// that only queue bounds the wait.
-			p.MaxWait = r.MaxWait.Or(time.Duration(int64(r.Rate.Per) / r.Rate.N * (p.Queue + 1)))
+			// Default max_wait: the time the full queue takes to drain at
+			// the limit's cost, so that only queue bounds the wait.
+			p.MaxWait = r.MaxWait.Or(p.DrainTime())
 			lim, err = limiter.NewLeakyBucket(p)
 			if leaky >= 0 {
 				c.add(key+".algorithm", "a policy may have one leaky_bucket (a request waits in one queue); limits[%d] is one already", leaky)

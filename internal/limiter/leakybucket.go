@@ -113,6 +113,7 @@ func (l *Limit) stepLeakyBucket(s *LeakyBucketState, q *LeakyQueue, now time.Tim
 		d.Allowed = true
 		d.Remaining = p.Queue
 		d.ResetAt = instant(satAdd(t, spacing))
+		d.NextAt = d.ResetAt
 		if commit {
 			s.open = bias(satAdd(t, spacing))
 		}
@@ -134,12 +135,16 @@ func (l *Limit) stepLeakyBucket(s *LeakyBucketState, q *LeakyQueue, now time.Tim
 		}
 		d.RetryAfter = time.Duration(at - t)
 		d.ResetAt = instant(leave)
+		// A place frees when the head leaves (or the exit reopens), but
+		// under max_wait the request may be admissible sooner.
+		d.NextAt = instant(min(gate, at))
 		return d
 	}
 	d.Allowed = true
 	d.Delay = time.Duration(wait)
 	d.Remaining = p.Queue - waiting - 1
 	d.ResetAt = instant(satAdd(leave, spacing))
+	d.NextAt = instant(gate) // the head's departure frees a place
 	return d
 }
 
@@ -153,6 +158,18 @@ func (s *LeakyBucketState) gate(q *LeakyQueue) int64 {
 		g = max(g, nanos(q.Gate))
 	}
 	return g
+}
+
+// DrainTime returns how long a full queue of requests of weight 1 takes
+// to leave: Queue+1 requests (the one leaving and those waiting) of Cost
+// intervals of 1/Rate each, an interval rounded up to the nanosecond as
+// the bucket spaces them. It is the default max_wait, with which only
+// Queue bounds the wait. Cost 0 counts as 1.
+func (p LeakyBucketParams) DrainTime() time.Duration {
+	if p.Rate.validate() != nil {
+		return 0
+	}
+	return time.Duration(satMul(satMul(p.Queue+1, max(p.Cost, 1)), p.Rate.interval()))
 }
 
 // LeakyBucketSpacing returns how long a request of weight n holds the exit

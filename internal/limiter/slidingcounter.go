@@ -155,6 +155,24 @@ func (l *Limit) stepSlidingWindow(s SlidingWindowState, now time.Time, n int64, 
 	if used.less(capacity) {
 		d.Remaining = capacity.sub(used).div(L)
 	}
+	if d.Remaining < p.Limit {
+		// One more unit fits once the estimate has fallen by the fraction
+		// Remaining leaves out: the retry instant of Remaining+1 units,
+		// on the state as this request leaves it.
+		after, acur := s, cur
+		if d.Allowed {
+			acur = j
+			if !commit {
+				var counts [MaxSlots + 1]uint32
+				slot := cur
+				after = SlidingWindowState{Slot: &slot, Counts: counts[:len(s.Counts)]}
+				copy(after.Counts, s.Counts)
+				after.advance(cur, j)
+				after.Counts[mod(j, k+1)] += uint32(c)
+			}
+		}
+		d.NextAt = instant(l.slidingWindowRetry(after, acur, j, t, d.Remaining+1))
+	}
 	d.ResetAt = now
 	if z, ok := newestUsed(s, cur, j, d.Allowed); ok {
 		if at := satAdd((z+1)*L, int64(p.Window)); at > nanos(now) {

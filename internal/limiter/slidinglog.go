@@ -87,9 +87,9 @@ func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 	inWindow := int64(s.count - first)
 
 	d := Decision{Limit: p.Limit}
-	newest := int64(0)
+	newest, oldest := int64(0), t // oldest unit in the window after the step
 	if inWindow > 0 {
-		newest = s.at(s.count - 1)
+		newest, oldest = s.at(s.count-1), s.at(first)
 	}
 	if inWindow+c <= p.Limit {
 		d.Allowed = true
@@ -101,8 +101,8 @@ func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 		}
 	} else {
 		// The request fits once the oldest inWindow+c−Limit entries expire.
-		oldest := s.at(first + int(inWindow+c-p.Limit) - 1)
-		d.RetryAfter = time.Duration(satAdd(oldest, int64(p.Window)) - nanos(now))
+		leaves := s.at(first + int(inWindow+c-p.Limit) - 1)
+		d.RetryAfter = time.Duration(satAdd(leaves, int64(p.Window)) - nanos(now))
 		if commit {
 			s.drop(first)
 		}
@@ -111,6 +111,7 @@ func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 	d.ResetAt = now
 	if inWindow > 0 {
 		d.ResetAt = instant(satAdd(newest, int64(p.Window)))
+		d.NextAt = instant(satAdd(oldest, int64(p.Window)))
 	}
 	return d
 }

@@ -10,11 +10,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dunglas/httpsfv"
 
 	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
@@ -129,24 +132,30 @@ func (e *env) get(t *testing.T, path string, hdr ...string) *http.Response {
 
 // TestAlgorithms drives each algorithm's policy through the proxy with the
 // clock held still: exactly its limit passes, and every response carries
-// the docs/responses.md headers its decision implies.
+// the docs/responses.md headers its decision implies. The draft fields are
+// read with an independent Structured Fields parser (httpsfv), as a client
+// would: an item per policy, q, w, r and t as integer parameters.
 func TestAlgorithms(t *testing.T) {
 	up := newUpstream(t, nil)
 	e := start(t, "all_algorithms.toml", up, newClock(), nil)
 	cases := []struct {
 		path, policy string
-		window       int64 // RateLimit-Policy w
-		reset        func(i int) int64
+		window       int64                  // RateLimit-Policy w
+		next         func(used int64) int64 // t: until one more unit is available
+		reset        func(used int64) int64 // X-RateLimit-Reset: until all are
 		retry        int64
 	}{
-		// 5 tokens at 1/h: the bucket is full again 1h per token used.
-		{"/tb", "tb", 18000, func(i int) int64 { return int64(i+1) * 3600 }, 3600},
+		// 5 tokens at 1/h: one more token in 1h, all of them 1h per token used.
+		{"/tb", "tb", 18000, func(int64) int64 { return 3600 }, func(u int64) int64 { return u * 3600 }, 3600},
 		// 24h windows from midnight UTC: 12h left at noon.
-		{"/fw", "fw", 86400, func(int) int64 { return 43200 }, 43200},
-		{"/sl", "sl", 3600, func(int) int64 { return 3600 }, 3600},
-		// 6 slots of 10 minutes: everything leaves at slot end + 1h = 70m;
-		// one more fits once the noon slot weighs ≤ 4/5: at 62m.
-		{"/sw", "sw", 3600, func(int) int64 { return 4200 }, 3720},
+		{"/fw", "fw", 86400, func(int64) int64 { return 43200 }, func(int64) int64 { return 43200 }, 43200},
+		// Every entry at noon: all leave at 13:00.
+		{"/sl", "sl", 3600, func(int64) int64 { return 3600 }, func(int64) int64 { return 3600 }, 3600},
+		// 6 slots of 10 minutes, u units in the noon slot: it is the oldest
+		// slot from 13:00, weighing u·(13:10 − now)/10m; one more unit fits
+		// once that is ≤ u − 1, at 13:10 − 10m·(u−1)/u; all have left at
+		// 13:10 (70m). One more request fits at 62m.
+		{"/sw", "sw", 3600, func(u int64) int64 { return 3600 + (600+u-1)/u }, func(int64) int64 { return 4200 }, 3720},
 	}
 	for _, c := range cases {
 		t.Run(c.policy, func(t *testing.T) {
@@ -159,18 +168,21 @@ func TestAlgorithms(t *testing.T) {
 				if resp.StatusCode != wantStatus {
 					t.Fatalf("request %d: status %d, want %d", i, resp.StatusCode, wantStatus)
 				}
-				remaining := max(0, 4-i)
-				reset := c.reset(min(i, 4))
-				wantPolicy := fmt.Sprintf("%q;q=5;w=%d", c.policy, c.window)
-				wantRL := fmt.Sprintf("%q;r=%d;t=%d", c.policy, remaining, reset)
-				if got := resp.Header.Get("RateLimit-Policy"); got != wantPolicy {
-					t.Errorf("request %d: RateLimit-Policy %q, want %q", i, got, wantPolicy)
+				used := int64(min(i, 4) + 1)
+				remaining := 5 - used
+				pol := sfItem(t, resp.Header, "RateLimit-Policy", c.policy)
+				if pol["q"] != 5 || pol["w"] != c.window || len(pol) != 2 {
+					t.Errorf("request %d: RateLimit-Policy %v, want q=5 w=%d", i, pol, c.window)
 				}
-				if got := resp.Header.Get("RateLimit"); got != wantRL {
-					t.Errorf("request %d: RateLimit %q, want %q", i, got, wantRL)
+				rl := sfItem(t, resp.Header, "RateLimit", c.policy)
+				if rl["r"] != remaining || rl["t"] != c.next(used) || len(rl) != 2 {
+					t.Errorf("request %d: RateLimit %v, want r=%d t=%d", i, rl, remaining, c.next(used))
 				}
 				if got, want := resp.Header.Get("X-RateLimit-Remaining"), fmt.Sprint(remaining); got != want {
 					t.Errorf("request %d: X-RateLimit-Remaining %q, want %q", i, got, want)
+				}
+				if got, want := resp.Header.Get("X-RateLimit-Reset"), fmt.Sprint(c.reset(used)); got != want {
+					t.Errorf("request %d: X-RateLimit-Reset %q, want %q", i, got, want)
 				}
 				if got := resp.Header.Get("X-RateLimit-Limit"); got != "5" {
 					t.Errorf("request %d: X-RateLimit-Limit %q", i, got)
@@ -178,6 +190,9 @@ func TestAlgorithms(t *testing.T) {
 				if i >= 5 {
 					if got, want := resp.Header.Get("Retry-After"), fmt.Sprint(c.retry); got != want {
 						t.Errorf("request %d: Retry-After %q, want %q", i, got, want)
+					}
+					if ra, _ := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64); ra < rl["t"] {
+						t.Errorf("request %d: Retry-After %d shorter than t=%d", i, ra, rl["t"])
 					}
 					if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 						t.Errorf("rejection Content-Type %q", ct)
@@ -539,4 +554,32 @@ func raw(t *testing.T, addr, req string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// sfItem parses field name of h as a Structured Field List (RFC 9651) with
+// httpsfv, requires exactly one member, the String policy, and returns its
+// parameters, every one an Integer.
+func sfItem(t *testing.T, h http.Header, name, policy string) map[string]int64 {
+	t.Helper()
+	list, err := httpsfv.UnmarshalList(h.Values(name))
+	if err != nil {
+		t.Fatalf("%s %q: not a Structured Field List: %v", name, h.Values(name), err)
+	}
+	if len(list) != 1 {
+		t.Fatalf("%s %q: %d members, want 1", name, h.Values(name), len(list))
+	}
+	item, ok := list[0].(httpsfv.Item)
+	if !ok || item.Value != policy {
+		t.Fatalf("%s %q: member %#v, want the String %q", name, h.Values(name), list[0], policy)
+	}
+	params := map[string]int64{}
+	for _, k := range item.Params.Names() {
+		v, _ := item.Params.Get(k)
+		n, ok := v.(int64)
+		if !ok {
+			t.Fatalf("%s %q: parameter %s = %#v, want an Integer", name, h.Values(name), k, v)
+		}
+		params[k] = n
+	}
+	return params
 }

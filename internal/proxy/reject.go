@@ -45,6 +45,10 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
+// retryAfter is a rejection's Retry-After: whole seconds, rounded up, at
+// least 1.
+func retryAfter(d limiter.Decision) int64 { return max(1, ceilSeconds(d.RetryAfter)) }
+
 // setRateLimitHeaders writes docs/responses.md's fields for the most restrictive limit
 // of d, per mode: "draft" (IETF httpapi draft-10 RateLimit-Policy and
 // RateLimit, Structured Field lists), "legacy" (X-RateLimit-*), "both" or
@@ -53,8 +57,16 @@ func setRateLimitHeaders(h http.Header, mode config.HeadersMode, p *policy.Polic
 	if mode == config.HeadersNone || d.Index >= len(p.Limits) {
 		return
 	}
-	reset := ceilSeconds(d.ResetAt.Sub(now))
 	if mode == config.HeadersDraft || mode == config.HeadersBoth {
+		// t: draft-10's seconds until additional quota is available, never
+		// more than Retry-After on a rejection.
+		next := int64(0)
+		if !d.NextAt.IsZero() {
+			next = ceilSeconds(d.NextAt.Sub(now))
+		}
+		if !d.Allowed {
+			next = min(next, retryAfter(d))
+		}
 		_, window := p.Limits[d.Index].Quota()
 		// Policy names are restricted to characters a Structured Field
 		// string holds as they are. Field names are case-insensitive: Go
@@ -71,10 +83,11 @@ func setRateLimitHeaders(h http.Header, mode config.HeadersMode, p *policy.Polic
 		b = append(b[:n], ";r="...)
 		b = strconv.AppendInt(b, d.Remaining, 10)
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, reset, 10)
+		b = strconv.AppendInt(b, next, 10)
 		h.Set("RateLimit", string(b))
 	}
 	if mode == config.HeadersLegacy || mode == config.HeadersBoth {
+		reset := ceilSeconds(d.ResetAt.Sub(now))
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
@@ -101,7 +114,7 @@ func rejectionBody(p *policy.Policy) []byte {
 // in whole seconds rounded up, and its body (see rejectionBody).
 func reject(w http.ResponseWriter, p *policy.Policy, d limiter.Decision, body []byte) {
 	h := w.Header()
-	h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
+	h.Set("Retry-After", strconv.FormatInt(retryAfter(d), 10))
 	h.Set("Content-Type", p.Reject.ContentType)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")

@@ -80,7 +80,12 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 			return
 		}
 		_, window := p.Limits[d.Index].Quota()
+		next := 0.0
+		if !d.NextAt.IsZero() {
+			next = d.NextAt.Sub(now).Seconds()
+		}
 		writeJSON(w, http.StatusOK, map[string]any{
+			"next_quota_in_seconds": next,
 			"policy": p.Name, "next_request_allowed": d.Allowed,
 			"limit": d.Limit, "remaining": d.Remaining, "window_seconds": window.Seconds(),
 			"limiting": p.Limits[d.Index].String(), "reset_in_seconds": d.ResetAt.Sub(now).Seconds(),

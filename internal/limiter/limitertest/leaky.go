@@ -21,6 +21,39 @@ func RunLeakyQueue(t *testing.T, newStore NewStore) {
 	t.Run("Cancel", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { leakyCancel(t, newStore(t)) }) })
 	t.Run("Model", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { leakyModel(t, newStore(t)) }) })
 	t.Run("Boundary", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { leakyBoundary(t, newStore(t)) }) })
+	t.Run("Cost", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { leakyCost(t, newStore(t), time.Now()) })
+	})
+}
+
+// leakyCost is the queue with costs above 1: rate 10/s, queue 3, cost 2
+// (each request holds the exit 200ms), five requests at one instant. One
+// leaves at once, three wait 200, 400 and 600ms — the queue counts
+// requests, not intervals — and the fifth finds the queue full.
+func leakyCost(t *testing.T, store limiter.Store, now time.Time) {
+	lim := must(t)(limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Queue: 3, MaxWait: time.Minute, Cost: 2}))
+	l := mustNew(t, store, "leaky-cost", lim)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i, want := range []time.Duration{0, 200 * time.Millisecond, 400 * time.Millisecond, 600 * time.Millisecond} {
+		d, err := l.Allow(ctx, "k", now, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed || d.Delay != want || d.Remaining != 3-int64(i) {
+			t.Fatalf("request %d: %+v, want admitted with delay %v and %d places left", i, d, want, 3-i)
+		}
+		wg.Go(func() { l.Wait(ctx, d) })
+	}
+	d, err := l.Allow(ctx, "k", now, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The queue frees a place when the first waiter leaves, at 200ms.
+	if d.Allowed || d.RetryAfter != 200*time.Millisecond || !d.NextAt.Equal(now.Add(200*time.Millisecond)) {
+		t.Fatalf("5th request: %+v, want rejected with Retry-After 200ms and NextAt +200ms", d)
+	}
 }
 
 // leakyBoundary is RunBoundary's scenario for the leaky bucket: 1000/min
@@ -206,13 +239,24 @@ func (m *lbModel) allow(now, c int64) (result, time.Duration) {
 		}
 	}
 	leave := max(now, m.free)
+	// A place frees when the head waiter leaves or, with nobody waiting,
+	// when the exit reopens: that is when Remaining grows (draft-10's t).
+	head := m.free
+	if len(waiting) > 0 {
+		head = waiting[0]
+	}
 	var r result
-	if int64(len(waiting)) >= m.p.Queue || leave-now > int64(m.p.MaxWait) {
+	if leave > now && (int64(len(waiting)) >= m.p.Queue || leave-now > int64(m.p.MaxWait)) {
 		at := leave - int64(m.p.MaxWait)
 		if int64(len(waiting)) >= m.p.Queue {
-			at = max(at, waiting[int64(len(waiting))-m.p.Queue])
+			free := m.free
+			if i := int64(len(waiting)) - m.p.Queue; i < int64(len(waiting)) {
+				free = waiting[i]
+			}
+			at = max(at, free)
 		}
 		r.retry = time.Duration(at - now)
+		r.next = time.Duration(min(head, at) - now)
 		return r, 0
 	}
 	r.allowed = true
@@ -222,16 +266,37 @@ func (m *lbModel) allow(now, c int64) (result, time.Duration) {
 	}
 	m.deps = append(m.deps, leave)
 	m.free = leave + c*m.interval
+	if leave > now && len(waiting) == 0 {
+		head = leave
+	} else if leave == now {
+		head = m.free
+	}
+	r.next = time.Duration(head - now)
 	return r, time.Duration(leave - now)
 }
 
-// leakyParams draws a random leaky bucket, its max_wait a multiple of res.
+// leakyParams draws a random leaky bucket, its max_wait a multiple of res,
+// its cost 1 half the time and 2 to 4 otherwise.
 func leakyParams(rng *rand.Rand, res int64) limiter.LeakyBucketParams {
+	cost := int64(1)
+	if rng.IntN(2) == 0 {
+		cost = 2 + rng.Int64N(3)
+	}
 	return limiter.LeakyBucketParams{
 		Rate:    limiter.Rate{N: 1 + rng.Int64N(20), Per: []time.Duration{time.Second, 3 * time.Second, time.Minute}[rng.IntN(3)]},
 		Queue:   rng.Int64N(8),
 		MaxWait: time.Duration(rng.Int64N(int64(5*time.Second)) / res * res),
+		Cost:    cost,
 	}
+}
+
+// weight draws a request's weight: mostly 1, sometimes 2 or 3, so that
+// waiters of different spacings share a queue.
+func weight(rng *rand.Rand) int64 {
+	if rng.IntN(4) == 0 {
+		return 2 + rng.Int64N(2)
+	}
+	return 1
 }
 
 // leakyModel runs random arrivals through the store and the model, and also
@@ -252,12 +317,13 @@ func leakyModel(t *testing.T, store limiter.Store) {
 			time.Sleep(time.Duration(gap(rng, time.Now().UnixNano(), interval)))
 			synctest.Wait() // let releases due now happen first
 			now := time.Now()
-			want, wantDelay := m.allow(now.UnixNano(), 1)
-			d, err := l.Allow(ctx, "k", now, 1)
+			n := weight(rng)
+			want, wantDelay := m.allow(now.UnixNano(), n*p.Cost)
+			d, err := l.Allow(ctx, "k", now, n)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := result{d.Allowed, d.RetryAfter, d.Remaining}
+			got := result{d.Allowed, d.RetryAfter, d.Remaining, next(d, now.UnixNano())}
 			if !got.allowed {
 				got.remaining = want.remaining // not specified for rejections
 			}
@@ -292,6 +358,7 @@ func leakyModel(t *testing.T, store limiter.Store) {
 // Retry-After must match it.
 func RunLeakyVirtual(t *testing.T, newStore NewStore, o Options) {
 	t.Run("Boundary", func(t *testing.T) { leakyVirtualBoundary(t, newStore(t)) })
+	t.Run("Cost", func(t *testing.T) { leakyCost(t, newStore(t), time.Unix(0, base)) })
 	store := newStore(t)
 	res := int64(max(o.Resolution, 1))
 	ctx := context.Background()
@@ -307,13 +374,15 @@ func RunLeakyVirtual(t *testing.T, newStore NewStore, o Options) {
 		for i := range 400 {
 			now += gap(rng, now, interval)
 			now -= now % res
-			want, wantDelay := m.allow(now, 1)
+			n := weight(rng)
+			want, wantDelay := m.allow(now, n*p.Cost)
 			want.retry = time.Duration(ceilTo(int64(want.retry), res))
-			d, err := l.Allow(ctx, "k", time.Unix(0, now), 1)
+			want.next = time.Duration(ceilTo(int64(want.next), res))
+			d, err := l.Allow(ctx, "k", time.Unix(0, now), n)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := result{d.Allowed, d.RetryAfter, d.Remaining}
+			got := result{d.Allowed, d.RetryAfter, d.Remaining, next(d, now)}
 			if !got.allowed {
 				got.remaining = want.remaining
 			}

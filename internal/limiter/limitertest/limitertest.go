@@ -182,11 +182,12 @@ func RunModel(t *testing.T, newStore NewStore, o Options) {
 					}
 					want := m.allow(now, n*cost)
 					want.retry = time.Duration(ceilTo(int64(want.retry), res))
+					want.next = time.Duration(ceilTo(int64(want.next), res))
 					d, err := l.Allow(ctx, key, time.Unix(0, now), n)
 					if err != nil {
 						t.Fatalf("seed %d step %d: %v", seed, i, err)
 					}
-					got := result{d.Allowed, d.RetryAfter, d.Remaining}
+					got := result{d.Allowed, d.RetryAfter, d.Remaining, next(d, now)}
 					if got != want {
 						t.Fatalf("seed %d (%v) step %d: Allow(%s, t=%d, %d) = %+v, want %+v", seed, lim, i, key, now-base, n, got, want)
 					}
@@ -194,6 +195,19 @@ func RunModel(t *testing.T, newStore NewStore, o Options) {
 			}
 		})
 	}
+}
+
+// next returns d's NextAt as a time from now (Unix ns), 0 for none, and
+// checks draft-10's rule that a rejection's Retry-After is never shorter.
+func next(d limiter.Decision, now int64) time.Duration {
+	if d.NextAt.IsZero() {
+		return 0
+	}
+	nx := time.Duration(d.NextAt.UnixNano() - now)
+	if !d.Allowed && nx > d.RetryAfter {
+		return -1 // never what a model says
+	}
+	return nx
 }
 
 // ceilTo rounds v ≥ 0 up to a multiple of res.

@@ -13,11 +13,14 @@ import (
 // Store or the limiter. Times are Unix nanoseconds; traces given to the
 // models never go backwards (that rule is tested by step tables).
 
-// result is what the suite compares: admission, Retry-After and Remaining.
+// result is what the suite compares: admission, Retry-After, Remaining,
+// and next: the time until Remaining grows (draft-10's t), 0 when it
+// cannot.
 type result struct {
 	allowed   bool
 	retry     time.Duration
 	remaining int64
+	next      time.Duration
 }
 
 type model interface {
@@ -57,6 +60,12 @@ func (m *tbModel) allow(now, c int64) result {
 		r.retry = time.Duration(ceilRat(need))
 	}
 	r.remaining = floorRat(m.tokens)
+	if r.remaining < m.p.Burst {
+		// (remaining + 1 − tokens) · Per / N, rounded up
+		need := new(big.Rat).Sub(new(big.Rat).SetInt64(r.remaining+1), m.tokens)
+		need.Mul(need, new(big.Rat).SetFrac64(int64(m.p.Rate.Per), m.p.Rate.N))
+		r.next = time.Duration(ceilRat(need))
+	}
 	return r
 }
 
@@ -81,6 +90,9 @@ func (m *fwModel) allow(now, c int64) result {
 		r.retry = time.Duration((idx+1)*w - now)
 	}
 	r.remaining = m.p.Limit - m.counts[idx]
+	if r.remaining < m.p.Limit {
+		r.next = time.Duration((idx+1)*w - now)
+	}
 	return r
 }
 
@@ -120,6 +132,12 @@ func (m *slModel) allow(now, c int64) result {
 		}
 	}
 	r.remaining = m.p.Limit - m.inWindow(now)
+	for _, u := range m.units { // the oldest unit in the window leaving
+		if u > now-int64(m.p.Window) && u <= now {
+			r.next = time.Duration(u + int64(m.p.Window) - now)
+			break
+		}
+	}
 	return r
 }
 
@@ -162,22 +180,31 @@ func (m *swModel) allow(now, c int64) result {
 		r.allowed = true
 		m.counts[floorDiv(now, L)] += c
 	} else {
-		// The estimate never rises while nothing is admitted: bisect for
-		// the first instant it leaves room. After W+L every unit is out.
-		lo, hi := now, now+int64(m.p.Window)+L
-		for lo < hi {
-			mid := lo + (hi-lo)/2
-			if m.fits(mid, c) {
-				hi = mid
-			} else {
-				lo = mid + 1
-			}
-		}
-		r.retry = time.Duration(lo - now)
+		r.retry = time.Duration(m.firstFit(now, c) - now)
 	}
 	left := new(big.Rat).Sub(new(big.Rat).SetInt64(m.p.Limit), m.estimate(now))
 	r.remaining = max(0, floorRat(left))
+	if r.remaining < m.p.Limit {
+		r.next = time.Duration(m.firstFit(now, r.remaining+1) - now)
+	}
 	return r
+}
+
+// firstFit returns the first instant ≥ now at which c units fit. The
+// estimate never rises while nothing is admitted: bisect. After W+L every
+// unit is out.
+func (m *swModel) firstFit(now, c int64) int64 {
+	L := int64(m.p.Window) / int64(m.p.Slots)
+	lo, hi := now, now+int64(m.p.Window)+L
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if m.fits(mid, c) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 func floorDiv(a, b int64) int64 {

@@ -142,8 +142,8 @@ func (b *batcher) flush(calls []*call) {
 		res, err = decideScript.Eval(ctx, b.c, keys, args...).Int64Slice()
 	}
 	for _, c := range calls {
-		// Each decision's reply: five values per limit and its instant.
-		n := 5*len(c.keys) + 1
+		// Each decision's reply: replyValues per limit and its instant.
+		n := replyValues*len(c.keys) + 1
 		switch {
 		case err != nil:
 			c.err = err

@@ -18,7 +18,7 @@
 -- holding six: the algorithm and five parameters. (Binary, because
 -- tonumber on text costs more than the rest of a token bucket's step.)
 -- KEYS are the decisions' limits' keys in the same order. The reply is,
--- per decision, five values per limit and the instant it was decided at.
+-- per decision, six values per limit and the instant it was decided at.
 
 -- Globals read once into locals: Redis 7 guards the global table with a
 -- metatable, so every global lookup in the steps below would cost more
@@ -26,7 +26,7 @@
 -- lookups, 1.3 µs with these).
 local floor, min, max = math.floor, math.min, math.max
 local spack, sunpack = struct.pack, struct.unpack
-local call, format, insert = redis.call, string.format, table.insert
+local call, format, insert, sub = redis.call, string.format, table.insert, string.sub
 local tonumber, tostring, unpack = tonumber, tostring, unpack
 
 -- Extra milliseconds on every TTL: 0 in production, where expiry and "now"
@@ -66,14 +66,15 @@ local function ttl(reset) return max(1, ceildiv(reset - now, 1000)) + slack end
 local function int(x) return format('%d', x) end
 
 -- Each step returns: allowed (0/1), retry (µs from now, -1 = never),
--- remaining, reset (absolute µs), delay (µs), and a function that writes
--- the new state (nil if nothing to write).
+-- remaining, reset (absolute µs), delay (µs), next (absolute µs at which
+-- remaining grows, draft-10's t; 0 = nothing more can come), and a
+-- function that writes the new state (nil if nothing to write).
 
 -- token_bucket: earns p millionths of a token every q µs, exactly; the
 -- clock advances by whole q and carries the rest (as limiter/tokenbucket.go).
 local function token_bucket(key, p, q, burst, cost)
   local c = n * cost
-  if c > burst then return 0, -1, 0, now, 0, nil end
+  if c > burst then return 0, -1, 0, now, 0, 0, nil end
   local full, cn = burst * MICRO, c * MICRO
   local last, tokens = now, full
   -- State: last and tokens packed as two doubles (exact integers), one
@@ -108,13 +109,18 @@ local function token_bucket(key, p, q, burst, cost)
     setString(key, spack('<dd', last, tokens), ttl(reset))
   end
   if allowed == 0 and not raw then write = nil end
-  return allowed, retry, floor(avail / MICRO), reset, 0, write
+  local remaining = floor(avail / MICRO)
+  local nxt = 0
+  if (remaining + 1) * MICRO <= full then
+    nxt = last + ceildiv(((remaining + 1) * MICRO - tokens) * q, p)
+  end
+  return allowed, retry, remaining, reset, 0, nxt, write
 end
 
 -- fixed_window: windows of w µs aligned to the epoch.
 local function fixed_window(key, limit, w, cost)
   local c = n * cost
-  if c > limit then return 0, -1, 0, now, 0, nil end
+  if c > limit then return 0, -1, 0, now, 0, 0, nil end
   local idx = floor(now / w)
   local cnt = 0
   local st = call('HMGET', key, 'w', 'c')
@@ -129,8 +135,8 @@ local function fixed_window(key, limit, w, cost)
   else
     retry = stop - now
   end
-  local reset = now
-  if cnt > 0 then reset = stop end
+  local reset, nxt = now, 0
+  if cnt > 0 then reset, nxt = stop, stop end
   local write = nil
   if allowed == 1 then
     write = function()
@@ -138,7 +144,7 @@ local function fixed_window(key, limit, w, cost)
       call('PEXPIRE', key, ttl(stop))
     end
   end
-  return allowed, retry, limit - cnt, reset, 0, write
+  return allowed, retry, limit - cnt, reset, 0, nxt, write
 end
 
 -- sliding_log: a sorted set of admitted units, scored by their instant.
@@ -146,12 +152,19 @@ end
 -- are unique; an instant's units are trimmed together.
 local function sliding_log(key, limit, w, cost)
   local c = n * cost
-  if c > limit then return 0, -1, 0, now, 0, nil end
+  if c > limit then return 0, -1, 0, now, 0, 0, nil end
   local t = now
   local newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if newest[2] and tonumber(newest[2]) > t then t = tonumber(newest[2]) end
   -- Units at or before t-w have left (t-w, t].
   local inwin = call('ZCOUNT', key, '(' .. int(t - w), '+inf')
+  -- The oldest unit in the window after this request: it leaving is when
+  -- remaining grows.
+  local oldest = t
+  if inwin > 0 then
+    local first = call('ZRANGEBYSCORE', key, '(' .. int(t - w), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    oldest = tonumber(first[2])
+  end
   local allowed, retry = 0, 0
   local newestt = nil
   if newest[2] then newestt = tonumber(newest[2]) end
@@ -165,8 +178,8 @@ local function sliding_log(key, limit, w, cost)
     local at = call('ZRANGE', key, skip + inwin + c - limit - 1, skip + inwin + c - limit - 1, 'WITHSCORES')
     retry = tonumber(at[2]) + w - now
   end
-  local reset = now
-  if inwin > 0 then reset = newestt + w end
+  local reset, nxt = now, 0
+  if inwin > 0 then reset, nxt = newestt + w, oldest + w end
   local write = function()
     call('ZREMRANGEBYSCORE', key, '-inf', t - w)
     if allowed == 1 then
@@ -179,14 +192,14 @@ local function sliding_log(key, limit, w, cost)
       call('PEXPIRE', key, ttl(reset))
     end
   end
-  return allowed, retry, limit - inwin, reset, 0, write
+  return allowed, retry, limit - inwin, reset, 0, nxt, write
 end
 
 -- sliding_window: k slots of w/k µs; a hash holds "j" (newest slot written)
 -- and one counter per slot index modulo k+1.
 local function sliding_window(key, limit, w, k, cost)
   local c = n * cost
-  if c > limit then return 0, -1, 0, now, 0, nil end
+  if c > limit then return 0, -1, 0, now, 0, 0, nil end
   local L = w / k
   local ring = k + 1
   local flat = call('HGETALL', key)
@@ -203,12 +216,36 @@ local function sliding_window(key, limit, w, k, cost)
     if s > cur or s <= cur - ring then return 0 end
     return h[tostring(s % ring)] or 0
   end
-  local function estimate_parts(m)
-    local sum = 0
-    for i = m - k + 1, m do sum = sum + get(i) end
-    return sum, get(m - k)
+  -- The counts after admitting c at slot j (slots cur+1..j-1 zeroed).
+  local function getAfter(s)
+    if s == j then
+      if j > cur then return c end
+      return get(j) + c
+    end
+    if s > j or s <= j - ring or s > cur then return 0 end
+    return get(s)
   end
-  local sum, oldest = estimate_parts(j)
+  local function estimate_parts(m, g)
+    local sum = 0
+    for i = m - k + 1, m do sum = sum + g(i) end
+    return sum, g(m - k)
+  end
+  -- fit returns the first instant >= t at which u units fit in counts g:
+  -- the estimate falls linearly within a slot and steps down as slots
+  -- leave the window.
+  local function fit(g, u)
+    for m = j, j + k + 1 do
+      local s, o = estimate_parts(m, g)
+      if s + u <= limit then
+        local lo = max(t, m * L)
+        if o == 0 then return lo end
+        local at = max((m + 1) * L - floor((limit - s - u) * L / o), lo)
+        if at < (m + 1) * L then return at end
+      end
+    end
+    return t
+  end
+  local sum, oldest = estimate_parts(j, get)
   local weight = (j + 1) * L - t
   local used = sum * L + oldest * weight
   local capacity = limit * L
@@ -217,18 +254,14 @@ local function sliding_window(key, limit, w, k, cost)
     allowed = 1
     used = used + c * L
   else
-    for m = j, j + k + 1 do
-      local s, o = estimate_parts(m)
-      if s + c <= limit then
-        local lo = max(t, m * L)
-        if o == 0 then retry = lo - now break end
-        local at = max((m + 1) * L - floor((limit - s - c) * L / o), lo)
-        if at < (m + 1) * L then retry = at - now break end
-      end
-    end
+    retry = fit(get, c) - now
   end
   local remaining = 0
   if used < capacity then remaining = floor((capacity - used) / L) end
+  local nxt = 0
+  if remaining < limit then
+    if allowed == 1 then nxt = fit(getAfter, remaining + 1) else nxt = fit(get, remaining + 1) end
+  end
   local z = nil
   if allowed == 1 then z = j else
     for i = cur, cur - ring + 1, -1 do if get(i) > 0 then z = i break end end
@@ -253,32 +286,62 @@ local function sliding_window(key, limit, w, k, cost)
       call('PEXPIRE', key, ttl(reset))
     end
   end
-  return allowed, retry, remaining, reset, 0, write
+  return allowed, retry, remaining, reset, 0, nxt, write
 end
 
--- leaky_bucket, virtual: "tat" is when the exit is free again. A request
--- leaves at max(now, tat); those with departures after now are waiting.
+-- leaky_bucket, virtual: nobody waits in Redis, each admitted request is
+-- told its departure. The state is one string: "Q", then little-endian
+-- int64s: "tat", when the exit is free again (the last departure plus its
+-- spacing), and the departures of the requests still waiting, ascending
+-- (FIFO). A request leaves at max(now, tat); those whose departures are
+-- after now are waiting, and the queue counts them, whatever their costs.
+-- (A plain number is the state of earlier versions: tat alone.)
 local function leaky_bucket(key, interval, queue, maxwait, cost)
   local spacing = n * cost * interval
-  local tat = tonumber(strings[key] or '0')
+  local raw = strings[key]
+  local tat, first, last = 0, 10, 9 -- departures are raw[first..last]
+  if raw and #raw >= 9 and sub(raw, 1, 1) == 'Q' and (#raw - 1) % 8 == 0 then
+    tat, last = sunpack('<i8', raw, 2), #raw
+  elseif raw then
+    -- Earlier versions' state: tat alone, its waiters one spacing apart.
+    tat = tonumber(raw) or 0
+    local deps = {}
+    local d = tat - spacing
+    while d > now and #deps < queue do insert(deps, 1, d); d = d - spacing end
+    raw = 'Q' .. spack('<i8', tat)
+    for i = 1, #deps do raw = raw .. spack('<i8', deps[i]) end
+    last = #raw
+  end
   if tat <= now then
     local reset = now + spacing
-    return 1, 0, queue, reset, 0, function()
-      setString(key, int(reset), ttl(reset))
+    return 1, 0, queue, reset, 0, reset, function()
+      setString(key, 'Q' .. spack('<i8', reset), ttl(reset))
     end
   end
-  local waiting = max(0, ceildiv(tat - now, interval) - 1)
+  -- Skip the departures that are past (binary search: they are ascending).
+  local lo, hi = 0, (last - first + 1) / 8 -- departures [lo, hi) unknown
+  local total = hi
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if sunpack('<i8', raw, first + 8 * mid) <= now then lo = mid + 1 else hi = mid end
+  end
+  local waiting = total - lo
+  local function dep(i) return sunpack('<i8', raw, first + 8 * (lo + i)) end
+  local head = tat -- when a place frees: the head leaving, or the exit reopening
+  if waiting > 0 then head = dep(0) end
   local wait = tat - now
   if waiting >= queue or wait > maxwait then
     local at = tat - maxwait
     if waiting >= queue then
-      at = max(at, tat - (queue + 1) * interval + interval)
+      local free = tat
+      if waiting - queue < waiting then free = dep(waiting - queue) end
+      at = max(at, free)
     end
-    return 0, at - now, 0, tat, 0, nil
+    return 0, at - now, 0, tat, 0, min(head, at), nil
   end
   local reset = tat + spacing
-  return 1, 0, queue - waiting - 1, reset, wait, function()
-    setString(key, int(reset), ttl(reset))
+  return 1, 0, queue - waiting - 1, reset, wait, head, function()
+    setString(key, 'Q' .. spack('<i8', reset) .. sub(raw, first + 8 * lo, last) .. spack('<i8', tat), ttl(reset))
   end
 end
 
@@ -301,19 +364,19 @@ for _ = 1, decisions do
   if count == 1 then
     -- One limit, the common case: no tables to gather and replay.
     local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a])
-    local allowed, retry, remaining, reset, delay, write = steps[alg](KEYS[k], p1, p2, p3, p4, p5)
+    local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k], p1, p2, p3, p4, p5)
     if write and not dry then write() end
     local o = #out
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed, retry, remaining, reset, delay
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = allowed, retry, remaining, reset, delay, nxt
   else
     local writes, all = {}, true
     for i = 0, count - 1 do
       local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a + i])
-      local allowed, retry, remaining, reset, delay, write = steps[alg](KEYS[k + i], p1, p2, p3, p4, p5)
+      local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k + i], p1, p2, p3, p4, p5)
       if allowed == 0 then all = false end
       writes[i] = write
       local o = #out
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed, retry, remaining, reset, delay
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = allowed, retry, remaining, reset, delay, nxt
     end
     for i = 0, count - 1 do
       -- A single limit writes even when it rejects (a trimmed log, an

@@ -419,14 +419,14 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now
 	if err != nil {
 		return limiter.Decision{}, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
 	}
-	if len(res) != 5*len(limits)+1 {
+	if len(res) != replyValues*len(limits)+1 {
 		return limiter.Decision{}, errors.New("redis: unexpected reply from the decide script")
 	}
 	redisNow := res[len(res)-1]
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	var d limiter.Decision
 	for i := range limits {
-		r := res[5*i : 5*i+5]
+		r := res[replyValues*i : replyValues*i+replyValues]
 		x := limiter.Decision{
 			Allowed:   r[0] == 1,
 			Remaining: r[2],
@@ -435,6 +435,9 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now
 			// caller's: headers stay right whatever the clocks say.
 			ResetAt: now.Add(us(r[3] - redisNow)),
 			Limit:   quota(limits[i]),
+		}
+		if r[5] != 0 {
+			x.NextAt = now.Add(us(r[5] - redisNow))
 		}
 		switch {
 		case r[1] < 0:
@@ -446,6 +449,10 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now
 	}
 	return d, nil
 }
+
+// replyValues is how many values decide.lua replies per limit: allowed,
+// retry, remaining, reset, delay and next.
+const replyValues = 6
 
 // quota is the Limit a decision reports: burst, limit, or queue + 1.
 func quota(l limiter.Limit) int64 {
