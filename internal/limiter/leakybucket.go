@@ -11,16 +11,24 @@ import (
 // nanosecond, so the rate is never exceeded); an idle key lets the first
 // request through at once. A request is rejected at once if Queue requests
 // of its key are already waiting or if its wait would exceed MaxWait.
+//
+// Delay is nginx's two-stage limit_req delay=: each request keeps its
+// place on the schedule, but leaves Delay intervals before it, so the
+// first Delay intervals' worth of a burst (Delay requests of cost 1) is
+// forwarded at once and only the rest waits — nginx's burst=B delay=D is
+// Queue = B − D, Delay = D. 0 is the plain leaky bucket.
 type LeakyBucketParams struct {
 	Rate    Rate          // departures per period; must be positive
 	Queue   int64         // requests that may wait, 0..MaxQueue
 	MaxWait time.Duration // longest admissible wait, ≥ 0
 	Cost    int64         // intervals each request holds the exit; 0 means 1
+	Delay   int64         // intervals of a burst forwarded at once, 0..MaxQueue
 }
 
 type leakyBucket struct {
 	LeakyBucketParams
 	interval int64 // ns between departures of cost 1
+	lead     int64 // ns a request leaves before its place: Delay intervals
 }
 
 // NewLeakyBucket validates p and returns the limit.
@@ -35,13 +43,18 @@ func NewLeakyBucket(p LeakyBucketParams) (Limit, error) {
 		return Limit{}, paramErr(LeakyBucket, "queue", "%d is above the maximum of %d", p.Queue, MaxQueue)
 	case p.MaxWait < 0:
 		return Limit{}, paramErr(LeakyBucket, "max_wait", "must not be negative")
+	case p.Delay < 0:
+		return Limit{}, paramErr(LeakyBucket, "delay", "must not be negative")
+	case p.Delay > MaxQueue:
+		return Limit{}, paramErr(LeakyBucket, "delay", "%d is above the maximum of %d", p.Delay, MaxQueue)
 	}
 	cost, err := checkCost(LeakyBucket, p.Cost, MaxCount, "the maximum")
 	if err != nil {
 		return Limit{}, err
 	}
 	p.Cost = cost
-	return Limit{alg: LeakyBucket, cost: cost, lb: leakyBucket{p, p.Rate.interval()}}, nil
+	interval := p.Rate.interval()
+	return Limit{alg: LeakyBucket, cost: cost, lb: leakyBucket{p, interval, satMul(p.Delay, interval)}}, nil
 }
 
 // LeakyBucketState is what a Store keeps per key for a leaky bucket
@@ -102,22 +115,33 @@ func (l *Limit) stepLeakyBucket(s *LeakyBucketState, q *LeakyQueue, now time.Tim
 	}
 	spacing := satMul(c, p.interval)
 	t := nanos(now)
-	d := Decision{Limit: p.Queue + 1}
+	d := Decision{Limit: p.Queue + 1 + p.Delay}
 
+	// gate is when the exit reopens for the next request, in real time: a
+	// request's place on the schedule less the lead (Delay intervals).
 	var gate, waiting, pending int64
 	if q != nil && q.Busy {
 		// A timer that is due but has not run yet reopens the exit about now.
 		gate, waiting, pending = max(nanos(q.Gate), t), q.Waiting, int64(q.Pending)
-	} else if gate = s.gate(q); gate <= t {
-		// The exit is open and nobody waits: leave at once.
+	} else if place := s.gate(q, p.lead); place <= satAdd(t, p.lead) {
+		// The exit is open (or within the lead) and nobody waits: leave at
+		// once, taking the next place on the schedule.
+		open := satAdd(max(place, t), spacing)
 		d.Allowed = true
-		d.Remaining = p.Queue
-		d.ResetAt = instant(satAdd(t, spacing))
-		d.NextAt = d.ResetAt
+		// Requests of cost 1 that would still leave at once, then wait.
+		var k int64
+		if open-t <= p.lead {
+			k = (t+p.lead-open)/p.interval + 1
+		}
+		d.Remaining = p.Queue + k
+		d.ResetAt = instant(open)
+		d.NextAt = instant(satAdd(open-p.lead, satMul(k, p.interval)))
 		if commit {
-			s.open = bias(satAdd(t, spacing))
+			s.open = bias(open)
 		}
 		return d
+	} else {
+		gate = place - p.lead
 	}
 
 	leave := satAdd(gate, pending) // departure if admitted
@@ -134,7 +158,7 @@ func (l *Limit) stepLeakyBucket(s *LeakyBucketState, q *LeakyQueue, now time.Tim
 			at = max(at, free)
 		}
 		d.RetryAfter = time.Duration(at - t)
-		d.ResetAt = instant(leave)
+		d.ResetAt = instant(satAdd(leave, p.lead))
 		// A place frees when the head leaves (or the exit reopens), but
 		// under max_wait the request may be admissible sooner.
 		d.NextAt = instant(min(gate, at))
@@ -143,19 +167,21 @@ func (l *Limit) stepLeakyBucket(s *LeakyBucketState, q *LeakyQueue, now time.Tim
 	d.Allowed = true
 	d.Delay = time.Duration(wait)
 	d.Remaining = p.Queue - waiting - 1
-	d.ResetAt = instant(satAdd(leave, spacing))
+	d.ResetAt = instant(satAdd(satAdd(leave, spacing), p.lead))
 	d.NextAt = instant(gate) // the head's departure frees a place
 	return d
 }
 
-// gate returns when the exit of a key whose queue is not busy reopens.
-func (s *LeakyBucketState) gate(q *LeakyQueue) int64 {
+// gate returns the next place on the schedule of a key whose queue is not
+// busy: when its exit reopens, lead (Delay intervals) later than the real
+// time the queue last released at.
+func (s *LeakyBucketState) gate(q *LeakyQueue, lead int64) int64 {
 	g := int64(math.MinInt64)
 	if s.open != 0 {
 		g = unbias(s.open)
 	}
 	if q != nil && !q.Gate.IsZero() {
-		g = max(g, nanos(q.Gate))
+		g = max(g, satAdd(nanos(q.Gate), lead))
 	}
 	return g
 }
@@ -179,14 +205,14 @@ func (l *Limit) LeakyBucketSpacing(n int64) time.Duration {
 	return time.Duration(satMul(satMul(n, l.cost), l.lb.interval))
 }
 
-// LeakyBucketReopensAt returns when the exit of s, and of its queue q if
-// it has one (not busy), reopens: from then on the key is a fresh one and
-// a Store may forget it. A fresh state returns the zero Time.
-func LeakyBucketReopensAt(s *LeakyBucketState, q *LeakyQueue) time.Time {
+// LeakyBucketReopensAt returns when the schedule of s, and of its queue q
+// if it has one (not busy), is free again: from then on the key is a fresh
+// one and a Store may forget it. A fresh state returns the zero Time.
+func (l *Limit) LeakyBucketReopensAt(s *LeakyBucketState, q *LeakyQueue) time.Time {
 	if s.open == 0 && (q == nil || q.Gate.IsZero()) {
 		return time.Time{}
 	}
-	return instant(s.gate(q))
+	return instant(s.gate(q, l.lb.lead))
 }
 
 func satMul(a, b int64) int64 {

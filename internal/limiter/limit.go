@@ -21,6 +21,7 @@ type Limit struct {
 	id      int32  // dense number of name (stateID), set by New
 	binding uint64 // unique to the New call that bound it; 0 before
 	cost    int64  // per request, ≥ 1
+	share   string // shared limit's name; "" for a policy's own
 
 	tb tokenBucket
 	lb leakyBucket
@@ -100,6 +101,19 @@ func stateID(name string) int32 {
 	return id
 }
 
+// Shared returns l as the shared limit called name: every Limiter that
+// binds a Limit shared under one name keeps its state in one place, so
+// that the policies using it draw from one budget (nginx's zones). The
+// Limits shared under a name should have the same parameters; the last
+// bound one's apply. An empty name makes l a policy's own limit again.
+func (l Limit) Shared(name string) Limit {
+	l.share = name
+	return l
+}
+
+// Share returns the name l is shared under (Shared), "" for none.
+func (l *Limit) Share() string { return l.share }
+
 // Cost returns the units one request of weight 1 consumes from l.
 func (l *Limit) Cost() int64 { return l.cost }
 
@@ -130,7 +144,7 @@ func (l *Limit) Quota() (quota int64, window time.Duration) {
 		return p.Burst, time.Duration(mulDivCeil(p.Burst, int64(p.Rate.Per), p.Rate.N))
 	case LeakyBucket:
 		p := l.lb.LeakyBucketParams
-		return p.Queue + 1, time.Duration(mulDivCeil(p.Queue+1, int64(p.Rate.Per), p.Rate.N))
+		return p.Queue + 1 + p.Delay, time.Duration(mulDivCeil(p.Queue+1+p.Delay, int64(p.Rate.Per), p.Rate.N))
 	case FixedWindow:
 		return l.fw.Limit, l.fw.Window
 	case SlidingLog:
@@ -150,6 +164,9 @@ func (l Limit) String() string {
 		s = fmt.Sprintf("rate=%v burst=%d", l.tb.Rate, l.tb.Burst)
 	case LeakyBucket:
 		s = fmt.Sprintf("rate=%v queue=%d max_wait=%v", l.lb.Rate, l.lb.Queue, l.lb.MaxWait)
+		if l.lb.Delay != 0 {
+			s += fmt.Sprintf(" delay=%d", l.lb.Delay)
+		}
 	case FixedWindow:
 		s = fmt.Sprintf("limit=%d window=%v", l.fw.Limit, l.fw.Window)
 	case SlidingLog:
@@ -159,6 +176,9 @@ func (l Limit) String() string {
 	}
 	if l.cost != 1 {
 		s += fmt.Sprintf(" cost=%d", l.cost)
+	}
+	if l.share != "" {
+		s += fmt.Sprintf(" shared=%s", l.share)
 	}
 	return l.alg.String() + " " + s
 }

@@ -179,8 +179,10 @@ const MaxLimits = 16
 // algorithm and the limit's ordinal among the policy's limits of that
 // algorithm, so that a reload which keeps a policy's name and a limit's
 // algorithm keeps that limit's counters, and a changed algorithm starts
-// fresh. At most one leaky bucket is allowed, since a request can wait in
-// only one queue.
+// fresh; a shared limit (Limit.Shared) lives under its share's name
+// instead, the same in every policy that uses it. At most one leaky bucket
+// is allowed, since a request can wait in only one queue, and a share at
+// most once.
 func New(store Store, policy string, limits ...Limit) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("limiter: nil store")
@@ -192,18 +194,29 @@ func New(store Store, policy string, limits ...Limit) (*Limiter, error) {
 		return nil, fmt.Errorf("limiter: %d limits in one policy; at most %d", len(limits), MaxLimits)
 	}
 	var seen [len(algorithmNames)]int
+	leaky := false
 	ls := make([]Limit, len(limits))
 	for i, l := range limits {
 		if l.alg == 0 {
 			return nil, fmt.Errorf("limiter: limit %d was not built by a New… constructor", i)
 		}
-		if l.alg == LeakyBucket && seen[LeakyBucket] > 0 {
-			return nil, errors.New("limiter: more than one leaky_bucket in one policy")
+		if l.alg == LeakyBucket {
+			if leaky {
+				return nil, errors.New("limiter: more than one leaky_bucket in one policy")
+			}
+			leaky = true
+		}
+		for j := range i {
+			if l.share != "" && ls[j].share == l.share {
+				return nil, fmt.Errorf("limiter: shared limit %q twice in one policy", l.share)
+			}
 		}
 		l.name = stateName(policy, &l, seen[l.alg])
 		l.id = stateID(l.name)
 		l.binding = bindings.Add(1)
-		seen[l.alg]++
+		if l.share == "" {
+			seen[l.alg]++
+		}
 		ls[i] = l
 	}
 	return &Limiter{store: store, policy: policy, limits: ls}, nil
@@ -217,18 +230,27 @@ func StateNames(policy string, limits ...Limit) []string {
 	names := make([]string, len(limits))
 	for i := range limits {
 		names[i] = stateName(policy, &limits[i], seen[limits[i].alg])
-		seen[limits[i].alg]++
+		if limits[i].share == "" {
+			seen[limits[i].alg]++
+		}
 	}
 	return names
 }
 
 // stateName builds the Store name of a limit. The policy name is
-// length-prefixed so that no policy name can collide with another's limits.
-// The window algorithms' names also carry their time grid (window, and
-// slots), because counts kept on one grid mean nothing on another: changing
-// a fixed or sliding window's length or slots starts it fresh.
+// length-prefixed so that no policy name can collide with another's limits;
+// a shared limit's name is its share's, after "=", which no length prefix
+// starts with, so that every policy using it finds the same state. The
+// window algorithms' names also carry their time grid (window, and slots),
+// because counts kept on one grid mean nothing on another: changing a
+// fixed or sliding window's length or slots starts it fresh.
 func stateName(policy string, l *Limit, ordinal int) string {
-	name := strconv.Itoa(len(policy)) + ":" + policy + "/" + l.alg.String() + "/" + strconv.Itoa(ordinal)
+	var name string
+	if l.share != "" {
+		name = "=" + strconv.Itoa(len(l.share)) + ":" + l.share + "/" + l.alg.String()
+	} else {
+		name = strconv.Itoa(len(policy)) + ":" + policy + "/" + l.alg.String() + "/" + strconv.Itoa(ordinal)
+	}
 	switch l.alg {
 	case FixedWindow:
 		name += "/" + strconv.FormatInt(int64(l.fw.Window), 10)
@@ -245,16 +267,44 @@ func stateName(policy string, l *Limit, ordinal int) string {
 // string; stores hash it. An error means the store could not decide (see
 // ErrStoreUnavailable); the Decision is then the zero value.
 func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64) (Decision, error) {
+	var ks [MaxLimits]string
+	keys := ks[:len(l.limits)]
+	for i := range keys {
+		keys[i] = key
+	}
+	return l.AllowKeys(ctx, keys, now, n)
+}
+
+// AllowKeys is Allow with a client key per limit: limit i counts the
+// request under keys[i] (a policy limited per address and per API key at
+// once). len(keys) must be len(Limits()).
+func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n int64) (Decision, error) {
 	if n <= 0 {
 		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
 	}
-	return l.store.Decide(ctx, l.limits, key, now, n)
+	if len(keys) != len(l.limits) {
+		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
+	}
+	return l.store.Decide(ctx, l.limits, keys, now, n)
 }
 
 // Peek returns the decision Allow would return for key at now, without
 // changing any state.
 func (l *Limiter) Peek(ctx context.Context, key string, now time.Time) (Decision, error) {
-	return l.store.Peek(ctx, l.limits, key, now, 1)
+	keys := make([]string, len(l.limits))
+	for i := range keys {
+		keys[i] = key
+	}
+	return l.PeekKeys(ctx, keys, now)
+}
+
+// PeekKeys returns the decision AllowKeys would return for keys at now,
+// without changing any state.
+func (l *Limiter) PeekKeys(ctx context.Context, keys []string, now time.Time) (Decision, error) {
+	if len(keys) != len(l.limits) {
+		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
+	}
+	return l.store.Peek(ctx, l.limits, keys, now, 1)
 }
 
 // Wait blocks until a request admitted by Allow may be forwarded: at once

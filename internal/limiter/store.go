@@ -16,23 +16,24 @@ import (
 // names finds the same state and applies its new parameters from its next
 // request on.
 type Store interface {
-	// Decide applies a request of weight n from client key at instant now to
-	// every limit in limits, atomically for that key: either every limit
-	// admits it and each consumes n × its cost, or the request is rejected
-	// and no limit's state changes in any way that would admit or reject a
-	// later request differently. It merges the per-limit decisions with
-	// Decision.Merge, in order. Implementations must be safe for concurrent
-	// use and must not modify limits; they may retain pointers to its
-	// elements, which a Limiter never changes.
+	// Decide applies a request of weight n at instant now to every limit
+	// in limits, limit i counting it under client key keys[i] (len(keys)
+	// == len(limits); usually every key is the same), atomically: either
+	// every limit admits it and each consumes n × its cost, or the request
+	// is rejected and no limit's state changes in any way that would admit
+	// or reject a later request differently. It merges the per-limit
+	// decisions with Decision.Merge, in order. Implementations must be safe
+	// for concurrent use and must not modify limits or keys; they may
+	// retain pointers to limits' elements, which a Limiter never changes.
 	//
 	// An error means no decision was made; wrap ErrStoreUnavailable when the
 	// backend could not be reached in time.
-	Decide(ctx context.Context, limits []Limit, key string, now time.Time, n int64) (Decision, error)
+	Decide(ctx context.Context, limits []Limit, keys []string, now time.Time, n int64) (Decision, error)
 
 	// Peek returns the decision Decide would return for the same
 	// arguments, without changing any state (the admin API's view of one
 	// client). A leaky bucket's Decision carries no place in the queue.
-	Peek(ctx context.Context, limits []Limit, key string, now time.Time, n int64) (Decision, error)
+	Peek(ctx context.Context, limits []Limit, keys []string, now time.Time, n int64) (Decision, error)
 
 	// Wait blocks until the request of an admitted Decision this Store
 	// returned with a Delay or a Ticket may be forwarded, or until ctx

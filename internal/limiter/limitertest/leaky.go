@@ -24,6 +24,42 @@ func RunLeakyQueue(t *testing.T, newStore NewStore) {
 	t.Run("Cost", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) { leakyCost(t, newStore(t), time.Now()) })
 	})
+	t.Run("TwoStage", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { leakyTwoStage(t, newStore(t), time.Now()) })
+	})
+}
+
+// leakyTwoStage is nginx's two-stage limit_req (burst=12 delay=8 at 10/s,
+// its documentation's example) as queue 4, delay 8: of 20 requests at one
+// instant the first 9 are forwarded at once (the first, then the 8 of the
+// delay), the next 4 wait 100..400ms, and the last 7 are rejected.
+func leakyTwoStage(t *testing.T, store limiter.Store, now time.Time) {
+	lim := must(t)(limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Queue: 4, Delay: 8, MaxWait: time.Minute}))
+	l := mustNew(t, store, "leaky-two-stage", lim)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range 20 {
+		d, err := l.Allow(ctx, "k", now, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want time.Duration
+		switch {
+		case i < 9:
+		case i < 13:
+			want = time.Duration(i-8) * 100 * time.Millisecond
+		default:
+			if d.Allowed {
+				t.Fatalf("request %d: %+v, want rejected", i, d)
+			}
+			continue
+		}
+		if !d.Allowed || d.Delay != want || d.Limit != 13 {
+			t.Fatalf("request %d: %+v, want admitted with delay %v of a quota of 13", i, d, want)
+		}
+		wg.Go(func() { l.Wait(ctx, d) })
+	}
 }
 
 // leakyCost is the queue with costs above 1: rate 10/s, queue 3, cost 2
@@ -221,14 +257,15 @@ func leakyCancel(t *testing.T, store limiter.Store) {
 }
 
 // lbModel is docs/algorithms.md's leaky bucket as a list of departure times: a request
-// arriving at t leaves at max(t, the previous departure + its spacing);
-// it is rejected if Queue requests are waiting (departures after t) or if
-// its wait would exceed MaxWait.
+// arriving at t takes the place max(t, the previous place + its spacing)
+// and leaves Delay intervals (the lead) before it, or at once; it is
+// rejected if it would wait and Queue requests are waiting (departures
+// after t) or its wait would exceed MaxWait.
 type lbModel struct {
 	p        limiter.LeakyBucketParams
 	interval int64
 	deps     []int64 // departure of each admitted request
-	free     int64   // when the exit is free again
+	free     int64   // the next place on the schedule
 }
 
 func (m *lbModel) allow(now, c int64) (result, time.Duration) {
@@ -238,10 +275,12 @@ func (m *lbModel) allow(now, c int64) (result, time.Duration) {
 			waiting = append(waiting, d)
 		}
 	}
-	leave := max(now, m.free)
+	lead := m.p.Delay * m.interval
+	place := max(now, m.free)
+	leave := max(now, place-lead)
 	// A place frees when the head waiter leaves or, with nobody waiting,
 	// when the exit reopens: that is when Remaining grows (draft-10's t).
-	head := m.free
+	head := m.free - lead
 	if len(waiting) > 0 {
 		head = waiting[0]
 	}
@@ -249,7 +288,7 @@ func (m *lbModel) allow(now, c int64) (result, time.Duration) {
 	if leave > now && (int64(len(waiting)) >= m.p.Queue || leave-now > int64(m.p.MaxWait)) {
 		at := leave - int64(m.p.MaxWait)
 		if int64(len(waiting)) >= m.p.Queue {
-			free := m.free
+			free := leave
 			if i := int64(len(waiting)) - m.p.Queue; i < int64(len(waiting)) {
 				free = waiting[i]
 			}
@@ -260,33 +299,44 @@ func (m *lbModel) allow(now, c int64) (result, time.Duration) {
 		return r, 0
 	}
 	r.allowed = true
-	r.remaining = m.p.Queue - int64(len(waiting))
-	if leave > now {
-		r.remaining-- // it waits too
-	}
 	m.deps = append(m.deps, leave)
-	m.free = leave + c*m.interval
-	if leave > now && len(waiting) == 0 {
-		head = leave
-	} else if leave == now {
-		head = m.free
+	m.free = place + c*m.interval
+	if leave > now {
+		r.remaining = m.p.Queue - int64(len(waiting)) - 1 // it waits too
+		if len(waiting) == 0 {
+			head = leave
+		}
+		r.next = time.Duration(head - now)
+	} else {
+		// Left at once: count the requests of cost 1 that still would.
+		var k int64
+		for p := m.free; p-lead <= now; p += m.interval {
+			k++
+		}
+		r.remaining = m.p.Queue + k
+		r.next = time.Duration(m.free - lead + k*m.interval - now)
 	}
-	r.next = time.Duration(head - now)
 	return r, time.Duration(leave - now)
 }
 
 // leakyParams draws a random leaky bucket, its max_wait a multiple of res,
-// its cost 1 half the time and 2 to 4 otherwise.
+// its cost 1 half the time and 2 to 4 otherwise, with a delay= of 1 to 6 a
+// third of the time.
 func leakyParams(rng *rand.Rand, res int64) limiter.LeakyBucketParams {
 	cost := int64(1)
 	if rng.IntN(2) == 0 {
 		cost = 2 + rng.Int64N(3)
+	}
+	var delay int64 // nginx's delay= a third of the time
+	if rng.IntN(3) == 0 {
+		delay = 1 + rng.Int64N(6)
 	}
 	return limiter.LeakyBucketParams{
 		Rate:    limiter.Rate{N: 1 + rng.Int64N(20), Per: []time.Duration{time.Second, 3 * time.Second, time.Minute}[rng.IntN(3)]},
 		Queue:   rng.Int64N(8),
 		MaxWait: time.Duration(rng.Int64N(int64(5*time.Second)) / res * res),
 		Cost:    cost,
+		Delay:   delay,
 	}
 }
 
@@ -359,6 +409,7 @@ func leakyModel(t *testing.T, store limiter.Store) {
 func RunLeakyVirtual(t *testing.T, newStore NewStore, o Options) {
 	t.Run("Boundary", func(t *testing.T) { leakyVirtualBoundary(t, newStore(t)) })
 	t.Run("Cost", func(t *testing.T) { leakyCost(t, newStore(t), time.Unix(0, base)) })
+	t.Run("TwoStage", func(t *testing.T) { leakyTwoStage(t, newStore(t), time.Unix(0, base)) })
 	store := newStore(t)
 	res := int64(max(o.Resolution, 1))
 	ctx := context.Background()

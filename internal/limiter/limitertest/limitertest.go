@@ -46,6 +46,119 @@ func RunWith(t *testing.T, newStore NewStore, o Options) {
 	t.Run("Concurrent", func(t *testing.T) { RunConcurrent(t, newStore) })
 	t.Run("Reload", func(t *testing.T) { RunReload(t, newStore) })
 	t.Run("PeekReset", func(t *testing.T) { RunPeekReset(t, newStore) })
+	t.Run("Keys", func(t *testing.T) { RunKeys(t, newStore) })
+	t.Run("Shared", func(t *testing.T) { RunShared(t, newStore) })
+}
+
+// RunKeys checks limits counted under different client keys in one
+// decision (a policy limited per address and per API key at once): each
+// limit counts its own key, and a request rejected by one consumes
+// nothing from the other's key. Many goroutines on keys that overlap in
+// both directions must neither lose nor double an admission, nor deadlock.
+func RunKeys(t *testing.T, newStore NewStore) {
+	m := must(t)
+	store := newStore(t)
+	ctx := context.Background()
+	perIP := m(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 3, Window: time.Hour}))
+	perKey := m(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 4, Window: time.Hour}))
+	l := mustNew(t, store, "keys", perIP, perKey)
+	now := time.Unix(0, base)
+	allow := func(ip, apiKey string) limiter.Decision {
+		t.Helper()
+		d, err := l.AllowKeys(ctx, []string{ip, apiKey}, now, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// One address, two API keys: the address's 3 bind first.
+	for i := range 3 {
+		if d := allow("ip1", "key"+strconv.Itoa(i%2)); !d.Allowed {
+			t.Fatalf("request %d: %+v", i, d)
+		}
+	}
+	for range 5 {
+		if d := allow("ip1", "key0"); d.Allowed || d.Index != 0 {
+			t.Fatalf("4th request of ip1: %+v, want rejected by the per-address limit", d)
+		}
+	}
+	// key0 has spent 2 of its 4 (the rejections took nothing): from other
+	// addresses it gets exactly 2 more.
+	for i, want := range []bool{true, true, false} {
+		d := allow("ip"+strconv.Itoa(i+2), "key0")
+		if d.Allowed != want || (!want && d.Index != 1) {
+			t.Fatalf("key0 from ip%d: %+v, want allowed %v", i+2, d, want)
+		}
+	}
+	// Concurrency: 16 goroutines, addresses and keys crossing, one instant.
+	l2 := mustNew(t, store, "keys-concurrent", perIP, perKey)
+	var admitted [4][4]atomic.Int64 // [ip][key]
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 50 {
+				ip, key := (g+i)%4, (g*3+i)%4
+				d, err := l2.AllowKeys(ctx, []string{"ip" + strconv.Itoa(ip), "key" + strconv.Itoa(key)}, now, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted[ip][key].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range 4 {
+		var perIPTotal, perKeyTotal int64
+		for j := range 4 {
+			perIPTotal += admitted[i][j].Load()
+			perKeyTotal += admitted[j][i].Load()
+		}
+		if perIPTotal > 3 || perKeyTotal > 4 {
+			t.Errorf("ip%d admitted %d (limit 3), key%d admitted %d (limit 4)", i, perIPTotal, i, perKeyTotal)
+		}
+	}
+}
+
+// RunShared checks a limit shared by several policies (nginx's zones):
+// both draw from one budget per key, the budget survives one policy's
+// rebinding (a reload), and a policy's own limit of the same algorithm
+// stays apart.
+func RunShared(t *testing.T, newStore NewStore) {
+	m := must(t)
+	store := newStore(t)
+	ctx := context.Background()
+	now := time.Unix(0, base)
+	zone := m(limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Hour}, Burst: 4})).Shared("zone")
+	own := m(limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Hour}, Burst: 10}))
+	root := mustNew(t, store, "root", zone)
+	status := mustNew(t, store, "status", own, zone)
+	if _, err := limiter.New(store, "twice", zone, zone); err == nil {
+		t.Error("a share twice in one policy was accepted")
+	}
+	for i, l := range []*limiter.Limiter{root, status, root, status} {
+		if d, _ := l.Allow(ctx, "k", now, 1); !d.Allowed {
+			t.Fatalf("request %d: rejected: %+v", i, d)
+		}
+	}
+	if d, _ := status.Allow(ctx, "k", now, 1); d.Allowed || d.Index != 1 {
+		t.Fatalf("5th request through either policy: %+v, want rejected by the shared bucket", d)
+	}
+	if d, _ := root.Allow(ctx, "other", now, 1); !d.Allowed || d.Remaining != 3 {
+		t.Fatalf("another key: %+v, want a full bucket of its own", d)
+	}
+	// A reload rebinds root: the share keeps its state.
+	root2 := mustNew(t, store, "root", zone)
+	if d, _ := root2.Allow(ctx, "k", now.Add(time.Hour), 1); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after rebinding, an hour later: %+v, want the one refilled token taken", d)
+	}
+	// status's own bucket took only status's 2 admissions.
+	ownOnly := mustNew(t, store, "status", own)
+	if d, _ := ownOnly.Peek(ctx, "k", now); d.Remaining != 7 {
+		t.Fatalf("status's own bucket: %+v, want 10 − 2 − this request = 7", d)
+	}
 }
 
 // RunPeekReset checks the admin operations: Peek shows what Allow would

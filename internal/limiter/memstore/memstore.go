@@ -18,6 +18,7 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,12 +153,7 @@ func (s *Store) hash(key string) uint64 {
 	return h
 }
 
-func (s *Store) shardOf(h uint64) *shard {
-	if s.shardBits == 0 {
-		return &s.shards[0]
-	}
-	return &s.shards[h>>(64-s.shardBits)]
-}
+func (s *Store) shardOf(h uint64) *shard { return &s.shards[s.shardIndex(h)] }
 
 // tablesFor returns the shard's tables for limit index id, creating them.
 // Requires sh.mu held.
@@ -174,47 +170,98 @@ func (sh *shard) tablesFor(id int32) *tables {
 }
 
 // Decide implements limiter.Store. It never returns an error.
-func (s *Store) Decide(_ context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
-	h := s.hash(key)
-	sh := s.shardOf(h)
+func (s *Store) Decide(_ context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
 	if len(limits) == 1 {
 		// One limit: a rejection changes nothing that matters, so decide
 		// and commit in one pass.
+		h := s.hash(keys[0])
+		sh := s.shardOf(h)
 		id := s.handle(&limits[0])
 		sh.mu.Lock()
 		d := s.step(sh, id, &limits[0], h, now, n, true)
 		sh.mu.Unlock()
 		return d, nil
 	}
-	var ids [limiter.MaxLimits]int32
+	var (
+		ids [limiter.MaxLimits]int32
+		hs  [limiter.MaxLimits]uint64
+		shs [limiter.MaxLimits]*shard
+	)
 	for i := range limits {
 		ids[i] = s.handle(&limits[i])
+		hs[i] = s.hash(keys[i])
+		shs[i] = s.shardOf(hs[i])
 	}
+	locked := s.lock(hs[:len(limits)])
 	var d limiter.Decision
-	sh.mu.Lock()
 	for i := range limits {
-		d.Merge(i, s.step(sh, ids[i], &limits[i], h, now, n, false))
+		d.Merge(i, s.step(shs[i], ids[i], &limits[i], hs[i], now, n, false))
 	}
 	if d.Allowed {
 		d = limiter.Decision{}
 		for i := range limits {
-			d.Merge(i, s.step(sh, ids[i], &limits[i], h, now, n, true))
+			d.Merge(i, s.step(shs[i], ids[i], &limits[i], hs[i], now, n, true))
 		}
 	}
-	sh.mu.Unlock()
+	s.unlock(locked)
 	return d, nil
 }
 
-// Peek implements limiter.Store: every limit decided without writing.
-func (s *Store) Peek(_ context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
-	h := s.hash(key)
-	sh := s.shardOf(h)
-	var d limiter.Decision
-	sh.mu.Lock()
-	for i := range limits {
-		d.Merge(i, s.step(sh, s.handle(&limits[i]), &limits[i], h, now, n, false))
+// shardSet is the distinct shards one decision touches, locked in index
+// order (every decision takes them in that order, so two never wait on
+// each other in a cycle).
+type shardSet struct {
+	idx [limiter.MaxLimits]int
+	n   int
+}
+
+// lock locks the shards of the key hashes hs, each once, in index order.
+func (s *Store) lock(hs []uint64) shardSet {
+	var set shardSet
+	for _, h := range hs {
+		i := s.shardIndex(h)
+		if !slices.Contains(set.idx[:set.n], i) {
+			set.idx[set.n] = i
+			set.n++
+		}
 	}
-	sh.mu.Unlock()
+	slices.Sort(set.idx[:set.n])
+	for _, i := range set.idx[:set.n] {
+		s.shards[i].mu.Lock()
+	}
+	return set
+}
+
+func (s *Store) unlock(set shardSet) {
+	for _, i := range set.idx[:set.n] {
+		s.shards[i].mu.Unlock()
+	}
+}
+
+// shardIndex returns the index in s.shards of the shard of hash h.
+func (s *Store) shardIndex(h uint64) int {
+	if s.shardBits == 0 {
+		return 0
+	}
+	return int(h >> (64 - s.shardBits))
+}
+
+// Peek implements limiter.Store: every limit decided without writing.
+func (s *Store) Peek(_ context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
+	var (
+		hs  [limiter.MaxLimits]uint64
+		shs [limiter.MaxLimits]*shard
+	)
+	for i := range limits {
+		hs[i] = s.hash(keys[i])
+		shs[i] = s.shardOf(hs[i])
+	}
+	locked := s.lock(hs[:len(limits)])
+	var d limiter.Decision
+	for i := range limits {
+		d.Merge(i, s.step(shs[i], s.handle(&limits[i]), &limits[i], hs[i], now, n, false))
+	}
+	s.unlock(locked)
 	return d, nil
 }
 
@@ -439,7 +486,7 @@ func (t *tables) idleAt(i int) int64 {
 	case limiter.SlidingLog:
 		at = lim.SlidingLogIdleAt(&t.sl.slots[i].s)
 	case limiter.LeakyBucket:
-		return t.lb.slots[i].s.idleAt()
+		return t.lb.slots[i].s.idleAt(lim)
 	case limiter.SlidingWindow:
 		switch {
 		case len(t.sw2.slots) > 0:

@@ -203,7 +203,7 @@ func (q *leakyQueue) unlink(w *waiter) {
 // idleAt returns when e equals a fresh key's state if nothing arrives (Unix
 // ns): math.MaxInt64 while its queue is busy (such a key must not be
 // forgotten), math.MinInt64 for a fresh one.
-func (e *leakyEntry) idleAt() int64 {
+func (e *leakyEntry) idleAt(lim *limiter.Limit) int64 {
 	var q *limiter.LeakyQueue
 	if e.q != nil {
 		if e.q.busy {
@@ -211,7 +211,7 @@ func (e *leakyEntry) idleAt() int64 {
 		}
 		q = &limiter.LeakyQueue{Gate: time.Unix(0, e.q.gateAt)}
 	}
-	at := limiter.LeakyBucketReopensAt(&e.s, q)
+	at := lim.LeakyBucketReopensAt(&e.s, q)
 	if at.IsZero() {
 		return math.MinInt64
 	}

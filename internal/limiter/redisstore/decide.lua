@@ -290,16 +290,18 @@ local function sliding_window(key, limit, w, k, cost)
 end
 
 -- leaky_bucket, virtual: nobody waits in Redis, each admitted request is
--- told its departure. The state is one string: "Q", then little-endian
--- int64s: "tat", when the exit is free again (the last departure plus its
--- spacing), and the departures of the requests still waiting, ascending
--- (FIFO). A request leaves at max(now, tat); those whose departures are
--- after now are waiting, and the queue counts them, whatever their costs.
--- (A plain number is the state of earlier versions: tat alone.)
-local function leaky_bucket(key, interval, queue, maxwait, cost)
+-- told its delay. The state is one string: "Q", then little-endian int64s:
+-- "tat", the next place on the schedule (the last place taken plus its
+-- spacing), and the release instants of the requests still waiting,
+-- ascending (FIFO). A request's place is max(now, tat); it leaves "lead"
+-- (delay= intervals) before its place, so at once while tat - lead <= now;
+-- those whose releases are after now are waiting, and the queue counts
+-- them, whatever their costs. (A plain number is the state of earlier
+-- versions: tat alone.)
+local function leaky_bucket(key, interval, queue, maxwait, cost, lead)
   local spacing = n * cost * interval
   local raw = strings[key]
-  local tat, first, last = 0, 10, 9 -- departures are raw[first..last]
+  local tat, first, last = 0, 10, 9 -- releases are raw[first..last]
   if raw and #raw >= 9 and sub(raw, 1, 1) == 'Q' and (#raw - 1) % 8 == 0 then
     tat, last = sunpack('<i8', raw, 2), #raw
   elseif raw then
@@ -312,36 +314,40 @@ local function leaky_bucket(key, interval, queue, maxwait, cost)
     for i = 1, #deps do raw = raw .. spack('<i8', deps[i]) end
     last = #raw
   end
-  if tat <= now then
-    local reset = now + spacing
-    return 1, 0, queue, reset, 0, reset, function()
-      setString(key, 'Q' .. spack('<i8', reset), ttl(reset))
+  if tat - lead <= now then
+    -- Leaves at once (nobody can be waiting), taking the next place.
+    local open = max(tat, now) + spacing
+    local k = 0 -- requests of cost 1 that would still leave at once
+    if open - now <= lead then k = floor((now + lead - open) / interval) + 1 end
+    return 1, 0, queue + k, open, 0, open - lead + k * interval, function()
+      setString(key, 'Q' .. spack('<i8', open), ttl(open))
     end
   end
-  -- Skip the departures that are past (binary search: they are ascending).
-  local lo, hi = 0, (last - first + 1) / 8 -- departures [lo, hi) unknown
+  -- Skip the releases that are past (binary search: they are ascending).
+  local lo, hi = 0, (last - first + 1) / 8
   local total = hi
   while lo < hi do
     local mid = floor((lo + hi) / 2)
     if sunpack('<i8', raw, first + 8 * mid) <= now then lo = mid + 1 else hi = mid end
   end
   local waiting = total - lo
-  local function dep(i) return sunpack('<i8', raw, first + 8 * (lo + i)) end
-  local head = tat -- when a place frees: the head leaving, or the exit reopening
+  local function dep(i) return (sunpack('<i8', raw, first + 8 * (lo + i))) end
+  local leave = tat - lead
+  local head = leave -- a place frees when the head leaves, or the exit reopens
   if waiting > 0 then head = dep(0) end
-  local wait = tat - now
+  local wait = leave - now
   if waiting >= queue or wait > maxwait then
-    local at = tat - maxwait
+    local at = leave - maxwait
     if waiting >= queue then
-      local free = tat
-      if waiting - queue < waiting then free = dep(waiting - queue) end
+      local free = leave
+      if queue > 0 then free = dep(waiting - queue) end
       at = max(at, free)
     end
     return 0, at - now, 0, tat, 0, min(head, at), nil
   end
   local reset = tat + spacing
   return 1, 0, queue - waiting - 1, reset, wait, head, function()
-    setString(key, 'Q' .. spack('<i8', reset) .. sub(raw, first + 8 * lo, last) .. spack('<i8', tat), ttl(reset))
+    setString(key, 'Q' .. spack('<i8', reset) .. sub(raw, first + 8 * lo, last) .. spack('<i8', leave), ttl(reset))
   end
 end
 

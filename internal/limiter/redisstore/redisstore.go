@@ -165,8 +165,8 @@ func Check(l limiter.Limit) error {
 }
 
 // params returns the script's algorithm code and its four parameters for l.
-func params(l limiter.Limit) ([5]int64, error) {
-	var p [5]int64
+func params(l limiter.Limit) ([6]int64, error) {
+	var p [6]int64
 	// Errors name the parameter at fault, so that a configuration file
 	// reports them at that key.
 	micro := func(d time.Duration, what, field string) (int64, error) {
@@ -194,7 +194,7 @@ func params(l limiter.Limit) ([5]int64, error) {
 		if pp > exact/q || tb.Burst > exact/1_000_000/q {
 			return p, tooBig("rate")
 		}
-		p = [5]int64{1, pp, q, tb.Burst, cost}
+		p = [6]int64{1, pp, q, tb.Burst, cost}
 	case limiter.LeakyBucket:
 		lb := l.LeakyBucket()
 		per, err := micro(lb.Rate.Per, "the rate's period", "rate")
@@ -206,21 +206,24 @@ func params(l limiter.Limit) ([5]int64, error) {
 			return p, err
 		}
 		interval := (per + lb.Rate.N - 1) / lb.Rate.N
-		p = [5]int64{2, interval, lb.Queue, wait, cost}
+		if lb.Delay > 0 && interval > exact/lb.Delay {
+			return p, tooBig("delay")
+		}
+		p = [6]int64{2, interval, lb.Queue, wait, cost, lb.Delay * interval}
 	case limiter.FixedWindow:
 		fw := l.FixedWindow()
 		w, err := micro(fw.Window, "window", "window")
 		if err != nil {
 			return p, err
 		}
-		p = [5]int64{3, fw.Limit, w, cost, 0}
+		p = [6]int64{3, fw.Limit, w, cost, 0}
 	case limiter.SlidingLog:
 		sl := l.SlidingLog()
 		w, err := micro(sl.Window, "window", "window")
 		if err != nil {
 			return p, err
 		}
-		p = [5]int64{4, sl.Limit, w, cost, 0}
+		p = [6]int64{4, sl.Limit, w, cost, 0}
 	case limiter.SlidingWindow:
 		sw := l.SlidingWindow()
 		w, err := micro(sw.Window, "window", "window")
@@ -234,7 +237,7 @@ func params(l limiter.Limit) ([5]int64, error) {
 		if sw.Limit+1 > exact/w {
 			return p, tooBig("limit")
 		}
-		p = [5]int64{5, sw.Limit, w, int64(sw.Slots), cost}
+		p = [6]int64{5, sw.Limit, w, int64(sw.Slots), cost}
 	default:
 		return p, fmt.Errorf("unknown algorithm %v", l.Algorithm())
 	}
@@ -251,8 +254,8 @@ func gcd(a, b int64) int64 {
 // maxEncoded bounds the cache of encoded limit parameters.
 const maxEncoded = 4096
 
-// encoded returns the script argument of a limit (algorithm, four
-// parameters and one spare, as six little-endian int64s), computed once per
+// encoded returns the script argument of a limit (algorithm and five
+// parameters, as six little-endian int64s), computed once per
 // binding: a Limiter's limits never change, and each has its own Binding,
 // which keys the cache.
 func (s *Store) encoded(l *limiter.Limit) (string, error) {
@@ -263,7 +266,7 @@ func (s *Store) encoded(l *limiter.Limit) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	enc := string(appendInt64s(nil, p[0], p[1], p[2], p[3], p[4], 0))
+	enc := string(appendInt64s(nil, p[:]...))
 	if h := l.Binding(); h != 0 { // 0 for a limit not bound by limiter.New
 		// Every reload brings new Limiters, so the cache is bounded: past
 		// maxEncoded entries it starts again (the live limits come back on
@@ -311,12 +314,12 @@ func appendKey(b []byte, prefix, clientKey, name string) []byte {
 
 // Decide implements limiter.Store. When Redis cannot decide in time, or the
 // breaker is open, it follows on_error and returns no error.
-func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
 	ok, probe := s.breaker.allow(now)
 	if !ok {
-		return s.degraded(ctx, limits, key, now, n)
+		return s.degraded(ctx, limits, keys, now, n)
 	}
-	d, err := s.decide(ctx, limits, key, now, n)
+	d, err := s.decide(ctx, limits, keys, now, n)
 	if err != nil && !errors.Is(err, limiter.ErrStoreUnavailable) {
 		// A parameter the store cannot take: not Redis's fault.
 		s.breaker.done(now, probe, nil)
@@ -326,16 +329,16 @@ func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, key string, 
 	if err != nil {
 		s.errors.Add(1)
 		s.lastErr.Store(&err)
-		return s.degraded(ctx, limits, key, now, n)
+		return s.degraded(ctx, limits, keys, now, n)
 	}
 	return d, nil
 }
 
 // degraded decides without Redis, per on_error.
-func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
 	switch s.onError {
 	case "local":
-		return s.fallback.Decide(ctx, limits, key, now, n)
+		return s.fallback.Decide(ctx, limits, keys, now, n)
 	case "allow":
 		q := quota(limits[0])
 		return limiter.Decision{Allowed: true, Limit: q, Remaining: q, ResetAt: now}, nil
@@ -346,8 +349,8 @@ func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, key string
 
 // Peek implements limiter.Store. It asks Redis, past the breaker, and
 // returns Redis's error rather than following on_error.
-func (s *Store) Peek(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
-	return s.run(ctx, limits, key, now, n, true)
+func (s *Store) Peek(ctx context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
+	return s.run(ctx, limits, keys, now, n, true)
 }
 
 // Wait implements limiter.Store: the queue is virtual, so a request waits
@@ -387,12 +390,19 @@ func (s *Store) Reset(ctx context.Context, limits []limiter.Limit, key string) e
 }
 
 // decide asks Redis.
-func (s *Store) decide(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64) (limiter.Decision, error) {
-	return s.run(ctx, limits, key, now, n, false)
+func (s *Store) decide(ctx context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
+	return s.run(ctx, limits, keys, now, n, false)
 }
 
 // run runs the script; dry decides without writing.
-func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now time.Time, n int64, dry bool) (limiter.Decision, error) {
+func (s *Store) run(ctx context.Context, limits []limiter.Limit, clientKeys []string, now time.Time, n int64, dry bool) (limiter.Decision, error) {
+	if s.batch.cluster {
+		for _, k := range clientKeys[1:] {
+			if k != clientKeys[0] {
+				return limiter.Decision{}, ErrClusterKeys
+			}
+		}
+	}
 	keys := make([]string, len(limits))
 	args := make([]any, 0, 1+len(limits))
 	at, flag := int64(-1), int64(0) // -1: Redis's TIME
@@ -410,7 +420,7 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now
 		if err != nil {
 			return limiter.Decision{}, err
 		}
-		keys[i] = string(appendKey(buf[:0], s.prefix, key, limits[i].Name()))
+		keys[i] = string(appendKey(buf[:0], s.prefix, clientKeys[i], limits[i].Name()))
 		args = append(args, enc)
 	}
 	// The pipeline that carries this decision has the store's timeout as
@@ -453,6 +463,12 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, key string, now
 // replyValues is how many values decide.lua replies per limit: allowed,
 // retry, remaining, reset, delay and next.
 const replyValues = 6
+
+// ErrClusterKeys is returned for a decision whose limits count under
+// different client keys on Redis Cluster: their keys would live in
+// different hash slots, and one script call cannot decide them atomically.
+// Configuration validation refuses such policies with Cluster.
+var ErrClusterKeys = errors.New("redis: on Redis Cluster the limits of one policy must share one client key")
 
 // quota is the Limit a decision reports: burst, limit, or queue + 1.
 func quota(l limiter.Limit) int64 {
