@@ -3,6 +3,7 @@ package config
 import (
 	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/limitproxy/limitproxy/internal/limiter"
@@ -111,14 +112,15 @@ const (
 	Shadow  Mode = "shadow" // decide and count, never reject or delay
 )
 
-// OnMissing says what a policy does with a request that lacks a key part.
+// OnMissing says what a policy (or a limit with a key of its own) does
+// with a request that lacks a key part.
 type OnMissing string
 
 // The on_missing behaviours (docs/configuration.md).
 const (
 	MissingShared OnMissing = "shared" // the absent part is one shared value
 	MissingIP     OnMissing = "ip"     // key the request by its client IP instead
-	MissingSkip   OnMissing = "skip"   // forward without limiting, as nginx does for an empty key
+	MissingSkip   OnMissing = "skip"   // the limits keyed so do not count the request, as nginx does for an empty key
 	MissingReject OnMissing = "reject" // answer 400
 )
 
@@ -132,7 +134,41 @@ type Policy struct {
 	OnMissing OnMissing
 	Match     Match
 	Limits    []limiter.Limit
+	// LimitKeys holds, for each of Limits, the key it counts requests
+	// under: the policy's Key and OnMissing, or the limit's own (or its
+	// shared limit's). OwnKeys is set when any differs from the policy's.
+	LimitKeys []LimitKey
+	OwnKeys   bool
 	Reject    Reject
+}
+
+// LimitKey is the client key one limit counts requests under.
+type LimitKey struct {
+	Parts     []KeyPart
+	OnMissing OnMissing
+}
+
+// Equal reports whether k and o build the same key from every request.
+func (k LimitKey) Equal(o LimitKey) bool {
+	if k.OnMissing != o.OnMissing || len(k.Parts) != len(o.Parts) {
+		return false
+	}
+	for i := range k.Parts {
+		if k.Parts[i] != o.Parts[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// String describes k as the configuration writes it, e.g.
+// "[ip header:X-Api-Key] on_missing=shared".
+func (k LimitKey) String() string {
+	parts := make([]string, len(k.Parts))
+	for i, p := range k.Parts {
+		parts[i] = p.String()
+	}
+	return "[" + strings.Join(parts, " ") + "] on_missing=" + string(k.OnMissing)
 }
 
 // Reject is [policy.reject]: what a rejected request gets.

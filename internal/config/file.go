@@ -25,6 +25,7 @@ type (
 		Log      rawLog        `toml:"log"`
 		Store    rawStore      `toml:"store"`
 		Upstream []rawUpstream `toml:"upstream"`
+		Shared   []rawLimit    `toml:"shared_limit"`
 		Policy   []rawPolicy   `toml:"policy"`
 	}
 	rawServer struct {
@@ -108,6 +109,10 @@ type (
 		Headers    map[string]Value[string] `toml:"headers"`
 	}
 	rawLimit struct {
+		Name      Value[string] `toml:"name"`   // [[shared_limit]] only
+		Shared    Value[string] `toml:"shared"` // [[policy.limits]] only
+		Key       Strings       `toml:"key"`
+		OnMissing Value[string] `toml:"on_missing"`
 		Algorithm Value[string] `toml:"algorithm"`
 		Rate      rateValue     `toml:"rate"`
 		Burst     Value[int64]  `toml:"burst"`
@@ -116,6 +121,7 @@ type (
 		Slots     Value[int64]  `toml:"slots"`
 		Queue     Value[int64]  `toml:"queue"`
 		MaxWait   Duration      `toml:"max_wait"`
+		Delay     Value[int64]  `toml:"delay"`
 		Cost      Value[int64]  `toml:"cost"`
 	}
 	rawReject struct {

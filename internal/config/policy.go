@@ -33,11 +33,15 @@ func (p *Policy) Describe() string {
 		b.WriteString(k.String())
 	}
 	fmt.Fprintf(&b, "] on_missing=%s match={%s} limits=[", p.OnMissing, p.Match.String())
+	pk := LimitKey{Parts: p.Key, OnMissing: p.OnMissing}
 	for i, l := range p.Limits {
 		if i > 0 {
 			b.WriteString("; ")
 		}
 		b.WriteString(l.String())
+		if i < len(p.LimitKeys) && !p.LimitKeys[i].Equal(pk) {
+			b.WriteString(" key=" + p.LimitKeys[i].String())
+		}
 	}
 	fmt.Fprintf(&b, "] reject=%d", p.Reject.Status)
 	if p.Reject.Body != "" {

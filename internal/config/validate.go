@@ -43,7 +43,21 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 	for i := range raw.Upstream {
 		cfg.Upstreams = append(cfg.Upstreams, validateUpstream(&raw.Upstream[i], fmt.Sprintf("upstream[%d]", i), upstreams, i, c))
 	}
-	cfg.Policies = validatePolicies(raw.Policy, upstreams, o.StoreChecks[cfg.Store.Backend], c)
+	check := o.StoreChecks[cfg.Store.Backend]
+	shared := validateShared(raw.Shared, check, c)
+	cfg.Policies = validatePolicies(raw.Policy, upstreams, shared, check, c)
+	if r := cfg.Store.Redis; cfg.Store.Backend == BackendRedis && len(r.Addrs) > 1 && r.MasterName == "" {
+		// Redis Cluster decides a request with one script call, whose keys
+		// must share a hash slot: one client key per policy.
+		for i, p := range cfg.Policies {
+			for j, lk := range p.LimitKeys {
+				if !lk.Equal(p.LimitKeys[0]) {
+					c.add(fmt.Sprintf("policy[%d].limits[%d]", i, j), "counts under key %s, limits[0] under %s: on Redis Cluster (several store.redis.addrs) the limits of one policy must share one key", lk, p.LimitKeys[0])
+					break
+				}
+			}
+		}
+	}
 	return cfg
 }
 
@@ -209,7 +223,7 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 
 // validatePolicies checks every [[policy]]; upstreams are the names of the
 // upstreams, and check, if not nil, the store's own check of each limit.
-func validatePolicies(raws []rawPolicy, upstreams map[string]int, check func(limiter.Limit) error, c *collector) []Policy {
+func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) []Policy {
 	if len(raws) == 0 {
 		c.add("policy", "at least one [[policy]] is required")
 	}
@@ -258,17 +272,11 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, check func(lim
 		} else if spec.Match.All {
 			catchAll = i
 		}
-		spec.Limits = compileLimits(p.Limits, key, c)
-		if check != nil {
-			for j, l := range spec.Limits {
-				lkey := fmt.Sprintf("%s.limits[%d]", key, j)
-				if err := check(l); err != nil {
-					if pe, ok := err.(*limiter.ParamError); ok {
-						c.add(lkey+"."+pe.Field, "%s", pe.Msg)
-					} else {
-						c.add(lkey, "%v", err)
-					}
-				}
+		pk := LimitKey{Parts: spec.Key, OnMissing: spec.OnMissing}
+		spec.Limits, spec.LimitKeys = compilePolicyLimits(p.Limits, key, pk, shared, check, c)
+		for _, lk := range spec.LimitKeys {
+			if !lk.Equal(pk) {
+				spec.OwnKeys = true
 			}
 		}
 		spec.Reject = Reject{Status: DefaultRejectStatus, ContentType: DefaultRejectContentType}
@@ -289,109 +297,236 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, check func(lim
 	return out
 }
 
-// compileLimits validates a policy's [[policy.limits]] through the limiter's
-// constructors, after checking that each sets only what its algorithm takes.
-func compileLimits(raws []rawLimit, policyKey string, c *collector) []limiter.Limit {
+// sharedLimit is a validated [[shared_limit]].
+type sharedLimit struct {
+	index int
+	limit limiter.Limit // Shared under its name
+	key   LimitKey
+}
+
+// defaultSharedKey is a shared limit's key when it sets none: per client
+// address, as an nginx zone is most often keyed.
+var defaultSharedKey = LimitKey{Parts: []KeyPart{{Kind: KeyIP}}, OnMissing: MissingShared}
+
+// validateShared checks every [[shared_limit]]: a name, a limit, and the
+// key it counts under (its own, ["ip"] by default), and returns them by
+// name. check, if not nil, is the store's own check of each limit.
+func validateShared(raws []rawLimit, check func(limiter.Limit) error, c *collector) map[string]sharedLimit {
+	out := map[string]sharedLimit{}
+	for i, r := range raws {
+		key := fmt.Sprintf("shared_limit[%d]", i)
+		name := r.Name.V
+		valid := false
+		switch prev, dup := out[name]; {
+		case name == "":
+			c.add(key+".name", "is required")
+		case !nameRE.MatchString(name):
+			c.add(key+".name", "%q: use letters, digits, '.', '_' and '-' (it appears in logs and the admin API)", name)
+		case dup:
+			c.add(key+".name", "shared limit %q duplicates shared_limit[%d]", name, prev.index)
+		default:
+			valid = true
+		}
+		if r.Shared.Set {
+			c.add(key+".shared", "is a key of [[policy.limits]], which use a shared limit")
+		}
+		lk := limitKey(&r, defaultSharedKey, key, c)
+		lim, ok := compileLimit(&r, key, check, c)
+		if valid && ok {
+			out[name] = sharedLimit{index: i, limit: lim.Shared(name), key: lk}
+		}
+	}
+	return out
+}
+
+// limitKey returns the key a limit counts under: def, or what the limit's
+// own key and on_missing set.
+func limitKey(r *rawLimit, def LimitKey, key string, c *collector) LimitKey {
+	lk := def
+	if r.Key.Set {
+		lk.Parts = nil
+		for j, part := range r.Key.V {
+			kp, err := parseKeyPart(part)
+			if err != nil {
+				c.add(key+".key", "element %d: %v", j, err)
+				continue
+			}
+			lk.Parts = append(lk.Parts, kp)
+		}
+	}
+	if r.OnMissing.Set {
+		lk.OnMissing = OnMissing(r.OnMissing.V)
+		oneOf(c, key+".on_missing", lk.OnMissing, MissingShared, MissingIP, MissingSkip, MissingReject)
+	}
+	return lk
+}
+
+// compilePolicyLimits validates a policy's [[policy.limits]], each its own
+// limit or a use of a [[shared_limit]], and returns them with the key each
+// counts under (policyKey unless it sets its own).
+func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) ([]limiter.Limit, []LimitKey) {
 	if len(raws) == 0 {
 		c.add(policyKey+".limits", "at least one [[policy.limits]] is required")
-		return nil
+		return nil, nil
 	}
 	if len(raws) > limiter.MaxLimits {
 		c.add(policyKey+".limits", "%d limits; at most %d per policy", len(raws), limiter.MaxLimits)
 	}
-	var out []limiter.Limit
-	leaky := -1
-	for i, r := range raws {
+	var (
+		out   []limiter.Limit
+		keys  []LimitKey
+		leaky = -1
+		uses  = map[string]int{}
+	)
+	for i := range raws {
+		r := &raws[i]
 		key := fmt.Sprintf("%s.limits[%d]", policyKey, i)
-		if !r.Algorithm.Set {
-			c.add(key+".algorithm", "is required")
-			continue
+		if r.Name.Set {
+			c.add(key+".name", "is a key of [[shared_limit]]; a policy's limit uses one with shared = \"NAME\"")
 		}
-		alg, err := limiter.ParseAlgorithm(r.Algorithm.V)
-		if err != nil {
-			c.add(key+".algorithm", "%v", err)
-			continue
-		}
-		takes := map[limiter.Algorithm][]string{
-			limiter.TokenBucket:   {"rate", "burst", "cost"},
-			limiter.LeakyBucket:   {"rate", "queue", "max_wait", "cost"},
-			limiter.FixedWindow:   {"limit", "window", "cost"},
-			limiter.SlidingLog:    {"limit", "window", "cost"},
-			limiter.SlidingWindow: {"limit", "window", "slots", "cost"},
-		}[alg]
-		present := map[string]bool{
-			"rate": r.Rate.Set, "burst": r.Burst.Set, "limit": r.Limit.Set, "window": r.Window.Set,
-			"slots": r.Slots.Set, "queue": r.Queue.Set, "max_wait": r.MaxWait.Set, "cost": r.Cost.Set,
-		}
-		bad := false
-		for _, field := range []string{"rate", "burst", "limit", "window", "slots", "queue", "max_wait"} {
-			if present[field] && !contains(takes, field) {
-				c.add(key+"."+field, "is not a parameter of %s (it takes %s)", alg, strings.Join(takes, ", "))
-				bad = true
+		var (
+			lim limiter.Limit
+			lk  LimitKey
+		)
+		if r.Shared.Set {
+			name := r.Shared.V
+			for field, set := range setFields(r) {
+				if set && field != "shared" {
+					c.add(key+"."+field, "is set with shared: a shared limit's parameters and key are its [[shared_limit]]'s")
+				}
+			}
+			sh, ok := shared[name]
+			switch prev, twice := uses[name]; {
+			case !ok:
+				c.add(key+".shared", "no [[shared_limit]] is called %q", name)
+				continue
+			case twice:
+				c.add(key+".shared", "shared limit %q is limits[%d] already", name, prev)
+				continue
+			}
+			uses[name] = i
+			lim, lk = sh.limit, sh.key
+		} else {
+			lk = limitKey(r, pk, key, c)
+			var ok bool
+			if lim, ok = compileLimit(r, key, check, c); !ok {
+				continue
 			}
 		}
-		var required []string
-		switch alg {
-		case limiter.TokenBucket, limiter.LeakyBucket:
-			required = []string{"rate"}
-		default:
-			required = []string{"limit", "window"}
-		}
-		for _, field := range required {
-			if !present[field] {
-				c.add(key+"."+field, "is required for %s", alg)
-				bad = true
-			}
-		}
-		if r.Cost.Set && r.Cost.err == nil && r.Cost.V < 1 {
-			// Absent means 1; a cost written as 0 would make the limit
-			// admit everything, and a negative one would refill it.
-			c.add(key+".cost", "%d: must be at least 1", r.Cost.V)
-			bad = true
-		}
-		if bad || valueErrors(&r) {
-			continue
-		}
-		var lim limiter.Limit
-		switch alg {
-		case limiter.TokenBucket:
-			// Default burst: one period's worth of the rate ("10/s" → 10).
-			lim, err = limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: r.Rate.Rate, Burst: r.Burst.Or(r.Rate.N), Cost: r.Cost.V})
-		case limiter.LeakyBucket:
-			p := limiter.LeakyBucketParams{Rate: r.Rate.Rate, Queue: r.Queue.V, Cost: r.Cost.V}
-			// Default max_wait: the time the full queue takes to drain at
-			// the limit's cost, so that only queue bounds the wait.
-			p.MaxWait = r.MaxWait.Or(p.DrainTime())
-			lim, err = limiter.NewLeakyBucket(p)
+		if lim.Algorithm() == limiter.LeakyBucket {
 			if leaky >= 0 {
-				c.add(key+".algorithm", "a policy may have one leaky_bucket (a request waits in one queue); limits[%d] is one already", leaky)
+				at := key + ".algorithm"
+				if r.Shared.Set {
+					at = key + ".shared"
+				}
+				c.add(at, "a policy may have one leaky_bucket (a request waits in one queue); limits[%d] is one already", leaky)
 			}
 			leaky = i
-		case limiter.FixedWindow:
-			lim, err = limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: r.Limit.V, Window: r.Window.D, Cost: r.Cost.V})
-		case limiter.SlidingLog:
-			lim, err = limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: r.Limit.V, Window: r.Window.D, Cost: r.Cost.V})
-		case limiter.SlidingWindow:
-			lim, err = limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: r.Limit.V, Window: r.Window.D, Slots: int(r.Slots.Or(DefaultSlots)), Cost: r.Cost.V})
-		}
-		if err != nil {
-			if pe, ok := err.(*limiter.ParamError); ok {
-				c.add(key+"."+pe.Field, "%s", pe.Msg)
-			} else {
-				c.add(key, "%v", err)
-			}
-			continue
 		}
 		out = append(out, lim)
+		keys = append(keys, lk)
 	}
-	return out
+	return out, keys
+}
+
+// setFields reports which keys of a limit table are present.
+func setFields(r *rawLimit) map[string]bool {
+	return map[string]bool{
+		"name": r.Name.Set, "shared": r.Shared.Set, "key": r.Key.Set, "on_missing": r.OnMissing.Set,
+		"algorithm": r.Algorithm.Set, "rate": r.Rate.Set, "burst": r.Burst.Set, "limit": r.Limit.Set,
+		"window": r.Window.Set, "slots": r.Slots.Set, "queue": r.Queue.Set, "max_wait": r.MaxWait.Set,
+		"delay": r.Delay.Set, "cost": r.Cost.Set,
+	}
+}
+
+// compileLimit validates one limit's algorithm and parameters through the
+// limiter's constructors, after checking that it sets only what its
+// algorithm takes, then applies check (the store's own) if not nil.
+func compileLimit(r *rawLimit, key string, check func(limiter.Limit) error, c *collector) (limiter.Limit, bool) {
+	if !r.Algorithm.Set {
+		c.add(key+".algorithm", "is required")
+		return limiter.Limit{}, false
+	}
+	alg, err := limiter.ParseAlgorithm(r.Algorithm.V)
+	if err != nil {
+		c.add(key+".algorithm", "%v", err)
+		return limiter.Limit{}, false
+	}
+	takes := map[limiter.Algorithm][]string{
+		limiter.TokenBucket:   {"rate", "burst", "cost"},
+		limiter.LeakyBucket:   {"rate", "queue", "max_wait", "delay", "cost"},
+		limiter.FixedWindow:   {"limit", "window", "cost"},
+		limiter.SlidingLog:    {"limit", "window", "cost"},
+		limiter.SlidingWindow: {"limit", "window", "slots", "cost"},
+	}[alg]
+	present := setFields(r)
+	bad := false
+	for _, field := range []string{"rate", "burst", "limit", "window", "slots", "queue", "max_wait", "delay"} {
+		if present[field] && !contains(takes, field) {
+			c.add(key+"."+field, "is not a parameter of %s (it takes %s)", alg, strings.Join(takes, ", "))
+			bad = true
+		}
+	}
+	var required []string
+	switch alg {
+	case limiter.TokenBucket, limiter.LeakyBucket:
+		required = []string{"rate"}
+	default:
+		required = []string{"limit", "window"}
+	}
+	for _, field := range required {
+		if !present[field] {
+			c.add(key+"."+field, "is required for %s", alg)
+			bad = true
+		}
+	}
+	if r.Cost.Set && r.Cost.err == nil && r.Cost.V < 1 {
+		// Absent means 1; a cost written as 0 would make the limit
+		// admit everything, and a negative one would refill it.
+		c.add(key+".cost", "%d: must be at least 1", r.Cost.V)
+		bad = true
+	}
+	if bad || valueErrors(r) {
+		return limiter.Limit{}, false
+	}
+	var lim limiter.Limit
+	switch alg {
+	case limiter.TokenBucket:
+		// Default burst: one period's worth of the rate ("10/s" → 10).
+		lim, err = limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: r.Rate.Rate, Burst: r.Burst.Or(r.Rate.N), Cost: r.Cost.V})
+	case limiter.LeakyBucket:
+		p := limiter.LeakyBucketParams{Rate: r.Rate.Rate, Queue: r.Queue.V, Delay: r.Delay.V, Cost: r.Cost.V}
+		// Default max_wait: the time the full queue takes to drain at
+		// the limit's cost, so that only queue bounds the wait.
+		p.MaxWait = r.MaxWait.Or(p.DrainTime())
+		lim, err = limiter.NewLeakyBucket(p)
+	case limiter.FixedWindow:
+		lim, err = limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: r.Limit.V, Window: r.Window.D, Cost: r.Cost.V})
+	case limiter.SlidingLog:
+		lim, err = limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: r.Limit.V, Window: r.Window.D, Cost: r.Cost.V})
+	case limiter.SlidingWindow:
+		lim, err = limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: r.Limit.V, Window: r.Window.D, Slots: int(r.Slots.Or(DefaultSlots)), Cost: r.Cost.V})
+	}
+	if err == nil && check != nil {
+		err = check(lim)
+	}
+	if err != nil {
+		if pe, ok := err.(*limiter.ParamError); ok {
+			c.add(key+"."+pe.Field, "%s", pe.Msg)
+		} else {
+			c.add(key, "%v", err)
+		}
+		return limiter.Limit{}, false
+	}
+	return lim, true
 }
 
 // valueErrors reports whether any value of a limit failed to decode (those
 // errors are reported already).
 func valueErrors(r *rawLimit) bool {
 	return r.Algorithm.err != nil || r.Rate.err != nil || r.Burst.err != nil || r.Limit.err != nil ||
-		r.Window.err != nil || r.Slots.err != nil || r.Queue.err != nil || r.MaxWait.err != nil || r.Cost.err != nil
+		r.Window.err != nil || r.Slots.err != nil || r.Queue.err != nil || r.MaxWait.err != nil || r.Cost.err != nil ||
+		r.Delay.err != nil || r.Key.err != nil || r.OnMissing.err != nil || r.Name.err != nil || r.Shared.err != nil
 }
 
 func contains(s []string, v string) bool {

@@ -275,9 +275,17 @@ func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64)
 	return l.AllowKeys(ctx, keys, now, n)
 }
 
+// SkipKey, as a key of AllowKeys, leaves that limit out of the decision:
+// it neither counts the request nor can reject it (a limit whose key the
+// request lacks, with on_missing "skip"). Client keys are never this
+// string.
+const SkipKey = "\x00skip"
+
 // AllowKeys is Allow with a client key per limit: limit i counts the
 // request under keys[i] (a policy limited per address and per API key at
-// once). len(keys) must be len(Limits()).
+// once), or not at all if keys[i] is SkipKey. len(keys) must be
+// len(Limits()). With every limit skipped the request is allowed with no
+// figures and Index -1.
 func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n int64) (Decision, error) {
 	if n <= 0 {
 		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
@@ -285,7 +293,31 @@ func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n
 	if len(keys) != len(l.limits) {
 		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
 	}
-	return l.store.Decide(ctx, l.limits, keys, now, n)
+	skip := false
+	for _, k := range keys {
+		skip = skip || k == SkipKey
+	}
+	if !skip {
+		return l.store.Decide(ctx, l.limits, keys, now, n)
+	}
+	// Decide the others; Index back to l's numbering.
+	var (
+		idx  [MaxLimits]int
+		ks   [MaxLimits]string
+		lims = make([]Limit, 0, len(l.limits))
+	)
+	for i, k := range keys {
+		if k != SkipKey {
+			idx[len(lims)], ks[len(lims)] = i, k
+			lims = append(lims, l.limits[i])
+		}
+	}
+	if len(lims) == 0 {
+		return Decision{Allowed: true, Index: -1}, nil
+	}
+	d, err := l.store.Decide(ctx, lims, ks[:len(lims)], now, n)
+	d.Index = idx[d.Index]
+	return d, err
 }
 
 // Peek returns the decision Allow would return for key at now, without

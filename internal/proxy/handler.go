@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/limitproxy/limitproxy/internal/config"
+	"github.com/limitproxy/limitproxy/internal/limiter"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
@@ -205,7 +206,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := &snap.set.Config.Server
-	key, res := clientKey(r, p, cfg)
+	var (
+		key  string
+		res  keyResult
+		keys [limiter.MaxLimits]string
+	)
+	if p.OwnKeys {
+		res = limitKeys(r, p, cfg, keys[:len(p.Limits)])
+	} else {
+		key, res = clientKey(r, p, cfg)
+	}
 	switch res {
 	case keySkip:
 		decision = Skipped
@@ -220,7 +230,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	pinKeyHeaders(r, p)
 
-	d, err := p.Limiter.Allow(r.Context(), key, start, 1)
+	var (
+		d   limiter.Decision
+		err error
+	)
+	if p.OwnKeys {
+		d, err = p.Limiter.AllowKeys(r.Context(), keys[:len(p.Limits)], start, 1)
+	} else {
+		d, err = p.Limiter.Allow(r.Context(), key, start, 1)
+	}
 	if err != nil {
 		// The memory store never fails; the Redis store's on_error
 		// policy decides this case there.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/limitproxy/limitproxy/internal/config"
+	"github.com/limitproxy/limitproxy/internal/limiter"
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
@@ -144,10 +145,49 @@ const (
 // no length prefix produces. With on_missing = "ip" a request missing a part
 // is keyed by its address alone, under a distinct prefix.
 func clientKey(r *http.Request, p *policy.Policy, s *config.Server) (key string, res keyResult) {
+	return keyOf(r, p.Key, p.OnMissing, s)
+}
+
+// limitKeys builds, for a policy whose limits have keys of their own
+// (OwnKeys), the key each limit counts r under into keys (len(p.Limits)):
+// limiter.SkipKey for a limit whose key r lacks with on_missing "skip".
+// res is keyReject if any limit's on_missing rejects r, keySkip if every
+// limit skips it. Each distinct key is built once.
+func limitKeys(r *http.Request, p *policy.Policy, s *config.Server, keys []string) keyResult {
+	skipped := 0
+	for i, lk := range p.LimitKeys {
+		j := 0
+		for j < i && !p.LimitKeys[j].Equal(lk) {
+			j++
+		}
+		if j < i {
+			keys[i] = keys[j]
+		} else {
+			k, res := keyOf(r, lk.Parts, lk.OnMissing, s)
+			switch res {
+			case keyReject:
+				return keyReject
+			case keySkip:
+				k = limiter.SkipKey
+			}
+			keys[i] = k
+		}
+		if keys[i] == limiter.SkipKey {
+			skipped++
+		}
+	}
+	if skipped == len(keys) {
+		return keySkip
+	}
+	return keyOK
+}
+
+// keyOf builds the key of r from parts, with onMissing for an absent part.
+func keyOf(r *http.Request, parts []config.KeyPart, onMissing config.OnMissing, s *config.Server) (key string, res keyResult) {
 	var stack [128]byte
 	b := stack[:0]
 	missing := false
-	for _, part := range p.Key {
+	for _, part := range parts {
 		if part.Kind == config.KeyIP {
 			// The common case, without an intermediate string.
 			if a, ok := clientIP(r, s.TrustedProxies); ok {
@@ -160,7 +200,7 @@ func clientKey(r *http.Request, p *policy.Policy, s *config.Server) (key string,
 			continue
 		}
 		missing = true
-		if p.OnMissing != config.MissingShared {
+		if onMissing != config.MissingShared {
 			break
 		}
 		b = append(b, "-;"...)
@@ -168,7 +208,7 @@ func clientKey(r *http.Request, p *policy.Policy, s *config.Server) (key string,
 	if !missing {
 		return string(b), keyOK
 	}
-	switch p.OnMissing {
+	switch onMissing {
 	case config.MissingShared:
 		return string(b), keyOK
 	case config.MissingSkip:
@@ -329,7 +369,16 @@ func firstCookieValue(h http.Header, name string) (string, bool) {
 // so that the upstream reads the identity that was limited, whichever of
 // several values it would have read.
 func pinKeyHeaders(r *http.Request, p *policy.Policy) {
-	for _, part := range p.Key {
+	pinHeaders(r, p.Key)
+	if p.OwnKeys {
+		for _, lk := range p.LimitKeys {
+			pinHeaders(r, lk.Parts)
+		}
+	}
+}
+
+func pinHeaders(r *http.Request, parts []config.KeyPart) {
+	for _, part := range parts {
 		if part.Kind != config.KeyHeader {
 			continue
 		}

@@ -57,6 +57,13 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 			writeJSON(w, http.StatusNotFound, map[string]any{"error": "no policy " + strconv.Quote(req.PathValue("policy"))})
 			return nil, "", false
 		}
+		if p.OwnKeys {
+			// Its limits count under different keys: one key names no
+			// single client of all of them.
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "policy " + strconv.Quote(p.Name) +
+				" has limits counted under keys of their own; the admin API inspects and resets clients only of policies whose limits share the policy's key"})
+			return nil, "", false
+		}
 		values := []string{req.PathValue("key")}
 		if len(p.Key) != 1 {
 			values = req.URL.Query()["part"]
