@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -267,12 +268,10 @@ func stateName(policy string, l *Limit, ordinal int) string {
 // string; stores hash it. An error means the store could not decide (see
 // ErrStoreUnavailable); the Decision is then the zero value.
 func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64) (Decision, error) {
-	var ks [MaxLimits]string
-	keys := ks[:len(l.limits)]
-	for i := range keys {
-		keys[i] = key
+	if n <= 0 {
+		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
 	}
-	return l.AllowKeys(ctx, keys, now, n)
+	return l.store.Decide(ctx, l.limits, OneKey(key), now, n)
 }
 
 // SkipKey, as a key of AllowKeys, leaves that limit out of the decision:
@@ -293,29 +292,24 @@ func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n
 	if len(keys) != len(l.limits) {
 		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
 	}
-	skip := false
-	for _, k := range keys {
-		skip = skip || k == SkipKey
-	}
-	if !skip {
-		return l.store.Decide(ctx, l.limits, keys, now, n)
+	if !slices.Contains(keys, SkipKey) {
+		return l.store.Decide(ctx, l.limits, PerLimit(keys), now, n)
 	}
 	// Decide the others; Index back to l's numbering.
-	var (
-		idx  [MaxLimits]int
-		ks   [MaxLimits]string
-		lims = make([]Limit, 0, len(l.limits))
-	)
+	var idx [MaxLimits]int
+	lims := make([]Limit, 0, len(l.limits))
+	ks := make([]string, 0, len(l.limits))
 	for i, k := range keys {
 		if k != SkipKey {
-			idx[len(lims)], ks[len(lims)] = i, k
+			idx[len(lims)] = i
 			lims = append(lims, l.limits[i])
+			ks = append(ks, k)
 		}
 	}
 	if len(lims) == 0 {
 		return Decision{Allowed: true, Index: -1}, nil
 	}
-	d, err := l.store.Decide(ctx, lims, ks[:len(lims)], now, n)
+	d, err := l.store.Decide(ctx, lims, PerLimit(ks), now, n)
 	d.Index = idx[d.Index]
 	return d, err
 }
@@ -323,20 +317,16 @@ func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n
 // Peek returns the decision Allow would return for key at now, without
 // changing any state.
 func (l *Limiter) Peek(ctx context.Context, key string, now time.Time) (Decision, error) {
-	keys := make([]string, len(l.limits))
-	for i := range keys {
-		keys[i] = key
-	}
-	return l.PeekKeys(ctx, keys, now)
+	return l.store.Peek(ctx, l.limits, OneKey(key), now, 1)
 }
 
-// PeekKeys returns the decision AllowKeys would return for keys at now,
-// without changing any state.
+// PeekKeys returns the decision AllowKeys would return for keys at now
+// (no key may be SkipKey), without changing any state.
 func (l *Limiter) PeekKeys(ctx context.Context, keys []string, now time.Time) (Decision, error) {
 	if len(keys) != len(l.limits) {
 		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
 	}
-	return l.store.Peek(ctx, l.limits, keys, now, 1)
+	return l.store.Peek(ctx, l.limits, PerLimit(keys), now, 1)
 }
 
 // Wait blocks until a request admitted by Allow may be forwarded: at once

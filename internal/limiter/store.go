@@ -17,8 +17,8 @@ import (
 // request on.
 type Store interface {
 	// Decide applies a request of weight n at instant now to every limit
-	// in limits, limit i counting it under client key keys[i] (len(keys)
-	// == len(limits); usually every key is the same), atomically: either
+	// in limits, limit i counting it under client key keys.For(i) (usually
+	// the same for every limit), atomically: either
 	// every limit admits it and each consumes n × its cost, or the request
 	// is rejected and no limit's state changes in any way that would admit
 	// or reject a later request differently. It merges the per-limit
@@ -28,12 +28,12 @@ type Store interface {
 	//
 	// An error means no decision was made; wrap ErrStoreUnavailable when the
 	// backend could not be reached in time.
-	Decide(ctx context.Context, limits []Limit, keys []string, now time.Time, n int64) (Decision, error)
+	Decide(ctx context.Context, limits []Limit, keys Keys, now time.Time, n int64) (Decision, error)
 
 	// Peek returns the decision Decide would return for the same
 	// arguments, without changing any state (the admin API's view of one
 	// client). A leaky bucket's Decision carries no place in the queue.
-	Peek(ctx context.Context, limits []Limit, keys []string, now time.Time, n int64) (Decision, error)
+	Peek(ctx context.Context, limits []Limit, keys Keys, now time.Time, n int64) (Decision, error)
 
 	// Wait blocks until the request of an admitted Decision this Store
 	// returned with a Delay or a Ticket may be forwarded, or until ctx
@@ -47,6 +47,42 @@ type Store interface {
 	// client"). Requests already waiting in a leaky-bucket queue keep their
 	// places.
 	Reset(ctx context.Context, limits []Limit, key string) error
+}
+
+// Keys are the client keys of one decision: one for every limit (OneKey),
+// or one per limit (PerLimit). A plain value, so that the common case of
+// one key costs no allocation. The zero Keys is the key "" for every limit.
+type Keys struct {
+	one string
+	per []string
+}
+
+// OneKey is key for every limit.
+func OneKey(key string) Keys { return Keys{one: key} }
+
+// PerLimit is keys[i] for limit i. keys must not be modified while a
+// Store uses it.
+func PerLimit(keys []string) Keys { return Keys{per: keys} }
+
+// For returns the key of limit i.
+func (k Keys) For(i int) string {
+	if k.per != nil {
+		return k.per[i]
+	}
+	return k.one
+}
+
+// Single reports whether every limit has the same key, and which.
+func (k Keys) Single() (string, bool) {
+	if k.per == nil {
+		return k.one, true
+	}
+	for _, x := range k.per[1:] {
+		if x != k.per[0] {
+			return "", false
+		}
+	}
+	return k.per[0], true
 }
 
 // ErrStoreUnavailable is wrapped by the errors a Store returns when its

@@ -170,11 +170,11 @@ func (sh *shard) tablesFor(id int32) *tables {
 }
 
 // Decide implements limiter.Store. It never returns an error.
-func (s *Store) Decide(_ context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Decide(_ context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
 	if len(limits) == 1 {
 		// One limit: a rejection changes nothing that matters, so decide
 		// and commit in one pass.
-		h := s.hash(keys[0])
+		h := s.hash(keys.For(0))
 		sh := s.shardOf(h)
 		id := s.handle(&limits[0])
 		sh.mu.Lock()
@@ -187,10 +187,9 @@ func (s *Store) Decide(_ context.Context, limits []limiter.Limit, keys []string,
 		hs  [limiter.MaxLimits]uint64
 		shs [limiter.MaxLimits]*shard
 	)
+	s.hashes(keys, hs[:len(limits)], shs[:len(limits)])
 	for i := range limits {
 		ids[i] = s.handle(&limits[i])
-		hs[i] = s.hash(keys[i])
-		shs[i] = s.shardOf(hs[i])
 	}
 	locked := s.lock(hs[:len(limits)])
 	var d limiter.Decision
@@ -205,6 +204,22 @@ func (s *Store) Decide(_ context.Context, limits []limiter.Limit, keys []string,
 	}
 	s.unlock(locked)
 	return d, nil
+}
+
+// hashes fills hs and shs with the hash and shard of each limit's key,
+// hashing one key once.
+func (s *Store) hashes(keys limiter.Keys, hs []uint64, shs []*shard) {
+	if k, ok := keys.Single(); ok {
+		h := s.hash(k)
+		for i := range hs {
+			hs[i], shs[i] = h, s.shardOf(h)
+		}
+		return
+	}
+	for i := range hs {
+		hs[i] = s.hash(keys.For(i))
+		shs[i] = s.shardOf(hs[i])
+	}
 }
 
 // shardSet is the distinct shards one decision touches, locked in index
@@ -247,15 +262,12 @@ func (s *Store) shardIndex(h uint64) int {
 }
 
 // Peek implements limiter.Store: every limit decided without writing.
-func (s *Store) Peek(_ context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Peek(_ context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
 	var (
 		hs  [limiter.MaxLimits]uint64
 		shs [limiter.MaxLimits]*shard
 	)
-	for i := range limits {
-		hs[i] = s.hash(keys[i])
-		shs[i] = s.shardOf(hs[i])
-	}
+	s.hashes(keys, hs[:len(limits)], shs[:len(limits)])
 	locked := s.lock(hs[:len(limits)])
 	var d limiter.Decision
 	for i := range limits {

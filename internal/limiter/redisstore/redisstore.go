@@ -314,7 +314,7 @@ func appendKey(b []byte, prefix, clientKey, name string) []byte {
 
 // Decide implements limiter.Store. When Redis cannot decide in time, or the
 // breaker is open, it follows on_error and returns no error.
-func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
 	ok, probe := s.breaker.allow(now)
 	if !ok {
 		return s.degraded(ctx, limits, keys, now, n)
@@ -335,7 +335,7 @@ func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, keys []strin
 }
 
 // degraded decides without Redis, per on_error.
-func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
 	switch s.onError {
 	case "local":
 		return s.fallback.Decide(ctx, limits, keys, now, n)
@@ -349,7 +349,7 @@ func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, keys []str
 
 // Peek implements limiter.Store. It asks Redis, past the breaker, and
 // returns Redis's error rather than following on_error.
-func (s *Store) Peek(ctx context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Peek(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
 	return s.run(ctx, limits, keys, now, n, true)
 }
 
@@ -390,18 +390,14 @@ func (s *Store) Reset(ctx context.Context, limits []limiter.Limit, key string) e
 }
 
 // decide asks Redis.
-func (s *Store) decide(ctx context.Context, limits []limiter.Limit, keys []string, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) decide(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
 	return s.run(ctx, limits, keys, now, n, false)
 }
 
 // run runs the script; dry decides without writing.
-func (s *Store) run(ctx context.Context, limits []limiter.Limit, clientKeys []string, now time.Time, n int64, dry bool) (limiter.Decision, error) {
-	if s.batch.cluster {
-		for _, k := range clientKeys[1:] {
-			if k != clientKeys[0] {
-				return limiter.Decision{}, ErrClusterKeys
-			}
-		}
+func (s *Store) run(ctx context.Context, limits []limiter.Limit, clientKeys limiter.Keys, now time.Time, n int64, dry bool) (limiter.Decision, error) {
+	if _, one := clientKeys.Single(); s.batch.cluster && !one {
+		return limiter.Decision{}, ErrClusterKeys
 	}
 	keys := make([]string, len(limits))
 	args := make([]any, 0, 1+len(limits))
@@ -420,7 +416,7 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, clientKeys []st
 		if err != nil {
 			return limiter.Decision{}, err
 		}
-		keys[i] = string(appendKey(buf[:0], s.prefix, clientKeys[i], limits[i].Name()))
+		keys[i] = string(appendKey(buf[:0], s.prefix, clientKeys.For(i), limits[i].Name()))
 		args = append(args, enc)
 	}
 	// The pipeline that carries this decision has the store's timeout as
