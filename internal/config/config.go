@@ -40,7 +40,12 @@ type Server struct {
 	// request body; SendTimeout between two writes of a response to the
 	// client (nginx's client_body_timeout and send_timeout).
 	ClientBodyTimeout, SendTimeout time.Duration
-	TLS                            *TLS // nil: plain HTTP
+	// ProxyProtocol makes the proxy listener read a PROXY protocol (v1
+	// or v2) header, before TLS, from peers in TrustedProxies: they must
+	// send one, and the address it carries becomes the connection's remote
+	// address; a header from any other peer is refused.
+	ProxyProtocol bool
+	TLS           *TLS // nil: plain HTTP
 }
 
 // TLS is [server.tls].

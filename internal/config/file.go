@@ -40,6 +40,7 @@ type (
 		Underscores       Value[bool]   `toml:"underscores_in_headers"`
 		ClientBodyTimeout Duration      `toml:"client_body_timeout"`
 		SendTimeout       Duration      `toml:"send_timeout"`
+		ProxyProtocol     Value[bool]   `toml:"proxy_protocol"`
 		TLS               *rawTLS       `toml:"tls"`
 	}
 	rawTLS struct {

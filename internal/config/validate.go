@@ -75,6 +75,12 @@ func validateServer(s *rawServer, c *collector) Server {
 		UnderscoresInHeaders: s.Underscores.V,
 		ClientBodyTimeout:    s.ClientBodyTimeout.Or(DefaultClientBodyTimeout),
 		SendTimeout:          s.SendTimeout.Or(DefaultSendTimeout),
+		ProxyProtocol:        s.ProxyProtocol.V,
+	}
+	if srv.ProxyProtocol && len(srv.TrustedProxies) == 0 && s.TrustedProxies.err == nil {
+		// Only the peers in trusted_proxies may send a PROXY header: with
+		// none, no connection could use it.
+		c.add("server.proxy_protocol", "requires trusted_proxies: only peers listed there may send a PROXY header")
 	}
 	if srv.ClientBodyTimeout <= 0 && s.ClientBodyTimeout.err == nil {
 		c.add("server.client_body_timeout", "must be greater than zero")

@@ -172,6 +172,7 @@ func restartOnly(a, b *config.Config) []string {
 	check("server.idle_timeout", a.Server.IdleTimeout, b.Server.IdleTimeout)
 	check("server.shutdown_timeout", a.Server.ShutdownTimeout, b.Server.ShutdownTimeout)
 	check("server.max_header_bytes", a.Server.MaxHeaderBytes, b.Server.MaxHeaderBytes)
+	check("server.proxy_protocol", a.Server.ProxyProtocol, b.Server.ProxyProtocol)
 	check("server.tls", a.Server.TLS, b.Server.TLS)
 	check("admin", a.Admin, b.Admin)
 	check("store", a.Store, b.Store)

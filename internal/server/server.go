@@ -13,6 +13,7 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
@@ -151,6 +152,11 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 		return fmt.Errorf("listen %s: %w", cfg.Server.Listen, err)
 	}
 	defer ln.Close()
+	if cfg.Server.ProxyProtocol {
+		// Under TLS too: the PROXY header precedes the handshake. Who may
+		// send one follows trusted_proxies as reloads change it.
+		ln = proxyProtocolListener(ln, func() []netip.Prefix { return reload.Status().Config.Server.TrustedProxies }, cfg.Server.ReadHeaderTimeout)
+	}
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
