@@ -88,7 +88,7 @@ func (l *Limit) stepFixedWindow(s *FixedWindowState, now time.Time, n int64, com
 	d.ResetAt = now
 	if count > 0 {
 		d.ResetAt = instant(end)
-		d.NextAt = d.ResetAt
+		d.Next = time.Duration(end - t)
 	}
 	return d
 }

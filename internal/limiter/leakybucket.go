@@ -135,7 +135,7 @@ func (l *Limit) stepLeakyBucket(s *LeakyBucketState, q *LeakyQueue, now time.Tim
 		}
 		d.Remaining = p.Queue + k
 		d.ResetAt = instant(open)
-		d.NextAt = instant(satAdd(open-p.lead, satMul(k, p.interval)))
+		d.Next = time.Duration(satAdd(open-p.lead, satMul(k, p.interval)) - t)
 		if commit {
 			s.open = bias(open)
 		}
@@ -161,14 +161,14 @@ func (l *Limit) stepLeakyBucket(s *LeakyBucketState, q *LeakyQueue, now time.Tim
 		d.ResetAt = instant(satAdd(leave, p.lead))
 		// A place frees when the head leaves (or the exit reopens), but
 		// under max_wait the request may be admissible sooner.
-		d.NextAt = instant(min(gate, at))
+		d.Next = time.Duration(min(gate, at) - t)
 		return d
 	}
 	d.Allowed = true
 	d.Delay = time.Duration(wait)
 	d.Remaining = p.Queue - waiting - 1
 	d.ResetAt = instant(satAdd(satAdd(leave, spacing), p.lead))
-	d.NextAt = instant(gate) // the head's departure frees a place
+	d.Next = time.Duration(gate - t) // the head's departure frees a place
 	return d
 }
 

@@ -106,12 +106,12 @@ type Decision struct {
 	// ResetAt is when that limit is back to its fresh state (Remaining ==
 	// Limit) if nothing else arrives.
 	ResetAt time.Time
-	// NextAt is when that limit next makes quota available — Remaining
-	// grows by at least one — if nothing else arrives: the draft-10
-	// meaning of the RateLimit field's t. For a rejection it is never
-	// later than the request's own retry instant. The zero Time when
-	// nothing more can become available (Remaining == Limit).
-	NextAt time.Time
+	// Next is how long after the decision's instant that limit makes
+	// more quota available — Remaining grows by at least one — if nothing
+	// else arrives: the draft-10 meaning of the RateLimit field's t. For a
+	// rejection it is never longer than RetryAfter. 0 when nothing more
+	// can become available (Remaining == Limit), or at once.
+	Next time.Duration
 	// Index is the position, among the limiter's limits, of the limit that
 	// Limit, Remaining and ResetAt describe: the most restrictive one.
 	Index int

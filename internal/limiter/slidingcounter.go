@@ -171,7 +171,7 @@ func (l *Limit) stepSlidingWindow(s SlidingWindowState, now time.Time, n int64, 
 				after.Counts[mod(j, k+1)] += uint32(c)
 			}
 		}
-		d.NextAt = instant(l.slidingWindowRetry(after, acur, j, t, d.Remaining+1))
+		d.Next = time.Duration(l.slidingWindowRetry(after, acur, j, t, d.Remaining+1) - nanos(now))
 	}
 	d.ResetAt = now
 	if z, ok := newestUsed(s, cur, j, d.Allowed); ok {

@@ -111,7 +111,7 @@ func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 	d.ResetAt = now
 	if inWindow > 0 {
 		d.ResetAt = instant(satAdd(newest, int64(p.Window)))
-		d.NextAt = instant(satAdd(oldest, int64(p.Window)))
+		d.Next = time.Duration(satAdd(oldest, int64(p.Window)) - nanos(now))
 	}
 	return d
 }

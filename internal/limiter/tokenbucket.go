@@ -135,7 +135,7 @@ func (l *Limit) stepTokenBucket(s *TokenBucketState, now time.Time, n int64, com
 	d.ResetAt = instant(satAdd(last, mulDivCeil(b.full-tokens, b.q, b.p)))
 	if u := (d.Remaining + 1) * nanoPerToken; u <= b.full {
 		// The exact content reaches one more whole token.
-		d.NextAt = instant(satAdd(last, mulDivCeil(u-tokens, b.q, b.p)))
+		d.Next = time.Duration(satAdd(last, mulDivCeil(u-tokens, b.q, b.p)) - nanos(now))
 	}
 	if commit && (d.Allowed || s.last != 0) {
 		s.last, s.tokens = bias(last), tokens

@@ -60,10 +60,7 @@ func setRateLimitHeaders(h http.Header, mode config.HeadersMode, p *policy.Polic
 	if mode == config.HeadersDraft || mode == config.HeadersBoth {
 		// t: draft-10's seconds until additional quota is available, never
 		// more than Retry-After on a rejection.
-		next := int64(0)
-		if !d.NextAt.IsZero() {
-			next = ceilSeconds(d.NextAt.Sub(now))
-		}
+		next := ceilSeconds(d.Next)
 		if !d.Allowed {
 			next = min(next, retryAfter(d))
 		}

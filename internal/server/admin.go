@@ -87,15 +87,11 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 			return
 		}
 		_, window := p.Limits[d.Index].Quota()
-		next := 0.0
-		if !d.NextAt.IsZero() {
-			next = d.NextAt.Sub(now).Seconds()
-		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"policy": p.Name, "next_request_allowed": d.Allowed,
 			"limit": d.Limit, "remaining": d.Remaining, "window_seconds": window.Seconds(),
 			"limiting": p.Limits[d.Index].String(), "reset_in_seconds": d.ResetAt.Sub(now).Seconds(),
-			"retry_after_seconds": d.RetryAfter.Seconds(), "next_quota_in_seconds": next,
+			"retry_after_seconds": d.RetryAfter.Seconds(), "next_quota_in_seconds": d.Next.Seconds(),
 		})
 	})
 	mux.HandleFunc("DELETE /api/v1/policies/{policy}/keys/{key}", func(w http.ResponseWriter, req *http.Request) {

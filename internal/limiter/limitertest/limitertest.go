@@ -310,17 +310,13 @@ func RunModel(t *testing.T, newStore NewStore, o Options) {
 	}
 }
 
-// next returns d's NextAt as a time from now (Unix ns), 0 for none, and
-// checks draft-10's rule that a rejection's Retry-After is never shorter.
-func next(d limiter.Decision, now int64) time.Duration {
-	if d.NextAt.IsZero() {
-		return 0
-	}
-	nx := time.Duration(d.NextAt.UnixNano() - now)
-	if !d.Allowed && nx > d.RetryAfter {
+// next returns d's Next, after checking draft-10's rule that a
+// rejection's Retry-After is never shorter.
+func next(d limiter.Decision, _ int64) time.Duration {
+	if !d.Allowed && d.Next > d.RetryAfter {
 		return -1 // never what a model says
 	}
-	return nx
+	return d.Next
 }
 
 // ceilTo rounds v ≥ 0 up to a multiple of res.

@@ -443,7 +443,7 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, clientKeys limi
 			Limit:   quota(limits[i]),
 		}
 		if r[5] != 0 {
-			x.NextAt = now.Add(us(r[5] - redisNow))
+			x.Next = max(0, us(r[5]-redisNow))
 		}
 		switch {
 		case r[1] < 0:
