@@ -89,6 +89,11 @@ func (r Rate) interval() int64 { return ceilDiv(int64(r.Per), r.N) }
 type Decision struct {
 	// Allowed reports whether the request is admitted (possibly after Delay).
 	Allowed bool
+	// Index is the position, among the limiter's limits, of the limit that
+	// Limit, Remaining, ResetAt and Next describe: the most restrictive
+	// one. (An int32 beside Allowed keeps a Decision at 11 words: a word
+	// more cost decisions about 40 ns, BenchmarkHotKey.)
+	Index int32
 	// Delay is how long an admitted request waits in a leaky-bucket queue
 	// before it may be forwarded; 0 for the other algorithms. With the memory
 	// store it is an upper bound: waiters ahead that leave make it shorter.
@@ -112,9 +117,6 @@ type Decision struct {
 	// rejection it is never longer than RetryAfter. 0 when nothing more
 	// can become available (Remaining == Limit), or at once.
 	Next time.Duration
-	// Index is the position, among the limiter's limits, of the limit that
-	// Limit, Remaining and ResetAt describe: the most restrictive one.
-	Index int
 	// Ticket identifies the place of a request queued by a Store that
 	// keeps a real queue (the memory store); 0 for none. Limiter.Wait
 	// hands it back to the Store.
@@ -128,7 +130,7 @@ type Decision struct {
 // limits'; the figures are those of the most restrictive limit (a rejecting
 // one first, then the least Remaining, then the latest ResetAt).
 func (d *Decision) Merge(i int, d2 Decision) {
-	d2.Index = i
+	d2.Index = int32(i)
 	if i == 0 {
 		*d = d2
 		return
@@ -296,12 +298,12 @@ func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n
 		return l.store.Decide(ctx, l.limits, PerLimit(keys), now, n)
 	}
 	// Decide the others; Index back to l's numbering.
-	var idx [MaxLimits]int
+	var idx [MaxLimits]int32
 	lims := make([]Limit, 0, len(l.limits))
 	ks := make([]string, 0, len(l.limits))
 	for i, k := range keys {
 		if k != SkipKey {
-			idx[len(lims)] = i
+			idx[len(lims)] = int32(i)
 			lims = append(lims, l.limits[i])
 			ks = append(ks, k)
 		}

@@ -201,10 +201,13 @@ func (s SlidingWindowState) advance(cur, j int64) {
 func (l *Limit) slidingWindowRetry(s SlidingWindowState, cur, j, t, c int64) int64 {
 	p := &l.sw
 	L, k := p.slot, int64(p.Slots)
+	var sum int64 // of the whole slots m−k+1..m, kept as m advances
+	for i := j - k + 1; i <= j; i++ {
+		sum += s.count(cur, i)
+	}
 	for m := j; m <= j+k+1; m++ {
-		var sum int64
-		for i := m - k + 1; i <= m; i++ {
-			sum += s.count(cur, i)
+		if m > j {
+			sum += s.count(cur, m) - s.count(cur, m-k)
 		}
 		if sum+c > p.Limit {
 			continue

@@ -54,7 +54,7 @@ func retryAfter(d limiter.Decision) int64 { return max(1, ceilSeconds(d.RetryAft
 // RateLimit, Structured Field lists), "legacy" (X-RateLimit-*), "both" or
 // "none".
 func setRateLimitHeaders(h http.Header, mode config.HeadersMode, p *policy.Policy, d limiter.Decision, now time.Time) {
-	if mode == config.HeadersNone || d.Index < 0 || d.Index >= len(p.Limits) {
+	if mode == config.HeadersNone || d.Index < 0 || int(d.Index) >= len(p.Limits) {
 		return
 	}
 	if mode == config.HeadersDraft || mode == config.HeadersBoth {
