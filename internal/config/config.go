@@ -45,7 +45,11 @@ type Server struct {
 	// send one, and the address it carries becomes the connection's remote
 	// address; a header from any other peer is refused.
 	ProxyProtocol bool
-	TLS           *TLS // nil: plain HTTP
+	// H2C makes the plain-text proxy listener accept HTTP/2 with prior
+	// knowledge as well as HTTP/1.1 (gRPC clients without TLS). With TLS,
+	// HTTP/2 is negotiated by ALPN whatever it says.
+	H2C bool
+	TLS *TLS // nil: plain HTTP
 }
 
 // TLS is [server.tls].
@@ -100,6 +104,10 @@ type Upstream struct {
 	Upgrades []string
 	// AllowTrace lets TRACE requests through; otherwise they get 405.
 	AllowTrace bool
+	// Protocol is how requests are forwarded to http:// targets:
+	// HTTP/1.1, or HTTP/2 with prior knowledge (h2c, for gRPC backends
+	// without TLS). https:// targets negotiate by ALPN.
+	Protocol UpstreamProtocol
 	// Buffering reads a request's whole body before an upstream
 	// connection is taken (nginx's proxy_request_buffering).
 	Buffering bool
@@ -107,6 +115,15 @@ type Upstream struct {
 	// 413.
 	MaxBodyBytes int64
 }
+
+// UpstreamProtocol is an upstream's protocol setting.
+type UpstreamProtocol string
+
+// The upstream protocols.
+const (
+	ProtocolHTTP1 UpstreamProtocol = "http1" // HTTP/1.1 to http:// targets
+	ProtocolH2C   UpstreamProtocol = "h2c"   // HTTP/2 with prior knowledge to http:// targets
+)
 
 // Mode is a policy's mode.
 type Mode string

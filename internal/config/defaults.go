@@ -35,6 +35,7 @@ const (
 	DefaultRequestBuffering  = true  // nginx's proxy_request_buffering
 	DefaultMode              = Enforce
 	DefaultOnMissing         = MissingShared
+	DefaultUpstreamProtocol  = ProtocolHTTP1
 	DefaultRejectStatus      = 429
 	DefaultRejectContentType = "application/problem+json"
 	DefaultCustomContentType = "text/plain; charset=utf-8" // of a [policy.reject] body

@@ -41,6 +41,7 @@ type (
 		ClientBodyTimeout Duration      `toml:"client_body_timeout"`
 		SendTimeout       Duration      `toml:"send_timeout"`
 		ProxyProtocol     Value[bool]   `toml:"proxy_protocol"`
+		H2C               Value[bool]   `toml:"h2c"`
 		TLS               *rawTLS       `toml:"tls"`
 	}
 	rawTLS struct {
@@ -90,6 +91,7 @@ type (
 		Buffering    Value[bool]   `toml:"request_buffering"`
 		MaxBodyBytes Value[int64]  `toml:"max_body_bytes"`
 		AllowTrace   Value[bool]   `toml:"allow_trace"`
+		Protocol     Value[string] `toml:"protocol"`
 	}
 	rawPolicy struct {
 		Name      Value[string] `toml:"name"`

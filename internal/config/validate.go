@@ -76,6 +76,7 @@ func validateServer(s *rawServer, c *collector) Server {
 		ClientBodyTimeout:    s.ClientBodyTimeout.Or(DefaultClientBodyTimeout),
 		SendTimeout:          s.SendTimeout.Or(DefaultSendTimeout),
 		ProxyProtocol:        s.ProxyProtocol.V,
+		H2C:                  s.H2C.V,
 	}
 	if srv.ProxyProtocol && len(srv.TrustedProxies) == 0 && s.TrustedProxies.err == nil {
 		// Only the peers in trusted_proxies may send a PROXY header: with
@@ -183,7 +184,7 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 	up := Upstream{
 		Name: u.Name.V, Timeout: u.Timeout.Or(DefaultUpstreamTimeout), PreserveHost: u.PreserveHost.V,
 		MaxFails: int(u.MaxFails.Or(DefaultMaxFails)), FailTimeout: u.FailTimeout.Or(DefaultFailTimeout),
-		Upgrades: DefaultUpgrades, AllowTrace: u.AllowTrace.V,
+		Upgrades: DefaultUpgrades, AllowTrace: u.AllowTrace.V, Protocol: UpstreamProtocol(u.Protocol.Or(string(DefaultUpstreamProtocol))),
 		Buffering: u.Buffering.Or(DefaultRequestBuffering), MaxBodyBytes: u.MaxBodyBytes.Or(DefaultMaxBodyBytes),
 	}
 	switch prev, dup := names[up.Name]; {
@@ -207,6 +208,14 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 	}
 	if up.Timeout <= 0 && u.Timeout.Set {
 		c.add(key+".timeout", "must be greater than zero")
+	}
+	oneOf(c, key+".protocol", up.Protocol, ProtocolHTTP1, ProtocolH2C)
+	if up.Protocol == ProtocolH2C {
+		for j, t := range up.Targets {
+			if t.Scheme != "http" {
+				c.add(key+".protocol", "h2c is HTTP/2 without TLS, for http:// targets; targets element %d is %s (https:// negotiates HTTP/2 by ALPN)", j, t)
+			}
+		}
 	}
 	if u.Upgrades.Set {
 		up.Upgrades = nil

@@ -137,7 +137,7 @@ func sameUpstream(a, b config.Upstream) bool {
 	if a.Name != b.Name || a.Timeout != b.Timeout || a.PreserveHost != b.PreserveHost ||
 		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) ||
 		a.AllowTrace != b.AllowTrace || a.Buffering != b.Buffering || a.MaxBodyBytes != b.MaxBodyBytes ||
-		!slices.Equal(a.Upgrades, b.Upgrades) {
+		a.Protocol != b.Protocol || !slices.Equal(a.Upgrades, b.Upgrades) {
 		return false
 	}
 	for i := range a.Targets {
@@ -163,7 +163,7 @@ func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
 	snap := h.snap.Load()
-	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout}
+	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout, grpc: isGRPC(r)}
 	rec.dl, _ = unwrapDeadliner(w)
 	var (
 		p        *policy.Policy
@@ -303,7 +303,8 @@ func keyNames(p *policy.Policy) string {
 func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *policy.Policy) {
 	pool := snap.pools[p.Upstream]
 	w.upstream = p.Upstream
-	cleanup, berr := prepareBody(w, r, bodyLimits{buffer: pool.cfg.Buffering, max: pool.cfg.MaxBodyBytes,
+	// A gRPC call streams: its request body is never buffered.
+	cleanup, berr := prepareBody(w, r, bodyLimits{buffer: pool.cfg.Buffering && !w.grpc, max: pool.cfg.MaxBodyBytes,
 		timeout: snap.set.Config.Server.ClientBodyTimeout})
 	defer cleanup()
 	if berr != nil {
@@ -401,6 +402,8 @@ type recorder struct {
 	body        *timedBody // the request body being streamed, if any
 	writeFailed bool       // a write to the client failed
 	err         string     // why the exchange failed after the status went out
+	grpc        bool       // a gRPC call: answered with grpc-status (grpc.go)
+	grpcStatus  int        // the HTTP status a gRPC answer of ours stands for
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -443,7 +446,13 @@ func (r *recorder) Write(b []byte) (int, error) {
 // Unwrap returns the underlying ResponseWriter.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
+// statusCode is the status the access log and metrics record: for a
+// gRPC answer of limitproxy's own (HTTP 200 with a grpc-status), the HTTP
+// status it stands for.
 func (r *recorder) statusCode() int {
+	if r.grpcStatus != 0 {
+		return r.grpcStatus
+	}
 	if r.status == 0 {
 		return http.StatusOK
 	}

@@ -24,6 +24,15 @@ type problem struct {
 const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 func writeProblem(w http.ResponseWriter, status int, p problem) {
+	if rec, ok := w.(*recorder); ok && rec.grpc {
+		msg := p.Title
+		if p.Detail != "" {
+			msg += ": " + p.Detail
+		}
+		rec.grpcStatus = status
+		writeGRPCStatus(w, grpcCode(status), msg)
+		return
+	}
 	body, _ := json.Marshal(p)
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
@@ -110,6 +119,11 @@ func rejectionBody(p *policy.Policy) []byte {
 // reject answers a rejected request: the policy's status (429), Retry-After
 // in whole seconds rounded up, and its body (see rejectionBody).
 func reject(w http.ResponseWriter, p *policy.Policy, d limiter.Decision, body []byte) {
+	if rec, ok := w.(*recorder); ok && rec.grpc {
+		rec.grpcStatus = p.Reject.Status
+		writeGRPCRejection(w, p, d)
+		return
+	}
 	h := w.Header()
 	h.Set("Retry-After", strconv.FormatInt(retryAfter(d), 10))
 	h.Set("Content-Type", p.Reject.ContentType)

@@ -41,7 +41,7 @@ type target struct {
 // headers by the upstream's timeout. Exported so that the benchmark's bare
 // httputil.ReverseProxy uses exactly the same Transport.
 func NewTransport(cfg config.Upstream) *http.Transport {
-	return &http.Transport{
+	tr := &http.Transport{
 		Proxy:                 nil, // never via an environment proxy
 		DialContext:           (&net.Dialer{Timeout: min(cfg.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
@@ -52,6 +52,14 @@ func NewTransport(cfg config.Upstream) *http.Transport {
 		ResponseHeaderTimeout: cfg.Timeout,
 		ExpectContinueTimeout: time.Second,
 	}
+	if cfg.Protocol == config.ProtocolH2C {
+		// HTTP/2 with prior knowledge to http:// targets (gRPC without
+		// TLS); the configuration allows h2c only for those.
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		tr.Protocols = &p
+	}
+	return tr
 }
 
 func newPool(cfg config.Upstream, trusted func(*http.Request) bool, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {

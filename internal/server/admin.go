@@ -196,14 +196,15 @@ func configView(s *reloadStatus) map[string]any {
 			targets = append(targets, t.Redacted())
 		}
 		upstreams = append(upstreams, map[string]any{"name": u.Name, "targets": targets, "timeout": u.Timeout.String(),
-			"preserve_host": u.PreserveHost, "max_fails": u.MaxFails, "fail_timeout": u.FailTimeout.String()})
+			"preserve_host": u.PreserveHost, "max_fails": u.MaxFails, "fail_timeout": u.FailTimeout.String(), "protocol": u.Protocol})
 	}
 	return map[string]any{
 		"file":      c.File,
 		"hash":      c.Hash,
 		"loaded_at": s.LoadedAt.UTC().Format(time.RFC3339Nano),
 		"server": map[string]any{"listen": c.Server.Listen, "rate_limit_headers": c.Server.RateLimitHeaders,
-			"trusted_proxies": c.Server.TrustedProxies, "ipv6_prefix": c.Server.IPv6Prefix},
+			"trusted_proxies": c.Server.TrustedProxies, "ipv6_prefix": c.Server.IPv6Prefix,
+			"proxy_protocol": c.Server.ProxyProtocol, "h2c": c.Server.H2C},
 		"store":     map[string]any{"backend": c.Store.Backend, "max_keys": c.Store.MaxKeys},
 		"upstreams": upstreams,
 		"policies":  policies,

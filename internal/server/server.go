@@ -164,6 +164,14 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
 		ErrorLog:          mustStdLog(log.Named("http")),
 	}
+	if cfg.Server.H2C && cfg.Server.TLS == nil {
+		// HTTP/2 with prior knowledge beside HTTP/1.1 (gRPC without TLS).
+		// Never "Upgrade: h2c": that is filtered as every unlisted upgrade.
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		srv.Protocols = &p
+	}
 	// HTTPS ([server.tls] mode = "files"): the certificate is loaded now,
 	// so that a bad one stops the start with a clear error.
 	var redirect *http.Server
