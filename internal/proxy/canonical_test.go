@@ -165,6 +165,38 @@ func (e *rawEnv) upstreamSaw() []string {
 	return append([]string(nil), e.seen...)
 }
 
+// realkeyWithJunk sends n requests for target whose X-API-Key is realkey
+// followed by junk that changes each time — a repeated field, a list on
+// one line, odd spacing and case — and requires want of them admitted
+// (the key counts under realkey alone) and the upstream to have received
+// realkey alone.
+func (e *rawEnv) realkeyWithJunk(t *testing.T, target string, n, want int) {
+	t.Helper()
+	ok := 0
+	for i := range n {
+		var hdr []string
+		switch i % 3 {
+		case 0:
+			hdr = []string{"X-API-Key: realkey", fmt.Sprintf("X-API-Key: junk%d", i)}
+		case 1:
+			hdr = []string{fmt.Sprintf("X-API-Key: realkey, junk%d", i)}
+		case 2:
+			hdr = []string{fmt.Sprintf("x-api-key:  realkey  ,junk%d", i)}
+		}
+		if st, _ := e.do(t, append([]string{"GET " + target + " HTTP/1.1"}, hdr...)...); st == 200 {
+			ok++
+		}
+	}
+	if ok != want {
+		t.Errorf("realkey with junk: %d admitted, want %d", ok, want)
+	}
+	for _, s := range e.upstreamSaw() {
+		if !strings.Contains(s, `key=["realkey"]`) {
+			t.Errorf("upstream saw %q, want the one key value realkey", s)
+		}
+	}
+}
+
 // TestPathSpellings: once /login's 2 are used, no spelling of /login gets
 // through, and whatever reaches the upstream carries the path its policy
 // matched.
@@ -290,29 +322,7 @@ func TestHostSpellings(t *testing.T) {
 // not make a fresh key, and the upstream sees the value that was keyed.
 func TestKeyFirstValue(t *testing.T) {
 	e := startRaw(t, nil)
-	ok := 0
-	for i := range 20 {
-		var hdr []string
-		switch i % 3 {
-		case 0:
-			hdr = []string{"X-API-Key: realkey", fmt.Sprintf("X-API-Key: junk%d", i)}
-		case 1:
-			hdr = []string{fmt.Sprintf("X-API-Key: realkey, junk%d", i)}
-		case 2:
-			hdr = []string{fmt.Sprintf("x-api-key:  realkey  ,junk%d", i)}
-		}
-		if st, _ := e.do(t, append([]string{"GET /api/x HTTP/1.1"}, hdr...)...); st == 200 {
-			ok++
-		}
-	}
-	if ok != 2 {
-		t.Errorf("realkey with junk: %d admitted, want 2", ok)
-	}
-	for _, s := range e.upstreamSaw() {
-		if !strings.Contains(s, `key=["realkey"]`) {
-			t.Errorf("upstream saw %q, want the one key value realkey", s)
-		}
-	}
+	e.realkeyWithJunk(t, "/api/x", 20, 2)
 	// X_API_KEY is X-Api-Key to CGI, WSGI and PHP upstreams: dropped.
 	if st, _ := e.do(t, "GET /api/x HTTP/1.1", "X-API-Key: realkey", "X_API_KEY: junk"); st != 429 {
 		t.Errorf("with X_API_KEY: %d, want 429", st)
@@ -328,7 +338,7 @@ func TestKeyFirstValue(t *testing.T) {
 		}
 	}
 
-	ok = 0
+	ok := 0
 	for i := range 10 {
 		target := fmt.Sprintf("/q?k=real&k=junk%d", i)
 		if i%2 == 1 {

@@ -27,8 +27,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
-
-	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // The gRPC tests run grpc-go on both sides of limitproxy over loopback: a
@@ -166,27 +164,8 @@ upstream = "grpc"
   algorithm = "token_bucket"
   rate = "1000/s"
 `, tlsTable, up.addr, freePort(t))
-	cfg, err := config.Parse("grpc.toml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan listening, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, "", cfg, io.Discard, ready) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	select {
-	case l := <-ready:
-		return &grpcProxy{addr: l.Proxy.String(), admin: l.Admin.String()}
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
-	return nil
+	l := startServer(t, "grpc.toml", src)
+	return &grpcProxy{addr: l.Proxy.String(), admin: l.Admin.String()}
 }
 
 // decisions returns limitproxy_requests_total for policy and decision.

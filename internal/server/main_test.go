@@ -20,6 +20,34 @@ func serve(ctx context.Context, path string, cfg *config.Config, stderr io.Write
 	return runServer(ctx, path, cfg, stderr, ready, "test")
 }
 
+// startServer parses src (a configuration file's text, named name in
+// errors) and runs a server for it until the test ends, when serve must
+// return nil; it returns the server's addresses once it accepts.
+func startServer(t *testing.T, name, src string) listening {
+	t.Helper()
+	cfg, err := config.Parse(name, []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan listening, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, "", cfg, io.Discard, ready) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	select {
+	case l := <-ready:
+		return l
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	return listening{}
+}
+
 // syncWriter is a log destination tests read while the server writes.
 type syncWriter struct {
 	mu sync.Mutex

@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
@@ -70,26 +69,7 @@ key = ["ip"]
   rate = "1/h"
   burst = 2
 `, serverKeys, tlsTable, up.URL)
-	cfg, err := config.Parse("proxyproto.toml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan listening, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, "", cfg, io.Discard, ready) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	select {
-	case l := <-ready:
-		s.addr = l.Proxy.String()
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
+	s.addr = startServer(t, "proxyproto.toml", src).Proxy.String()
 	return s
 }
 

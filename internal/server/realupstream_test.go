@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -13,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // The bypasses of limits found by trying limitproxy as a hostile client
@@ -197,25 +194,7 @@ func startProxyFor(t *testing.T, addr string) string {
 	t.Helper()
 	src := fmt.Sprintf("[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"\"\n[log]\nlevel = \"error\"\n"+
 		"[[upstream]]\nname = \"up\"\ntargets = [\"http://%s\"]\npreserve_host = true\n", addr) + realUpstreamPolicies
-	cfg, err := config.Parse("real.toml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan listening, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, "", cfg, io.Discard, ready) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	select {
-	case l := <-ready:
-		return l.Proxy.String()
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
-	return ""
+	return startServer(t, "real.toml", src).Proxy.String()
 }
 
 // probe sends one raw request and returns its status and body.
