@@ -22,6 +22,7 @@ type Set struct {
 	Config   *config.Config
 	Policies []*Policy
 	LoadedAt time.Time
+	index    *index
 }
 
 // Policy is a compiled policy: its validated configuration, its matcher
@@ -49,6 +50,7 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 		p.matcher = newMatcher(&p.Match)
 		s.Policies = append(s.Policies, p)
 	}
+	s.index = newIndex(s.Policies)
 	return s, nil
 }
 
@@ -56,6 +58,24 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 // are tried in file order). r must be in its canonical form (see proxy):
 // host in lower case without trailing dot, path normalized.
 func (s *Set) Match(r *http.Request) (*Policy, bool) {
+	if s.index == nil || len(s.Policies) <= smallSet {
+		return s.scan(r)
+	}
+	var buf [64]int
+	for _, i := range s.index.candidates(r, buf[:0]) {
+		if p := s.Policies[i]; p.matcher.matches(r) {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// smallSet is the number of policies up to which trying each in turn is
+// as quick as asking the index.
+const smallSet = 8
+
+// scan is Match without the index: every policy in file order.
+func (s *Set) scan(r *http.Request) (*Policy, bool) {
 	for _, p := range s.Policies {
 		if p.matcher.matches(r) {
 			return p, true
