@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 	"github.com/limitproxy/limitproxy/internal/policy"
@@ -52,8 +56,7 @@ func BenchmarkOverhead(b *testing.B) {
 			rp.ServeHTTP(httptest.NewRecorder(), req)
 		}
 	})
-	b.Run("limitproxy", func(b *testing.B) {
-		cfg, err := config.Parse("bench.toml", []byte(`
+	cfg, err := config.Parse("bench.toml", []byte(`
 [[upstream]]
 name = "app"
 targets = ["http://upstream.invalid"]
@@ -65,23 +68,38 @@ upstream = "app"
   rate = "1000000000/s"
   burst = 1000000000
 `))
-		if err != nil {
-			b.Fatal(err)
-		}
-		set, _ := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
-		h := New(set, Options{})
-		for _, p := range h.snap.Load().pools {
-			for _, t := range p.targets {
-				t.proxy.Transport = stubTransport{}
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, v := range []struct {
+		name string
+		o    func() Options
+	}{
+		{"limitproxy", func() Options { return Options{} }},
+		// With the metrics registered, and with the access log on (to a
+		// writer that discards, so that only the proxy's side is timed).
+		{"limitproxy+metrics", func() Options { return Options{Metrics: NewMetrics(prometheus.NewRegistry())} }},
+		{"limitproxy+accesslog", func() Options {
+			enc := zap.NewProductionEncoderConfig()
+			return Options{AccessLog: true, Logger: zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zap.InfoLevel))}
+		}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			set, _ := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+			h := New(set, v.o())
+			for _, p := range h.snap.Load().pools {
+				for _, t := range p.targets {
+					t.proxy.Transport = stubTransport{}
+				}
 			}
-		}
-		b.ReportAllocs()
-		for b.Loop() {
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, req)
-			if w.Code != 200 {
-				b.Fatalf("status %d", w.Code)
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != 200 {
+					b.Fatalf("status %d", w.Code)
+				}
 			}
-		}
-	})
+		})
+	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,36 @@ type Metrics struct {
 	queue     *prometheus.GaugeVec     // policy
 	queueWait *prometheus.HistogramVec // policy
 	upstream  *prometheus.HistogramVec // upstream, code
+
+	// The children of each label set met so far, so that a request looks
+	// its metrics up in one sync.Map read rather than hashing its label
+	// values under the vector's lock (and formatting a status code). They
+	// are as many as the label sets: bounded by the configuration.
+	children sync.Map // childKey → prometheus.Counter, Gauge or Observer
+}
+
+// childKey names one child: the metric, and its label values.
+type childKey struct {
+	metric uint8
+	a, b   string
+	code   int
+}
+
+// The metrics of childKey.metric.
+const (
+	mRequests uint8 = iota
+	mQueue
+	mQueueWait
+	mUpstream
+)
+
+// child returns the child of k, creating it with newChild the first time.
+func child[T any](m *Metrics, k childKey, newChild func() T) T {
+	if c, ok := m.children.Load(k); ok {
+		return c.(T)
+	}
+	c, _ := m.children.LoadOrStore(k, newChild())
+	return c.(T)
 }
 
 // NewMetrics registers the data path's metrics with reg.
@@ -55,23 +86,31 @@ func (m *Metrics) decision(policy, d string) {
 	case Skipped:
 		d = Allowed
 	}
-	m.requests.WithLabelValues(policy, d).Inc()
+	child(m, childKey{metric: mRequests, a: policy, b: d}, func() prometheus.Counter {
+		return m.requests.WithLabelValues(policy, d)
+	}).Inc()
 }
 
 func (m *Metrics) queued(policy string, delta float64) {
 	if m != nil {
-		m.queue.WithLabelValues(policy).Add(delta)
+		child(m, childKey{metric: mQueue, a: policy}, func() prometheus.Gauge {
+			return m.queue.WithLabelValues(policy)
+		}).Add(delta)
 	}
 }
 
 func (m *Metrics) waited(policy string, d time.Duration) {
 	if m != nil {
-		m.queueWait.WithLabelValues(policy).Observe(d.Seconds())
+		child(m, childKey{metric: mQueueWait, a: policy}, func() prometheus.Observer {
+			return m.queueWait.WithLabelValues(policy)
+		}).Observe(d.Seconds())
 	}
 }
 
 func (m *Metrics) forwarded(upstream string, code int, d time.Duration) {
 	if m != nil {
-		m.upstream.WithLabelValues(upstream, strconv.Itoa(code)).Observe(d.Seconds())
+		child(m, childKey{metric: mUpstream, a: upstream, code: code}, func() prometheus.Observer {
+			return m.upstream.WithLabelValues(upstream, strconv.Itoa(code))
+		}).Observe(d.Seconds())
 	}
 }
