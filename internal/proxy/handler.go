@@ -65,6 +65,9 @@ type Options struct {
 	Logger *zap.Logger
 	// AccessLog turns the access log on.
 	AccessLog bool
+	// AccessLogger, if not nil, receives the access log instead of
+	// Logger (the server gives it a buffered destination).
+	AccessLogger *zap.Logger
 	// Metrics, if not nil, receives docs/metrics.md's data-path metrics.
 	Metrics *Metrics
 	// Now is the clock the limiters see. nil means a clock that follows
@@ -92,7 +95,10 @@ func New(set *policy.Set, o Options) *Handler {
 		h.log = zap.NewNop()
 	}
 	if o.AccessLog {
-		h.acc = h.log.Named("access")
+		h.acc = o.AccessLogger
+		if h.acc == nil {
+			h.acc = h.log.Named("access")
+		}
 	}
 	h.Swap(set)
 	return h

@@ -17,7 +17,7 @@ type metrics struct {
 	unauthorized prometheus.Counter
 }
 
-func newMetrics(st *stores, reload func() *reloadStatus, backend string) *metrics {
+func newMetrics(st *stores, reload func() *reloadStatus, backend string, access *accessWriter) *metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := &metrics{reg: reg, proxy: proxy.NewMetrics(reg)}
@@ -27,6 +27,9 @@ func newMetrics(st *stores, reload func() *reloadStatus, backend string) *metric
 	})
 	labels := prometheus.Labels{"backend": backend}
 	reg.MustRegister(m.unauthorized,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitproxy_access_log_dropped_total",
+			Help: "Access-log lines dropped because stderr did not take them fast enough (4 MiB were waiting)."},
+			func() float64 { return float64(access.Dropped()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitproxy_store_errors_total", ConstLabels: labels,
 			Help: "Decisions the store failed to make in time (they followed on_error)."}, func() float64 {
 			if st.redis == nil {

@@ -49,9 +49,9 @@ func levelOf(s config.LogLevel) zapcore.Level {
 	return l
 }
 
-// newLogger builds the zap logger [log] asks for, writing to stderr, at a
+// newLogger builds the zap logger [log] asks for, writing to out, at a
 // level a reload can change.
-func newLogger(c config.Log, level zap.AtomicLevel, stderr io.Writer) *zap.Logger {
+func newLogger(c config.Log, level zap.AtomicLevel, out zapcore.WriteSyncer) *zap.Logger {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	var encoder zapcore.Encoder
@@ -61,7 +61,7 @@ func newLogger(c config.Log, level zap.AtomicLevel, stderr io.Writer) *zap.Logge
 	} else {
 		encoder = zapcore.NewJSONEncoder(enc)
 	}
-	return zap.New(zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(stderr)), level))
+	return zap.New(zapcore.NewCore(encoder, out, level))
 }
 
 // Addrs is where a running Server listens. Admin is nil when the admin
@@ -129,8 +129,14 @@ func LoadOptions() config.Options {
 // addresses once they accept connections.
 func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- Addrs, version string) error {
 	level := zap.NewAtomicLevelAt(levelOf(cfg.Log.Level))
-	log := newLogger(cfg.Log, level, stderr)
+	out := zapcore.Lock(zapcore.AddSync(stderr)) // one line at a time, whoever writes
+	log := newLogger(cfg.Log, level, out)
 	defer log.Sync()
+	// The access log goes through a buffer written out in batches, never
+	// on the request's time (accesslog.go).
+	access := newAccessWriter(out)
+	defer access.Close()
+	accessLog := newLogger(cfg.Log, level, zapcore.AddSync(access)).Named("access")
 
 	now := proxy.MonotonicClock()
 	st, err := newStores(cfg.Store, log, now)
@@ -143,8 +149,8 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 		return err
 	}
 	var reload *reloader
-	m := newMetrics(st, func() *reloadStatus { return reload.Status() }, string(cfg.Store.Backend))
-	handler := proxy.New(set, proxy.Options{Logger: log, AccessLog: cfg.Log.Access, Now: now, Metrics: m.proxy})
+	m := newMetrics(st, func() *reloadStatus { return reload.Status() }, string(cfg.Store.Backend), access)
+	handler := proxy.New(set, proxy.Options{Logger: log, AccessLog: cfg.Log.Access, AccessLogger: accessLog, Now: now, Metrics: m.proxy})
 	reload = newReloader(path, cfg, st, handler, level, log, now)
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
