@@ -20,7 +20,7 @@ import (
 // nginx's max_fails/fail_timeout). Safe for concurrent use.
 type pool struct {
 	cfg       config.Upstream
-	transport *http.Transport
+	transport roundTripper
 	targets   []*target
 	next      atomic.Uint64
 	now       func() time.Time
@@ -62,8 +62,27 @@ func NewTransport(cfg config.Upstream) *http.Transport {
 	return tr
 }
 
-func newPool(cfg config.Upstream, trusted func(*http.Request) bool, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
+// roundTripper is an upstream's transport: an http.RoundTripper whose idle
+// connections can be let go of.
+type roundTripper interface {
+	http.RoundTripper
+	CloseIdleConnections()
+}
+
+// newRoundTripper returns the transport of an upstream: for HTTP/1.1
+// upstreams, syncTransport, which does the common requests on the
+// handler's goroutine and hands the rest to an http.Transport; for h2c
+// ones, the http.Transport alone.
+func newRoundTripper(cfg config.Upstream) roundTripper {
 	tr := NewTransport(cfg)
+	if cfg.Protocol == config.ProtocolH2C {
+		return tr
+	}
+	return newSyncTransport(tr, cfg.Timeout)
+}
+
+func newPool(cfg config.Upstream, trusted func(*http.Request) bool, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
+	tr := newRoundTripper(cfg)
 	p := &pool{cfg: cfg, transport: tr, now: now}
 	errLog, _ := zap.NewStdLogAt(log.Named("upstream"), zap.WarnLevel)
 	for _, u := range cfg.Targets {

@@ -1,0 +1,358 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// syncTransport is the http.RoundTripper under each upstream's
+// ReverseProxy for the common case — HTTP/1.1 to an http:// target, no
+// request body — done by the handler's own goroutine: it writes the
+// request on a kept-alive connection, reads the response head, and hands
+// the connection back when the response body has been read to its end.
+// http.Transport runs two goroutines per connection and hands every
+// request and response between them and the caller; for a proxy in front
+// of one or a few hosts, that hand-off was a large share of the CPU a
+// forwarded request cost (issue 15's profile: scheduler and Transport
+// code about a quarter). Everything else — https, h2c, requests with a
+// body or Expect, upgrades, CONNECT — goes to fallback, the http.Transport
+// it was built beside.
+//
+// Framing is net/http's own (Request.Write, http.ReadResponse): chunked
+// and Content-Length bodies, close-delimited ones, HEAD, 204 and 304 are
+// read exactly as http.Transport reads them; 1xx informational responses
+// before the final one are skipped (101 is never asked for here). A
+// kept-alive connection the upstream closed meanwhile fails its first
+// read: an idempotent request is then sent again, once, on a new
+// connection. Idle connections are kept per host up to maxIdlePerHost and
+// closed when found idle longer than idleTimeout. Safe for concurrent use.
+type syncTransport struct {
+	fallback       *http.Transport
+	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
+	headerTimeout  time.Duration // response head within; 0: none
+	idleTimeout    time.Duration
+	maxIdlePerHost int
+
+	mu   sync.Mutex
+	idle map[string][]*syncConn // host:port → most recently used last
+}
+
+// syncConn is one kept-alive connection to a target.
+type syncConn struct {
+	conn   net.Conn
+	lr     *limitedConn // under br: bounds what a response head may read
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	idleAt time.Time
+}
+
+func newSyncTransport(fallback *http.Transport, headerTimeout time.Duration) *syncTransport {
+	return &syncTransport{
+		fallback: fallback, dial: fallback.DialContext, headerTimeout: headerTimeout,
+		idleTimeout: fallback.IdleConnTimeout, maxIdlePerHost: fallback.MaxIdleConnsPerHost,
+		idle: map[string][]*syncConn{},
+	}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !t.handles(req) {
+		return t.fallback.RoundTrip(req)
+	}
+	addr := canonicalAddr(req)
+	for attempt := 0; ; attempt++ {
+		pc, reused, err := t.get(req.Context(), addr)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := t.exchange(pc, req)
+		if err == nil {
+			return resp, nil
+		}
+		pc.conn.Close()
+		// A kept-alive connection the upstream had closed: nothing of the
+		// response was read, so an idempotent request may go again, once.
+		if reused && attempt == 0 && errors.Is(err, errStaleConn) && idempotent(req) && req.Context().Err() == nil {
+			continue
+		}
+		return nil, err
+	}
+}
+
+// handles reports whether req is one syncTransport sends itself.
+func (t *syncTransport) handles(req *http.Request) bool {
+	return req.URL.Scheme == "http" && req.Method != http.MethodConnect &&
+		(req.Body == nil || req.Body == http.NoBody) && req.ContentLength == 0 &&
+		req.Header["Upgrade"] == nil && req.Header["Expect"] == nil && req.Header["Te"] == nil
+}
+
+// maxHeaderBytes bounds what is read of a response's head, 1xx responses
+// before it included: http.Transport's default MaxResponseHeaderBytes.
+const maxHeaderBytes = 10 << 20
+
+// errStaleConn marks a failure to read the first byte of a response on
+// a connection: the upstream closed it before (or instead of) answering.
+var errStaleConn = errors.New("connection closed before the response")
+
+// exchange writes req on pc and reads the response head. The response
+// body, when it has one, hands pc back to t at its end.
+func (t *syncTransport) exchange(pc *syncConn, req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	// A client that goes away, or the header timeout, ends a blocked
+	// write or read at once: the connection is then closed.
+	stop := context.AfterFunc(ctx, func() { pc.conn.SetDeadline(aLongTimeAgo) })
+	defer stop()
+	if t.headerTimeout > 0 {
+		pc.conn.SetDeadline(time.Now().Add(t.headerTimeout))
+	}
+	if err := req.Write(pc.bw); err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	if err := pc.bw.Flush(); err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	var resp *http.Response
+	pc.lr.left = maxHeaderBytes
+	for {
+		if _, err := pc.br.Peek(1); err != nil {
+			if ctx.Err() == nil && (err == io.EOF || errors.Is(err, net.ErrClosed) || isReset(err)) {
+				return nil, errStaleConn
+			}
+			return nil, ctxErr(ctx, err)
+		}
+		r, err := http.ReadResponse(pc.br, req)
+		if err != nil {
+			if pc.lr.left <= 0 {
+				err = fmt.Errorf("response head over %d bytes", maxHeaderBytes)
+			}
+			return nil, ctxErr(ctx, err)
+		}
+		if r.StatusCode < 100 || r.StatusCode > 199 || r.StatusCode == http.StatusSwitchingProtocols {
+			resp = r
+			break
+		}
+		// 1xx before the final response: skipped, as http.Transport
+		// does for all but 101 when nobody traces them (their heads
+		// count towards maxHeaderBytes).
+		io.Copy(io.Discard, r.Body)
+	}
+	if !stop() {
+		// The context ended as the head arrived: the deadline set in the
+		// past would fail the body's reads.
+		resp.Body.Close()
+		return nil, ctx.Err()
+	}
+	pc.conn.SetDeadline(time.Time{})
+	pc.lr.left = math.MaxInt64 // no bound on bodies
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body.Close()
+		return nil, errors.New("unexpected 101 Switching Protocols")
+	}
+	reusable := !resp.Close && !req.Close
+	if resp.Body == http.NoBody {
+		// No body (HEAD, 204, 304, Content-Length 0): the connection is
+		// free now.
+		if reusable {
+			t.put(canonicalAddr(req), pc)
+		} else {
+			pc.conn.Close()
+		}
+		return resp, nil
+	}
+	resp.Body = &syncBody{rc: resp.Body, t: t, pc: pc, addr: canonicalAddr(req), reusable: reusable}
+	return resp, nil
+}
+
+// syncBody is a response body that returns its connection at EOF.
+type syncBody struct {
+	rc       io.ReadCloser
+	t        *syncTransport
+	pc       *syncConn
+	addr     string
+	reusable bool
+	done     bool
+}
+
+func (b *syncBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	if err == io.EOF {
+		b.release(true)
+	} else if err != nil {
+		b.release(false)
+	}
+	return n, err
+}
+
+// Close returns the connection if the body was read to its end, and
+// closes it otherwise (what is left unread would be the next response).
+func (b *syncBody) Close() error {
+	if !b.done {
+		b.release(false)
+	}
+	return nil
+}
+
+func (b *syncBody) release(atEOF bool) {
+	b.done = true
+	b.rc.Close()
+	if atEOF && b.reusable {
+		b.t.put(b.addr, b.pc)
+		return
+	}
+	b.pc.conn.Close()
+}
+
+// get returns an idle connection to addr, or a new one.
+func (t *syncTransport) get(ctx context.Context, addr string) (pc *syncConn, reused bool, err error) {
+	now := time.Now()
+	t.mu.Lock()
+	for conns := t.idle[addr]; len(conns) > 0; conns = t.idle[addr] {
+		pc = conns[len(conns)-1]
+		t.idle[addr] = conns[:len(conns)-1]
+		if t.idleTimeout > 0 && now.Sub(pc.idleAt) >= t.idleTimeout {
+			pc.conn.Close()
+			continue
+		}
+		t.mu.Unlock()
+		if pc.quiet() {
+			return pc, true, nil
+		}
+		// Closed by the upstream, or bytes it sent unasked (a body after
+		// a HEAD response, say): never reused, as http.Transport's
+		// reading goroutine would find.
+		pc.conn.Close()
+		t.mu.Lock()
+	}
+	t.mu.Unlock()
+	c, err := t.dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	lr := &limitedConn{Conn: c, left: math.MaxInt64}
+	return &syncConn{conn: c, lr: lr, br: bufio.NewReaderSize(lr, 4096), bw: bufio.NewWriterSize(c, 4096)}, false, nil
+}
+
+// limitedConn fails reads once left bytes have been read, as
+// http.Transport bounds a response head.
+type limitedConn struct {
+	net.Conn
+	left int64
+}
+
+func (c *limitedConn) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, fmt.Errorf("read limit of %d bytes exhausted", maxHeaderBytes)
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.Conn.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+// quiet reports whether nothing has arrived on pc while it was idle —
+// neither bytes nor the upstream's close — with one non-blocking peek.
+func (pc *syncConn) quiet() bool {
+	if pc.br.Buffered() > 0 {
+		return false
+	}
+	sc, ok := pc.conn.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	quiet := false
+	var b [1]byte
+	err = raw.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		quiet = n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
+		return true
+	})
+	return err == nil && quiet
+}
+
+// put makes pc idle for addr, or closes it if addr has enough idle
+// connections. Idle ones past idleTimeout are closed on the way.
+func (t *syncTransport) put(addr string, pc *syncConn) {
+	pc.idleAt = time.Now()
+	t.mu.Lock()
+	conns := t.idle[addr]
+	// The oldest come first: close those that have idled too long.
+	for len(conns) > 0 && t.idleTimeout > 0 && pc.idleAt.Sub(conns[0].idleAt) >= t.idleTimeout {
+		conns[0].conn.Close()
+		conns = conns[1:]
+	}
+	if len(conns) >= t.maxIdlePerHost {
+		t.idle[addr] = conns
+		t.mu.Unlock()
+		pc.conn.Close()
+		return
+	}
+	t.idle[addr] = append(conns, pc)
+	t.mu.Unlock()
+}
+
+// CloseIdleConnections closes every idle connection, of both transports.
+func (t *syncTransport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle = map[string][]*syncConn{}
+	t.mu.Unlock()
+	for _, conns := range idle {
+		for _, pc := range conns {
+			pc.conn.Close()
+		}
+	}
+	t.fallback.CloseIdleConnections()
+}
+
+// canonicalAddr is req's host:port, port 80 when absent.
+func canonicalAddr(req *http.Request) string {
+	host, port := req.URL.Hostname(), req.URL.Port()
+	if port == "" {
+		port = "80"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// idempotent reports whether req may be sent twice (RFC 9110 §9.2.2),
+// as http.Transport decides when it retries.
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	return key || xkey
+}
+
+// ctxErr returns the context's error when it is why err happened.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// isReset reports whether err is the peer resetting the connection.
+func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+
+// aLongTimeAgo is a deadline in the past, which fails pending I/O at once.
+var aLongTimeAgo = time.Unix(1, 0)
