@@ -302,4 +302,3 @@ func FuzzSyncTransport(f *testing.F) {
 		}
 	})
 }
-
