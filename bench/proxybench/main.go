@@ -83,12 +83,13 @@ func main() {
 	conns := flag.Int("conns", 64, "wrk connections")
 	threads := flag.Int("threads", 2, "wrk threads")
 	wrkCPU := flag.String("wrk-cpu", "", "run wrk on these CPUs (taskset -c), e.g. 0; the caller pins the rest elsewhere")
+	ownCPU := flag.String("own-cpu", "", "once the proxies have started (inheriting this process's CPUs), move this process — the upstream — to these CPUs (taskset -a -p -c), e.g. 0, so that the proxies have their CPUs to themselves")
 	flag.Parse()
 	if *lp == "" || *bare == "" {
 		fmt.Fprintln(os.Stderr, "usage: proxybench -limitproxy BIN -bareproxy BIN [-rounds N] [-duration D] [-conns N]")
 		os.Exit(2)
 	}
-	if err := run(*lp, *bare, *rounds, *dur, *conns, *threads, *wrkCPU, os.Stdout); err != nil {
+	if err := run(*lp, *bare, *rounds, *dur, *conns, *threads, *wrkCPU, *ownCPU, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
 		os.Exit(1)
 	}
@@ -105,7 +106,7 @@ key = ["ip"]
   burst = %d
 `
 
-func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrkCPU string, out io.Writer) error {
+func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrkCPU, ownCPU string, out io.Writer) error {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return errors.New("wrk is not installed (bench/proxy.sh installs it when run as root)")
 	}
@@ -172,6 +173,13 @@ func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrk
 		}
 	}
 
+	if ownCPU != "" {
+		// The proxies keep the CPUs they were started on; this process
+		// (the upstream) leaves them, every thread of it.
+		if err := exec.Command("taskset", "-a", "-p", "-c", ownCPU, strconv.Itoa(os.Getpid())).Run(); err != nil {
+			return fmt.Errorf("taskset -a -p -c %s: %w", ownCPU, err)
+		}
+	}
 	for r := range rounds {
 		for i := range targets {
 			t := targets[(i+r)%len(targets)]
