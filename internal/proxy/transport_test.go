@@ -302,3 +302,37 @@ func FuzzSyncTransport(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkTransport: one GET and its 2-byte body over a kept-alive
+// loopback connection, through syncTransport and through http.Transport,
+// to the same raw upstream (whose own work and allocations both include).
+//
+//	go test -run '^$' -bench Transport -benchmem ./internal/proxy
+func BenchmarkTransport(b *testing.B) {
+	u := startRawUpstream(b, func(*http.Request) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false
+	})
+	url := "http://" + u.ln.Addr().String() + "/x"
+	cfg := config.Upstream{Timeout: 5 * time.Second}
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"sync", newSyncTransport(NewTransport(cfg), cfg.Timeout)},
+		{"http.Transport", NewTransport(cfg)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			req, _ := http.NewRequest("GET", url, nil)
+			req.Header.Set("User-Agent", "")
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := c.rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+}
