@@ -95,6 +95,28 @@ func writeGRPCRejection(w http.ResponseWriter, p *policy.Policy, d limiter.Decis
 	writeGRPCStatus(w, grpcResourceExhausted, "quota exceeded: policy "+p.Name)
 }
 
+// FlushError sends what the response holds to the client. ReverseProxy
+// flushes a streamed response (every gRPC response, server-sent events:
+// those without a Content-Length) after each write, through
+// http.ResponseController, which finds this method before it unwraps the
+// recorder.
+//
+// On HTTP/2 it then lifts the send_timeout deadline: there a write
+// deadline resets the stream when it passes, whether a write is pending or
+// not, so a stream waiting longer than send_timeout for its upstream's
+// next message (a gRPC health Watch, an event stream) would be cut. The
+// next write sets the deadline again (renewDeadline), so send_timeout
+// still bounds a message the client does not take. (On HTTP/1 a deadline
+// passing with no write pending does nothing.)
+func (r *recorder) FlushError() error {
+	err := http.NewResponseController(r.ResponseWriter).Flush()
+	if r.h2 && err == nil && r.dl != nil && r.sendTimeout > 0 {
+		r.dl.SetWriteDeadline(time.Time{})
+		r.renewed = time.Time{}
+	}
+	return err
+}
+
 // grpcMessage percent-encodes msg as grpc-message requires: every byte
 // outside printable ASCII, and '%'.
 func grpcMessage(msg string) string {

@@ -169,7 +169,7 @@ func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
 	snap := h.snap.Load()
-	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout, grpc: isGRPC(r)}
+	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout, grpc: isGRPC(r), h2: r.ProtoMajor == 2}
 	rec.dl, _ = unwrapDeadliner(w)
 	var (
 		p        *policy.Policy
@@ -397,7 +397,7 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 // recorder remembers the status written, for the access log. It unwraps to
 // the underlying writer so that http.ResponseController (which
 // ReverseProxy uses to flush streams and hijack WebSocket upgrades) reaches
-// it.
+// it; flushes stop at its FlushError (grpc.go), which passes them on.
 type recorder struct {
 	http.ResponseWriter
 	dl          deadliner     // the connection's deadlines; nil if none
@@ -409,6 +409,7 @@ type recorder struct {
 	writeFailed bool       // a write to the client failed
 	err         string     // why the exchange failed after the status went out
 	grpc        bool       // a gRPC call: answered with grpc-status (grpc.go)
+	h2          bool       // an HTTP/2 request (see FlushError)
 	grpcStatus  int        // the HTTP status a gRPC answer of ours stands for
 }
 

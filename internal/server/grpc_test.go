@@ -27,6 +27,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // The gRPC tests run grpc-go on both sides of limitproxy over loopback: a
@@ -109,15 +111,17 @@ type grpcProxy struct {
 }
 
 // startGRPCProxy runs limitproxy in front of up with tlsTable (a
-// [server.tls] table, or "" for h2c on a plain listener). Policies: Check
-// is limited to 2 an hour (one shared key), the echo and Watch are not
-// limited in practice, "/down." goes to an upstream nobody listens on,
-// and /plain (HTTP/1) is limited to 1.
+// [server.tls] table, or "" for h2c on a plain listener), and a
+// send_timeout of a second. Policies: Check is limited to 2 an hour (one
+// shared key), "/paced." to 2 a second with a burst of 1, the echo and
+// Watch are not limited in practice, "/down." goes to an upstream nobody
+// listens on, and /plain (HTTP/1) is limited to 1.
 func startGRPCProxy(t *testing.T, up *grpcUpstream, tlsTable string) *grpcProxy {
 	t.Helper()
 	src := fmt.Sprintf(`[server]
 listen = "127.0.0.1:0"
 h2c = true
+send_timeout = "1s"
 %s
 [admin]
 listen = "127.0.0.1:0"
@@ -142,6 +146,15 @@ match = { path = "/grpc.health.v1.Health/Check" }
   algorithm = "token_bucket"
   rate = "1/h"
   burst = 2
+[[policy]]
+name = "paced"
+upstream = "grpc"
+key = []
+match = { path_prefix = "/paced." }
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "2/s"
+  burst = 1
 [[policy]]
 name = "down"
 upstream = "down"
@@ -227,6 +240,33 @@ func checkLimited(t *testing.T, cc *grpc.ClientConn) {
 	}
 }
 
+// watchFlows opens a Watch through cc and has it deliver three statuses,
+// changing the service's status on up each time the previous message has
+// arrived and idle has passed: each message arrives while the stream
+// stays open, so the proxy passes it on at once, not at the stream's end.
+func watchFlows(t *testing.T, cc *grpc.ClientConn, up *grpcUpstream, idle time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+3*idle)
+	defer cancel()
+	// The status is set before the Watch opens, so that its first message
+	// is SERVING however soon the upstream's handler runs.
+	up.health.SetServingStatus("svc", healthpb.HealthCheckResponse_SERVING)
+	w, err := healthpb.NewHealthClient(cc).Watch(ctx, &healthpb.HealthCheckRequest{Service: "svc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []healthpb.HealthCheckResponse_ServingStatus{healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_SERVING} {
+		if i > 0 {
+			time.Sleep(idle)
+			up.health.SetServingStatus("svc", s)
+		}
+		resp, err := w.Recv()
+		if err != nil || resp.Status != s {
+			t.Fatalf("watch message %d: %v, %v, want %v", i, resp, err, s)
+		}
+	}
+}
+
 func first(md metadata.MD, key string) string {
 	if v := md.Get(key); len(v) > 0 {
 		return v[0]
@@ -249,21 +289,10 @@ func TestGRPCh2c(t *testing.T) {
 		t.Errorf("the upstream got %d calls, want the 2 admitted", n)
 	}
 
-	// Watch: each status change arrives before the next is made, so the
-	// stream is not buffered by the proxy.
+	watchFlows(t, cc, up, 0)
+
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w, err := healthpb.NewHealthClient(cc).Watch(ctx, &healthpb.HealthCheckRequest{Service: "svc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range []healthpb.HealthCheckResponse_ServingStatus{healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_SERVING} {
-		up.health.SetServingStatus("svc", s)
-		resp, err := w.Recv()
-		if err != nil || resp.Status != s {
-			t.Fatalf("watch message %d: %v, %v, want %v", i, resp, err, s)
-		}
-	}
 
 	// Bidirectional: each message comes back before the next is sent.
 	chat, err := cc.NewStream(ctx, &echoDesc.Streams[0], "/test.Echo/Chat", grpc.CallContentSubtype("raw"))
@@ -313,12 +342,13 @@ func TestGRPCh2c(t *testing.T) {
 // even RESOURCE_EXHAUSTED), a call rejected by a limit reaches the proxy
 // once — RESOURCE_EXHAUSTED with an hour's pushback is not retried within
 // the call's deadline — while a call to a dead upstream, UNAVAILABLE, is
-// retried up to the policy's 5 attempts, as it should be.
+// retried up to the policy's 5 attempts, as it should be; and a short
+// pushback is waited out, the retry admitted.
 func TestGRPCRetryPolicy(t *testing.T) {
 	t.Parallel()
 	up := startGRPCUpstream(t)
 	p := startGRPCProxy(t, up, "")
-	const svc = `{"methodConfig": [{"name": [{"service": "grpc.health.v1.Health"}, {"service": "down.Service"}],
+	const svc = `{"methodConfig": [{"name": [{"service": "grpc.health.v1.Health"}, {"service": "down.Service"}, {"service": "paced.Service"}],
 	  "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.01s", "maxBackoff": "0.05s", "backoffMultiplier": 2,
 	    "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]}`
 	cc := dial(t, p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultServiceConfig(svc))
@@ -347,9 +377,70 @@ func TestGRPCRetryPolicy(t *testing.T) {
 	if n := p.decisions(t, "down", "allowed"); n != 5 {
 		t.Errorf("the UNAVAILABLE call was tried %d times, want the policy's 5", n)
 	}
+
+	// The pushback is honoured: at 2 a second with a burst of 1, a second
+	// call at once is rejected with a pushback of up to 500 ms, and its
+	// retry, that long later, is admitted and reaches the upstream (which
+	// does not serve paced.Service: UNIMPLEMENTED). Retried on grpc-go's
+	// own backoff instead (10 to 50 ms), it would be rejected again and
+	// again, up to the 5 attempts.
+	for i := range 2 {
+		err := cc.Invoke(ctx, "/paced.Service/Method", &healthpb.HealthCheckRequest{}, &out)
+		if grpcstatus.Code(err) != codes.Unimplemented {
+			t.Fatalf("paced call %d: %v, want the upstream's UNIMPLEMENTED", i, err)
+		}
+	}
+	if r, a := p.decisions(t, "paced", "rejected"), p.decisions(t, "paced", "allowed"); r != 1 || a != 2 {
+		t.Errorf("paced calls: %d rejected and %d admitted attempts, want 1 and 2 (one retry after the pushback)", r, a)
+	}
 }
 
-// TestGRPCTLS: the same over TLS (HTTP/2 by ALPN), to an h2c upstream.
+// TestGRPCIdleStream: a server stream that waits longer than send_timeout
+// (a second here) for its upstream's next message lives on: on HTTP/2 a
+// write deadline left in place would reset the stream when it passes.
+func TestGRPCIdleStream(t *testing.T) {
+	t.Parallel()
+	up := startGRPCUpstream(t)
+	p := startGRPCProxy(t, up, "")
+	watchFlows(t, dial(t, p.addr), up, 1500*time.Millisecond)
+}
+
+// TestH2CRestartOnly: [server] h2c is read when the listener starts, so a
+// reload that changes it reports that it needs a restart.
+func TestH2CRestartOnly(t *testing.T) {
+	parse := func(h2c bool) *config.Config {
+		cfg, err := config.Parse("h2c.toml", fmt.Appendf(nil, `[server]
+h2c = %v
+[[upstream]]
+name = "app"
+targets = ["http://127.0.0.1:9000"]
+protocol = "h2c"
+[[policy]]
+name = "all"
+upstream = "app"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "10/s"
+`, h2c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	off, on := parse(false), parse(true)
+	if !on.Server.H2C || off.Server.H2C || on.Upstreams[0].Protocol != config.ProtocolH2C {
+		t.Fatalf("parsed h2c = %v and %v, protocol %q", off.Server.H2C, on.Server.H2C, on.Upstreams[0].Protocol)
+	}
+	if got := restartOnly(off, on); len(got) != 1 || got[0] != "server.h2c" {
+		t.Errorf("restartOnly = %v, want [server.h2c]", got)
+	}
+	if got := restartOnly(on, parse(true)); len(got) != 0 {
+		t.Errorf("restartOnly of the same settings = %v", got)
+	}
+}
+
+// TestGRPCTLS: the same over TLS (HTTP/2 by ALPN), to an h2c upstream:
+// unary calls limited with RESOURCE_EXHAUSTED, a server stream that flows.
 func TestGRPCTLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -366,4 +457,5 @@ func TestGRPCTLS(t *testing.T) {
 	if n := up.calls.Load(); n != 2 {
 		t.Errorf("the upstream got %d calls, want the 2 admitted", n)
 	}
+	watchFlows(t, cc, up, 0)
 }
