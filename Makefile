@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus
+.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus bench-openloop
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -10,7 +10,7 @@ test:
 release:
 	scripts/release.sh $(VERSION)
 
-# Regenerates all of BENCHMARKS.md and docs/*.svg (about 10 minutes;
+# Regenerates all of BENCHMARKS.md and docs/*.svg (about 12 minutes;
 # installs wrk, nginx and redis-server when missing and root).
 bench:
 	bench/all.sh
@@ -34,3 +34,8 @@ bench-accuracy:
 # Regenerates the versus-nginx section of BENCHMARKS.md and its figures (about 4 minutes).
 bench-versus:
 	bench/versus.sh 10s
+
+# Regenerates the open-loop section of BENCHMARKS.md: latency from each request's
+# intended send time and CPU per request at fixed rates, with nginx (about 2.5 minutes).
+bench-openloop:
+	bench/openloop.sh 5 2s

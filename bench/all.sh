@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: regenerates all of BENCHMARKS.md and docs/*.svg in one
-# run, on 127.0.0.1 only, in about 10 minutes on a 2-core machine.
+# run, on 127.0.0.1 only, in about 12 minutes on a 2-core machine.
 # Installs wrk, nginx and redis-server from Debian's packages when
 # missing and root. The new BENCHMARKS.md replaces the old one only if
 # every part succeeded.
@@ -17,6 +17,7 @@ export BENCHMARKS_FILE="$tmp/sections.md"
 : >"$BENCHMARKS_FILE"
 bench/limiter.sh 3
 bench/proxy.sh 5 4s
+bench/openloop.sh 5 2s
 bench/redis.sh 5
 bench/accuracy.sh 1
 bench/versus.sh 10s
@@ -42,7 +43,7 @@ took=$(( ($(date +%s) - start + 59) / 60 ))
   echo "  figure for a proxy's cost; requests/s also depends on the generator and the upstream sharing the machine."
   echo "- wrk is a closed loop (64 connections, each waiting for its answer): latency percentiles under it understate what an"
   echo "  open-loop client would see at the same rate, and \"over the limit\" means the generator offers as much as the 429 path answers."
-  echo "  The admission and bursty-trace runs use an open-loop generator instead (bench/versus)."
+  echo "  The open-loop section (bench/openloop) and the admission and bursty-trace runs (bench/versus) use open-loop generators instead."
   echo "- The accuracy-of-approximation and boundary figures of limitproxy are deterministic (injected time); everything measured over"
   echo "  HTTP is timed at the upstream, after forwarding, so it includes forwarding jitter."
   echo "<!-- about:end -->"
