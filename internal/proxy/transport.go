@@ -42,8 +42,9 @@ type syncTransport struct {
 	idleTimeout    time.Duration
 	maxIdlePerHost int
 
-	mu   sync.Mutex
-	idle map[string][]*syncConn // host:port → most recently used last
+	mu    sync.Mutex
+	idle  map[string][]*syncConn // host:port → most recently used last
+	sweep *time.Timer            // closes connections idle too long; nil when none wait
 }
 
 // syncConn is one kept-alive connection to a target.
@@ -305,7 +306,39 @@ func (t *syncTransport) put(addr string, pc *syncConn) {
 		return
 	}
 	t.idle[addr] = append(conns, pc)
+	if t.sweep == nil && t.idleTimeout > 0 {
+		t.sweep = time.AfterFunc(t.idleTimeout, t.sweepIdle)
+	}
 	t.mu.Unlock()
+}
+
+// sweepIdle closes the connections idle for idleTimeout or longer, as
+// http.Transport does, so that a quiet upstream's connections are not
+// kept open (or half closed by it) until the next request; one timer for
+// the whole transport, re-armed while connections wait.
+func (t *syncTransport) sweepIdle() {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sweep = nil
+	next := time.Duration(-1)
+	for addr, conns := range t.idle {
+		for len(conns) > 0 && now.Sub(conns[0].idleAt) >= t.idleTimeout {
+			conns[0].conn.Close()
+			conns = conns[1:]
+		}
+		if len(conns) == 0 {
+			delete(t.idle, addr)
+			continue
+		}
+		t.idle[addr] = conns
+		if d := t.idleTimeout - now.Sub(conns[0].idleAt); next < 0 || d < next {
+			next = d
+		}
+	}
+	if next >= 0 {
+		t.sweep = time.AfterFunc(next, t.sweepIdle)
+	}
 }
 
 // CloseIdleConnections closes every idle connection, of both transports.
@@ -313,6 +346,10 @@ func (t *syncTransport) CloseIdleConnections() {
 	t.mu.Lock()
 	idle := t.idle
 	t.idle = map[string][]*syncConn{}
+	if t.sweep != nil {
+		t.sweep.Stop()
+		t.sweep = nil
+	}
 	t.mu.Unlock()
 	for _, conns := range idle {
 		for _, pc := range conns {

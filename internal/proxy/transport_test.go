@@ -270,6 +270,48 @@ func TestSyncTransportReuse(t *testing.T) {
 	}
 }
 
+// TestSyncTransportIdleSweep: a connection left idle is closed once it
+// has idled idleTimeout, without another request coming (the upstream
+// sees its end).
+func TestSyncTransportIdleSweep(t *testing.T) {
+	closed := make(chan struct{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		http.ReadRequest(br)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := br.ReadByte(); err == io.EOF {
+			close(closed)
+		}
+	}()
+	fallback := NewTransport(config.Upstream{Timeout: 5 * time.Second})
+	fallback.IdleConnTimeout = 200 * time.Millisecond
+	tr := newSyncTransport(fallback, 5*time.Second)
+	if o := observe(tr, "GET", "http://"+ln.Addr().String()+"/x"); o.Err || o.Body != "ok" {
+		t.Fatalf("%+v", o)
+	}
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the idle connection was not closed after idleTimeout")
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.idle) != 0 || tr.sweep != nil {
+		t.Errorf("after the sweep: %d hosts with idle connections, timer %v", len(tr.idle), tr.sweep)
+	}
+}
+
 // TestSyncTransportHeaderTimeout: no response head within the timeout is a
 // timeout error (504 to the client), not a retry.
 func TestSyncTransportHeaderTimeout(t *testing.T) {
