@@ -169,7 +169,11 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request) (*http.Respons
 		}
 		return resp, nil
 	}
-	resp.Body = &syncBody{rc: resp.Body, t: t, pc: pc, addr: canonicalAddr(req), reusable: reusable}
+	// While the body is read, a client that goes away ends a blocked read
+	// at once (http.Transport does the same), so that an upstream that
+	// stalls mid-body does not hold the handler and the connection.
+	stopBody := context.AfterFunc(ctx, func() { pc.conn.SetReadDeadline(aLongTimeAgo) })
+	resp.Body = &syncBody{rc: resp.Body, t: t, pc: pc, addr: canonicalAddr(req), reusable: reusable, stop: stopBody}
 	return resp, nil
 }
 
@@ -181,6 +185,7 @@ type syncBody struct {
 	addr     string
 	reusable bool
 	done     bool
+	stop     func() bool // stops watching the request's context
 }
 
 func (b *syncBody) Read(p []byte) (int, error) {
@@ -208,7 +213,9 @@ func (b *syncBody) Close() error {
 func (b *syncBody) release(atEOF bool) {
 	b.done = true
 	b.rc.Close()
-	if atEOF && b.reusable {
+	// If the context ended meanwhile, the connection's read deadline may
+	// lie in the past: it is not reused.
+	if b.stop() && atEOF && b.reusable {
 		b.t.put(b.addr, b.pc)
 		return
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -401,5 +402,36 @@ func BenchmarkTransport(b *testing.B) {
 				resp.Body.Close()
 			}
 		})
+	}
+}
+
+// TestSyncTransportClientGoneMidBody: a client that goes away while the
+// upstream stalls in the middle of a body ends the body's read at once,
+// as with http.Transport, rather than when the upstream writes again.
+func TestSyncTransportClientGoneMidBody(t *testing.T) {
+	u := startRawUpstream(t, func(*http.Request) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", false // then nothing
+	})
+	tr := newSyncTransport(NewTransport(config.Upstream{Timeout: 5 * time.Second}), 5*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+u.ln.Addr().String()+"/x", nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Fatal("the body read ended without an error")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the body read ended %v after the client left, want at once", d)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.idle) != 0 {
+		t.Error("the connection of an aborted body went back to the idle pool")
 	}
 }
