@@ -114,8 +114,16 @@ func (e *bodyEnv) raw(t *testing.T, head string, body ...string) (*http.Response
 
 // TestSlowUploaders: 200 clients sending their bodies a byte at a time hold
 // no upstream connection while they send; each request reaches the
-// upstream whole, once its body is in.
+// upstream whole, once its body is in — also when they label the body
+// gRPC over HTTP/1.1 (gRPC bodies stream unbuffered, but gRPC is HTTP/2:
+// the label alone must not turn buffering off).
 func TestSlowUploaders(t *testing.T) {
+	for _, ct := range []string{"", "Content-Type: application/grpc\r\n", "Content-Type: application/grpc+proto\r\n"} {
+		t.Run(strings.TrimSpace(ct), func(t *testing.T) { slowUploaders(t, ct) })
+	}
+}
+
+func slowUploaders(t *testing.T, header string) {
 	e := startBody(t, "", "", nil)
 	const clients, size = 200, 10
 	var wg sync.WaitGroup
@@ -130,7 +138,7 @@ func TestSlowUploaders(t *testing.T) {
 			}
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(30 * time.Second))
-			fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", size)
+			fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n", header, size)
 			<-started
 			for range size {
 				c.Write([]byte("x"))

@@ -127,6 +127,10 @@ func newTestServer(t *testing.T, h http.Handler) string {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	var p http.Protocols // HTTP/1.1, and h2c for the gRPC tests
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Protocols = &p
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()

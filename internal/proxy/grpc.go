@@ -30,10 +30,16 @@ const (
 	grpcUnauthenticated   = 16
 )
 
-// isGRPC reports whether r is a gRPC call: Content-Type application/grpc,
-// alone or with a +codec suffix or parameters (not gRPC-Web, which has
-// its own framing).
+// isGRPC reports whether r is a gRPC call: HTTP/2, and Content-Type
+// application/grpc, alone or with a +codec suffix or parameters (not
+// gRPC-Web, which has its own framing). gRPC runs over HTTP/2 only: an
+// HTTP/1.1 request that merely carries the label is an ordinary request,
+// answered in HTTP and its body buffered (a slow client must not turn
+// request_buffering off by naming a content type).
 func isGRPC(r *http.Request) bool {
+	if r.ProtoMajor != 2 {
+		return false
+	}
 	ct := r.Header.Get("Content-Type")
 	rest, ok := strings.CutPrefix(ct, "application/grpc")
 	return ok && (rest == "" || rest[0] == '+' || rest[0] == ';')

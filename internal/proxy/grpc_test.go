@@ -28,9 +28,14 @@ func TestIsGRPC(t *testing.T) {
 		"":                               false,
 		"application/grpcx":              false,
 	} {
-		r := &http.Request{Header: http.Header{"Content-Type": {ct}}}
+		r := &http.Request{ProtoMajor: 2, Header: http.Header{"Content-Type": {ct}}}
 		if got := isGRPC(r); got != want {
 			t.Errorf("isGRPC(%q) = %v, want %v", ct, got, want)
+		}
+		// gRPC is HTTP/2: over HTTP/1.1 the label makes no gRPC call.
+		r.ProtoMajor = 1
+		if isGRPC(r) {
+			t.Errorf("isGRPC(%q) over HTTP/1.1 = true", ct)
 		}
 	}
 }
@@ -124,11 +129,14 @@ match = { path_prefix = "/" , methods = ["GET", "POST", "TRACE"] }
 
 	// call sends a request, a gRPC call unless ct says otherwise, and
 	// returns the response with its body read.
+	var h2c http.Protocols // gRPC calls are HTTP/2: h2c to the test server
+	h2c.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: &http.Transport{Protocols: &h2c}}
 	call := func(method, path, ct string, body io.Reader) (*http.Response, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, addr+path, body)
 		req.Header.Set("Content-Type", ct)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
