@@ -10,7 +10,7 @@ test:
 release:
 	scripts/release.sh $(VERSION)
 
-# Regenerates all of BENCHMARKS.md and docs/*.svg (about 12 minutes;
+# Regenerates all of BENCHMARKS.md and docs/*.svg (about 13 minutes;
 # installs wrk, nginx and redis-server when missing and root).
 bench:
 	bench/all.sh
