@@ -111,6 +111,6 @@ rm -rf "$dist"
 # Each fuzz target briefly, past its seed corpus (the seeds also run as
 # ordinary tests above).
 step "go test -fuzz (briefly)"
-for target in ./internal/config:FuzzParseRate ./internal/config:FuzzParse ./internal/proxy:FuzzClientKey ./internal/proxy:FuzzNormalizePath ./internal/proxy:FuzzSyncTransport; do
+for target in ./internal/config:FuzzParseRate ./internal/config:FuzzParse ./internal/proxy:FuzzClientKey ./internal/proxy:FuzzNormalizePath ./internal/proxy:FuzzSyncTransport ./internal/proxy:FuzzWriteHead; do
   go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 3s "${target%%:*}"
 done

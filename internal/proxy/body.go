@@ -63,8 +63,11 @@ func asClientBodyError(err error) *clientBodyError {
 	return &clientBodyError{http.StatusBadRequest, err}
 }
 
-// write answers the client with e.
-func (e *clientBodyError) write(w http.ResponseWriter) {
+// write answers the client of r with e. Over HTTP/1 the connection is
+// then closed (what is left of the body would be read as the next
+// request); over HTTP/2 only the stream ends, and the client's other
+// streams on the connection go on.
+func (e *clientBodyError) write(w http.ResponseWriter, r *http.Request) {
 	detail := "the request body could not be read"
 	switch e.status {
 	case http.StatusRequestTimeout:
@@ -72,7 +75,9 @@ func (e *clientBodyError) write(w http.ResponseWriter) {
 	case http.StatusRequestEntityTooLarge:
 		detail = "the request body is larger than the upstream accepts (max_body_bytes)"
 	}
-	w.Header().Set("Connection", "close")
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
 	writeProblem(w, e.status, problem{Type: "about:blank", Title: http.StatusText(e.status), Status: e.status, Detail: detail})
 }
 

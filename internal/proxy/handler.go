@@ -161,6 +161,16 @@ func sameUpstream(a, b config.Upstream) bool {
 // connections are closed. Safe to call more than once, and concurrently.
 func (h *Handler) CloseQueues() { h.closeQueues() }
 
+// CloseIdleConnections closes the idle upstream connections of every
+// upstream, so that backends see them end when the server stops rather
+// than when the process exits. Connections in use are not touched and go
+// back to their pools as before. Safe to call concurrently.
+func (h *Handler) CloseIdleConnections() {
+	for _, p := range h.snap.Load().pools {
+		p.transport.CloseIdleConnections()
+	}
+}
+
 // Set returns the policy set new requests see.
 func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
 
@@ -315,7 +325,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 	defer cleanup()
 	if berr != nil {
 		w.err = berr.Error()
-		berr.write(w)
+		berr.write(w, r)
 		return
 	}
 	w.body, _ = r.Body.(*timedBody)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"syscall"
 	"time"
@@ -27,7 +28,8 @@ import (
 // body or Expect, upgrades, CONNECT — goes to fallback, the http.Transport
 // it was built beside.
 //
-// Framing is net/http's own (Request.Write, http.ReadResponse): chunked
+// Framing is net/http's own: the request head exactly as Request.Write
+// writes it (writeHead), the response read by http.ReadResponse: chunked
 // and Content-Length bodies, close-delimited ones, HEAD, 204 and 304 are
 // read exactly as http.Transport reads them; 1xx informational responses
 // before the final one are skipped (101 is never asked for here). A
@@ -45,6 +47,8 @@ type syncTransport struct {
 	mu    sync.Mutex
 	idle  map[string][]*syncConn // host:port → most recently used last
 	sweep *time.Timer            // closes connections idle too long; nil when none wait
+
+	addrs sync.Map // URL.Host → host:port (addrOf)
 }
 
 // syncConn is one kept-alive connection to a target.
@@ -54,6 +58,13 @@ type syncConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
+	keys   []string // writeHead's scratch space
+
+	// For quiet, made once per connection: a RawConn and the function
+	// it runs (building them per request cost two allocations).
+	raw    syscall.RawConn // nil: not a socket, no peek
+	peek   func(fd uintptr) bool
+	peeked bool // set by peek: nothing has arrived
 }
 
 func newSyncTransport(fallback *http.Transport, headerTimeout time.Duration) *syncTransport {
@@ -69,13 +80,13 @@ func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.handles(req) {
 		return t.fallback.RoundTrip(req)
 	}
-	addr := canonicalAddr(req)
+	addr := t.addrOf(req.URL)
 	for attempt := 0; ; attempt++ {
 		pc, reused, err := t.get(req.Context(), addr)
 		if err != nil {
 			return nil, err
 		}
-		resp, err := t.exchange(pc, req)
+		resp, err := t.exchange(pc, req, addr)
 		if err == nil {
 			return resp, nil
 		}
@@ -93,6 +104,7 @@ func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *syncTransport) handles(req *http.Request) bool {
 	return req.URL.Scheme == "http" && req.Method != http.MethodConnect &&
 		(req.Body == nil || req.Body == http.NoBody) && req.ContentLength == 0 &&
+		len(req.TransferEncoding) == 0 && req.Trailer == nil &&
 		req.Header["Upgrade"] == nil && req.Header["Expect"] == nil && req.Header["Te"] == nil
 }
 
@@ -105,26 +117,31 @@ const maxHeaderBytes = 10 << 20
 var errStaleConn = errors.New("connection closed before the response")
 
 // exchange writes req on pc and reads the response head. The response
-// body, when it has one, hands pc back to t at its end.
-func (t *syncTransport) exchange(pc *syncConn, req *http.Request) (*http.Response, error) {
+// body, when it has one, hands pc back to t (under addr) at its end.
+func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (*http.Response, error) {
 	ctx := req.Context()
-	// A client that goes away, or the header timeout, ends a blocked
-	// write or read at once: the connection is then closed.
-	stop := context.AfterFunc(ctx, func() { pc.conn.SetDeadline(aLongTimeAgo) })
-	defer stop()
+	// A client that goes away ends a blocked write or read at once, until
+	// the response body has been read (the connection is then closed,
+	// never reused); the header timeout bounds the head.
+	// (The deadline first: the watch's, if the context has ended, must
+	// not be overwritten.)
 	if t.headerTimeout > 0 {
 		pc.conn.SetDeadline(time.Now().Add(t.headerTimeout))
 	}
-	if err := req.Write(pc.bw); err != nil {
-		return nil, ctxErr(ctx, err)
+	stop := context.AfterFunc(ctx, func() { pc.conn.SetDeadline(aLongTimeAgo) })
+	var err error
+	if pc.keys, err = writeHead(pc.bw, req, pc.keys); err == nil {
+		err = pc.bw.Flush()
 	}
-	if err := pc.bw.Flush(); err != nil {
+	if err != nil {
+		stop()
 		return nil, ctxErr(ctx, err)
 	}
 	var resp *http.Response
 	pc.lr.left = maxHeaderBytes
 	for {
 		if _, err := pc.br.Peek(1); err != nil {
+			stop()
 			if ctx.Err() == nil && (err == io.EOF || errors.Is(err, net.ErrClosed) || isReset(err)) {
 				return nil, errStaleConn
 			}
@@ -132,6 +149,7 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request) (*http.Respons
 		}
 		r, err := http.ReadResponse(pc.br, req)
 		if err != nil {
+			stop()
 			if pc.lr.left <= 0 {
 				err = fmt.Errorf("response head over %d bytes", maxHeaderBytes)
 			}
@@ -146,34 +164,39 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request) (*http.Respons
 		// count towards maxHeaderBytes).
 		io.Copy(io.Discard, r.Body)
 	}
-	if !stop() {
-		// The context ended as the head arrived: the deadline set in the
-		// past would fail the body's reads.
-		resp.Body.Close()
-		return nil, ctx.Err()
+	if t.headerTimeout > 0 {
+		pc.conn.SetDeadline(time.Time{})
+		// The context may have ended before the deadline was cleared
+		// (the watch's deadline in the past then wiped): if it ended, the
+		// body is not read; if not, the watch fires after this point.
+		if ctx.Err() != nil {
+			stop()
+			resp.Body.Close()
+			return nil, ctx.Err()
+		}
 	}
-	pc.conn.SetDeadline(time.Time{})
 	pc.lr.left = math.MaxInt64 // no bound on bodies
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		stop()
 		resp.Body.Close()
 		return nil, errors.New("unexpected 101 Switching Protocols")
 	}
 	reusable := !resp.Close && !req.Close
 	if resp.Body == http.NoBody {
 		// No body (HEAD, 204, 304, Content-Length 0): the connection is
-		// free now.
-		if reusable {
-			t.put(canonicalAddr(req), pc)
+		// free now, unless the context ended meanwhile (its deadline
+		// would then fail the next request).
+		if stop() && reusable {
+			t.put(addr, pc)
 		} else {
 			pc.conn.Close()
 		}
 		return resp, nil
 	}
-	// While the body is read, a client that goes away ends a blocked read
-	// at once (http.Transport does the same), so that an upstream that
-	// stalls mid-body does not hold the handler and the connection.
-	stopBody := context.AfterFunc(ctx, func() { pc.conn.SetReadDeadline(aLongTimeAgo) })
-	resp.Body = &syncBody{rc: resp.Body, t: t, pc: pc, addr: canonicalAddr(req), reusable: reusable, stop: stopBody}
+	// While the body is read, the watch goes on (http.Transport does the
+	// same), so that an upstream that stalls mid-body does not hold the
+	// handler and the connection once the client has gone.
+	resp.Body = &syncBody{rc: resp.Body, t: t, pc: pc, addr: addr, reusable: reusable, stop: stop}
 	return resp, nil
 }
 
@@ -248,8 +271,7 @@ func (t *syncTransport) get(ctx context.Context, addr string) (pc *syncConn, reu
 	if err != nil {
 		return nil, false, err
 	}
-	lr := &limitedConn{Conn: c, left: math.MaxInt64}
-	return &syncConn{conn: c, lr: lr, br: bufio.NewReaderSize(lr, 4096), bw: bufio.NewWriterSize(c, 4096)}, false, nil
+	return newSyncConn(c), false, nil
 }
 
 // limitedConn fails reads once left bytes have been read, as
@@ -277,22 +299,30 @@ func (pc *syncConn) quiet() bool {
 	if pc.br.Buffered() > 0 {
 		return false
 	}
-	sc, ok := pc.conn.(syscall.Conn)
-	if !ok {
+	if pc.raw == nil {
 		return true
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
+	pc.peeked = false
+	err := pc.raw.Read(pc.peek)
+	return err == nil && pc.peeked
+}
+
+// newSyncConn wraps c, a new connection.
+func newSyncConn(c net.Conn) *syncConn {
+	lr := &limitedConn{Conn: c, left: math.MaxInt64}
+	pc := &syncConn{conn: c, lr: lr, br: bufio.NewReaderSize(lr, 4096), bw: bufio.NewWriterSize(c, 4096)}
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			pc.raw = raw
+			pc.peek = func(fd uintptr) bool {
+				var b [1]byte
+				n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+				pc.peeked = n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
+				return true
+			}
+		}
 	}
-	quiet := false
-	var b [1]byte
-	err = raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		quiet = n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
-		return true
-	})
-	return err == nil && quiet
+	return pc
 }
 
 // put makes pc idle for addr, or closes it if addr has enough idle
@@ -366,13 +396,19 @@ func (t *syncTransport) CloseIdleConnections() {
 	t.fallback.CloseIdleConnections()
 }
 
-// canonicalAddr is req's host:port, port 80 when absent.
-func canonicalAddr(req *http.Request) string {
-	host, port := req.URL.Hostname(), req.URL.Port()
+// addrOf is u's host:port, port 80 when absent, remembered per u.Host
+// (the targets': a handful).
+func (t *syncTransport) addrOf(u *url.URL) string {
+	if a, ok := t.addrs.Load(u.Host); ok {
+		return a.(string)
+	}
+	host, port := u.Hostname(), u.Port()
 	if port == "" {
 		port = "80"
 	}
-	return net.JoinHostPort(host, port)
+	a := net.JoinHostPort(host, port)
+	t.addrs.Store(u.Host, a)
+	return a
 }
 
 // idempotent reports whether req may be sent twice (RFC 9110 §9.2.2),

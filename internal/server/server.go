@@ -319,6 +319,7 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 		srv.Close()
 		log.Warn("drain budget exhausted; queued requests answered 503, remaining connections closed", zap.Error(err))
 	}
+	handler.CloseIdleConnections()
 	if admin != nil {
 		admin.Close()
 	}
