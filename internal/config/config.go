@@ -114,6 +114,29 @@ type Upstream struct {
 	// MaxBodyBytes is the largest request body forwarded; larger ones get
 	// 413.
 	MaxBodyBytes int64
+	// Concurrency limits the requests in flight to the upstream, all its
+	// targets together; nil: no limit.
+	Concurrency *Concurrency
+}
+
+// Concurrency is an upstream's [upstream.concurrency]: a fixed limit on
+// the requests in flight (HAProxy's maxconn) or an adaptive one, with a
+// queue in front (docs/concurrency.md).
+type Concurrency struct {
+	// Limit is the fixed limit; with Adaptive, the limit to start from.
+	Limit int
+	// Adaptive learns the limit, between MinLimit and MaxLimit, from the
+	// latency and errors of the upstream's answers.
+	Adaptive           bool
+	MinLimit, MaxLimit int
+	// Queue is the most requests waiting for a slot, MaxWait the longest
+	// one waits (then 503).
+	Queue   int
+	MaxWait time.Duration
+	// FairShare hands slots round-robin to the client keys waiting.
+	FairShare bool
+	// Mode is Enforce or Shadow (decide and count, never hold or shed).
+	Mode Mode
 }
 
 // UpstreamProtocol is an upstream's protocol setting.

@@ -21,6 +21,15 @@ const (
 	DefaultClientBodyTimeout = 60 * time.Second // nginx's
 	DefaultSendTimeout       = 60 * time.Second // nginx's
 	DefaultMaxBodyBytes      = 16 << 20         // nginx's is 1 MiB; APIs upload more
+	// [upstream.concurrency]: an adaptive limit starts at 4 and grows by
+	// slow start (Netflix concurrency-limits starts at 20, Vector at 1);
+	// the queue's bounds are HAProxy's order of magnitude (timeout queue
+	// is commonly a few seconds; 1 s keeps a queued answer useful).
+	DefaultAdaptiveStart     = 4
+	DefaultMinLimit          = 1
+	DefaultMaxLimit          = 1000
+	DefaultConcQueue         = 1000
+	DefaultConcMaxWait       = time.Second
 	DefaultRateLimitHeaders  = HeadersDraft
 	DefaultLogLevel          = LevelInfo
 	DefaultLogFormat         = FormatJSON

@@ -81,17 +81,28 @@ type (
 		OnError     Value[string] `toml:"on_error"`
 	}
 	rawUpstream struct {
-		Name         Value[string] `toml:"name"`
-		Targets      Strings       `toml:"targets"`
-		Timeout      Duration      `toml:"timeout"`
-		PreserveHost Value[bool]   `toml:"preserve_host"`
-		MaxFails     Value[int64]  `toml:"max_fails"`
-		FailTimeout  Duration      `toml:"fail_timeout"`
-		Upgrades     Strings       `toml:"upgrades"`
-		Buffering    Value[bool]   `toml:"request_buffering"`
-		MaxBodyBytes Value[int64]  `toml:"max_body_bytes"`
-		AllowTrace   Value[bool]   `toml:"allow_trace"`
-		Protocol     Value[string] `toml:"protocol"`
+		Name         Value[string]   `toml:"name"`
+		Targets      Strings         `toml:"targets"`
+		Timeout      Duration        `toml:"timeout"`
+		PreserveHost Value[bool]     `toml:"preserve_host"`
+		MaxFails     Value[int64]    `toml:"max_fails"`
+		FailTimeout  Duration        `toml:"fail_timeout"`
+		Upgrades     Strings         `toml:"upgrades"`
+		Buffering    Value[bool]     `toml:"request_buffering"`
+		MaxBodyBytes Value[int64]    `toml:"max_body_bytes"`
+		AllowTrace   Value[bool]     `toml:"allow_trace"`
+		Protocol     Value[string]   `toml:"protocol"`
+		Concurrency  *rawConcurrency `toml:"concurrency"`
+	}
+	rawConcurrency struct {
+		Limit     Value[int64]  `toml:"limit"`
+		Adaptive  Value[bool]   `toml:"adaptive"`
+		MinLimit  Value[int64]  `toml:"min_limit"`
+		MaxLimit  Value[int64]  `toml:"max_limit"`
+		Queue     Value[int64]  `toml:"queue"`
+		MaxWait   Duration      `toml:"max_wait"`
+		FairShare Value[bool]   `toml:"fair_share"`
+		Mode      Value[string] `toml:"mode"`
 	}
 	rawPolicy struct {
 		Name      Value[string] `toml:"name"`

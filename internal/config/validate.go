@@ -233,7 +233,56 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 	if u.MaxFails.Set && u.MaxFails.V < 0 {
 		c.add(key+".max_fails", "must not be negative (0 turns passive health checks off)")
 	}
+	if u.Concurrency != nil {
+		up.Concurrency = validateConcurrency(u.Concurrency, key+".concurrency", c)
+	}
 	return up
+}
+
+// validateConcurrency checks an [upstream.concurrency] at key.
+func validateConcurrency(r *rawConcurrency, key string, c *collector) *Concurrency {
+	cc := &Concurrency{
+		Limit: int(r.Limit.V), Adaptive: r.Adaptive.V,
+		MinLimit: int(r.MinLimit.Or(DefaultMinLimit)), MaxLimit: int(r.MaxLimit.Or(DefaultMaxLimit)),
+		Queue: int(r.Queue.Or(DefaultConcQueue)), MaxWait: r.MaxWait.Or(DefaultConcMaxWait),
+		FairShare: r.FairShare.Or(true), Mode: Mode(r.Mode.Or(string(Enforce))),
+	}
+	oneOf(c, key+".mode", cc.Mode, Enforce, Shadow)
+	switch {
+	case !cc.Adaptive && !r.Limit.Set:
+		c.add(key, "set limit (the most requests in flight) or adaptive = true")
+	case r.Limit.Set && (r.Limit.V < 1 || r.Limit.V > 1_000_000):
+		c.add(key+".limit", "%d: must be from 1 to 1000000", r.Limit.V)
+	}
+	if !cc.Adaptive {
+		for _, k := range []struct {
+			name string
+			set  bool
+		}{{"min_limit", r.MinLimit.Set}, {"max_limit", r.MaxLimit.Set}} {
+			if k.set {
+				c.add(key+"."+k.name, "applies to an adaptive limit only (adaptive = true)")
+			}
+		}
+	} else {
+		if cc.MinLimit < 1 {
+			c.add(key+".min_limit", "%d: must be at least 1", cc.MinLimit)
+		}
+		if cc.MaxLimit < cc.MinLimit || cc.MaxLimit > 1_000_000 {
+			c.add(key+".max_limit", "%d: must be from min_limit (%d) to 1000000", cc.MaxLimit, cc.MinLimit)
+		}
+		if !r.Limit.Set {
+			cc.Limit = max(cc.MinLimit, min(cc.MaxLimit, DefaultAdaptiveStart))
+		} else if cc.Limit < cc.MinLimit || cc.Limit > cc.MaxLimit {
+			c.add(key+".limit", "%d: an adaptive limit starts between min_limit (%d) and max_limit (%d)", cc.Limit, cc.MinLimit, cc.MaxLimit)
+		}
+	}
+	if cc.Queue < 0 || cc.Queue > 1_000_000 {
+		c.add(key+".queue", "%d: must be from 0 to 1000000", cc.Queue)
+	}
+	if cc.MaxWait < 0 {
+		c.add(key+".max_wait", "must not be negative")
+	}
+	return cc
 }
 
 // validatePolicies checks every [[policy]]; upstreams are the names of the

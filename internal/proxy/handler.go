@@ -30,6 +30,7 @@ const (
 	Unmatched      = "unmatched"
 	Skipped        = "skipped" // on_missing = "skip": forwarded without limiting
 	Invalid        = "invalid" // refused before matching: 400 or 405 (see canonicalize)
+	Shed           = "shed"    // turned away by its upstream's concurrency limit: 503
 )
 
 // Handler is the proxy's http.Handler. It holds the current policy set in
@@ -87,6 +88,9 @@ func MonotonicClock() func() time.Time {
 // New returns a handler serving set.
 func New(set *policy.Set, o Options) *Handler {
 	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics}
+	if o.Metrics != nil {
+		o.Metrics.handler.Store(h)
+	}
 	h.closing, h.closeQueues = context.WithCancel(context.Background())
 	if h.now == nil {
 		h.now = MonotonicClock()
@@ -143,7 +147,8 @@ func sameUpstream(a, b config.Upstream) bool {
 	if a.Name != b.Name || a.Timeout != b.Timeout || a.PreserveHost != b.PreserveHost ||
 		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) ||
 		a.AllowTrace != b.AllowTrace || a.Buffering != b.Buffering || a.MaxBodyBytes != b.MaxBodyBytes ||
-		a.Protocol != b.Protocol || !slices.Equal(a.Upgrades, b.Upgrades) {
+		a.Protocol != b.Protocol || !slices.Equal(a.Upgrades, b.Upgrades) ||
+		(a.Concurrency == nil) != (b.Concurrency == nil) || (a.Concurrency != nil && *a.Concurrency != *b.Concurrency) {
 		return false
 	}
 	for i := range a.Targets {
@@ -195,6 +200,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p != nil {
 			name = p.Name
 		}
+		if rec.shed {
+			decision = Shed
+		}
 		h.metrics.decision(name, decision)
 		h.logAccess(r, rec, start, p, decision, wait)
 	}()
@@ -231,6 +239,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res = limitKeys(r, p, cfg, keys[:len(p.Limits)])
 	} else {
 		key, res = clientKey(r, p, cfg)
+	}
+	rec.key = key
+	if p.OwnKeys {
+		rec.key = keys[0]
 	}
 	switch res {
 	case keySkip:
@@ -335,6 +347,14 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 		w.dl.SetReadDeadline(time.Time{})
 		w.dl.SetWriteDeadline(time.Time{})
 	}
+	if pool.conc != nil {
+		ticket, ok := h.acquire(w, r, pool)
+		if !ok {
+			return
+		}
+		w.clock = h.now
+		defer func() { ticket.Release(upstreamOutcome(w), w.headerAt.Sub(w.sentAt)) }()
+	}
 	t := pool.pick()
 	begin := h.now()
 	defer func() {
@@ -421,11 +441,22 @@ type recorder struct {
 	grpc        bool       // a gRPC call: answered with grpc-status (grpc.go)
 	h2          bool       // an HTTP/2 request (see FlushError)
 	grpcStatus  int        // the HTTP status a gRPC answer of ours stands for
+	key         string     // the client key, for the upstream's fair share
+	shed        bool       // turned away by the upstream's concurrency limit
+	ownAnswer   bool       // the proxy answered for the upstream (502, 504, a body error)
+
+	// Under a concurrency limit: when the request was let through, and
+	// when the response head was written (by clock).
+	clock            func() time.Time
+	sentAt, headerAt time.Time
 }
 
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 {
 		r.status = code
+		if r.clock != nil {
+			r.headerAt = r.clock()
+		}
 	}
 	r.renewDeadline()
 	r.ResponseWriter.WriteHeader(code)

@@ -3,9 +3,12 @@ package proxy
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitproxy/limitproxy/internal/concurrency"
 )
 
 // Metrics are the data path's metrics of docs/metrics.md. Labels are policy and
@@ -23,6 +26,10 @@ type Metrics struct {
 	// values under the vector's lock (and formatting a status code). They
 	// are as many as the label sets: bounded by the configuration.
 	children sync.Map // childKey → prometheus.Counter, Gauge or Observer
+
+	// The handler whose upstreams' concurrency limits are read at each
+	// scrape (concurrencyCollector); nil until one is built.
+	handler atomic.Pointer[Handler]
 }
 
 // childKey names one child: the metric, and its label values.
@@ -71,8 +78,70 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"upstream", "code"}),
 	}
-	reg.MustRegister(m.requests, m.queue, m.queueWait, m.upstream)
+	reg.MustRegister(m.requests, m.queue, m.queueWait, m.upstream, concurrencyCollector{m})
 	return m
+}
+
+// The concurrency limits' metrics, read from each upstream's limiter when
+// scraped.
+var (
+	descConcLimit = prometheus.NewDesc("limitproxy_upstream_concurrency_limit",
+		"The requests in flight an upstream's concurrency limit allows (adaptive: as learned; a probe lowers it for a moment, see limitproxy_upstream_concurrency_probing).", []string{"upstream"}, nil)
+	descProbing = prometheus.NewDesc("limitproxy_upstream_concurrency_probing",
+		"1 while an adaptive concurrency limit's probe halves the limit to measure the upstream's unloaded latency, else 0.", []string{"upstream"}, nil)
+	descInFlight = prometheus.NewDesc("limitproxy_upstream_in_flight",
+		"Requests in flight to an upstream under a concurrency limit.", []string{"upstream"}, nil)
+	descConcQueue = prometheus.NewDesc("limitproxy_upstream_queue_depth",
+		"Requests waiting for a slot of an upstream's concurrency limit.", []string{"upstream"}, nil)
+	descBaseline = prometheus.NewDesc("limitproxy_upstream_latency_baseline_seconds",
+		"An adaptive concurrency limit's baseline: the upstream's time to response headers unloaded.", []string{"upstream"}, nil)
+	descShed = prometheus.NewDesc("limitproxy_upstream_shed_total",
+		"Requests an upstream's concurrency limit turned away with 503, by reason (queue_full, wait, timeout).", []string{"upstream", "reason"}, nil)
+	descShadowShed = prometheus.NewDesc("limitproxy_upstream_shadow_shed_total",
+		"Requests a shadow concurrency limit would have turned away, by reason.", []string{"upstream", "reason"}, nil)
+	descWaited = prometheus.NewDesc("limitproxy_upstream_queued_total",
+		"Requests that waited for a slot of an upstream's concurrency limit and got one (shadow: would have waited).", []string{"upstream"}, nil)
+)
+
+// concurrencyCollector collects the concurrency limits' metrics.
+type concurrencyCollector struct{ m *Metrics }
+
+func (concurrencyCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descConcLimit, descProbing, descInFlight, descConcQueue, descBaseline, descShed, descShadowShed, descWaited} {
+		ch <- d
+	}
+}
+
+func (c concurrencyCollector) Collect(ch chan<- prometheus.Metric) {
+	h := c.m.handler.Load()
+	if h == nil {
+		return
+	}
+	for name, p := range h.snap.Load().pools {
+		if p.conc == nil {
+			continue
+		}
+		s := p.conc.Stats()
+		ch <- prometheus.MustNewConstMetric(descConcLimit, prometheus.GaugeValue, float64(s.Learned), name)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), name)
+		ch <- prometheus.MustNewConstMetric(descConcQueue, prometheus.GaugeValue, float64(s.Queued), name)
+		if p.conc.Params().Adaptive {
+			ch <- prometheus.MustNewConstMetric(descBaseline, prometheus.GaugeValue, s.Baseline.Seconds(), name)
+			probing := 0.0
+			if s.Probing {
+				probing = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descProbing, prometheus.GaugeValue, probing, name)
+		}
+		shed := descShed
+		if p.conc.Params().Shadow {
+			shed = descShadowShed
+		}
+		for _, r := range []concurrency.Reason{concurrency.ReasonQueueFull, concurrency.ReasonWait, concurrency.ReasonTimeout} {
+			ch <- prometheus.MustNewConstMetric(shed, prometheus.CounterValue, float64(s.Shed[r]), name, string(r))
+		}
+		ch <- prometheus.MustNewConstMetric(descWaited, prometheus.CounterValue, float64(s.Waited), name)
+	}
 }
 
 // decision counts a request under docs/metrics.md's decisions: a request forwarded

@@ -6,12 +6,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/limitproxy/limitproxy/internal/concurrency"
 	"github.com/limitproxy/limitproxy/internal/config"
 )
 
@@ -24,6 +26,7 @@ type pool struct {
 	targets   []*target
 	next      atomic.Uint64
 	now       func() time.Time
+	conc      *concurrency.Limiter // [upstream.concurrency]; nil: none
 }
 
 // target is one upstream address with its reverse proxy and health.
@@ -84,6 +87,10 @@ func newRoundTripper(cfg config.Upstream) roundTripper {
 func newPool(cfg config.Upstream, trusted func(*http.Request) bool, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
 	tr := newRoundTripper(cfg)
 	p := &pool{cfg: cfg, transport: tr, now: now}
+	if c := cfg.Concurrency; c != nil {
+		p.conc = concurrency.New(concurrency.Params{Limit: c.Limit, Adaptive: c.Adaptive, MinLimit: c.MinLimit, MaxLimit: c.MaxLimit,
+			Queue: c.Queue, MaxWait: c.MaxWait, FairShare: c.FairShare, Shadow: c.Mode == config.Shadow}, now)
+	}
 	errLog, _ := zap.NewStdLogAt(log.Named("upstream"), zap.WarnLevel)
 	for _, u := range cfg.Targets {
 		t := &target{pool: p, name: u.Host}
@@ -158,6 +165,7 @@ func (t *target) failed(w http.ResponseWriter, r *http.Request, err error, log *
 		// that timed out also ends the request's context.
 		log.Debug("request body could not be read", zap.String("upstream", t.pool.cfg.Name), zap.Error(rec.body.err))
 		rec.err = rec.body.err.Error()
+		rec.ownAnswer = true
 		rec.body.err.write(w, r)
 		return
 	}
@@ -179,6 +187,9 @@ func (t *target) failed(w http.ResponseWriter, r *http.Request, err error, log *
 		log.Warn("upstream target marked down", zap.String("upstream", t.pool.cfg.Name), zap.String("target", t.name), zap.Duration("for", t.pool.cfg.FailTimeout))
 	}
 	log.Warn("upstream error", zap.String("upstream", t.pool.cfg.Name), zap.String("target", t.name), zap.Int("status", status), zap.Error(err))
+	if rec, ok := w.(*recorder); ok {
+		rec.ownAnswer = true
+	}
 	writeProblem(w, status, problem{Type: "about:blank", Title: http.StatusText(status), Status: status,
 		Detail: "the upstream " + t.pool.cfg.Name + " did not answer"})
 }
@@ -250,4 +261,47 @@ func setXForwarded(pr *httputil.ProxyRequest) {
 		vals[2] = "https"
 	}
 	h["X-Forwarded-Proto"] = vals[2:3:3]
+}
+
+// acquire takes a slot of pool's concurrency limit for r, waiting in its
+// queue if need be. A request turned away is answered 503 with
+// Retry-After (429 stays for quota); one whose client left while it
+// waited is not answered. It reports whether r may go on.
+func (h *Handler) acquire(w *recorder, r *http.Request, pool *pool) (concurrency.Ticket, bool) {
+	ticket, _, err := pool.conc.Acquire(r.Context(), w.key)
+	w.sentAt = h.now()
+	if err == nil {
+		return ticket, true
+	}
+	var shed *concurrency.Shed
+	if !errors.As(err, &shed) {
+		w.status = statusClientClosed
+		return ticket, false
+	}
+	w.shed = true
+	w.err = string(shed.Reason)
+	w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(shed.RetryAfter), 10))
+	writeProblem(w, http.StatusServiceUnavailable, problem{Type: "about:blank", Title: "Service Unavailable",
+		Status: http.StatusServiceUnavailable, Detail: "the upstream " + pool.cfg.Name + " is at its concurrency limit; retry"})
+	return ticket, false
+}
+
+// upstreamOutcome classifies what the upstream made of a request for its
+// adaptive concurrency limit: its own answer below 500 but 429 is Good;
+// 429, 503, 504, a timeout or a failed connection (the proxy's 502 or
+// 504) are Overload; other 5xx and a client that left are Neutral.
+func upstreamOutcome(w *recorder) concurrency.Outcome {
+	switch code := w.statusCode(); {
+	case code == statusClientClosed:
+		return concurrency.Neutral
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout:
+		return concurrency.Overload
+	case code == http.StatusBadGateway && (w.ownAnswer || w.err != ""):
+		// The proxy's own 502: the upstream could not be reached or
+		// answered no valid head (or cut its answer short).
+		return concurrency.Overload
+	case code >= 500 || w.ownAnswer || w.headerAt.IsZero():
+		return concurrency.Neutral
+	}
+	return concurrency.Good
 }

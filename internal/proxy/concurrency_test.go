@@ -1,0 +1,163 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/limitproxy/limitproxy/internal/config"
+	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
+	"github.com/limitproxy/limitproxy/internal/policy"
+)
+
+// TestUpstreamConcurrency, over real HTTP on loopback: an upstream with
+// limit = 2, queue = 1, max_wait = 300ms gets two requests at a time; the
+// third waits for a slot and is forwarded when one frees; the fourth,
+// finding the queue full, is answered 503 at once with Retry-After and a
+// problem body, without reaching the upstream; a waiter nobody frees a
+// slot for is shed after max_wait. The metrics say so.
+func TestUpstreamConcurrency(t *testing.T) {
+	release := make(chan struct{})
+	var reached, peak, now atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := now.Add(1)
+		defer now.Add(-1)
+		reached.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	cfg, err := config.Parse("conc.toml", fmt.Appendf(nil, `
+[[upstream]]
+name = "app"
+targets = [%q]
+  [upstream.concurrency]
+  limit = 2
+  queue = 1
+  max_wait = "300ms"
+[[policy]]
+name = "all"
+upstream = "app"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1000/s"
+`, up.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	addr := "http://" + newTestServer(t, New(set, Options{Metrics: m}))
+
+	type answer struct {
+		code  int
+		retry string
+		body  string
+		took  time.Duration
+	}
+	get := func(path string) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			start := time.Now()
+			resp, err := http.Get(addr + path)
+			if err != nil {
+				ch <- answer{code: -1, body: err.Error()}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			ch <- answer{resp.StatusCode, resp.Header.Get("Retry-After"), string(b), time.Since(start)}
+		}()
+		return ch
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	gauge := func(name string) float64 {
+		return testutil.ToFloat64(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+			mc := make(chan prometheus.Metric, 16)
+			concurrencyCollector{m}.Collect(mc)
+			close(mc)
+			for x := range mc {
+				if strings.Contains(x.Desc().String(), `"`+name+`"`) {
+					ch <- x
+					return
+				}
+			}
+		}))
+	}
+
+	a, b := get("/hold"), get("/hold")
+	waitFor("two requests at the upstream", func() bool { return reached.Load() == 2 })
+	c := get("/hold")
+	waitFor("one request queued", func() bool { return gauge("limitproxy_upstream_queue_depth") == 1 })
+	if f := gauge("limitproxy_upstream_in_flight"); f != 2 {
+		t.Fatalf("in flight %v, want 2", f)
+	}
+	d := <-get("/four")
+	if d.code != 503 || d.retry == "" || !strings.Contains(d.body, "concurrency limit") || d.took > time.Second {
+		t.Fatalf("fourth: %+v, want 503 with Retry-After at once", d)
+	}
+	if s, _ := strconv.Atoi(d.retry); s < 1 {
+		t.Fatalf("Retry-After %q", d.retry)
+	}
+	release <- struct{}{} // a's upstream request ends; c takes its slot
+	if r := <-a; r.code != 200 {
+		t.Fatalf("first: %+v", r)
+	}
+	waitFor("the queued request at the upstream", func() bool { return reached.Load() == 3 })
+	// Full again (b and c): the next waits max_wait and is shed then.
+	e := <-get("/five")
+	if e.code != 503 || e.took < 250*time.Millisecond {
+		t.Fatalf("fifth: %+v, want 503 after about 300ms", e)
+	}
+	close(release)
+	for _, ch := range []chan answer{b, c} {
+		if r := <-ch; r.code != 200 {
+			t.Fatalf("held: %+v", r)
+		}
+	}
+	if p := peak.Load(); p != 2 {
+		t.Errorf("%d requests at the upstream at once, want at most 2", p)
+	}
+	if r := reached.Load(); r != 3 {
+		t.Errorf("%d requests reached the upstream, want 3 (the shed ones never do)", r)
+	}
+	if n := testutil.ToFloat64(m.requests.WithLabelValues("all", Shed)); n != 2 {
+		t.Errorf("limitproxy_requests_total{decision=shed} = %v, want 2", n)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP limitproxy_upstream_shed_total Requests an upstream's concurrency limit turned away with 503, by reason (queue_full, wait, timeout).
+# TYPE limitproxy_upstream_shed_total counter
+limitproxy_upstream_shed_total{reason="queue_full",upstream="app"} 1
+limitproxy_upstream_shed_total{reason="timeout",upstream="app"} 1
+limitproxy_upstream_shed_total{reason="wait",upstream="app"} 0
+# HELP limitproxy_upstream_queued_total Requests that waited for a slot of an upstream's concurrency limit and got one (shadow: would have waited).
+# TYPE limitproxy_upstream_queued_total counter
+limitproxy_upstream_queued_total{upstream="app"} 1
+`), "limitproxy_upstream_shed_total", "limitproxy_upstream_queued_total"); err != nil {
+		t.Error(err)
+	}
+}
