@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus bench-openloop
+.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus bench-openloop bench-capacity
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -39,3 +39,9 @@ bench-versus:
 # intended send time and CPU per request at fixed rates, with nginx (about 2.5 minutes).
 bench-openloop:
 	bench/openloop.sh 5 2s
+
+# Regenerates the capacity section of BENCHMARKS.md and docs/capacity-*.svg (issue 16):
+# a backend of fixed capacity past it, no limit, a static limit, HAProxy maxconn and
+# limitproxy adaptive (about 8 minutes; installs haproxy when missing and root).
+bench-capacity:
+	bench/capacity.sh 8s 30s

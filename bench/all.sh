@@ -21,6 +21,7 @@ bench/openloop.sh 5 2s
 bench/redis.sh 5
 bench/accuracy.sh 1
 bench/versus.sh 10s
+bench/capacity.sh 8s 30s
 took=$(( ($(date +%s) - start + 59) / 60 ))
 {
   echo "# Benchmarks"

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestLoadTimeout runs the generator against a server that never answers
+// every other request: those time out at their deadline (their
+// connection closed, which the server sees), the others are answered,
+// and the schedule holds.
+func TestLoadTimeout(t *testing.T) {
+	var calls, gone atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/work" || r.Header.Get("User-Agent") != "capacity" {
+			http.NotFound(w, r)
+			return
+		}
+		if calls.Add(1)%2 == 0 {
+			select {
+			case <-r.Context().Done():
+				gone.Add(1)
+			case <-time.After(5 * time.Second):
+			}
+			return
+		}
+		io.WriteString(w, "ok\n")
+	}))
+	defer srv.Close()
+	l := load{addr: srv.Listener.Addr().String(), rate: 200, warm: 50 * time.Millisecond, dur: 200 * time.Millisecond,
+		timeout: 100 * time.Millisecond, maxConns: maxConns(200, 100*time.Millisecond)}
+	started := time.Time{}
+	l.onStart = func(s time.Time) { started = s }
+	began := time.Now()
+	res, err := l.run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("the run took %v: 250 ms of schedule and a 100 ms timeout", took)
+	}
+	if !started.Equal(res.start) || res.first != 10 || len(res.out) != 50 {
+		t.Fatalf("start %v (onStart %v), first %d, %d outcomes; want the same start, 10, 50", res.start, started, res.first, len(res.out))
+	}
+	p := summarise(res.out, l.rate, l.warm, l.warm+l.dur, l.timeout)
+	if p.requests != 40 || p.good+p.timeouts != 40 || p.good < 15 || p.timeouts < 15 || p.errors != 0 {
+		t.Errorf("requests %d good %d timeouts %d errors %d; want 40, about half answered, half timed out", p.requests, p.good, p.timeouts, p.errors)
+	}
+	for i, o := range res.out {
+		// Not before its deadline; soon after it, however busy the
+		// machine (or the race detector).
+		if o.timedOut && (o.end < instant(i, l.rate)+l.timeout || o.end > instant(i, l.rate)+l.timeout+500*time.Millisecond) {
+			t.Errorf("request %d timed out at %v, its deadline %v", i, o.end, instant(i, l.rate)+l.timeout)
+		}
+	}
+	// The server saw the clients of the requests it held go away.
+	deadline := time.Now().Add(5 * time.Second)
+	for gone.Load() < calls.Load()/2-1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if gone.Load() < calls.Load()/2-1 {
+		t.Errorf("the server saw %d of its %d held requests' clients go", gone.Load(), calls.Load()/2)
+	}
+}
