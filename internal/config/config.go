@@ -185,6 +185,19 @@ type Policy struct {
 	LimitKeys []LimitKey
 	OwnKeys   bool
 	Reject    Reject
+	// Concurrency limits the requests in flight per client key (the
+	// policy's Key); nil: none.
+	Concurrency *PolicyConcurrency
+}
+
+// PolicyConcurrency is a policy's [policy.concurrency]: at most Limit
+// requests of one client key in flight at once (nginx's limit_conn,
+// Traefik's inFlightReq), up to Queue more waiting at most MaxWait for
+// one to end; the rest get the policy's reject status.
+type PolicyConcurrency struct {
+	Limit   int64
+	Queue   int
+	MaxWait time.Duration
 }
 
 // LimitKey is the client key one limit counts requests under.

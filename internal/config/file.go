@@ -105,14 +105,20 @@ type (
 		Mode      Value[string] `toml:"mode"`
 	}
 	rawPolicy struct {
-		Name      Value[string] `toml:"name"`
-		Upstream  Value[string] `toml:"upstream"`
-		Mode      Value[string] `toml:"mode"`
-		Key       Strings       `toml:"key"`
-		OnMissing Value[string] `toml:"on_missing"`
-		Match     *rawMatch     `toml:"match"`
-		Limits    []rawLimit    `toml:"limits"`
-		Reject    *rawReject    `toml:"reject"`
+		Name      Value[string]  `toml:"name"`
+		Upstream  Value[string]  `toml:"upstream"`
+		Mode      Value[string]  `toml:"mode"`
+		Key       Strings        `toml:"key"`
+		OnMissing Value[string]  `toml:"on_missing"`
+		Match     *rawMatch      `toml:"match"`
+		Limits    []rawLimit     `toml:"limits"`
+		Reject    *rawReject     `toml:"reject"`
+		Conc      *rawPolicyConc `toml:"concurrency"`
+	}
+	rawPolicyConc struct {
+		Limit   Value[int64] `toml:"limit"`
+		Queue   Value[int64] `toml:"queue"`
+		MaxWait Duration     `toml:"max_wait"`
 	}
 	rawMatch struct {
 		Hosts      Strings                  `toml:"hosts"`

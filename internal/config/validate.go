@@ -337,7 +337,12 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 			catchAll = i
 		}
 		pk := LimitKey{Parts: spec.Key, OnMissing: spec.OnMissing}
-		spec.Limits, spec.LimitKeys = compilePolicyLimits(p.Limits, key, pk, shared, check, c)
+		if p.Conc != nil {
+			spec.Concurrency = validatePolicyConc(p.Conc, key+".concurrency", c)
+		}
+		if len(p.Limits) > 0 || spec.Concurrency == nil {
+			spec.Limits, spec.LimitKeys = compilePolicyLimits(p.Limits, key, pk, shared, check, c)
+		}
 		for _, lk := range spec.LimitKeys {
 			if !lk.Equal(pk) {
 				spec.OwnKeys = true
@@ -425,12 +430,30 @@ func limitKey(r *rawLimit, def LimitKey, key string, c *collector) LimitKey {
 	return lk
 }
 
+// validatePolicyConc checks a [policy.concurrency] at key.
+func validatePolicyConc(r *rawPolicyConc, key string, c *collector) *PolicyConcurrency {
+	pc := &PolicyConcurrency{Limit: r.Limit.V, Queue: int(r.Queue.V), MaxWait: r.MaxWait.Or(DefaultConcMaxWait)}
+	switch {
+	case !r.Limit.Set:
+		c.add(key+".limit", "is required: the most requests of one client in flight")
+	case r.Limit.V < 1 || r.Limit.V > 1_000_000:
+		c.add(key+".limit", "%d: must be from 1 to 1000000", r.Limit.V)
+	}
+	if r.Queue.V < 0 || r.Queue.V > 1_000_000 {
+		c.add(key+".queue", "%d: must be from 0 to 1000000", r.Queue.V)
+	}
+	if pc.MaxWait < 0 {
+		c.add(key+".max_wait", "must not be negative")
+	}
+	return pc
+}
+
 // compilePolicyLimits validates a policy's [[policy.limits]], each its own
 // limit or a use of a [[shared_limit]], and returns them with the key each
 // counts under (policyKey unless it sets its own).
 func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) ([]limiter.Limit, []LimitKey) {
 	if len(raws) == 0 {
-		c.add(policyKey+".limits", "at least one [[policy.limits]] is required")
+		c.add(policyKey+".limits", "at least one [[policy.limits]] (or a [policy.concurrency]) is required")
 		return nil, nil
 	}
 	if len(raws) > limiter.MaxLimits {

@@ -29,7 +29,12 @@ type Set struct {
 // and its limits bound to a store.
 type Policy struct {
 	config.Policy
+	// Limiter decides the policy's rate limits; nil when it has none
+	// (only a [policy.concurrency]).
 	Limiter *limiter.Limiter
+	// Slots holds the in-flight counts of its [policy.concurrency]; nil
+	// without one.
+	Slots   limiter.Slots
 	matcher matcher
 }
 
@@ -42,11 +47,21 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 	}
 	s := &Set{Config: c, LoadedAt: now}
 	for _, spec := range c.Policies {
-		l, err := limiter.New(store, spec.Name, spec.Limits...)
-		if err != nil {
-			return nil, fmt.Errorf("compile policy %q: %w", spec.Name, err)
+		p := &Policy{Policy: spec}
+		if len(spec.Limits) > 0 || spec.Concurrency == nil {
+			l, err := limiter.New(store, spec.Name, spec.Limits...)
+			if err != nil {
+				return nil, fmt.Errorf("compile policy %q: %w", spec.Name, err)
+			}
+			p.Limiter = l
 		}
-		p := &Policy{Policy: spec, Limiter: l}
+		if spec.Concurrency != nil {
+			slots, ok := store.(limiter.Slots)
+			if !ok {
+				return nil, fmt.Errorf("compile policy %q: the store does not hold concurrency slots", spec.Name)
+			}
+			p.Slots = slots
+		}
 		p.matcher = newMatcher(&p.Match)
 		s.Policies = append(s.Policies, p)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,6 +66,9 @@ upstream = "app"
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	addr := "http://" + newTestServer(t, New(set, Options{Metrics: m}))
+	var once sync.Once
+	done := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(done) // a failing test lets the held requests end
 
 	type answer struct {
 		code  int
@@ -133,7 +137,7 @@ upstream = "app"
 	if e.code != 503 || e.took < 250*time.Millisecond {
 		t.Fatalf("fifth: %+v, want 503 after about 300ms", e)
 	}
-	close(release)
+	done()
 	for _, ch := range []chan answer{b, c} {
 		if r := <-ch; r.code != 200 {
 			t.Fatalf("held: %+v", r)
@@ -159,5 +163,114 @@ limitproxy_upstream_shed_total{reason="wait",upstream="app"} 0
 limitproxy_upstream_queued_total{upstream="app"} 1
 `), "limitproxy_upstream_shed_total", "limitproxy_upstream_queued_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestPolicyConcurrency, over real HTTP on loopback: a policy's
+// [policy.concurrency] (limit 2, queue 1, max_wait 300ms, no rate limit
+// at all) lets two requests of one client key in flight; the third waits
+// and goes when one ends; the fourth gets 429 with Retry-After at once;
+// another key is not held up; a waiter nobody frees a slot for gets 429
+// after max_wait. Nothing is left held at the end.
+func TestPolicyConcurrency(t *testing.T) {
+	release := make(chan struct{})
+	var reached atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	cfg, err := config.Parse("conc.toml", fmt.Appendf(nil, `
+[[upstream]]
+name = "app"
+targets = [%q]
+[[policy]]
+name = "per-client"
+upstream = "app"
+key = ["header:X-Client"]
+  [policy.concurrency]
+  limit = 2
+  queue = 1
+  max_wait = "300ms"
+`, up.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memstore.New(memstore.Options{})
+	set, err := policy.Compile(cfg, store, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(set, Options{})
+	addr := "http://" + newTestServer(t, h)
+	var once sync.Once
+	done := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(done) // a failing test lets the held requests end
+	alice, err := KeyFor(set.Policies[0], &cfg.Server, []string{"alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		code  int
+		retry string
+		took  time.Duration
+	}
+	get := func(path, client string) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			start := time.Now()
+			req, _ := http.NewRequest("GET", addr+path, nil)
+			req.Header.Set("X-Client", client)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				ch <- answer{code: -1}
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			ch <- answer{resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(start)}
+		}()
+		return ch
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	queued := func() int {
+		h.slotq.mu.Lock()
+		defer h.slotq.mu.Unlock()
+		return len(h.slotq.q[slotQueueKey{"per-client", alice}])
+	}
+	a, b := get("/hold", "alice"), get("/hold", "alice")
+	waitFor("two of alice's requests at the upstream", func() bool { return reached.Load() == 2 })
+	c := get("/hold", "alice")
+	waitFor("alice's third queued", func() bool { return queued() == 1 })
+	if d := <-get("/four", "alice"); d.code != 429 || d.retry != "1" || d.took > time.Second {
+		t.Fatalf("alice's fourth: %+v, want 429 with Retry-After: 1 at once", d)
+	}
+	if d := <-get("/other", "bob"); d.code != 200 {
+		t.Fatalf("bob: %+v, want 200: another key is not held up", d)
+	}
+	release <- struct{}{} // one of alice's ends: her third takes its slot
+	waitFor("alice's third at the upstream", func() bool { return reached.Load() == 4 })
+	if d := <-get("/five", "alice"); d.code != 429 || d.took < 250*time.Millisecond {
+		t.Fatalf("alice's fifth: %+v, want 429 after max_wait", d)
+	}
+	done()
+	for _, ch := range []chan answer{a, b, c} {
+		if r := <-ch; r.code != 200 {
+			t.Fatalf("held: %+v", r)
+		}
+	}
+	waitFor("every slot given back", func() bool { return store.SlotsHeld("per-client", alice) == 0 })
+	if queued() != 0 || len(h.slotq.q) != 0 {
+		t.Fatal("queue entries left")
 	}
 }

@@ -39,6 +39,7 @@ const (
 // flight. Safe for concurrent use.
 type Handler struct {
 	snap    atomic.Pointer[snapshot]
+	slotq   slotQueues // requests waiting for a [policy.concurrency] slot
 	now     func() time.Time
 	log     *zap.Logger
 	acc     *zap.Logger // access log; nil when off
@@ -262,9 +263,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d   limiter.Decision
 		err error
 	)
-	if p.OwnKeys {
+	switch {
+	case p.Limiter == nil:
+		// Only a [policy.concurrency]: no rate to decide.
+		d = limiter.Decision{Allowed: true, Index: -1}
+	case p.OwnKeys:
 		d, err = p.Limiter.AllowKeys(r.Context(), keys[:len(p.Limits)], start, 1)
-	} else {
+	default:
 		d, err = p.Limiter.Allow(r.Context(), key, start, 1)
 	}
 	if err != nil {
@@ -316,6 +321,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		decision = Allowed
+	}
+	if p.Concurrency != nil {
+		if p.OwnKeys {
+			// The policy's own key, which its rate limits did not use.
+			if key, res = clientKey(r, p, cfg); res == keyReject {
+				decision = Rejected
+				writeProblem(rec, http.StatusBadRequest, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
+					Detail: "the request lacks a part of its client key: " + keyNames(p)})
+				return
+			}
+		}
+		if res != keySkip {
+			release, ok := h.concurrencyGate(rec, r, p, key, snap.rejection[p], &decision)
+			if !ok {
+				return
+			}
+			defer release()
+		}
 	}
 	h.forward(rec, r, snap, p)
 }

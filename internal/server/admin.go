@@ -64,6 +64,11 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 				" has limits counted under keys of their own; the admin API inspects and resets clients only of policies whose limits share the policy's key"})
 			return nil, "", false
 		}
+		if p.Limiter == nil {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "policy " + strconv.Quote(p.Name) +
+				" has no rate limits, only a [policy.concurrency]: there is no quota to inspect or reset"})
+			return nil, "", false
+		}
 		values := []string{req.PathValue("key")}
 		if len(p.Key) != 1 {
 			values = req.URL.Query()["part"]

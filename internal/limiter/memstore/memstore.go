@@ -71,6 +71,7 @@ type Store struct {
 	sweep     time.Duration
 	clock     func() time.Time
 	evictions atomic.Int64
+	slots     [slotShards]slotCounts // concurrency limits' slots (slots.go)
 }
 
 type shard struct {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/internal/limiter"
+	"github.com/limitproxy/limitproxy/internal/limiter/limitertest"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 )
 
@@ -242,4 +243,8 @@ func TestForget(t *testing.T) {
 	if d, _ := b.Allow(ctx, "0", t0, 1); d.Allowed {
 		t.Error("forgetting a reset b")
 	}
+}
+
+func TestSlots(t *testing.T) {
+	limitertest.RunSlots(t, func(t *testing.T) limiter.Store { return memstore.New(memstore.Options{}) })
 }

@@ -76,6 +76,9 @@ type Options struct {
 	// OnBreaker, if not nil, is called when the breaker opens (open true,
 	// with the error that opened it) or closes again.
 	OnBreaker func(open bool, err error)
+	// Lease is how long a concurrency limit's slot is held without
+	// renewal (slots.go); 0 means DefaultLease.
+	Lease time.Duration
 }
 
 // Store is the Redis limiter.Store. It is safe for concurrent use.
@@ -92,6 +95,8 @@ type Store struct {
 	nargs    atomic.Int64 // entries in args
 	errors   atomic.Int64
 	lastErr  atomic.Pointer[error]
+	lease    time.Duration
+	leases   *leases
 }
 
 // New returns a Store deciding on c. It fails only for an on_error it does
@@ -123,8 +128,12 @@ func New(c redis.UniversalClient, o Options) (*Store, error) {
 		// The caller's instants; keys must outlive them on Redis's clock.
 		slack = 3600_000
 	}
+	if o.Lease <= 0 {
+		o.Lease = DefaultLease
+	}
 	_, cluster := c.(*redis.ClusterClient)
 	return &Store{c: c, prefix: o.Prefix, timeout: o.Timeout, caller: o.CallerTime, onError: o.OnError, fallback: o.Fallback,
+		lease: o.Lease, leases: newLeases(),
 		breaker: &breaker{after: o.BreakAfter, pause: o.BreakFor, notify: o.OnBreaker},
 		batch:   &batcher{c: c, timeout: o.Timeout, slack: slack, cluster: cluster}}, nil
 }

@@ -344,3 +344,60 @@ func TestBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestSlots holds the Redis store's concurrency-limit slots to the
+// conformance suite's.
+func TestSlots(t *testing.T) {
+	c := startRedis(t)
+	limitertest.RunSlots(t, func(t *testing.T) limiter.Store {
+		return newStore(t, c, redisstore.Options{Timeout: 5 * time.Second, Prefix: "lp:" + t.Name() + ":"})
+	})
+}
+
+// TestSlotLeases: a slot whose holder stops renewing it (an instance that
+// crashed) frees itself when its lease ends; one whose holder lives is
+// renewed past its lease and stays held.
+func TestSlotLeases(t *testing.T) {
+	c := startRedis(t)
+	ctx := context.Background()
+	lease := 600 * time.Millisecond
+	// An instance that takes the one slot of k0 and then crashes: its
+	// client is closed, so its slot is never renewed nor given back.
+	cc := redis.NewClient(&redis.Options{Addr: c.Options().Addr})
+	crashed := newStore(t, cc, redisstore.Options{Timeout: 5 * time.Second, Prefix: "lease:", Lease: lease, OnError: "allow"})
+	live := newStore(t, c, redisstore.Options{Timeout: 5 * time.Second, Prefix: "lease:", Lease: lease})
+	other := newStore(t, c, redisstore.Options{Timeout: 5 * time.Second, Prefix: "lease:", Lease: lease})
+	if _, ok, err := crashed.Take(ctx, "n", "k0", 1, time.Now()); err != nil || !ok {
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	cc.Close()
+	if _, ok, _ := other.Take(ctx, "n", "k0", 1, time.Now()); ok {
+		t.Fatal("a slot held was taken again at once")
+	}
+	time.Sleep(lease + 200*time.Millisecond)
+	if s, ok, _ := other.Take(ctx, "n", "k0", 1, time.Now()); !ok {
+		t.Fatal("a crashed instance's slot was still held after its lease")
+	} else {
+		other.Give(s)
+	}
+	if _, ok, err := other.Take(ctx, "n", "k2", 1, time.Now()); err != nil || !ok {
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	held, ok, err := live.Take(ctx, "n", "k1", 1, time.Now())
+	if err != nil || !ok {
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	time.Sleep(3 * lease) // renewed meanwhile, every lease/3
+	if _, ok, _ := other.Take(ctx, "n", "k1", 1, time.Now()); ok {
+		t.Fatal("a live instance's slot was taken after its lease: not renewed")
+	}
+	live.Give(held)
+	if s, ok, _ := other.Take(ctx, "n", "k1", 1, time.Now()); !ok {
+		t.Fatal("a slot given back was not free")
+	} else {
+		other.Give(s)
+	}
+	if n := live.LeasesLost(); n != 0 {
+		t.Fatalf("%d leases lost", n)
+	}
+}
