@@ -43,9 +43,10 @@ import (
 // The queue in front of the limit admits a request only if its foreseen
 // wait, (queued+1) R / L, is within bounds scaled to B (CoDel's idea with
 // its target and interval as fractions of the upstream's own latency):
-// 0.6 B, or 0.4 B once a queue has stood for an interval (2 B, at least
-// 100 ms); everything else is shed at once, so a shed is answered in the
-// handler's own time. A request still waiting at 2 B is shed then.
+// 0.4 B, or 0.2 B (at least 5 ms) once a queue has stood for an interval
+// (2 B, at least 100 ms); everything else is shed at once, so a shed is
+// answered in the handler's own time. A request still waiting at twice its
+// bound, or B if longer, is shed then.
 type controller struct {
 	p      Params
 	l      float64       // the limit learned
@@ -167,9 +168,9 @@ func (c *controller) admit(queued, limit int, maxWait time.Duration, now time.Ti
 	if !c.queueSince.IsZero() && now.Sub(c.queueSince) >= iv {
 		c.standing = true
 	}
-	bound := min(maxWait, max(time.Millisecond, c.base*6/10))
+	bound := min(maxWait, max(time.Millisecond, c.base*4/10))
 	if c.standing {
-		bound = min(maxWait, max(5*time.Millisecond, c.base*4/10))
+		bound = min(maxWait, max(5*time.Millisecond, c.base*2/10))
 	}
 	r := max(c.rLast, c.base)
 	wait := time.Duration(float64(queued+1) * float64(r) / float64(max(1, limit)))
@@ -177,7 +178,7 @@ func (c *controller) admit(queued, limit int, maxWait time.Duration, now time.Ti
 		c.lastShed = now
 		return ReasonWait, 0
 	}
-	return "", min(maxWait, 2*c.base)
+	return "", min(maxWait, max(2*bound, c.base))
 }
 
 // observe takes an answer; inFlight and queued are the figures after it.
