@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/limitproxy/limitproxy/bench/internal/loadgen"
 	"github.com/limitproxy/limitproxy/bench/internal/stats"
 )
 
@@ -21,13 +22,13 @@ const (
 )
 
 // kind classifies o, a request sent at the intended instant at.
-func kind(o outcome, at, timeout time.Duration) int {
+func kind(o loadgen.Outcome, at, timeout time.Duration) int {
 	switch {
-	case o.status >= 200 && o.status < 300 && o.end-at <= timeout:
+	case o.Status >= 200 && o.Status < 300 && o.End-at <= timeout:
 		return kindGood
-	case o.timedOut || o.status >= 200 && o.status < 300:
+	case o.TimedOut || o.Status >= 200 && o.Status < 300:
 		return kindTimeout
-	case o.status == 429 || o.status == 503:
+	case o.Status == 429 || o.Status == 503:
 		return kindShed
 	}
 	return kindError
@@ -58,26 +59,26 @@ const lateAfter = time.Millisecond
 // time instead, the goodput of a run too short for a queue to build up
 // would exceed the backend's capacity: requests sent in the window at
 // 1.5× the capacity are all answered in time, some after it.)
-func summarise(out []outcome, rate float64, from, to, timeout time.Duration) point {
+func summarise(out []loadgen.Outcome, rate float64, from, to, timeout time.Duration) point {
 	var p point
 	completed := 0
 	for i, o := range out {
-		if o.end >= from && o.end < to && kind(o, instant(i, rate), timeout) == kindGood {
+		if o.End >= from && o.End < to && kind(o, loadgen.Instant(i, rate), timeout) == kindGood {
 			completed++
 		}
 	}
-	for i := count(from, rate); i < min(count(to, rate), len(out)); i++ {
-		o, at := out[i], instant(i, rate)
+	for i := loadgen.Count(from, rate); i < min(loadgen.Count(to, rate), len(out)); i++ {
+		o, at := out[i], loadgen.Instant(i, rate)
 		p.requests++
-		if o.lag > lateAfter {
+		if o.Lag > lateAfter {
 			p.late++
 		}
 		switch kind(o, at, timeout) {
 		case kindGood:
 			p.good++
-			p.admitted = append(p.admitted, o.end-at)
+			p.admitted = append(p.admitted, o.End-at)
 		case kindShed:
-			p.shed = append(p.shed, o.end-at)
+			p.shed = append(p.shed, o.End-at)
 		case kindTimeout:
 			p.timeouts++
 		default:
@@ -95,7 +96,7 @@ func summarise(out []outcome, rate float64, from, to, timeout time.Duration) poi
 
 // perSecond sums up out (a schedule at rate, dur long) second by second:
 // the requests sent in each, and the goodput ending in each.
-func perSecond(out []outcome, rate float64, dur, timeout time.Duration) []point {
+func perSecond(out []loadgen.Outcome, rate float64, dur, timeout time.Duration) []point {
 	var ps []point
 	for s := time.Duration(0); s < dur; s += time.Second {
 		ps = append(ps, summarise(out, rate, s, min(s+time.Second, dur), timeout))

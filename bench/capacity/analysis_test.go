@@ -4,24 +4,26 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/limitproxy/limitproxy/bench/internal/loadgen"
 )
 
 func TestSummarise(t *testing.T) {
 	const rate = 10 // instants 0, 100, 200... ms
 	ms := time.Millisecond
 	timeout := 500 * ms
-	out := []outcome{
-		{end: 120 * ms, status: 200},               // 0 ms: before the window
-		{end: 160 * ms, status: 200},               // 100 ms: good, 60 ms
-		{end: 210 * ms, status: 503},               // 200 ms: shed, 10 ms
-		{end: 301 * ms, status: 429, lag: 2 * ms},  // 300 ms: shed, 1 ms, sent late
-		{end: 900 * ms, timedOut: true},            // 400 ms: timed out
-		{end: 1100 * ms, status: 200},              // 500 ms: 2xx after 600 ms: timed out too
-		{end: 620 * ms, status: 502},               // 600 ms: error
-		{end: 700 * ms},                            // 700 ms: no connection: error
-		{end: 1000 * ms, status: 204},              // 800 ms: good, 200 ms
-		{end: 950 * ms, status: 200, lag: 40 * ms}, // 900 ms: good, 50 ms, sent late
-		{end: 1050 * ms, status: 200},              // 1000 ms: after the window
+	out := []loadgen.Outcome{
+		{End: 120 * ms, Status: 200},               // 0 ms: before the window
+		{End: 160 * ms, Status: 200},               // 100 ms: good, 60 ms
+		{End: 210 * ms, Status: 503},               // 200 ms: shed, 10 ms
+		{End: 301 * ms, Status: 429, Lag: 2 * ms},  // 300 ms: shed, 1 ms, sent late
+		{End: 900 * ms, TimedOut: true},            // 400 ms: timed out
+		{End: 1100 * ms, Status: 200},              // 500 ms: 2xx after 600 ms: timed out too
+		{End: 620 * ms, Status: 502},               // 600 ms: error
+		{End: 700 * ms},                            // 700 ms: no connection: error
+		{End: 1000 * ms, Status: 204},              // 800 ms: good, 200 ms
+		{End: 950 * ms, Status: 200, Lag: 40 * ms}, // 900 ms: good, 50 ms, sent late
+		{End: 1050 * ms, Status: 200},              // 1000 ms: after the window
 	}
 	p := summarise(out, rate, 100*ms, time.Second, timeout)
 	if p.requests != 9 || p.good != 3 || len(p.shed) != 2 || p.timeouts != 2 || p.errors != 2 || p.late != 2 {

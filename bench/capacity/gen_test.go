@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/limitproxy/limitproxy/bench/internal/loadgen"
 )
 
 // TestLoadTimeout runs the generator against a server that never answers
@@ -31,30 +33,29 @@ func TestLoadTimeout(t *testing.T) {
 		io.WriteString(w, "ok\n")
 	}))
 	defer srv.Close()
-	l := load{addr: srv.Listener.Addr().String(), rate: 200, warm: 50 * time.Millisecond, dur: 200 * time.Millisecond,
-		timeout: 100 * time.Millisecond, maxConns: maxConns(200, 100*time.Millisecond)}
+	l := load(srv.Listener.Addr().String(), 200, 50*time.Millisecond, 200*time.Millisecond, 100*time.Millisecond)
 	started := time.Time{}
-	l.onStart = func(s time.Time) { started = s }
+	l.OnStart = func(s time.Time) { started = s }
 	began := time.Now()
-	res, err := l.run()
+	res, err := l.Run()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(began); took > 5*time.Second {
 		t.Errorf("the run took %v: 250 ms of schedule and a 100 ms timeout", took)
 	}
-	if !started.Equal(res.start) || res.first != 10 || len(res.out) != 50 {
-		t.Fatalf("start %v (onStart %v), first %d, %d outcomes; want the same start, 10, 50", res.start, started, res.first, len(res.out))
+	if !started.Equal(res.Start) || res.First != 10 || len(res.Out) != 50 {
+		t.Fatalf("start %v (onStart %v), first %d, %d outcomes; want the same start, 10, 50", res.Start, started, res.First, len(res.Out))
 	}
-	p := summarise(res.out, l.rate, l.warm, l.warm+l.dur, l.timeout)
+	p := summarise(res.Out, l.Rate, l.Warm, l.Warm+l.Dur, l.Timeout)
 	if p.requests != 40 || p.good+p.timeouts != 40 || p.good < 15 || p.timeouts < 15 || p.errors != 0 {
 		t.Errorf("requests %d good %d timeouts %d errors %d; want 40, about half answered, half timed out", p.requests, p.good, p.timeouts, p.errors)
 	}
-	for i, o := range res.out {
+	for i, o := range res.Out {
 		// Not before its deadline; soon after it, however busy the
 		// machine (or the race detector).
-		if o.timedOut && (o.end < instant(i, l.rate)+l.timeout || o.end > instant(i, l.rate)+l.timeout+500*time.Millisecond) {
-			t.Errorf("request %d timed out at %v, its deadline %v", i, o.end, instant(i, l.rate)+l.timeout)
+		if o.TimedOut && (o.End < loadgen.Instant(i, l.Rate)+l.Timeout || o.End > loadgen.Instant(i, l.Rate)+l.Timeout+500*time.Millisecond) {
+			t.Errorf("request %d timed out at %v, its deadline %v", i, o.End, loadgen.Instant(i, l.Rate)+l.Timeout)
 		}
 	}
 	// The server saw the clients of the requests it held go away.

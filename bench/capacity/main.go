@@ -177,7 +177,7 @@ func main() {
 	runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
 	// Every request of a timeout's worth at the highest load may be in
 	// flight at once, each on a connection of its own.
-	if err := raiseNoFile(uint64(maxConns(o.loads[len(o.loads)-1]*o.capacity(), o.timeout)) + 256); err != nil {
+	if err := proc.RaiseNoFile(uint64(maxConns(o.loads[len(o.loads)-1]*o.capacity(), o.timeout)) + 256); err != nil {
 		fmt.Fprintln(os.Stderr, "capacity:", err)
 		os.Exit(1)
 	}
@@ -251,7 +251,7 @@ func run(o options, out io.Writer) error {
 	defer os.RemoveAll(dir)
 
 	b.backend = proc.FreeAddr()
-	be, err := start(b.wrap, b.backend, b.self, "-serve", b.backend,
+	be, err := proc.Start(b.wrap, b.backend, b.self, "-serve", b.backend,
 		"-workers", strconv.Itoa(o.workers), "-service", o.service.String())
 	if err != nil {
 		return fmt.Errorf("backend: %w", err)
@@ -313,23 +313,6 @@ func run(o options, out io.Writer) error {
 	}
 	b.report(out, took)
 	return nil
-}
-
-// start runs a process of ours (under wrap), to be killed when this
-// process ends, and waits until addr accepts connections.
-func start(wrap []string, addr string, args ...string) (*exec.Cmd, error) {
-	args = slices.Concat(wrap, args)
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stderr = os.Stderr
-	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	if err := proc.WaitUp(addr); err != nil {
-		stop(cmd)
-		return nil, err
-	}
-	return cmd, nil
 }
 
 // stop stops a process of ours by its PID (SIGTERM, then SIGKILL after
@@ -409,7 +392,7 @@ func (b *bench) startLimitproxy(a *arm, dir string) (*exec.Cmd, error) {
 			return nil, nil
 		}
 	}
-	cmd, err := start(b.wrap, a.addr, b.o.limitproxy, "-config", path)
+	cmd, err := proc.Start(b.wrap, a.addr, b.o.limitproxy, "-config", path)
 	if err != nil {
 		return nil, err
 	}
@@ -475,7 +458,7 @@ func (b *bench) startHAProxy(a *arm, dir string) (*exec.Cmd, error) {
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(haConfig, a.addr, b.backend, b.o.haMaxconn, queue)), 0o644); err != nil {
 		return nil, err
 	}
-	return start(b.wrap, a.addr, bin, "-db", "-f", path)
+	return proc.Start(b.wrap, a.addr, bin, "-db", "-f", path)
 }
 
 // lookHAProxy finds the haproxy binary: bin in PATH, or Debian's
@@ -637,15 +620,15 @@ func (b *bench) measure(a *arm, f float64) (*measured, error) {
 		shed0 = byLabel(ms, "limitproxy_upstream_shed_total", "reason")
 		smp = b.startSampler(a.admin)
 	}
-	res, err := load{addr: a.addr, rate: rate, warm: o.warm, dur: o.dur, timeout: o.timeout, maxConns: maxConns(rate, o.timeout)}.run()
+	res, err := load(a.addr, rate, o.warm, o.dur, o.timeout).Run()
 	var samples []sample
 	if smp != nil {
-		samples = smp.stop(res.start)
+		samples = smp.stop(res.Start)
 	}
 	if err != nil {
 		return nil, err
 	}
-	m := &measured{point: summarise(res.out, rate, o.warm, o.warm+o.dur, o.timeout), peakConns: res.peakConns, poolFull: res.poolFull}
+	m := &measured{point: summarise(res.Out, rate, o.warm, o.warm+o.dur, o.timeout), peakConns: res.PeakConns, poolFull: res.PoolFull}
 	if a.id == idAdaptive {
 		for _, s := range samples {
 			if s.ok && s.t >= o.warm && s.t < o.warm+o.dur {
@@ -692,9 +675,11 @@ func (b *bench) halve(a *arm) error {
 	}
 	fmt.Fprintf(os.Stderr, "capacity halving: %s at %.0f r/s for %v, %d workers, then %d from %v\n",
 		a.name, rate, o.halving, o.workers, o.workers/2, o.halveAt())
-	res, err := load{addr: a.addr, rate: rate, dur: o.halving, timeout: o.timeout, maxConns: maxConns(rate, o.timeout), onStart: onStart}.run()
+	l := load(a.addr, rate, 0, o.halving, o.timeout)
+	l.OnStart = onStart
+	res, err := l.Run()
 	if smp != nil {
-		h.samples = smp.stop(res.start)
+		h.samples = smp.stop(res.Start)
 	}
 	if err != nil {
 		return err
@@ -705,9 +690,9 @@ func (b *bench) halve(a *arm) error {
 	if err := <-halved; err != nil {
 		return err
 	}
-	h.seconds = perSecond(res.out, rate, o.halving, o.timeout)
-	h.before = summarise(res.out, rate, 2*time.Second, o.halveAt(), o.timeout)
-	h.after = summarise(res.out, rate, o.halving-o.tail(), o.halving, o.timeout)
+	h.seconds = perSecond(res.Out, rate, o.halving, o.timeout)
+	h.before = summarise(res.Out, rate, 2*time.Second, o.halveAt(), o.timeout)
+	h.after = summarise(res.Out, rate, o.halving-o.tail(), o.halving, o.timeout)
 	if smp != nil {
 		h.settle, h.final, h.settled = settleTime(h.samples, h.halvedAt, o.tail(), settleBand)
 	}

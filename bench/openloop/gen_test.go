@@ -8,64 +8,20 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/limitproxy/limitproxy/bench/internal/loadgen"
 )
-
-func TestInstant(t *testing.T) {
-	for _, c := range []struct {
-		i    int
-		rate float64
-		want time.Duration
-	}{
-		{0, 1000, 0},
-		{1, 1000, time.Millisecond},
-		{2000, 1000, 2 * time.Second},
-		{1, 3000, 333333 * time.Nanosecond},
-		{3, 3000, time.Millisecond},                     // no drift from adding 333.333 µs three times
-		{2999999, 3000, 999999666667 * time.Nanosecond}, // nor after a long run
-		{1, 0.5, 2 * time.Second},
-	} {
-		if got := instant(c.i, c.rate); got != c.want {
-			t.Errorf("instant(%d, %v) = %v, want %v", c.i, c.rate, got, c.want)
-		}
-	}
-}
-
-func TestCount(t *testing.T) {
-	for _, c := range []struct {
-		d    time.Duration
-		rate float64
-		want int
-	}{
-		{0, 1000, 0},
-		{time.Nanosecond, 1000, 1},  // the instant at 0
-		{time.Millisecond, 1000, 1}, // 0 only: 1 ms is not before 1 ms
-		{time.Millisecond + 1, 1000, 2},
-		{2 * time.Second, 1000, 2000},
-		{250 * time.Millisecond, 4000, 1000},
-		{time.Second, 3000, 3000},
-		{time.Second, 0.5, 1},
-	} {
-		got := count(c.d, c.rate)
-		if got != c.want {
-			t.Errorf("count(%v, %v) = %d, want %d", c.d, c.rate, got, c.want)
-		}
-		// By definition: every instant before got is before d, got's is not.
-		if got > 0 && instant(got-1, c.rate) >= c.d || instant(got, c.rate) < c.d {
-			t.Errorf("count(%v, %v) = %d: not the first instant at or after d", c.d, c.rate, got)
-		}
-	}
-}
 
 func TestSummarise(t *testing.T) {
 	const rate = 1000 // instants 0, 1, 2... ms
 	ms := time.Millisecond
-	out := []outcome{
-		{end: 50 * ms, status: 200}, // warm-up, left out
-		{lag: 10 * time.Microsecond, end: 1*ms + 300*time.Microsecond, status: 200},
-		{lag: 3 * ms, end: 6 * ms, status: 200}, // sent late: its latency counts from 2 ms
-		{lag: 0, end: 3*ms + 100*time.Microsecond, status: 429},
-		{lag: 2 * ms, end: 0, status: 0}, // never answered
-		{lag: 0, end: 5*ms + 200*time.Microsecond, status: 200},
+	out := []loadgen.Outcome{
+		{End: 50 * ms, Status: 200}, // warm-up, left out
+		{Lag: 10 * time.Microsecond, End: 1*ms + 300*time.Microsecond, Status: 200},
+		{Lag: 3 * ms, End: 6 * ms, Status: 200}, // sent late: its latency counts from 2 ms
+		{Lag: 0, End: 3*ms + 100*time.Microsecond, Status: 429},
+		{Lag: 2 * ms, End: 0, Status: 0}, // never answered
+		{Lag: 0, End: 5*ms + 200*time.Microsecond, Status: 200},
 	}
 	m := summarise(out, 1, rate)
 	if m.requests != 5 || m.failed != 2 || m.late != 2 || len(m.lags) != 5 || m.lags[0] != 0 || m.lags[4] != 3*ms {

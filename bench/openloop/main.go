@@ -142,23 +142,6 @@ func upstream(addr string) {
 	os.Exit(1)
 }
 
-// start runs a process of ours (under wrap), to be killed when this
-// process ends, and waits until addr accepts connections.
-func start(wrap []string, addr string, args ...string) (*exec.Cmd, error) {
-	args = slices.Concat(wrap, args)
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stderr = os.Stderr
-	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	if err := proc.WaitUp(addr); err != nil {
-		stop(cmd)
-		return nil, err
-	}
-	return cmd, nil
-}
-
 // stop kills a process of ours by its PID and reaps it.
 func stop(cmd *exec.Cmd) {
 	cmd.Process.Kill()
@@ -175,7 +158,7 @@ func run(o options, out io.Writer) error {
 		return err
 	}
 	upAddr := proc.FreeAddr()
-	up, err := start(wrap, upAddr, self, "-serve", upAddr)
+	up, err := proc.Start(wrap, upAddr, self, "-serve", upAddr)
 	if err != nil {
 		return fmt.Errorf("upstream: %w", err)
 	}
@@ -205,7 +188,7 @@ func run(o options, out io.Writer) error {
 	if err := os.WriteFile(conf, []byte(proc.LimitproxyConfig(lpAddr, upAddr, "draft")+policy), 0o644); err != nil {
 		return err
 	}
-	lp, err := start(wrap, lpAddr, o.limitproxy, "-config", conf)
+	lp, err := proc.Start(wrap, lpAddr, o.limitproxy, "-config", conf)
 	if err != nil {
 		return fmt.Errorf("limitproxy: %w", err)
 	}

@@ -2,7 +2,10 @@
 // running nginx (on 127.0.0.1 only: a configuration of the caller's in a
 // directory of its own, one worker process, no daemon, logs off), a
 // process tree's CPU time from /proc (nginx's master and worker, or one of
-// our proxies), free loopback ports and waiting for a listener.
+// our proxies), free loopback ports and waiting for a listener, starting
+// a process that dies with ours, and (pacer_linux.go) sleeping to an
+// instant more precisely than Go's timers and raising the open-files
+// limit.
 package proc
 
 import (
@@ -130,6 +133,26 @@ func WaitUp(addr string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("%s did not start listening", addr)
+}
+
+// Start runs a process of the caller's (under wrap, e.g. taskset -c 1),
+// its stderr to ours, to be killed when this process ends (DieWithParent),
+// and waits until addr accepts connections. If addr does not, Start kills
+// the process, reaps it and returns WaitUp's error.
+func Start(wrap []string, addr string, args ...string) (*exec.Cmd, error) {
+	args = slices.Concat(wrap, args)
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stderr = os.Stderr
+	DieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	if err := WaitUp(addr); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, err
+	}
+	return cmd, nil
 }
 
 // LimitproxyConfig returns the start of a limitproxy configuration for the
