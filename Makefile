@@ -10,8 +10,8 @@ test:
 release:
 	scripts/release.sh $(VERSION)
 
-# Regenerates all of BENCHMARKS.md and docs/*.svg (about 13 minutes;
-# installs wrk, nginx and redis-server when missing and root).
+# Regenerates all of BENCHMARKS.md and docs/*.svg (about 21 minutes;
+# installs wrk, nginx, redis-server and haproxy when missing and root).
 bench:
 	bench/all.sh
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: regenerates all of BENCHMARKS.md and docs/*.svg in one
-# run, on 127.0.0.1 only, in about 12 minutes on a 2-core machine.
-# Installs wrk, nginx and redis-server from Debian's packages when
+# run, on 127.0.0.1 only, in about 21 minutes on a 2-core machine.
+# Installs wrk, nginx, redis-server and haproxy from Debian's packages when
 # missing and root. The new BENCHMARKS.md replaces the old one only if
 # every part succeeded.
 set -euo pipefail
