@@ -198,6 +198,7 @@ func (b *backend) serve() Outcome {
 		time.Sleep(time.Millisecond)
 		return Overload
 	}
+	service := b.service
 	if b.busy >= b.workers {
 		ch := make(chan struct{})
 		b.wait = append(b.wait, ch)
@@ -207,7 +208,7 @@ func (b *backend) serve() Outcome {
 		b.busy++
 		b.mu.Unlock()
 	}
-	time.Sleep(b.service)
+	time.Sleep(service)
 	b.mu.Lock()
 	if len(b.wait) == 0 || b.busy > b.workers {
 		b.busy--
