@@ -287,12 +287,14 @@ func (h *Handler) acquire(w *recorder, r *http.Request, pool *pool) (concurrency
 }
 
 // upstreamOutcome classifies what the upstream made of a request for its
-// adaptive concurrency limit: its own answer below 500 but 429 is Good;
+// adaptive concurrency limit: its own answer below 500 but 429 is Good (101, a tunnel, is Neutral);
 // 429, 503, 504, a timeout or a failed connection (the proxy's 502 or
 // 504) are Overload; other 5xx and a client that left are Neutral.
 func upstreamOutcome(w *recorder) concurrency.Outcome {
 	switch code := w.statusCode(); {
-	case code == statusClientClosed:
+	case code == statusClientClosed || code == http.StatusSwitchingProtocols:
+		// An upgraded connection (WebSocket) is a tunnel: its time to
+		// the 101 says nothing of the upstream's load.
 		return concurrency.Neutral
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout:
 		return concurrency.Overload
