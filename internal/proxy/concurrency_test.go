@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/limitproxy/limitproxy/internal/concurrency"
 	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
 	"github.com/limitproxy/limitproxy/internal/policy"
@@ -278,5 +279,35 @@ key = ["header:X-Client"]
 	waitFor("every slot given back", func() bool { return store.SlotsHeld("per-client", alice) == 0 })
 	if queued() != 0 || len(h.slotq.q) != 0 {
 		t.Fatal("queue entries left")
+	}
+}
+
+// TestUpstreamOutcome: what the adaptive limit learns from each kind of
+// answer — latency only from the upstream's own answers below 500 but 429,
+// overload from 429/503/504 and the proxy's 502, nothing from other 5xx,
+// tunnels, clients gone or the proxy's answers about a request body.
+func TestUpstreamOutcome(t *testing.T) {
+	at := time.Unix(1, 0)
+	for _, c := range []struct {
+		name string
+		w    recorder
+		want concurrency.Outcome
+	}{
+		{"200", recorder{status: 200, headerAt: at}, concurrency.Good},
+		{"404", recorder{status: 404, headerAt: at}, concurrency.Good},
+		{"429", recorder{status: 429, headerAt: at}, concurrency.Overload},
+		{"503", recorder{status: 503, headerAt: at}, concurrency.Overload},
+		{"504 of the proxy", recorder{status: 504, headerAt: at, ownAnswer: true}, concurrency.Overload},
+		{"502 of the proxy", recorder{status: 502, headerAt: at, ownAnswer: true}, concurrency.Overload},
+		{"502 of the upstream", recorder{status: 502, headerAt: at}, concurrency.Neutral},
+		{"500", recorder{status: 500, headerAt: at}, concurrency.Neutral},
+		{"101 tunnel", recorder{status: 101, headerAt: at}, concurrency.Neutral},
+		{"client gone", recorder{status: statusClientClosed}, concurrency.Neutral},
+		{"413 about the body", recorder{status: 413, headerAt: at, ownAnswer: true}, concurrency.Neutral},
+		{"no answer", recorder{}, concurrency.Neutral},
+	} {
+		if got := upstreamOutcome(&c.w); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }
