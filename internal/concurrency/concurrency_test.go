@@ -21,7 +21,7 @@ type result struct {
 func acquireAsync(ctx context.Context, l *Limiter, key string) chan result {
 	ch := make(chan result, 1)
 	go func() {
-		t, _, err := l.Acquire(ctx, key)
+		t, _, err := l.Acquire(ctx, key, 0)
 		ch <- result{t, err, time.Now()}
 	}()
 	return ch
@@ -43,11 +43,11 @@ func TestFixedLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := New(Params{Limit: 2, Queue: 1, MaxWait: time.Second}, time.Now)
 		ctx := context.Background()
-		a, _, err := l.Acquire(ctx, "")
+		a, _, err := l.Acquire(ctx, "", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := l.Acquire(ctx, ""); err != nil {
+		if _, _, err := l.Acquire(ctx, "", 0); err != nil {
 			t.Fatal(err)
 		}
 		third := acquireAsync(ctx, l, "")
@@ -56,7 +56,7 @@ func TestFixedLimit(t *testing.T) {
 			t.Fatalf("stats %+v, want 2 in flight and 1 queued", s)
 		}
 		start := time.Now()
-		if _, _, err := l.Acquire(ctx, ""); shedReason(err) != ReasonQueueFull {
+		if _, _, err := l.Acquire(ctx, "", 0); shedReason(err) != ReasonQueueFull {
 			t.Fatalf("fourth: %v, want shed queue_full", err)
 		}
 		if !time.Now().Equal(start) {
@@ -90,7 +90,7 @@ func TestFixedLimit(t *testing.T) {
 func TestCancelledWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := New(Params{Limit: 1, Queue: 10, MaxWait: time.Minute}, time.Now)
-		held, _, _ := l.Acquire(context.Background(), "")
+		held, _, _ := l.Acquire(context.Background(), "", 0)
 		ctx, cancel := context.WithCancel(context.Background())
 		first := acquireAsync(ctx, l, "")
 		synctest.Wait()
@@ -121,7 +121,7 @@ func TestFairShare(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			var held []Ticket
 			for range 4 {
-				tk, _, _ := l.Acquire(ctx, "greedy")
+				tk, _, _ := l.Acquire(ctx, "greedy", 0)
 				held = append(held, tk)
 			}
 			var greedy []chan result
@@ -154,8 +154,8 @@ func TestFairShare(t *testing.T) {
 			for _, tk := range held[1:] {
 				tk.Release(Good, 0)
 			}
-			if s := l.Stats(); s.InFlight != 0 || s.Queued != 0 || len(l.keys) != 0 || len(l.rr) != 0 {
-				t.Fatalf("stats %+v, %d keys, %d in rotation: want nothing left", s, len(l.keys), len(l.rr))
+			if s := l.Stats(); s.InFlight != 0 || s.Queued != 0 || len(l.keys) != 0 || len(l.classes[0].rr) != 0 {
+				t.Fatalf("stats %+v, %d keys, %d in rotation: want nothing left", s, len(l.keys), len(l.classes[0].rr))
 			}
 		})
 	}
@@ -168,7 +168,7 @@ func TestShadow(t *testing.T) {
 		l := New(Params{Limit: 1, Queue: 1, MaxWait: time.Second, Shadow: true}, time.Now)
 		var waited []bool
 		for range 3 {
-			_, w, err := l.Acquire(context.Background(), "")
+			_, w, err := l.Acquire(context.Background(), "", 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,7 +271,7 @@ func offer(l *Limiter, b *backend, rate int, d time.Duration, at func(time.Durat
 		}
 		wg.Go(func() {
 			sent := time.Now()
-			tk, _, err := l.Acquire(context.Background(), "")
+			tk, _, err := l.Acquire(context.Background(), "", 0)
 			if err != nil {
 				mu.Lock()
 				st.sheds++
@@ -455,6 +455,208 @@ func TestAdaptiveSlowerBackend(t *testing.T) {
 		}
 		if mean := float64(sum) / 15; mean < 90 {
 			t.Errorf("goodput %.1f/s over seconds 15-30, want at least 90", mean)
+		}
+	})
+}
+
+func acquireClass(ctx context.Context, l *Limiter, key string, class int) chan result {
+	ch := make(chan result, 1)
+	go func() {
+		t, _, err := l.Acquire(ctx, key, class)
+		ch <- result{t, err, time.Now()}
+	}()
+	return ch
+}
+
+// got returns ch's result if it has arrived.
+func got(ch chan result) (result, bool) {
+	select {
+	case r := <-ch:
+		return r, true
+	default:
+		return result{}, false
+	}
+}
+
+// TestClassReserve: with a limit of 10 and 20% reserved for "critical",
+// the default class gets 8 slots and waits for a ninth while two stay free;
+// critical takes those two at once, then waits like anyone; a default
+// slot released goes to the waiting default request, not to critical's
+// waiter beyond its reserve... and a critical slot released goes to the
+// critical waiter first (priority).
+func TestClassReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := New(Params{Limit: 10, Queue: 10, MaxWait: time.Minute, Classes: []Class{{Name: "critical", Reserve: 0.2}, {Name: "default"}}}, time.Now)
+		ctx := context.Background()
+		var dflt []Ticket
+		for range 8 {
+			tk, waited, err := l.Acquire(ctx, "", 1)
+			if err != nil || waited {
+				t.Fatalf("default request: waited %v, %v", waited, err)
+			}
+			dflt = append(dflt, tk)
+		}
+		ninth := acquireClass(ctx, l, "", 1)
+		synctest.Wait()
+		if _, ok := got(ninth); ok {
+			t.Fatal("the default class took a slot reserved for critical")
+		}
+		var crit []Ticket
+		for range 2 {
+			tk, waited, err := l.Acquire(ctx, "", 0)
+			if err != nil || waited {
+				t.Fatalf("critical request within its reserve: waited %v, %v", waited, err)
+			}
+			crit = append(crit, tk)
+		}
+		third := acquireClass(ctx, l, "", 0)
+		synctest.Wait()
+		if _, ok := got(third); ok {
+			t.Fatal("a critical request went past the limit")
+		}
+		s := l.Stats()
+		if s.InFlight != 10 || s.Queued != 2 || s.Classes[0].InFlight != 2 || s.Classes[0].Reserved != 2 || s.Classes[1].Queued != 1 {
+			t.Fatalf("stats %+v", s)
+		}
+		// A default slot frees: critical waits, and ranks first.
+		dflt[0].Release(Good, 0)
+		synctest.Wait()
+		r, ok := got(third)
+		if !ok {
+			t.Fatal("the critical waiter did not get the slot freed")
+		}
+		if _, ok := got(ninth); ok {
+			t.Fatal("the default waiter got a slot before the critical one")
+		}
+		// Critical now has 3: above its reserve, so a critical slot that
+		// frees goes to the default waiter.
+		r.t.Release(Good, 0)
+		synctest.Wait()
+		r, ok = got(ninth)
+		if !ok {
+			t.Fatal("the default waiter did not get the slot freed")
+		}
+		r.t.Release(Good, 0)
+		for _, tk := range append(dflt[1:], crit...) {
+			tk.Release(Good, 0)
+		}
+		if s := l.Stats(); s.InFlight != 0 || s.Queued != 0 || len(l.keys) != 0 {
+			t.Fatalf("stats %+v, %d keys: want nothing left", s, len(l.keys))
+		}
+	})
+}
+
+// TestClassPriority: waiters of a higher class go first, whenever they
+// came; a higher class pushes the newest waiter of the key with the most
+// waiting (the first in rotation of those tied) in the lowest class out
+// of a full queue (queue_full), and the lowest class cannot push anyone.
+func TestClassPriority(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := New(Params{Limit: 1, Queue: 3, MaxWait: time.Minute, Classes: []Class{{Name: "hi"}, {Name: "mid"}, {Name: "lo"}}}, time.Now)
+		ctx := context.Background()
+		held, _, _ := l.Acquire(ctx, "", 2)
+		lo1 := acquireClass(ctx, l, "a", 2)
+		synctest.Wait()
+		lo2 := acquireClass(ctx, l, "b", 2)
+		synctest.Wait()
+		lo3 := acquireClass(ctx, l, "b", 2)
+		synctest.Wait()
+		if _, _, err := l.Acquire(ctx, "c", 2); shedReason(err) != ReasonQueueFull {
+			t.Fatalf("a fourth low waiter: %v, want shed queue_full", err)
+		}
+		mid := acquireClass(ctx, l, "", 1)
+		synctest.Wait()
+		r, ok := got(lo3)
+		if !ok || shedReason(r.err) != ReasonQueueFull {
+			t.Fatalf("the newest low waiter of key b: %+v (arrived %v), want pushed out (queue_full)", r, ok)
+		}
+		hi := acquireClass(ctx, l, "", 0)
+		synctest.Wait()
+		if r, ok := got(lo1); !ok || shedReason(r.err) != ReasonQueueFull {
+			t.Fatalf("with one waiter each, the first key in rotation's: %+v (arrived %v), want pushed out", r, ok)
+		}
+		if s := l.Stats(); s.Queued != 3 || s.Classes[2].Shed[ReasonQueueFull] != 3 || s.Shed[ReasonQueueFull] != 3 {
+			t.Fatalf("stats %+v", s)
+		}
+		for i, ch := range []chan result{hi, mid, lo2} {
+			held.Release(Good, 0)
+			synctest.Wait()
+			r, ok := got(ch)
+			if !ok || r.err != nil {
+				t.Fatalf("waiter %d in priority order: %+v (arrived %v)", i, r, ok)
+			}
+			held = r.t
+		}
+		held.Release(Good, 0)
+		if s := l.Stats(); s.InFlight != 0 || s.Queued != 0 || len(l.keys) != 0 {
+			t.Fatalf("stats %+v, %d keys: want nothing left", s, len(l.keys))
+		}
+		for c := range l.classes {
+			if n := len(l.classes[c].rr); n != 0 {
+				t.Fatalf("class %d: %d keys left in rotation", c, n)
+			}
+		}
+	})
+}
+
+// TestAdaptiveClasses: a backend of 8 workers at 50 ms, offered 4 times
+// its capacity by the default class while a critical class with 20%
+// reserved sends 16 requests a second: the critical requests are all
+// served, at the unloaded latency (none waits more than a request's
+// time), and the default class still gets at least 85% of the rest.
+func TestAdaptiveClasses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := New(Params{Limit: 4, Adaptive: true, MinLimit: 1, MaxLimit: 1000, Queue: 1000, MaxWait: time.Second, FairShare: true,
+			Classes: []Class{{Name: "critical", Reserve: 0.2}, {Name: "default"}}}, time.Now)
+		b := &backend{workers: 8, service: 50 * time.Millisecond}
+		var mu sync.Mutex
+		good := [2]int{}
+		shed := [2]int{}
+		var critWorst time.Duration
+		var wg sync.WaitGroup
+		const d = 30 * time.Second
+		start := time.Now()
+		for class, rate := range []int{16, 640} {
+			wg.Go(func() {
+				for time.Since(start) < d {
+					wg.Go(func() {
+						sent := time.Now()
+						tk, _, err := l.Acquire(context.Background(), "", class)
+						measured := sent.Sub(start) >= 10*time.Second
+						if err != nil {
+							mu.Lock()
+							if measured {
+								shed[class]++
+							}
+							mu.Unlock()
+							return
+						}
+						served := time.Now()
+						o := b.serve()
+						tk.Release(o, time.Since(served))
+						mu.Lock()
+						if measured {
+							good[class]++
+							if class == 0 {
+								critWorst = max(critWorst, time.Since(sent))
+							}
+						}
+						mu.Unlock()
+					})
+					time.Sleep(time.Second / time.Duration(rate))
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("critical: %d served, %d shed, slowest %v; default: %d/s served, %d shed; limit %d", good[0], shed[0], critWorst, good[1]/20, shed[1], l.Stats().Learned)
+		if shed[0] > 0 || good[0] < 16*20-2 {
+			t.Errorf("critical: %d served and %d shed of %d", good[0], shed[0], 16*20)
+		}
+		if critWorst > 2*b.service+10*time.Millisecond {
+			t.Errorf("a critical request took %v", critWorst)
+		}
+		if rest := 0.85 * (160 - 16) * 20; float64(good[1]) < rest {
+			t.Errorf("default: %d served in 20 s, want at least %.0f", good[1], rest)
 		}
 	})
 }

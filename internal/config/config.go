@@ -137,7 +137,24 @@ type Concurrency struct {
 	FairShare bool
 	// Mode is Enforce or Shadow (decide and count, never hold or shed).
 	Mode Mode
+	// Classes are the priority classes, highest first, DefaultClass among
+	// them (last unless listed elsewhere); nil: none, every request alike.
+	Classes []Class
 }
+
+// Class is a priority class of an upstream's concurrency limit.
+type Class struct {
+	Name string
+	// Reserve is the share of the limit, from 0 to below 1, kept for the
+	// class's requests alone.
+	Reserve float64
+}
+
+// DefaultClass is the class of the requests of a policy that names none.
+const DefaultClass = "default"
+
+// MaxClasses is the most priority classes an upstream may have.
+const MaxClasses = 16
 
 // UpstreamProtocol is an upstream's protocol setting.
 type UpstreamProtocol string
@@ -188,6 +205,11 @@ type Policy struct {
 	// Concurrency limits the requests in flight per client key (the
 	// policy's Key); nil: none.
 	Concurrency *PolicyConcurrency
+	// Class is the index of the policy's priority class among its
+	// upstream's Concurrency.Classes, ClassName its name; 0 and "" when
+	// the upstream has no classes.
+	Class     int
+	ClassName string
 }
 
 // PolicyConcurrency is a policy's [policy.concurrency]: at most Limit

@@ -103,6 +103,11 @@ type (
 		MaxWait   Duration      `toml:"max_wait"`
 		FairShare Value[bool]   `toml:"fair_share"`
 		Mode      Value[string] `toml:"mode"`
+		Classes   []rawClass    `toml:"classes"`
+	}
+	rawClass struct {
+		Name    Value[string] `toml:"name"`
+		Reserve share         `toml:"reserve"`
 	}
 	rawPolicy struct {
 		Name      Value[string]  `toml:"name"`
@@ -114,6 +119,7 @@ type (
 		Limits    []rawLimit     `toml:"limits"`
 		Reject    *rawReject     `toml:"reject"`
 		Conc      *rawPolicyConc `toml:"concurrency"`
+		Class     Value[string]  `toml:"class"`
 	}
 	rawPolicyConc struct {
 		Limit   Value[int64] `toml:"limit"`

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +122,29 @@ upstream = "u"
 		}
 		if got := cfg.Policies[0].Limits[0].LeakyBucket().MaxWait; got != c.want {
 			t.Errorf("%s: max_wait %v, want %v", c.limit, got, c.want)
+		}
+	}
+}
+
+// TestClasses: classes keep their order, highest first; "default" stays
+// where it is listed, or comes last; each policy gets its class's index.
+func TestClasses(t *testing.T) {
+	cfg, err := Load("../../testdata/policy/valid/classes.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Upstreams[0].Concurrency.Classes, []Class{{"checkout", 0.2}, {"default", 0}, {"bulk", 0}}; !slices.Equal(got, want) {
+		t.Errorf("shop's classes %v, want %v", got, want)
+	}
+	if got, want := cfg.Upstreams[1].Concurrency.Classes, []Class{{"interactive", 0.25}, {"default", 0}}; !slices.Equal(got, want) {
+		t.Errorf("legacy's classes %v, want %v", got, want)
+	}
+	for i, want := range []struct {
+		class int
+		name  string
+	}{{0, "checkout"}, {2, "bulk"}, {1, "default"}, {1, "default"}} {
+		if p := cfg.Policies[i]; p.Class != want.class || p.ClassName != want.name {
+			t.Errorf("policy %s: class %d %q, want %d %q", p.Name, p.Class, p.ClassName, want.class, want.name)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -255,6 +256,42 @@ func valueError(v any) error {
 		return v.err
 	case *cidrs:
 		return v.err
+	case *share:
+		return v.err
+	}
+	return nil
+}
+
+// share is a fraction of a whole: a TOML float from 0 to below 1, 0, or
+// a string such as "20%".
+type share struct {
+	V   float64
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (s *share) UnmarshalTOML(data any) error {
+	s.Set = true
+	switch v := data.(type) {
+	case float64:
+		s.V = v
+	case int64:
+		s.V = float64(v)
+	case string:
+		pct, ok := strings.CutSuffix(strings.TrimSpace(v), "%")
+		f, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
+		if !ok || err != nil {
+			s.err = fmt.Errorf("%q: write a fraction such as 0.2 or a percentage such as \"20%%\"", v)
+			return nil
+		}
+		s.V = f / 100
+	default:
+		s.err = fmt.Errorf("must be a fraction such as 0.2 or a string such as \"20%%\", not %s", describe(data))
+		return nil
+	}
+	if math.IsNaN(s.V) || s.V < 0 || s.V >= 1 {
+		s.err = fmt.Errorf("%v: must be from 0 to below 1 (a share of the limit)", data)
 	}
 	return nil
 }

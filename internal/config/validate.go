@@ -46,6 +46,9 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 	check := o.StoreChecks[cfg.Store.Backend]
 	shared := validateShared(raw.Shared, check, c)
 	cfg.Policies = validatePolicies(raw.Policy, upstreams, shared, check, c)
+	for i := range cfg.Policies {
+		resolveClass(&cfg.Policies[i], &raw.Policy[i], cfg.Upstreams, upstreams, c)
+	}
 	if r := cfg.Store.Redis; cfg.Store.Backend == BackendRedis && len(r.Addrs) > 1 && r.MasterName == "" {
 		// Redis Cluster decides a request with one script call, whose keys
 		// must share a hash slot: one client key per policy.
@@ -282,7 +285,89 @@ func validateConcurrency(r *rawConcurrency, key string, c *collector) *Concurren
 	if cc.MaxWait < 0 {
 		c.add(key+".max_wait", "must not be negative")
 	}
+	cc.Classes = validateClasses(r.Classes, key+".classes", c)
 	return cc
+}
+
+// validateClasses checks an [upstream.concurrency]'s classes, highest
+// first, and returns them with DefaultClass placed: where it is listed,
+// else last.
+func validateClasses(raws []rawClass, key string, c *collector) []Class {
+	if len(raws) == 0 {
+		return nil
+	}
+	if len(raws) > MaxClasses {
+		c.add(key, "%d classes; at most %d", len(raws), MaxClasses)
+	}
+	var out []Class
+	names := map[string]int{}
+	sum := 0.0
+	for i, r := range raws {
+		k := fmt.Sprintf("%s[%d]", key, i)
+		cl := Class{Name: r.Name.V, Reserve: r.Reserve.V}
+		switch prev, dup := names[cl.Name]; {
+		case cl.Name == "":
+			c.add(k+".name", "is required")
+		case !nameRE.MatchString(cl.Name):
+			c.add(k+".name", "%q: use letters, digits, '.', '_' and '-' (it appears in metrics)", cl.Name)
+		case dup:
+			c.add(k+".name", "class %q duplicates classes[%d]", cl.Name, prev)
+		default:
+			names[cl.Name] = i
+		}
+		if r.Reserve.err == nil {
+			sum += cl.Reserve
+		}
+		out = append(out, cl)
+	}
+	if sum >= 1 {
+		c.add(key, "the reserves add up to %.3g: they must leave a share of the limit unreserved (below 1)", sum)
+	}
+	if _, ok := names[DefaultClass]; !ok {
+		out = append(out, Class{Name: DefaultClass})
+	}
+	return out
+}
+
+// resolveClass checks p's class against its upstream's classes and sets
+// p.Class to its index; a policy without one is in DefaultClass.
+func resolveClass(p *Policy, r *rawPolicy, ups []Upstream, index map[string]int, c *collector) {
+	i, ok := index[p.Upstream]
+	if !ok || ups[i].Concurrency == nil {
+		if r.Class.Set {
+			c.add(fmt.Sprintf("policy[%d].class", p.Index), "upstream %q has no [upstream.concurrency], whose classes a policy's class names", p.Upstream)
+		}
+		return
+	}
+	classes := ups[i].Concurrency.Classes
+	if len(classes) == 0 {
+		if r.Class.Set && r.Class.V != DefaultClass {
+			c.add(fmt.Sprintf("policy[%d].class", p.Index), "unknown class %q: upstream %q's [upstream.concurrency] has no classes", r.Class.V, p.Upstream)
+		}
+		return
+	}
+	name := r.Class.Or(DefaultClass)
+	for j, cl := range classes {
+		if cl.Name == name {
+			p.Class, p.ClassName = j, name
+			return
+		}
+	}
+	c.add(fmt.Sprintf("policy[%d].class", p.Index), "unknown class %q: upstream %q has %s", name, p.Upstream, classNames(classes))
+}
+
+func classNames(cs []Class) string {
+	var b strings.Builder
+	for _, cl := range cs {
+		if cl.Name == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(cl.Name))
+	}
+	return b.String()
 }
 
 // validatePolicies checks every [[policy]]; upstreams are the names of the

@@ -21,6 +21,61 @@ import (
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
+// answer is what a client got from the proxy.
+type answer struct {
+	code  int
+	retry string
+	body  string
+	took  time.Duration
+}
+
+// getAsync sends GET addr+path with header (name, value pairs) and
+// returns where its answer arrives (code -1 if it failed).
+func getAsync(addr, path string, header ...string) chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		start := time.Now()
+		req, _ := http.NewRequest("GET", addr+path, nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			ch <- answer{code: -1, body: err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		ch <- answer{resp.StatusCode, resp.Header.Get("Retry-After"), string(b), time.Since(start)}
+	}()
+	return ch
+}
+
+// waitFor polls cond every 5 ms until it holds, failing t after 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// concGauge reads the concurrency metric name (the first series) from m.
+func concGauge(m *Metrics, name string) float64 {
+	return testutil.ToFloat64(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+		mc := make(chan prometheus.Metric, 64)
+		concurrencyCollector{m}.Collect(mc)
+		close(mc)
+		for x := range mc {
+			if strings.Contains(x.Desc().String(), `"`+name+`"`) {
+				ch <- x
+				return
+			}
+		}
+	}))
+}
+
 // TestUpstreamConcurrency, over real HTTP on loopback: an upstream with
 // limit = 2, queue = 1, max_wait = 1s gets two requests at a time; the
 // third waits for a slot and is forwarded when one frees; the fourth,
@@ -71,53 +126,13 @@ upstream = "app"
 	done := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(done) // a failing test lets the held requests end
 
-	type answer struct {
-		code  int
-		retry string
-		body  string
-		took  time.Duration
-	}
-	get := func(path string) chan answer {
-		ch := make(chan answer, 1)
-		go func() {
-			start := time.Now()
-			resp, err := http.Get(addr + path)
-			if err != nil {
-				ch <- answer{code: -1, body: err.Error()}
-				return
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			ch <- answer{resp.StatusCode, resp.Header.Get("Retry-After"), string(b), time.Since(start)}
-		}()
-		return ch
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
-	gauge := func(name string) float64 {
-		return testutil.ToFloat64(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
-			mc := make(chan prometheus.Metric, 16)
-			concurrencyCollector{m}.Collect(mc)
-			close(mc)
-			for x := range mc {
-				if strings.Contains(x.Desc().String(), `"`+name+`"`) {
-					ch <- x
-					return
-				}
-			}
-		}))
-	}
+	get := func(path string) chan answer { return getAsync(addr, path) }
+	gauge := func(name string) float64 { return concGauge(m, name) }
 
 	a, b := get("/hold"), get("/hold")
-	waitFor("two requests at the upstream", func() bool { return reached.Load() == 2 })
+	waitFor(t, "two requests at the upstream", func() bool { return reached.Load() == 2 })
 	c := get("/hold")
-	waitFor("one request queued", func() bool { return gauge("limitproxy_upstream_queue_depth") == 1 })
+	waitFor(t, "one request queued", func() bool { return gauge("limitproxy_upstream_queue_depth") == 1 })
 	if f := gauge("limitproxy_upstream_in_flight"); f != 2 {
 		t.Fatalf("in flight %v, want 2", f)
 	}
@@ -138,7 +153,7 @@ upstream = "app"
 	if first.code != 200 {
 		t.Fatalf("first: %+v", first)
 	}
-	waitFor("the queued request at the upstream", func() bool { return reached.Load() == 3 })
+	waitFor(t, "the queued request at the upstream", func() bool { return reached.Load() == 3 })
 	// Full again (b and c): the next waits max_wait and is shed then.
 	e := <-get("/five")
 	if e.code != 503 || e.took < 900*time.Millisecond {
@@ -220,45 +235,16 @@ key = ["header:X-Client"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	type answer struct {
-		code  int
-		retry string
-		took  time.Duration
-	}
-	get := func(path, client string) chan answer {
-		ch := make(chan answer, 1)
-		go func() {
-			start := time.Now()
-			req, _ := http.NewRequest("GET", addr+path, nil)
-			req.Header.Set("X-Client", client)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				ch <- answer{code: -1}
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			ch <- answer{resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(start)}
-		}()
-		return ch
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
+	get := func(path, client string) chan answer { return getAsync(addr, path, "X-Client", client) }
 	queued := func() int {
 		h.slotq.mu.Lock()
 		defer h.slotq.mu.Unlock()
 		return len(h.slotq.q[slotQueueKey{"per-client", alice}])
 	}
 	a, b := get("/hold", "alice"), get("/hold", "alice")
-	waitFor("two of alice's requests at the upstream", func() bool { return reached.Load() == 2 })
+	waitFor(t, "two of alice's requests at the upstream", func() bool { return reached.Load() == 2 })
 	c := get("/hold", "alice")
-	waitFor("alice's third queued", func() bool { return queued() == 1 })
+	waitFor(t, "alice's third queued", func() bool { return queued() == 1 })
 	if d := <-get("/four", "alice"); d.code != 429 || d.retry != "1" || d.took > time.Second {
 		t.Fatalf("alice's fourth: %+v, want 429 with Retry-After: 1 at once", d)
 	}
@@ -266,7 +252,7 @@ key = ["header:X-Client"]
 		t.Fatalf("bob: %+v, want 200: another key is not held up", d)
 	}
 	release <- struct{}{} // one of alice's ends: her third takes its slot
-	waitFor("alice's third at the upstream", func() bool { return reached.Load() == 4 })
+	waitFor(t, "alice's third at the upstream", func() bool { return reached.Load() == 4 })
 	if d := <-get("/five", "alice"); d.code != 429 || d.took < 900*time.Millisecond {
 		t.Fatalf("alice's fifth: %+v, want 429 after max_wait", d)
 	}
@@ -276,7 +262,7 @@ key = ["header:X-Client"]
 			t.Fatalf("held: %+v", r)
 		}
 	}
-	waitFor("every slot given back", func() bool { return store.SlotsHeld("per-client", alice) == 0 })
+	waitFor(t, "every slot given back", func() bool { return store.SlotsHeld("per-client", alice) == 0 })
 	if queued() != 0 || len(h.slotq.q) != 0 {
 		t.Fatal("queue entries left")
 	}
@@ -308,6 +294,110 @@ func TestUpstreamOutcome(t *testing.T) {
 	} {
 		if got := upstreamOutcome(&c.w); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestUpstreamClasses, over real HTTP on loopback: an upstream with
+// limit = 2 and half of it reserved for the checkout class (its policy
+// matched by path). A second request of the default class waits though a
+// slot is free, since that slot is checkout's; a checkout request takes
+// it at once; a second checkout request waits too, and when a slot frees
+// it goes first, before the default request that came earlier. The
+// per-class metrics say so.
+func TestUpstreamClasses(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		order = append(order, r.URL.Path)
+		mu.Unlock()
+		if strings.HasSuffix(r.URL.Path, "/hold") {
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close) // after the release below (cleanups run last first)
+	reached := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order)
+	}
+	cfg, err := config.Parse("classes.toml", fmt.Appendf(nil, `
+[[upstream]]
+name = "shop"
+targets = [%q]
+  [upstream.concurrency]
+  limit = 2
+  queue = 10
+  max_wait = "10s"
+  classes = [{ name = "checkout", reserve = 0.5 }]
+[[policy]]
+name = "checkout"
+upstream = "shop"
+class = "checkout"
+match = { path_prefix = "/checkout/" }
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1000/s"
+[[policy]]
+name = "rest"
+upstream = "shop"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1000/s"
+`, up.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	addr := "http://" + newTestServer(t, New(set, Options{Metrics: m}))
+	var once sync.Once
+	done := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(done) // a failing test lets the held requests end
+
+	a := getAsync(addr, "/browse/hold")
+	waitFor(t, "the first default request at the upstream", func() bool { return reached() == 1 })
+	b := getAsync(addr, "/browse/wait")
+	waitFor(t, "the second default request queued", func() bool { return concGauge(m, "limitproxy_upstream_queue_depth") == 1 })
+	c := getAsync(addr, "/checkout/hold")
+	waitFor(t, "the checkout request at the upstream", func() bool { return reached() == 2 })
+	d := getAsync(addr, "/checkout/wait")
+	waitFor(t, "the second checkout request queued", func() bool { return concGauge(m, "limitproxy_upstream_queue_depth") == 2 })
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP limitproxy_upstream_class_in_flight Requests in flight to an upstream under a concurrency limit, by priority class (upstreams with classes only).
+# TYPE limitproxy_upstream_class_in_flight gauge
+limitproxy_upstream_class_in_flight{class="checkout",upstream="shop"} 1
+limitproxy_upstream_class_in_flight{class="default",upstream="shop"} 1
+# HELP limitproxy_upstream_class_queue_depth Requests waiting for a slot of an upstream's concurrency limit, by priority class.
+# TYPE limitproxy_upstream_class_queue_depth gauge
+limitproxy_upstream_class_queue_depth{class="checkout",upstream="shop"} 1
+limitproxy_upstream_class_queue_depth{class="default",upstream="shop"} 1
+# HELP limitproxy_upstream_class_reserved Slots of an upstream's concurrency limit kept for a priority class: floor(reserve x the limit in force).
+# TYPE limitproxy_upstream_class_reserved gauge
+limitproxy_upstream_class_reserved{class="checkout",upstream="shop"} 1
+limitproxy_upstream_class_reserved{class="default",upstream="shop"} 0
+`), "limitproxy_upstream_class_in_flight", "limitproxy_upstream_class_queue_depth", "limitproxy_upstream_class_reserved"); err != nil {
+		t.Error(err)
+	}
+	release <- struct{}{} // one held request ends, either
+	waitFor(t, "a third request at the upstream", func() bool { return reached() >= 3 })
+	mu.Lock()
+	third := order[2]
+	mu.Unlock()
+	if third != "/checkout/wait" {
+		t.Fatalf("upstream saw %q third, want the checkout waiter first", third)
+	}
+	done()
+	for _, ch := range []chan answer{a, b, c, d} {
+		if r := <-ch; r.code != 200 {
+			t.Fatalf("answer %+v, want 200", r)
 		}
 	}
 }

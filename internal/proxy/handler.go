@@ -8,6 +8,7 @@ import (
 	"context"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -144,12 +145,19 @@ func (h *Handler) Swap(set *policy.Set) {
 	}
 }
 
+func sameConcurrency(a, b *config.Concurrency) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return reflect.DeepEqual(*a, *b)
+}
+
 func sameUpstream(a, b config.Upstream) bool {
 	if a.Name != b.Name || a.Timeout != b.Timeout || a.PreserveHost != b.PreserveHost ||
 		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) ||
 		a.AllowTrace != b.AllowTrace || a.Buffering != b.Buffering || a.MaxBodyBytes != b.MaxBodyBytes ||
 		a.Protocol != b.Protocol || !slices.Equal(a.Upgrades, b.Upgrades) ||
-		(a.Concurrency == nil) != (b.Concurrency == nil) || (a.Concurrency != nil && *a.Concurrency != *b.Concurrency) {
+		!sameConcurrency(a.Concurrency, b.Concurrency) {
 		return false
 	}
 	for i := range a.Targets {
@@ -371,7 +379,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 		w.dl.SetWriteDeadline(time.Time{})
 	}
 	if pool.conc != nil {
-		ticket, ok := h.acquire(w, r, pool)
+		ticket, ok := h.acquire(w, r, pool, p.Class)
 		if !ok {
 			return
 		}

@@ -99,15 +99,29 @@ var (
 		"Requests an upstream's concurrency limit turned away with 503, by reason (queue_full, wait, timeout).", []string{"upstream", "reason"}, nil)
 	descShadowShed = prometheus.NewDesc("limitproxy_upstream_shadow_shed_total",
 		"Requests a shadow concurrency limit would have turned away, by reason.", []string{"upstream", "reason"}, nil)
+	descClassInFlight = prometheus.NewDesc("limitproxy_upstream_class_in_flight",
+		"Requests in flight to an upstream under a concurrency limit, by priority class (upstreams with classes only).", []string{"upstream", "class"}, nil)
+	descClassQueue = prometheus.NewDesc("limitproxy_upstream_class_queue_depth",
+		"Requests waiting for a slot of an upstream's concurrency limit, by priority class.", []string{"upstream", "class"}, nil)
+	descClassReserved = prometheus.NewDesc("limitproxy_upstream_class_reserved",
+		"Slots of an upstream's concurrency limit kept for a priority class: floor(reserve x the limit in force).", []string{"upstream", "class"}, nil)
+	descClassShed = prometheus.NewDesc("limitproxy_upstream_class_shed_total",
+		"Requests an upstream's concurrency limit turned away with 503, by priority class and reason.", []string{"upstream", "class", "reason"}, nil)
+	descClassShadowShed = prometheus.NewDesc("limitproxy_upstream_class_shadow_shed_total",
+		"Requests a shadow concurrency limit would have turned away, by priority class and reason.", []string{"upstream", "class", "reason"}, nil)
 	descWaited = prometheus.NewDesc("limitproxy_upstream_queued_total",
 		"Requests that waited for a slot of an upstream's concurrency limit and got one (shadow: would have waited).", []string{"upstream"}, nil)
 )
+
+// reasons are the shed reasons, in the metrics' order.
+var reasons = []concurrency.Reason{concurrency.ReasonQueueFull, concurrency.ReasonWait, concurrency.ReasonTimeout}
 
 // concurrencyCollector collects the concurrency limits' metrics.
 type concurrencyCollector struct{ m *Metrics }
 
 func (concurrencyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConcLimit, descProbing, descInFlight, descConcQueue, descBaseline, descShed, descShadowShed, descWaited} {
+	for _, d := range []*prometheus.Desc{descConcLimit, descProbing, descInFlight, descConcQueue, descBaseline, descShed, descShadowShed, descWaited,
+		descClassInFlight, descClassQueue, descClassReserved, descClassShed, descClassShadowShed} {
 		ch <- d
 	}
 }
@@ -133,12 +147,20 @@ func (c concurrencyCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descProbing, prometheus.GaugeValue, probing, name)
 		}
-		shed := descShed
+		shed, classShed := descShed, descClassShed
 		if p.conc.Params().Shadow {
-			shed = descShadowShed
+			shed, classShed = descShadowShed, descClassShadowShed
 		}
-		for _, r := range []concurrency.Reason{concurrency.ReasonQueueFull, concurrency.ReasonWait, concurrency.ReasonTimeout} {
+		for _, r := range reasons {
 			ch <- prometheus.MustNewConstMetric(shed, prometheus.CounterValue, float64(s.Shed[r]), name, string(r))
+		}
+		for _, cs := range s.Classes {
+			ch <- prometheus.MustNewConstMetric(descClassInFlight, prometheus.GaugeValue, float64(cs.InFlight), name, cs.Name)
+			ch <- prometheus.MustNewConstMetric(descClassQueue, prometheus.GaugeValue, float64(cs.Queued), name, cs.Name)
+			ch <- prometheus.MustNewConstMetric(descClassReserved, prometheus.GaugeValue, float64(cs.Reserved), name, cs.Name)
+			for _, r := range reasons {
+				ch <- prometheus.MustNewConstMetric(classShed, prometheus.CounterValue, float64(cs.Shed[r]), name, cs.Name, string(r))
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(descWaited, prometheus.CounterValue, float64(s.Waited), name)
 	}

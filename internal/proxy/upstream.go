@@ -88,8 +88,12 @@ func newPool(cfg config.Upstream, trusted func(*http.Request) bool, buffers http
 	tr := newRoundTripper(cfg)
 	p := &pool{cfg: cfg, transport: tr, now: now}
 	if c := cfg.Concurrency; c != nil {
-		p.conc = concurrency.New(concurrency.Params{Limit: c.Limit, Adaptive: c.Adaptive, MinLimit: c.MinLimit, MaxLimit: c.MaxLimit,
-			Queue: c.Queue, MaxWait: c.MaxWait, FairShare: c.FairShare, Shadow: c.Mode == config.Shadow}, now)
+		params := concurrency.Params{Limit: c.Limit, Adaptive: c.Adaptive, MinLimit: c.MinLimit, MaxLimit: c.MaxLimit,
+			Queue: c.Queue, MaxWait: c.MaxWait, FairShare: c.FairShare, Shadow: c.Mode == config.Shadow}
+		for _, cl := range c.Classes {
+			params.Classes = append(params.Classes, concurrency.Class{Name: cl.Name, Reserve: cl.Reserve})
+		}
+		p.conc = concurrency.New(params, now)
 	}
 	errLog, _ := zap.NewStdLogAt(log.Named("upstream"), zap.WarnLevel)
 	for _, u := range cfg.Targets {
@@ -263,12 +267,13 @@ func setXForwarded(pr *httputil.ProxyRequest) {
 	h["X-Forwarded-Proto"] = vals[2:3:3]
 }
 
-// acquire takes a slot of pool's concurrency limit for r, waiting in its
+// acquire takes a slot of pool's concurrency limit for r, of priority
+// class class (its policy's), waiting in its
 // queue if need be. A request turned away is answered 503 with
 // Retry-After (429 stays for quota); one whose client left while it
 // waited is not answered. It reports whether r may go on.
-func (h *Handler) acquire(w *recorder, r *http.Request, pool *pool) (concurrency.Ticket, bool) {
-	ticket, _, err := pool.conc.Acquire(r.Context(), w.key)
+func (h *Handler) acquire(w *recorder, r *http.Request, pool *pool, class int) (concurrency.Ticket, bool) {
+	ticket, _, err := pool.conc.Acquire(r.Context(), w.key, class)
 	w.sentAt = h.now()
 	if err == nil {
 		return ticket, true
