@@ -26,8 +26,14 @@ import (
 //     most half; a cut of 15% or more is checked in the next window: if R
 //     did not fall with L, the latency was not queueing — the upstream got
 //     slower — and B moves up to R while L is restored;
-//  3. the requests sent at the limit answered within 1.05 B: L grows, ×1.5
-//     until the first sign of queueing (slow start), then by max(1, L/16);
+//  3. the requests sent at the limit answered within 1.05 B, and their
+//     mean within 1.05 times the mean of B's measurements: L grows, ×1.5
+//     until the first sign of queueing (slow start), then by max(1, L/16).
+//     The mean is there for the knee: past it, a few requests at the limit
+//     wait for a worker, which moves the mean (Little's law: the mean is
+//     the limit over the throughput once that is saturated) while the
+//     median stays put, and a limit growing on the median alone settles
+//     a few slots above the knee, each a queue inside the upstream;
 //  4. otherwise L holds.
 //
 // B is the median of the last three clean measurements: windows in which
@@ -57,9 +63,13 @@ type controller struct {
 	slow   bool          // slow start
 	lRef   float64       // l before overload backoffs, to return to
 	refAt  time.Time     // when lRef was set
-	clean  []time.Duration
+	clean  []measure
+	// baseMean is the mean latency of B's measurements (the median of
+	// their means): beside B, a median, it shows a queue forming at the
+	// limit, which moves the mean long before the median.
+	baseMean time.Duration
 	fast   int           // windows in a row under 0.85 B
-	fastR  time.Duration // the slowest of those
+	fastM  measure       // the slowest of those
 	atMin  int           // windows in a row at MinLimit
 	verify *verify       // a cut to check
 
@@ -172,6 +182,11 @@ func (c *controller) admit(queued, limit int, maxWait time.Duration, now time.Ti
 	if c.standing {
 		bound = min(maxWait, max(5*time.Millisecond, c.base*2/10))
 	}
+	if c.probing {
+		// The probe's lower limit lasts a moment: the wait is foreseen at
+		// the limit learned, so that the probe itself sheds nobody.
+		limit = c.clamp(c.l)
+	}
 	r := max(c.rLast, c.base)
 	wait := time.Duration(float64(queued+1) * float64(r) / float64(max(1, limit)))
 	if wait > bound {
@@ -243,33 +258,35 @@ func (c *controller) decide(now time.Time) {
 	}
 	r := median(c.good)
 	c.rLast = r
+	m := measure{r, mean(c.good)}
 	if c.base == 0 {
-		c.base = r
-		c.clean = []time.Duration{r}
+		c.setBase(m)
 	}
 	if v := c.verify; v != nil {
 		c.verify = nil
 		if float64(r)/float64(v.rHi) >= (1+v.lo/v.hi)/2 {
 			// The latency did not follow the limit down: not a queue, a
 			// slower upstream. Its new baseline, and the limit back.
-			c.base, c.clean = r, []time.Duration{r}
+			c.setBase(m)
 			c.set(v.hi)
 			c.rPrev = 0
 			return
 		}
 	}
 	if c.maxFlight*2 <= int(c.l) && len(c.good) >= 10 {
-		c.addClean(r, now)
+		c.addClean(m)
 	}
 	if float64(r) < 0.85*float64(c.base) {
 		c.fast++
-		c.fastR = max(c.fastR, r)
+		if m.med > c.fastM.med {
+			c.fastM = m
+		}
 		if c.fast >= 3 {
-			c.base, c.clean = c.fastR, []time.Duration{c.fastR}
-			c.fast, c.fastR = 0, 0
+			c.setBase(c.fastM)
+			c.fast, c.fastM = 0, measure{}
 		}
 	} else {
-		c.fast, c.fastR = 0, 0
+		c.fast, c.fastM = 0, measure{}
 	}
 	ratio := float64(r) / float64(c.base)
 	prev := c.rPrev
@@ -283,7 +300,7 @@ func (c *controller) decide(now time.Time) {
 		}
 		c.set(max(float64(c.p.MinLimit), l))
 		c.slow, c.rPrev = false, 0
-	case len(c.atLimit) >= 5 && float64(median(c.atLimit)) < 1.05*float64(c.base):
+	case len(c.atLimit) >= 5 && float64(median(c.atLimit)) < 1.05*float64(c.base) && float64(mean(c.atLimit)) < 1.05*float64(c.baseMean):
 		switch {
 		case c.slow:
 			c.set(c.l * 1.5)
@@ -298,7 +315,8 @@ func (c *controller) decide(now time.Time) {
 	}
 	if c.clamp(c.l) <= c.p.MinLimit {
 		if c.atMin++; c.atMin >= 5 {
-			c.base, c.clean, c.atMin = r, []time.Duration{r}, 0
+			c.setBase(m)
+			c.atMin = 0
 		}
 	} else {
 		c.atMin = 0
@@ -320,13 +338,28 @@ func (c *controller) newWindow(now time.Time) {
 	c.overload, c.answers, c.maxFlight, c.binding = 0, 0, 0, false
 }
 
-// addClean adds a clean measurement: B is the median of the last three.
-func (c *controller) addClean(r time.Duration, now time.Time) {
-	c.clean = append(c.clean, r)
+// measure is a window's latencies summed up: their median and mean.
+type measure struct{ med, mean time.Duration }
+
+// setBase makes m the baseline and its only measurement.
+func (c *controller) setBase(m measure) {
+	c.base, c.baseMean = m.med, m.mean
+	c.clean = append(c.clean[:0], m)
+}
+
+// addClean adds a clean measurement: B is the median of the last three
+// medians, baseMean the median of their means.
+func (c *controller) addClean(m measure) {
+	c.clean = append(c.clean, m)
 	if len(c.clean) > 3 {
 		c.clean = c.clean[len(c.clean)-3:]
 	}
-	c.base = median(slices.Clone(c.clean))
+	meds := make([]time.Duration, 0, 3)
+	means := make([]time.Duration, 0, 3)
+	for _, x := range c.clean {
+		meds, means = append(meds, x.med), append(means, x.mean)
+	}
+	c.base, c.baseMean = median(meds), median(means)
 }
 
 func (c *controller) startProbe(inFlight int, now time.Time) {
@@ -344,11 +377,11 @@ func (c *controller) endProbe(now time.Time) {
 	c.probing = false
 	gap := c.probeGap()
 	if len(c.probed) >= 5 {
-		rp := median(c.probed)
+		rp := measure{median(c.probed), mean(c.probed)}
 		// Measurements well above the probe's were taken under load.
-		c.clean = slices.DeleteFunc(c.clean, func(d time.Duration) bool { return float64(d) > 1.15*float64(rp) })
+		c.clean = slices.DeleteFunc(c.clean, func(m measure) bool { return float64(m.med) > 1.15*float64(rp.med) })
 		old := c.base
-		c.addClean(rp, now)
+		c.addClean(rp)
 		if float64(c.base) < 0.9*float64(old) {
 			gap = time.Second // converging: look again soon
 		}
@@ -357,6 +390,15 @@ func (c *controller) endProbe(now time.Time) {
 	c.epoch++ // the limit returns to l
 	c.rPrev = 0
 	c.newWindow(now)
+}
+
+// mean returns the mean of d, which is not empty.
+func mean(d []time.Duration) time.Duration {
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return sum / time.Duration(len(d))
 }
 
 // median returns the middle of d (reordered), the lower middle for an

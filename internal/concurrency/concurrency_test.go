@@ -317,7 +317,7 @@ func p99(d []time.Duration) time.Duration {
 // 10 times its capacity through an adaptive limit with its defaults:
 // issue 16's goals, in simulated time — goodput at least 90% of what can
 // be served, admitted p99 at most twice the unloaded one (50 ms), sheds
-// answered at once.
+// answered at once; past capacity, the limit stays within 2 of the knee.
 func TestAdaptiveLoads(t *testing.T) {
 	for _, x := range []float64{0.5, 1, 1.5, 2, 4, 10} {
 		synctest.Test(t, func(t *testing.T) {
@@ -341,6 +341,11 @@ func TestAdaptiveLoads(t *testing.T) {
 			}
 			if st.slowShed > 5*time.Millisecond {
 				t.Errorf("%.1fx: a shed took %v", x, st.slowShed)
+			}
+			if x >= 1.5 && slicesMax(lim) > 10 {
+				// The knee is 8: a limit of 11 queues three requests
+				// inside the backend on every round.
+				t.Errorf("%.1fx: the limit reached %d, want it at most 2 above the knee (8)", x, slicesMax(lim))
 			}
 		})
 	}
@@ -659,4 +664,24 @@ func TestAdaptiveClasses(t *testing.T) {
 			t.Errorf("default: %d served in 20 s, want at least %.0f", good[1], rest)
 		}
 	})
+}
+
+// TestProbeForesight: while a probe halves the limit, a request's wait is
+// foreseen at the limit learned, so the probe sheds nobody by itself:
+// four requests' worth of 50 ms at a limit of 10 is 20 ms, within the
+// bound of 0.4 × 50 ms; at the probe's 5 it would be 40 ms.
+func TestProbeForesight(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := newController(Params{Limit: 10, Adaptive: true, MinLimit: 1, MaxLimit: 1000}, now)
+	c.base, c.rLast = 50*time.Millisecond, 50*time.Millisecond
+	if r, _ := c.admit(3, 5, time.Second, now); r != ReasonWait {
+		t.Fatalf("no probe, limit 5: %q, want shed (wait)", r)
+	}
+	c.startProbe(10, now)
+	if c.limit(now, 10) != 5 {
+		t.Fatalf("probe limit %d, want 5", c.limit(now, 10))
+	}
+	if r, wait := c.admit(3, 5, time.Second, now); r != "" || wait < 40*time.Millisecond {
+		t.Fatalf("during the probe: %q (wait %v), want admitted", r, wait)
+	}
 }
