@@ -43,6 +43,10 @@ type point struct {
 	goodput  float64         // 2xx answers within the timeout that ended in the window, per second
 	admitted []time.Duration // latencies of the good ones, from their intended instants; sorted
 	shed     []time.Duration // latencies of the 429 and 503 answers; sorted
+	// shedSent are the latencies of the 429 and 503 answers from when
+	// each request was written, the generator's own lag left out; sorted.
+	shedSent []time.Duration
+	lag      []time.Duration // how far behind their instants the requests were written; sorted
 	timeouts int
 	errors   int
 	late     int // written more than lateAfter behind their instants
@@ -73,12 +77,14 @@ func summarise(out []loadgen.Outcome, rate float64, from, to, timeout time.Durat
 		if o.Lag > lateAfter {
 			p.late++
 		}
+		p.lag = append(p.lag, o.Lag)
 		switch kind(o, at, timeout) {
 		case kindGood:
 			p.good++
 			p.admitted = append(p.admitted, o.End-at)
 		case kindShed:
 			p.shed = append(p.shed, o.End-at)
+			p.shedSent = append(p.shedSent, o.End-at-o.Lag)
 		case kindTimeout:
 			p.timeouts++
 		default:
@@ -87,6 +93,8 @@ func summarise(out []loadgen.Outcome, rate float64, from, to, timeout time.Durat
 	}
 	slices.Sort(p.admitted)
 	slices.Sort(p.shed)
+	slices.Sort(p.shedSent)
+	slices.Sort(p.lag)
 	if s := (to - from).Seconds(); s > 0 {
 		p.offered = float64(p.requests) / s
 		p.goodput = float64(completed) / s
