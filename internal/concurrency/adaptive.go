@@ -54,24 +54,24 @@ import (
 // answered in the handler's own time. A request still waiting at twice its
 // bound, or B if longer, is shed then.
 type controller struct {
-	p      Params
-	l      float64       // the limit learned
-	base   time.Duration // B; 0 until the first window
-	rLast  time.Duration // R of the last window with samples
-	rPrev  float64       // R/B of the window before; 0: none
-	epoch  uint64        // bumped at every change of l: older samples are not its
-	slow   bool          // slow start
-	lRef   float64       // l before overload backoffs, to return to
-	refAt  time.Time     // when lRef was set
-	clean  []measure
+	p     Params
+	l     float64       // the limit learned
+	base  time.Duration // B; 0 until the first window
+	rLast time.Duration // R of the last window with samples
+	rPrev float64       // R/B of the window before; 0: none
+	epoch uint64        // bumped at every change of l: older samples are not its
+	slow  bool          // slow start
+	lRef  float64       // l before overload backoffs, to return to
+	refAt time.Time     // when lRef was set
+	clean []measure
 	// baseMean is the mean latency of B's measurements (the median of
 	// their means): beside B, a median, it shows a queue forming at the
 	// limit, which moves the mean long before the median.
 	baseMean time.Duration
-	fast   int           // windows in a row under 0.85 B
-	fastM  measure       // the slowest of those
-	atMin  int           // windows in a row at MinLimit
-	verify *verify       // a cut to check
+	fast     int     // windows in a row under 0.85 B
+	fastM    measure // the slowest of those
+	atMin    int     // windows in a row at MinLimit
+	verify   *verify // a cut to check
 
 	// The window.
 	start     time.Time
