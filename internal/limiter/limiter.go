@@ -88,7 +88,12 @@ func (r Rate) interval() int64 { return ceilDiv(int64(r.Per), r.N) }
 // zero Decision is a rejection with no figures.
 type Decision struct {
 	// Allowed reports whether the request is admitted (possibly after Delay).
+	// A Charge is never refused: its Decision is always allowed.
 	Allowed bool
+	// Capped reports that a Charge could not apply all its units because a
+	// limit reached its debt bound (see Charger); false for Allow. (A bool
+	// beside Allowed fits in the padding: the size does not change.)
+	Capped bool
 	// Index is the position, among the limiter's limits, of the limit that
 	// Limit, Remaining, ResetAt and Next describe: the most restrictive
 	// one. (An int32 beside Allowed keeps a Decision at 11 words: a word
@@ -130,12 +135,21 @@ type Decision struct {
 // limits'; the figures are those of the most restrictive limit (a rejecting
 // one first, then the least Remaining, then the latest ResetAt).
 func (d *Decision) Merge(i int, d2 Decision) {
-	d2.Index = int32(i)
 	if i == 0 {
 		*d = d2
+		d.Index = 0
 		return
 	}
+	d.Fold(i, d2)
+}
+
+// Fold folds d2, the decision of the limit at index i, into d, a decision
+// already made of other limits, whatever their order: Merge without its
+// start from the zero Decision at index 0.
+func (d *Decision) Fold(i int, d2 Decision) {
+	d2.Index = int32(i)
 	allowed := d.Allowed && d2.Allowed
+	capped := d.Capped || d2.Capped
 	retry := max(d.RetryAfter, d2.RetryAfter)
 	delay := max(d.Delay, d2.Delay)
 	ticket := d.Ticket
@@ -145,7 +159,7 @@ func (d *Decision) Merge(i int, d2 Decision) {
 	if moreRestrictive(d2, *d) {
 		*d = d2
 	}
-	d.Allowed, d.RetryAfter, d.Delay, d.Ticket = allowed, retry, delay, ticket
+	d.Allowed, d.RetryAfter, d.Delay, d.Ticket, d.Capped = allowed, retry, delay, ticket, capped
 	if !allowed {
 		d.Delay, d.Ticket = 0, 0
 	}
