@@ -34,6 +34,18 @@
 // nanosecond; the proxy rounds it up to whole seconds. A request whose
 // weight times cost exceeds a limit's capacity is rejected with Never.
 //
+// # Charging after the fact
+//
+// A Store that implements Charger (both stores do) can also charge a
+// limit after the request was decided, for costs known only from the
+// answer (issue 17): reserve an estimate with Allow, then Limiter.Charge
+// the difference, or refund it, when the answer has ended. A charge is
+// never refused: past the quota the key goes into debt, which later
+// requests wait out (a bucket's content below zero, a window's count
+// above its limit), bounded at one capacity of debt; a refund gives back
+// what the reservation still counts, never past a fresh key's state. The
+// leaky bucket cannot be charged. Charger gives each algorithm's rules.
+//
 // # Time going backwards
 //
 // Each key's state remembers the latest instant it has seen, and an earlier

@@ -84,13 +84,56 @@ func (l *Limit) stepFixedWindow(s *FixedWindowState, now time.Time, n int64, com
 		// correspondingly longer, never shorter.
 		d.RetryAfter = time.Duration(end - t)
 	}
-	d.Remaining = p.Limit - count
+	d.Remaining = max(0, p.Limit-count) // a count in debt (Charge) leaves none
 	d.ResetAt = now
 	if count > 0 {
 		d.ResetAt = instant(end)
 		d.Next = time.Duration(end - t)
 	}
 	return d
+}
+
+// ChargeFixedWindow charges (n > 0) or refunds (n < 0) n units to s, the
+// state of limit l, at now, for a request reserved at reservedAt,
+// unconditionally, and returns the state's decision after it (see
+// Charger): never refused. The limit's Cost is not applied. The caller
+// must serialise calls on one state.
+//
+// A charge counts in the current window (the one Decide would count a
+// request at now in), even past Limit: the rest of that window is then
+// rejected, and the next window starts fresh as always, so the debt lasts
+// no longer than the window. The count stays at most 2·Limit; the units
+// beyond are reported as capped. While the reservation's window lasts,
+// that is the window charged, so the reconcile is exact; once it has
+// ended, the units count in the current window rather than in one that no
+// longer counts, so that an answer longer than a window still pays.
+//
+// A refund takes units back (down to zero) only while the reservation's
+// window is the current one: after it has ended its count no longer
+// counts, and taking the units from the current window would admit
+// requests nobody paid for. An instant in a window earlier than the
+// newest the state has seen (time going backwards) refunds nothing.
+func (l *Limit) ChargeFixedWindow(s *FixedWindowState, now, reservedAt time.Time, n int64) Decision {
+	p := &l.fw
+	u := chargeUnits(n, 2*p.Limit+1)
+	t := nanos(now)
+	w := int64(p.Window)
+	idx, count := floorDiv(t, w), int64(0)
+	if s.count > 0 && s.window >= idx {
+		idx, count = s.window, s.count
+	}
+	capped := false
+	switch {
+	case n > 0:
+		take := min(u, max(0, 2*p.Limit-count))
+		s.window, s.count = idx, count+take
+		capped = take < u
+	case n < 0:
+		if count > 0 && floorDiv(min(nanos(reservedAt), t), w) == idx {
+			s.count = count - min(count, u)
+		}
+	}
+	return chargeReport(l.stepFixedWindow(s, now, 0, false), capped)
 }
 
 // FixedWindowIdleAt returns when s stops counting: the end of its window.

@@ -131,9 +131,10 @@ type Decision struct {
 // Merge folds d2, the decision of the limit at index i, into d, the decision
 // of a policy whose limits 0..i-1 were merged before. A Store calls it once
 // per limit, in order, starting from the zero Decision. The result is allowed
-// only if every limit allowed; RetryAfter is the longest of the rejecting
-// limits'; the figures are those of the most restrictive limit (a rejecting
-// one first, then the least Remaining, then the latest ResetAt).
+// only if every limit allowed, and Capped if any limit's was; RetryAfter is
+// the longest of the rejecting limits'; the figures are those of the most
+// restrictive limit (a rejecting one first, then the least Remaining, then
+// the latest ResetAt).
 func (d *Decision) Merge(i int, d2 Decision) {
 	if i == 0 {
 		*d = d2

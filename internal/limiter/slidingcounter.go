@@ -174,12 +174,71 @@ func (l *Limit) stepSlidingWindow(s SlidingWindowState, now time.Time, n int64, 
 		d.Next = time.Duration(l.slidingWindowRetry(after, acur, j, t, d.Remaining+1) - nanos(now))
 	}
 	d.ResetAt = now
-	if z, ok := newestUsed(s, cur, j, d.Allowed); ok {
+	if z, ok := newestUsed(s, cur, j, d.Allowed && c > 0); ok {
 		if at := satAdd((z+1)*L, int64(p.Window)); at > nanos(now) {
 			d.ResetAt = instant(at)
 		}
 	}
 	return d
+}
+
+// ChargeSlidingWindow charges (n > 0) or refunds (n < 0) n units to s,
+// the state of limit l, at now, for a request reserved at reservedAt,
+// unconditionally, and returns the state's decision after it (see
+// Charger): never refused. The limit's Cost is not applied. The caller
+// must serialise calls on one state.
+//
+// A charge adds the units to the reservation's slot while the window at
+// now still covers it (wholly or partly), which is exactly what charging
+// them with the reservation would have done; once that slot has left the
+// window, to the current slot, so that an answer longer than the window
+// still pays. The slot may go past Limit: the estimate then rejects until
+// enough of it has left the window. The counts of the slots the window
+// holds (Slots whole ones and the oldest, partly covered one, counted in
+// full) stay at most 2·Limit; the units beyond are reported as capped.
+//
+// A refund takes units back (down to zero) from the reservation's slot
+// only, and only while the window at now still covers it: a slot that
+// has left counts against nothing any more. An instant before the newest
+// slot written (time going backwards) is read as that slot, as Decide
+// reads it; a reservation made then may have been counted in a later slot
+// than its instant's, and a refund then takes back units that leave the
+// window sooner than the reservation's (it errs towards the limit).
+func (l *Limit) ChargeSlidingWindow(s SlidingWindowState, now, reservedAt time.Time, n int64) Decision {
+	p := &l.sw
+	u := chargeUnits(n, 2*p.Limit+1)
+	L, k := p.slot, int64(p.Slots)
+	j := floorDiv(nanos(now), L)
+	cur := *s.Slot
+	if s.empty() {
+		cur = j
+	}
+	j = max(j, cur)
+	r := floorDiv(min(nanos(reservedAt), nanos(now)), L) // the reservation's slot
+	capped := false
+	switch {
+	case n > 0:
+		s.advance(cur, j)
+		*s.Slot = j
+		var held int64 // the counts of slots j−k … j
+		for i := j - k; i <= j; i++ {
+			held += s.count(j, i)
+		}
+		take := min(u, max(0, 2*p.Limit-held))
+		at := j
+		if r >= j-k {
+			at = r
+		}
+		s.Counts[mod(at, k+1)] += uint32(take)
+		capped = take < u
+	case n < 0:
+		if r >= j-k {
+			if c := s.count(cur, r); c > 0 {
+				s.Counts[mod(r, k+1)] = uint32(c - min(c, u))
+			}
+		}
+	}
+	return chargeReport(l.stepSlidingWindow(s, now, 0, false), capped)
 }
 
 // advance zeroes the counters of the slots after cur up to j, which the

@@ -33,8 +33,8 @@ func NewSlidingLog(p SlidingLogParams) (Limit, error) {
 
 // SlidingLogState is the state a Store keeps per key for a sliding log: the
 // instants of the admitted units still inside the window, oldest first, in
-// a ring that grows on demand up to Limit entries and shrinks as they
-// expire. Its zero value is a fresh key.
+// a ring that grows on demand up to Limit entries (2·Limit in debt after
+// a Charge) and shrinks as they expire. Its zero value is a fresh key.
 type SlidingLogState struct {
 	ring  []int64 // Unix ns; len is the capacity
 	head  int     // index of the oldest entry
@@ -62,8 +62,8 @@ func (l *Limit) PeekSlidingLog(s *SlidingLogState, now time.Time, n int64) Decis
 // newest entry is treated as that entry's instant.
 //
 // Memory: 8 bytes per admitted unit still in the window, at most
-// 8·Limit bytes per key, plus a 40-byte header. The caller must serialise
-// calls on one state.
+// 8·Limit bytes per key (16·Limit in debt after a Charge), plus a 40-byte
+// header. The caller must serialise calls on one state.
 func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commit bool) Decision {
 	p := &l.sl
 	c, ok := weighted(n, l.cost, p.Limit)
@@ -94,7 +94,9 @@ func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 	if inWindow+c <= p.Limit {
 		d.Allowed = true
 		inWindow += c
-		newest = t
+		if c > 0 {
+			newest = t
+		}
 		if commit {
 			s.drop(first)
 			s.push(t, int(c), int(p.Limit))
@@ -103,17 +105,132 @@ func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 		// The request fits once the oldest inWindow+c−Limit entries expire.
 		leaves := s.at(first + int(inWindow+c-p.Limit) - 1)
 		d.RetryAfter = time.Duration(satAdd(leaves, int64(p.Window)) - nanos(now))
+		if inWindow >= p.Limit {
+			// In debt (a Charge) or full: Remaining grows once
+			// inWindow−Limit+1 entries have left, not just the oldest.
+			oldest = s.at(first + int(inWindow-p.Limit))
+		}
 		if commit {
 			s.drop(first)
 		}
 	}
-	d.Remaining = p.Limit - inWindow
+	d.Remaining = max(0, p.Limit-inWindow) // entries in debt (Charge) leave none
 	d.ResetAt = now
 	if inWindow > 0 {
 		d.ResetAt = instant(satAdd(newest, int64(p.Window)))
 		d.Next = time.Duration(satAdd(oldest, int64(p.Window)) - nanos(now))
 	}
 	return d
+}
+
+// ChargeSlidingLog charges (n > 0) or refunds (n < 0) n units to s, the
+// state of limit l, at now, for a request reserved at reservedAt,
+// unconditionally, and returns the state's decision after it (see
+// Charger): never refused. The limit's Cost is not applied. The caller
+// must serialise calls on one state.
+//
+// A charge adds n entries at the reservation instant while it is still in
+// the window (t − Window, t], exactly as charging them with the
+// reservation would have (the log stays in time order: they go after the
+// entries at or before that instant); once it has left, at now, so that
+// an answer longer than the window still pays. The entries may pass
+// Limit: requests are then rejected until enough have left. The entries
+// in the window stay at most 2·Limit (so a key holds at most
+// 2·MaxSlidingLogLimit timestamps, 1.6 MB); the units beyond are reported
+// as capped.
+//
+// A refund removes up to |n| entries, the oldest at or after the
+// reservation instant, and only while that instant is still in the
+// window. Those are the reservation's own (entries at one instant are
+// alike): removing the newest instead would drop later requests' entries,
+// which leave later, and admit sooner than the reservation's true cost
+// allows. A reservation recorded later than its instant (time going
+// backwards, which Decide reads as the newest entry's instant) then loses
+// older entries than its own: it errs towards the limit.
+//
+// It allocates only when the log grows past its ring (as Decide does).
+func (l *Limit) ChargeSlidingLog(s *SlidingLogState, now, reservedAt time.Time, n int64) Decision {
+	p := &l.sl
+	u := chargeUnits(n, 2*p.Limit+1)
+	w := int64(p.Window)
+	t := nanos(now)
+	if s.count > 0 {
+		t = max(t, s.at(s.count-1))
+	}
+	r := min(nanos(reservedAt), nanos(now))
+	capped := false
+	if n != 0 {
+		first := 0
+		for first < s.count && s.at(first) <= t-w {
+			first++
+		}
+		s.drop(first)
+		switch {
+		case n > 0:
+			take := min(u, max(0, 2*p.Limit-int64(s.count)))
+			at := t
+			if r > t-w {
+				at = r
+			}
+			s.insert(at, int(take), int(2*p.Limit))
+			capped = take < u
+		case r > t-w:
+			s.remove(r, int(u))
+		}
+	}
+	return chargeReport(l.stepSlidingLog(s, now, 0, false), capped)
+}
+
+// search returns the position of the first entry after t (after is
+// false: at or after t).
+func (s *SlidingLogState) search(t int64, after bool) int {
+	lo, hi := 0, s.count
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if v := s.at(m); v < t || after && v == t {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// insert adds c entries at t after every entry at or before t, keeping the
+// ring in time order, and grows it up to capacity entries (count + c must
+// fit).
+func (s *SlidingLogState) insert(t int64, c, capacity int) {
+	if c <= 0 {
+		return
+	}
+	if need := s.count + c; need > len(s.ring) {
+		s.resize(min(capacity, max(need, 2*len(s.ring), 4)))
+	}
+	at, size := s.search(t, true), len(s.ring)
+	for i := s.count - 1; i >= at; i-- {
+		s.ring[(s.head+i+c)%size] = s.ring[(s.head+i)%size]
+	}
+	for i := range c {
+		s.ring[(s.head+at+i)%size] = t
+	}
+	s.count += c
+}
+
+// remove deletes up to c entries, the oldest at or after t.
+func (s *SlidingLogState) remove(t int64, c int) {
+	at := s.search(t, false)
+	c = min(c, s.count-at)
+	if c <= 0 {
+		return
+	}
+	size := len(s.ring)
+	for i := at; i+c < s.count; i++ {
+		s.ring[(s.head+i)%size] = s.ring[(s.head+i+c)%size]
+	}
+	s.count -= c
+	if s.count == 0 {
+		*s = SlidingLogState{}
+	}
 }
 
 // drop forgets the k oldest entries, and the ring when it is mostly empty:

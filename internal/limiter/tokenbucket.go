@@ -131,7 +131,8 @@ func (l *Limit) stepTokenBucket(s *TokenBucketState, now time.Time, n int64, com
 		at := satAdd(last, mulDivCeil(cn-tokens, b.q, b.p))
 		d.RetryAfter = time.Duration(at - nanos(now))
 	}
-	d.Remaining = avail / nanoPerToken
+	// A bucket in debt (a Charge) holds less than nothing: none remain.
+	d.Remaining = max(0, avail) / nanoPerToken
 	d.ResetAt = instant(satAdd(last, mulDivCeil(b.full-tokens, b.q, b.p)))
 	if u := (d.Remaining + 1) * nanoPerToken; u <= b.full {
 		// The exact content reaches one more whole token.
@@ -141,6 +142,69 @@ func (l *Limit) stepTokenBucket(s *TokenBucketState, now time.Time, n int64, com
 		s.last, s.tokens = bias(last), tokens
 	}
 	return d
+}
+
+// ChargeTokenBucket charges (n > 0) or refunds (n < 0) n tokens to s,
+// the state of limit l, at now, unconditionally, and returns the state's
+// decision after it (see Charger): never refused. The limit's Cost is not
+// applied. The caller must serialise calls on one state.
+//
+// A charge takes the tokens even past empty: the bucket goes into debt,
+// which it refills at its rate like any deficit, so a later request of c
+// tokens waits (c − content)/rate, debt included. The content never falls
+// below −Burst: a charge takes at most ⌊content⌋ + Burst tokens (whole
+// tokens, so that stores of any resolution agree), and reports the rest
+// as capped. A refund adds tokens up to Burst, never beyond.
+//
+// reservedAt is not used: tokens carry no time. So a reconcile later than
+// the reservation is exact as long as the bucket charged the true cost at
+// the reservation would not have been full in between. If it would have
+// been (the key was idle long enough to refill), that bucket lost refill
+// which the one holding only the estimate did not: a late charge then
+// takes more than charging at the reservation would have (it errs
+// towards the limit), and a late refund can give back up to |n| tokens
+// more (never more than the reservation took, never above Burst).
+func (l *Limit) ChargeTokenBucket(s *TokenBucketState, now, _ time.Time, n int64) Decision {
+	b := &l.tb
+	u := chargeUnits(n, 2*b.Burst+1) * nanoPerToken
+	capped := false
+	if s.last != 0 || n > 0 {
+		// Advance to t as stepTokenBucket does.
+		t := nanos(now)
+		last, tokens := t, b.full
+		if s.last != 0 {
+			last, tokens = unbias(s.last), s.tokens
+			if t < last {
+				t = last
+			}
+			e := t - last
+			if satAdd(tokens, mulDiv(e, b.p, b.q)) >= b.full {
+				last, tokens = t, b.full
+			} else {
+				k := e / b.q
+				last += k * b.q
+				tokens += k * b.p
+			}
+		}
+		avail := min(b.full, tokens+mulDiv(t-last, b.p, b.q)) // ⌊exact content⌋
+		switch {
+		case n > 0:
+			// Down to −Burst at most, in whole tokens.
+			room := max(0, floorDiv(avail, nanoPerToken)*nanoPerToken+b.full)
+			take := min(u, room)
+			tokens -= take
+			capped = take < u
+		case n < 0:
+			if avail+u >= b.full {
+				last, tokens = t, b.full
+			} else {
+				tokens += u
+			}
+		}
+		s.last, s.tokens = bias(last), tokens
+	}
+	// A fresh bucket refunded stays fresh (and is not stored).
+	return chargeReport(l.stepTokenBucket(s, now, 0, false), capped)
 }
 
 // TokenBucketIdleAt returns when s will be a full bucket again if nothing

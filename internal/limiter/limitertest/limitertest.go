@@ -33,6 +33,9 @@ type Options struct {
 	// Parallel runs RunModel's algorithms in parallel; newStore must then
 	// give each subtest a store of its own (say, its own key prefix).
 	Parallel bool
+	// OneKey says the store decides a policy's limits under one client
+	// key only (Redis Cluster): RunCharge leaves out keys per limit.
+	OneKey bool
 }
 
 // Run runs the whole suite against stores made by newStore.
@@ -48,6 +51,7 @@ func RunWith(t *testing.T, newStore NewStore, o Options) {
 	t.Run("PeekReset", func(t *testing.T) { RunPeekReset(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { RunKeys(t, newStore) })
 	t.Run("Shared", func(t *testing.T) { RunShared(t, newStore) })
+	t.Run("Charge", func(t *testing.T) { RunCharge(t, newStore, o) })
 }
 
 // RunKeys checks limits counted under different client keys in one

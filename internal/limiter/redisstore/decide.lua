@@ -13,10 +13,12 @@
 -- Arguments: ARGV[1] is the TTL slack, ARGV[2] the number of decisions in
 -- this call (concurrent decisions are batched into one call). Then, per
 -- decision, one argument holding four little-endian int64s: its instant
--- in µs (-1 = Redis's TIME), n, the number of limits, and dry (1: decide
--- and write nothing, the admin API's peek); then one argument per limit
--- holding six: the algorithm and five parameters. (Binary, because
--- tonumber on text costs more than the rest of a token bucket's step.)
+-- in µs (-1 = Redis's TIME), n, the number of limits, and a flag (1:
+-- decide and write nothing, the admin API's peek; 2: a charge, whose head
+-- is followed by one more argument, an int64: its reservation's age in
+-- µs); then one argument per limit holding six: the algorithm and five
+-- parameters. (Binary, because tonumber on text costs more than the rest
+-- of a token bucket's step.)
 -- KEYS are the decisions' limits' keys in the same order. The reply is,
 -- per decision, six values per limit and the instant it was decided at.
 
@@ -24,7 +26,7 @@
 -- metatable, so every global lookup in the steps below would cost more
 -- than the arithmetic (measured: 2.4 µs a token-bucket step with global
 -- lookups, 1.3 µs with these).
-local floor, min, max = math.floor, math.min, math.max
+local floor, min, max, abs = math.floor, math.min, math.max, math.abs
 local spack, sunpack = struct.pack, struct.unpack
 local call, format, insert, sub = redis.call, string.format, table.insert, string.sub
 local tonumber, tostring, unpack = tonumber, tostring, unpack
@@ -55,6 +57,19 @@ local function setString(key, value, ttlms)
 end
 
 local function ceildiv(a, b) return floor((a + b - 1) / b) end
+
+-- muldivceil returns ceil(a*b/c) for a >= 0, exactly also when a*b passes
+-- 2^53 (a bucket in debt after a charge): then without forming a*b, exact
+-- while a and b*c are below 2^53 (Check keeps p*q there) and so is the
+-- result.
+local function muldivceil(a, b, c)
+  local ab = a * b
+  if ab < 9007199254740992 then return ceildiv(ab, c) end -- exact: the common case
+  local x = floor(a / c)
+  local r = a - x * c
+  if r < 0 then x, r = x - 1, r + c end
+  return x * b + ceildiv(r * b, c)
+end
 
 -- ttl returns the milliseconds until reset: the key expires when its state
 -- would be a fresh key's.
@@ -102,17 +117,18 @@ local function token_bucket(key, p, q, burst, cost)
     tokens = tokens - cn
     avail = avail - cn
   else
-    retry = last + ceildiv((cn - tokens) * q, p) - now
+    retry = last + muldivceil(cn - tokens, q, p) - now
   end
-  local reset = last + ceildiv(max(0, full - tokens) * q, p)
+  local reset = last + muldivceil(max(0, full - tokens), q, p)
   local write = function()
     setString(key, spack('<dd', last, tokens), ttl(reset))
   end
   if allowed == 0 and not raw then write = nil end
-  local remaining = floor(avail / MICRO)
+  -- A bucket in debt (a charge) holds less than nothing: none remain.
+  local remaining = max(0, floor(avail / MICRO))
   local nxt = 0
   if (remaining + 1) * MICRO <= full then
-    nxt = last + ceildiv(((remaining + 1) * MICRO - tokens) * q, p)
+    nxt = last + muldivceil((remaining + 1) * MICRO - tokens, q, p)
   end
   return allowed, retry, remaining, reset, 0, nxt, write
 end
@@ -144,7 +160,7 @@ local function fixed_window(key, limit, w, cost)
       call('PEXPIRE', key, ttl(stop))
     end
   end
-  return allowed, retry, limit - cnt, reset, 0, nxt, write
+  return allowed, retry, max(0, limit - cnt), reset, 0, nxt, write
 end
 
 -- sliding_log: a sorted set of admitted units, scored by their instant.
@@ -159,10 +175,13 @@ local function sliding_log(key, limit, w, cost)
   -- Units at or before t-w have left (t-w, t].
   local inwin = call('ZCOUNT', key, '(' .. int(t - w), '+inf')
   -- The oldest unit in the window after this request: it leaving is when
-  -- remaining grows.
+  -- remaining grows; with the window full or in debt (a charge), the
+  -- (inwin-limit+1)th oldest.
   local oldest = t
   if inwin > 0 then
-    local first = call('ZRANGEBYSCORE', key, '(' .. int(t - w), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local skip = 0
+    if inwin + c > limit and inwin >= limit then skip = inwin - limit end
+    local first = call('ZRANGEBYSCORE', key, '(' .. int(t - w), '+inf', 'WITHSCORES', 'LIMIT', skip, 1)
     oldest = tonumber(first[2])
   end
   local allowed, retry = 0, 0
@@ -171,7 +190,7 @@ local function sliding_log(key, limit, w, cost)
   if inwin + c <= limit then
     allowed = 1
     inwin = inwin + c
-    newestt = t
+    if c > 0 then newestt = t end
   else
     -- Fits once the oldest inwin+c-limit units in the window have left.
     local skip = call('ZCOUNT', key, '-inf', t - w)
@@ -192,7 +211,7 @@ local function sliding_log(key, limit, w, cost)
       call('PEXPIRE', key, ttl(reset))
     end
   end
-  return allowed, retry, limit - inwin, reset, 0, nxt, write
+  return allowed, retry, max(0, limit - inwin), reset, 0, nxt, write
 end
 
 -- sliding_window: k slots of w/k µs; a hash holds "j" (newest slot written)
@@ -263,7 +282,7 @@ local function sliding_window(key, limit, w, k, cost)
     if allowed == 1 then nxt = fit(getAfter, remaining + 1) else nxt = fit(get, remaining + 1) end
   end
   local z = nil
-  if allowed == 1 then z = j else
+  if allowed == 1 and c > 0 then z = j else
     for i = cur, cur - ring + 1, -1 do if get(i) > 0 then z = i break end end
   end
   local reset = now
@@ -351,7 +370,165 @@ local function leaky_bucket(key, interval, queue, maxwait, cost, lead)
   end
 end
 
+-- Charges (limiter.Charger; the Go side's Charge… steps are the
+-- reference): n units, signed, applied unconditionally for a request
+-- reserved at "reserved" (µs, at most now). n is in the limit's own units
+-- (its cost is not applied). Each returns whether the debt bound capped
+-- it: a charge never takes a limit's usage past twice its capacity. Each
+-- writes the new state; the main loop then reports it with the step at
+-- n = 0 and sets the key's TTL from that report's reset.
+local reserved = 0
+
+-- units returns |n|, at most 2*capacity+1 (enough to tell a capped charge
+-- apart, and to refill any debt).
+local function units(capacity) return min(abs(n), 2 * capacity + 1) end
+
+local function charge_token_bucket(key, p, q, burst, cost)
+  local full = burst * MICRO
+  local u = units(burst) * MICRO
+  local raw = strings[key]
+  if raw and #raw ~= 16 then raw = false end
+  if not raw and n < 0 then return false end -- a fresh bucket is full
+  local last, tokens, t = now, full, now
+  if raw then
+    last, tokens = sunpack('<dd', raw)
+    if t < last then t = last end
+    local e = t - last
+    local k = floor(e / q)
+    if tokens + k * p + floor((e % q) * p / q) >= full then
+      last, tokens = t, full
+    else
+      last, tokens = last + k * q, tokens + k * p
+    end
+  end
+  local avail = min(full, tokens + floor((t - last) * p / q))
+  local capped = false
+  if n > 0 then
+    -- Down to -burst at most, in whole tokens (as limiter/tokenbucket.go).
+    local take = min(u, max(0, floor(avail / MICRO) * MICRO + full))
+    tokens = tokens - take
+    capped = take < u
+  elseif avail + u >= full then
+    last, tokens = t, full
+  else
+    tokens = tokens + u
+  end
+  setString(key, spack('<dd', last, tokens), ttl(last + muldivceil(max(0, full - tokens), q, p)))
+  return capped
+end
+
+local function charge_fixed_window(key, limit, w, cost)
+  local u = units(limit)
+  local idx = floor(now / w)
+  local cnt = 0
+  local st = call('HMGET', key, 'w', 'c')
+  if st[1] and tonumber(st[2]) > 0 and tonumber(st[1]) >= idx then
+    idx, cnt = tonumber(st[1]), tonumber(st[2])
+  end
+  if n > 0 then
+    -- The current window, past the limit if need be, up to 2*limit.
+    local take = min(u, max(0, 2 * limit - cnt))
+    call('HSET', key, 'w', idx, 'c', cnt + take)
+    return take < u
+  end
+  -- A refund, only while the reservation's window is the current one.
+  if cnt > 0 and floor(reserved / w) == idx then
+    call('HSET', key, 'c', cnt - min(cnt, u))
+  end
+  return false
+end
+
+local function charge_sliding_log(key, limit, w, cost)
+  local u = units(limit)
+  local t = now
+  local newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if newest[2] and tonumber(newest[2]) > t then t = tonumber(newest[2]) end
+  local r = min(reserved, t)
+  call('ZREMRANGEBYSCORE', key, '-inf', t - w)
+  if n > 0 then
+    -- At the reservation instant while it is in the window, else at t;
+    -- the entries in the window up to 2*limit.
+    local take = min(u, max(0, 2 * limit - call('ZCARD', key)))
+    local at = t
+    if r > t - w then at = r end
+    local base = call('ZCOUNT', key, at, at)
+    local args = {}
+    for i = 1, take do
+      insert(args, at); insert(args, int(at) .. ':' .. int(base + i))
+      if #args >= 512 then call('ZADD', key, unpack(args)); args = {} end
+    end
+    if #args > 0 then call('ZADD', key, unpack(args)) end
+    return take < u
+  end
+  if r > t - w then
+    -- The u oldest entries at or after the reservation instant: all of an
+    -- instant's but the last instant's, whose highest-numbered go, so
+    -- that an instant's members stay "instant:1".."instant:m".
+    local got = call('ZRANGEBYSCORE', key, r, '+inf', 'WITHSCORES', 'LIMIT', 0, u)
+    local i = 1
+    while i <= #got do
+      local score, cnt = got[i + 1], 0
+      while i <= #got and got[i + 1] == score do cnt, i = cnt + 1, i + 2 end
+      local at = tonumber(score)
+      local m = call('ZCOUNT', key, at, at)
+      local rm = {}
+      for x = m - cnt + 1, m do
+        insert(rm, int(at) .. ':' .. int(x))
+        if #rm >= 512 then call('ZREM', key, unpack(rm)); rm = {} end
+      end
+      if #rm > 0 then call('ZREM', key, unpack(rm)) end
+    end
+  end
+  return false
+end
+
+local function charge_sliding_window(key, limit, w, k, cost)
+  local u = units(limit)
+  local L = w / k
+  local ring = k + 1
+  local flat = call('HGETALL', key)
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = tonumber(flat[i + 1]) end
+  local j = floor(now / L)
+  local cur = h['j']
+  local empty = true
+  for i = 0, k do if (h[tostring(i)] or 0) > 0 then empty = false end end
+  if empty or cur == nil then cur = j end
+  if j < cur then j = cur end
+  local r = min(floor(reserved / L), j) -- the reservation's slot
+  local function get(s)
+    if s > cur or s <= cur - ring then return 0 end
+    return h[tostring(s % ring)] or 0
+  end
+  if n > 0 then
+    -- The reservation's slot while the window covers it, else the
+    -- current one; the slots held up to 2*limit.
+    local held = 0
+    for s = j - k, j do held = held + get(s) end
+    local take = min(u, max(0, 2 * limit - held))
+    local at = j
+    if r >= j - k then at = r end
+    local args = {}
+    if j > cur then
+      for i = cur + 1, min(j, cur + ring) do
+        insert(args, tostring(i % ring)); insert(args, 0)
+      end
+    end
+    insert(args, tostring(at % ring)); insert(args, get(at) + take)
+    insert(args, 'j'); insert(args, j)
+    call('HSET', key, unpack(args))
+    return take < u
+  end
+  -- A refund, from the reservation's slot while the window covers it.
+  if r >= j - k then
+    local c = get(r)
+    if c > 0 then call('HSET', key, tostring(r % ring), c - min(c, u)) end
+  end
+  return false
+end
+
 local steps = {token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window}
+local charges = {charge_token_bucket, false, charge_fixed_window, charge_sliding_log, charge_sliding_window}
 local out = {}
 local a, k = 3, 1 -- the next decision's ARGV and KEYS
 for _ = 1, decisions do
@@ -367,7 +544,27 @@ for _ = 1, decisions do
   end
   local dry = flag == 1
   a = a + 1
-  if count == 1 then
+  if flag == 2 then
+    -- A charge: n signed units to every limit, unconditionally. ARGV[a]
+    -- holds the age of its reservation in µs (>= 0), so that it reads on
+    -- the clock the script uses. The reply's second value is 1 if the
+    -- debt bound capped the limit's charge.
+    reserved = now - sunpack('<i8', ARGV[a])
+    a = a + 1
+    local signed = n
+    for i = 0, count - 1 do
+      local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a + i])
+      local key = KEYS[k + i]
+      local capped = false
+      n = signed
+      if n ~= 0 then capped = charges[alg](key, p1, p2, p3, p4, p5) end
+      n = 0
+      local _, _, remaining, reset, _, nxt = steps[alg](key, p1, p2, p3, p4, p5)
+      if signed ~= 0 and alg ~= 1 then call('PEXPIRE', key, ttl(reset)) end
+      local o = #out
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, capped and 1 or 0, remaining, reset, 0, nxt
+    end
+  elseif count == 1 then
     -- One limit, the common case: no tables to gather and replay.
     local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a])
     local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k], p1, p2, p3, p4, p5)

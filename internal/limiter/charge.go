@@ -1,0 +1,187 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Charger is implemented by the Stores that can charge a limit after the
+// fact (issue 17, item 3: cost reported by the upstream). Both limitproxy
+// stores implement it beside Store; it is a separate interface so that a
+// Store need not. Implementations are safe for concurrent use.
+//
+// # Reserve, then reconcile
+//
+// A request whose cost is known only from its answer reserves an estimate
+// e with an ordinary Decide (Allow with weight e, on a limit of cost 1, as
+// cost_from limits are), and when the answer has ended the store is
+// charged the difference: Charge(c − e) for a true cost c, a refund when
+// negative. The rules below are chosen so that this ends exactly as if the
+// request had been charged c at the reservation instant whenever that is
+// still possible, and never lets reported units go uncounted otherwise.
+// In particular Decide(e) then Charge(c − e) at the same instant leaves
+// the state Decide(c) would have left if it admitted the request.
+//
+// # Units
+//
+// n is in the limit's own units (tokens of a bucket, units counted by a
+// window), not a request weight: the limit's Cost is not applied. A limit
+// of cost k reserved with weight e took k·e units; to reconcile it to
+// weight c, charge k·(c − e).
+//
+// # Charges (n > 0): debt
+//
+// The units are consumed unconditionally, past the quota if need be: the
+// key goes into debt, and its later requests are rejected until the debt
+// is paid (a bucket refills it at its rate, a window lets it leave). A
+// token bucket's content goes below zero; a fixed window's count above its
+// limit; a sliding window's slot, a sliding log's entries likewise.
+//
+// Debt bound: a charge never takes a limit's usage above twice its
+// capacity, that is a debt of at most one capacity. For a token bucket
+// the content never falls below −Burst; for a fixed window the count
+// stays at most 2·Limit; for a sliding window the counts of the slots it
+// still holds (the oldest, partly covered one in full) at most 2·Limit;
+// for a sliding log the entries in the window at most 2·Limit (so at most
+// 2·MaxSlidingLogLimit timestamps, 1.6 MB, per key). The units beyond are
+// dropped and the Decision says so (Capped). The bound keeps every
+// product of the algorithms inside their integer arithmetic (64 bits here,
+// 2^53 in the Redis store's Lua), keeps a sliding log's memory bounded,
+// and bounds how long one expensive answer can lock a client out: at
+// most about two refill periods or windows.
+//
+// # Refunds (n < 0)
+//
+// A refund gives units back, never past a fresh key's state: a bucket
+// never above Burst, a count never below zero. The window algorithms give
+// back only what the reservation still counts: a fixed window only while
+// the reservation's window is the current one, a sliding window only from
+// the reservation's slot while the window still covers it, a sliding log
+// only entries at or after the reservation instant while that instant is
+// still in the window (the oldest of those: the reservation's own). Once
+// the reservation has left the window, it no longer counts against
+// anything, and a refund then would hand out units nobody paid for.
+// A token bucket has no time in its state; see ChargeTokenBucket for when
+// a late refund is not exact.
+//
+// The leaky bucket cannot be charged: its step schedules each request as
+// it is admitted, and a departure that already happened cannot be moved.
+// Charge returns a *ParamError (field "cost_from") for it; CheckCharge
+// tells in advance.
+type Charger interface {
+	// Charge applies n units (a refund when negative; n = 0 changes
+	// nothing) at instant now to every limit in limits, limit i under
+	// client key keys.For(i), for a request reserved at instant
+	// reservedAt (a reservedAt after now is read as now). It is atomic per
+	// call and never refused: the Decision is allowed, with RetryAfter 0,
+	// and describes the limits after the charge (Limit, Remaining,
+	// ResetAt, Next, merged as Decide merges them), with Capped set if
+	// a limit reached its debt bound. Implementations must not modify
+	// limits or keys.
+	//
+	// An error means nothing was charged: a limit that cannot be charged
+	// (CheckCharge), or a backend that could not be reached (wrapping
+	// ErrStoreUnavailable). A failed charge cannot be retried usefully
+	// later; callers report it.
+	Charge(ctx context.Context, limits []Limit, keys Keys, now, reservedAt time.Time, n int64) (Decision, error)
+}
+
+// ErrNoCharger is returned by Limiter.Charge when the Limiter's Store does
+// not implement Charger.
+var ErrNoCharger = errors.New("limiter: the store cannot charge after the fact")
+
+// CheckCharge reports whether l can be charged after the fact (Charger):
+// a *ParamError for a leaky bucket, whose departures are scheduled as
+// requests are admitted, nil for the other algorithms.
+func (l *Limit) CheckCharge() error {
+	if l.alg == LeakyBucket {
+		return paramErr(LeakyBucket, "cost_from", "a leaky_bucket schedules each request as it is admitted and cannot be charged after the answer")
+	}
+	if l.alg == 0 {
+		return errors.New("limiter: limit was not built by a New… constructor")
+	}
+	return nil
+}
+
+// Charge charges (n > 0) or refunds (n < 0) n units, in the limits' own
+// units (their Cost is not applied), to every limit of l for client key,
+// at instant now, for a request whose reservation was made at reservedAt
+// (Allow's instant). See Charger for what it does to each algorithm. The
+// Decision is always allowed and says the state after the charge, for
+// rate-limit headers; Capped reports that a limit reached its debt bound.
+// An error means nothing was charged (ErrNoCharger, a leaky bucket among
+// the limits, or a store that could not be reached).
+func (l *Limiter) Charge(ctx context.Context, key string, now, reservedAt time.Time, n int64) (Decision, error) {
+	c, err := l.charger()
+	if err != nil {
+		return Decision{}, err
+	}
+	return c.Charge(ctx, l.limits, OneKey(key), now, reservedAt, n)
+}
+
+// ChargeKeys is Charge with a client key per limit, as AllowKeys: limit i
+// is charged under keys[i], or not at all if keys[i] is SkipKey (a limit
+// that is not charged after the fact, a leaky bucket among them).
+// len(keys) must be len(Limits()). With every limit skipped it returns an
+// allowed Decision with no figures and Index -1.
+func (l *Limiter) ChargeKeys(ctx context.Context, keys []string, now, reservedAt time.Time, n int64) (Decision, error) {
+	if len(keys) != len(l.limits) {
+		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
+	}
+	c, err := l.charger()
+	if err != nil {
+		return Decision{}, err
+	}
+	if !slices.Contains(keys, SkipKey) {
+		return c.Charge(ctx, l.limits, PerLimit(keys), now, reservedAt, n)
+	}
+	var idx [MaxLimits]int32
+	lims := make([]Limit, 0, len(l.limits))
+	ks := make([]string, 0, len(l.limits))
+	for i, k := range keys {
+		if k != SkipKey {
+			idx[len(lims)] = int32(i)
+			lims = append(lims, l.limits[i])
+			ks = append(ks, k)
+		}
+	}
+	if len(lims) == 0 {
+		return Decision{Allowed: true, Index: -1}, nil
+	}
+	d, err := c.Charge(ctx, lims, PerLimit(ks), now, reservedAt, n)
+	d.Index = idx[d.Index]
+	return d, err
+}
+
+func (l *Limiter) charger() (Charger, error) {
+	c, ok := l.store.(Charger)
+	if !ok {
+		return nil, ErrNoCharger
+	}
+	return c, nil
+}
+
+// chargeUnits returns |n|, at most bound. A Charge step never applies
+// more than twice a limit's capacity (the debt bound), nor needs more to
+// refill a limit from its deepest debt, so bound = 2·capacity + 1 keeps
+// every product in range while still telling a capped charge apart.
+func chargeUnits(n, bound int64) int64 {
+	switch {
+	case n == math.MinInt64:
+		return bound
+	case n < 0:
+		n = -n
+	}
+	return min(n, bound)
+}
+
+// chargeReport turns the decision of a step with nothing to consume,
+// which describes a state, into a Charge's: never refused.
+func chargeReport(d Decision, capped bool) Decision {
+	d.Allowed, d.RetryAfter, d.Capped = true, 0, capped
+	return d
+}
