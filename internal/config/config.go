@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -210,6 +211,82 @@ type Policy struct {
 	// the upstream has no classes.
 	Class     int
 	ClassName string
+	// Charges holds, for each of Limits, when and how much it is
+	// charged, when that is not at once by the request's cost; nil when
+	// no limit of the policy reads the answer.
+	Charges []Charge
+	// Ban is the policy's penalty box; nil: none.
+	Ban *Ban
+}
+
+// Charge says how a limit that reads the upstream's answer is charged
+// (docs/response-limits.md). The zero Charge is an ordinary limit: the
+// request's cost, charged when it is admitted.
+type Charge struct {
+	// Count, if not nil, charges the limit only for answers it matches;
+	// every request is checked against the limit before it is forwarded
+	// (one over its limit is rejected), and charged the limit's cost (or
+	// its CostFrom) when its answer matches.
+	Count *CountRule
+	// CostFrom is the response header (or, with Trailer, trailer) whose
+	// value, a whole number, is the request's cost; "" for none.
+	CostFrom string
+	Trailer  bool
+	// Estimate is the cost reserved before the request is forwarded when
+	// CostFrom is set (at least 1): the configured value, and the
+	// fallback of EstimateHeader and EstimateAverage.
+	Estimate int64
+	// EstimateHeader is a request header whose value is the estimate;
+	// "" for none.
+	EstimateHeader string
+	// EstimateAverage reserves the running average of the key's costs.
+	EstimateAverage bool
+}
+
+// Deferred reports whether c charges after the answer rather than at
+// admission.
+func (c Charge) Deferred() bool { return c.Count != nil || c.CostFrom != "" }
+
+// CountRule is a limit's count: which answers it charges. Every condition
+// given must hold.
+type CountRule struct {
+	// Status are the statuses counted; empty: any.
+	Status []StatusRange
+	// Header is a response header that must be present; "": none.
+	Header string
+}
+
+// Matches reports whether an answer with status and header hdr counts.
+func (c *CountRule) Matches(status int, hdr http.Header) bool {
+	if len(c.Status) > 0 {
+		in := false
+		for _, r := range c.Status {
+			if status >= r.Lo && status <= r.Hi {
+				in = true
+				break
+			}
+		}
+		if !in {
+			return false
+		}
+	}
+	return c.Header == "" || len(hdr.Values(c.Header)) > 0
+}
+
+// StatusRange is a status (Lo == Hi) or a class such as 4xx (400–499).
+type StatusRange struct{ Lo, Hi int }
+
+// Ban is a policy's [policy.ban]: a client key that a limit of the policy
+// rejects is refused for Duration without reaching the upstream; each new
+// offence within ForgetAfter of the last multiplies the ban by Escalation,
+// up to MaxDuration.
+type Ban struct {
+	Duration    time.Duration
+	Escalation  int64 // ≥ 1; 1: every ban lasts Duration
+	MaxDuration time.Duration
+	ForgetAfter time.Duration
+	Status      int  // 429 or 403
+	Shadow      bool // count and log bans, never refuse a request for one
 }
 
 // PolicyConcurrency is a policy's [policy.concurrency]: at most Limit

@@ -25,27 +25,31 @@ const (
 	// slow start (Netflix concurrency-limits starts at 20, Vector at 1);
 	// the queue's bounds are HAProxy's order of magnitude (timeout queue
 	// is commonly a few seconds; 1 s keeps a queued answer useful).
-	DefaultAdaptiveStart     = 4
-	DefaultMinLimit          = 1
-	DefaultMaxLimit          = 1000
-	DefaultConcQueue         = 1000
-	DefaultConcMaxWait       = time.Second
-	DefaultRateLimitHeaders  = HeadersDraft
-	DefaultLogLevel          = LevelInfo
-	DefaultLogFormat         = FormatJSON
-	DefaultLogAccess         = true
-	DefaultBackend           = BackendMemory
-	DefaultRedisAddr         = "127.0.0.1:6379"
-	DefaultRedisPrefix       = "limitproxy:"
-	DefaultOnError           = OnErrorLocal
-	DefaultACMECA            = "https://acme-v02.api.letsencrypt.org/directory"
-	DefaultACMEStorage       = "./certs"
-	DefaultHTTPListen        = ":80" // ACME HTTP-01 challenges and the redirect to HTTPS
-	DefaultRequestBuffering  = true  // nginx's proxy_request_buffering
-	DefaultMode              = Enforce
-	DefaultOnMissing         = MissingShared
-	DefaultUpstreamProtocol  = ProtocolHTTP1
-	DefaultRejectStatus      = 429
+	DefaultAdaptiveStart    = 4
+	DefaultMinLimit         = 1
+	DefaultMaxLimit         = 1000
+	DefaultConcQueue        = 1000
+	DefaultConcMaxWait      = time.Second
+	DefaultRateLimitHeaders = HeadersDraft
+	DefaultLogLevel         = LevelInfo
+	DefaultLogFormat        = FormatJSON
+	DefaultLogAccess        = true
+	DefaultBackend          = BackendMemory
+	DefaultRedisAddr        = "127.0.0.1:6379"
+	DefaultRedisPrefix      = "limitproxy:"
+	DefaultOnError          = OnErrorLocal
+	DefaultACMECA           = "https://acme-v02.api.letsencrypt.org/directory"
+	DefaultACMEStorage      = "./certs"
+	DefaultHTTPListen       = ":80" // ACME HTTP-01 challenges and the redirect to HTTPS
+	DefaultRequestBuffering = true  // nginx's proxy_request_buffering
+	DefaultMode             = Enforce
+	DefaultOnMissing        = MissingShared
+	DefaultUpstreamProtocol = ProtocolHTTP1
+	DefaultRejectStatus     = 429
+	// DefaultBanMax is how long an escalating ban may grow; DefaultBanForget
+	// how long an offence is remembered for escalation.
+	DefaultBanMax            = 24 * time.Hour
+	DefaultBanForget         = 24 * time.Hour
 	DefaultRejectContentType = "application/problem+json"
 	DefaultCustomContentType = "text/plain; charset=utf-8" // of a [policy.reject] body
 	DefaultSlots             = 1                           // the two-window approximation

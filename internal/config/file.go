@@ -120,6 +120,7 @@ type (
 		Reject    *rawReject     `toml:"reject"`
 		Conc      *rawPolicyConc `toml:"concurrency"`
 		Class     Value[string]  `toml:"class"`
+		Ban       *rawBan        `toml:"ban"`
 	}
 	rawPolicyConc struct {
 		Limit   Value[int64] `toml:"limit"`
@@ -149,6 +150,23 @@ type (
 		MaxWait   Duration      `toml:"max_wait"`
 		Delay     Value[int64]  `toml:"delay"`
 		Cost      Value[int64]  `toml:"cost"`
+		// Charged after the answer ([[policy.limits]] only).
+		Count        *rawCount     `toml:"count"`
+		CostFrom     Value[string] `toml:"cost_from"`
+		Estimate     Value[int64]  `toml:"estimate"`
+		EstimateFrom Value[string] `toml:"estimate_from"`
+	}
+	rawCount struct {
+		Status statuses      `toml:"status"`
+		Header Value[string] `toml:"header"`
+	}
+	rawBan struct {
+		Duration    Duration      `toml:"duration"`
+		Escalation  Value[int64]  `toml:"escalation"`
+		MaxDuration Duration      `toml:"max_duration"`
+		ForgetAfter Duration      `toml:"forget_after"`
+		Status      Value[int64]  `toml:"status"`
+		Mode        Value[string] `toml:"mode"`
 	}
 	rawReject struct {
 		Status      Value[int64]  `toml:"status"`

@@ -258,6 +258,8 @@ func valueError(v any) error {
 		return v.err
 	case *share:
 		return v.err
+	case *statuses:
+		return v.err
 	}
 	return nil
 }
@@ -292,6 +294,45 @@ func (s *share) UnmarshalTOML(data any) error {
 	}
 	if math.IsNaN(s.V) || s.V < 0 || s.V >= 1 {
 		s.err = fmt.Errorf("%v: must be from 0 to below 1 (a share of the limit)", data)
+	}
+	return nil
+}
+
+// statuses is a list of response statuses: codes (401) and classes
+// ("4xx"), each as a range [Lo, Hi].
+type statuses struct {
+	V   []StatusRange
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (s *statuses) UnmarshalTOML(data any) error {
+	s.Set = true
+	arr, ok := data.([]any)
+	if !ok {
+		s.err = fmt.Errorf("must be an array of statuses such as [401, 403] or [\"5xx\"], not %s", describe(data))
+		return nil
+	}
+	for i, e := range arr {
+		switch v := e.(type) {
+		case int64:
+			if v < 100 || v > 599 {
+				s.err = fmt.Errorf("element %d: %d is not an HTTP status (100..599)", i, v)
+				return nil
+			}
+			s.V = append(s.V, StatusRange{int(v), int(v)})
+		case string:
+			if len(v) != 3 || v[0] < '1' || v[0] > '5' || strings.ToLower(v[1:]) != "xx" {
+				s.err = fmt.Errorf("element %d: %q: write a status (401) or a class (\"4xx\")", i, v)
+				return nil
+			}
+			lo := int(v[0]-'0') * 100
+			s.V = append(s.V, StatusRange{lo, lo + 99})
+		default:
+			s.err = fmt.Errorf("element %d must be a status (401) or a class (\"4xx\"), not %s", i, describe(e))
+			return nil
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -426,7 +427,7 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 			spec.Concurrency = validatePolicyConc(p.Conc, key+".concurrency", c)
 		}
 		if len(p.Limits) > 0 || spec.Concurrency == nil {
-			spec.Limits, spec.LimitKeys = compilePolicyLimits(p.Limits, key, pk, shared, check, c)
+			spec.Limits, spec.LimitKeys, spec.Charges = compilePolicyLimits(p.Limits, key, pk, shared, check, c)
 		}
 		for _, lk := range spec.LimitKeys {
 			if !lk.Equal(pk) {
@@ -446,9 +447,48 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 				c.add(key+".reject.content_type", "is set but body is not")
 			}
 		}
+		if p.Ban != nil {
+			spec.Ban = validateBan(p.Ban, spec, key+".ban", c)
+		}
 		out = append(out, spec)
 	}
 	return out
+}
+
+// validateBan checks a [policy.ban] at key of policy p.
+func validateBan(r *rawBan, p Policy, key string, c *collector) *Ban {
+	b := &Ban{
+		Duration: r.Duration.D, Escalation: r.Escalation.Or(1), Status: int(r.Status.Or(DefaultRejectStatus)),
+		Shadow: Mode(r.Mode.Or(string(p.Mode))) == Shadow,
+	}
+	if len(p.Limits) == 0 {
+		c.add(key, "a ban follows a rejection by one of the policy's [[policy.limits]], and it has none")
+	}
+	oneOf(c, key+".mode", Mode(r.Mode.Or(string(p.Mode))), Enforce, Shadow)
+	switch {
+	case !r.Duration.Set:
+		c.add(key+".duration", "is required: how long a key that goes over a limit is refused")
+	case r.Duration.err == nil && b.Duration <= 0:
+		c.add(key+".duration", "must be above zero")
+	}
+	if r.Escalation.err == nil && (b.Escalation < 1 || b.Escalation > 1000) {
+		c.add(key+".escalation", "%d: must be from 1 (every ban as long) to 1000", b.Escalation)
+	}
+	b.MaxDuration = b.Duration
+	if b.Escalation > 1 {
+		b.MaxDuration = max(b.Duration, DefaultBanMax)
+	}
+	if r.MaxDuration.Set {
+		b.MaxDuration = r.MaxDuration.D
+		if r.MaxDuration.err == nil && r.Duration.err == nil && b.MaxDuration < b.Duration {
+			c.add(key+".max_duration", "%v is shorter than duration (%v)", b.MaxDuration, b.Duration)
+		}
+	}
+	b.ForgetAfter = r.ForgetAfter.Or(DefaultBanForget)
+	if b.Status != http.StatusTooManyRequests && b.Status != http.StatusForbidden {
+		c.add(key+".status", "%d: a ban answers 429 or 403", b.Status)
+	}
+	return b
 }
 
 // sharedLimit is a validated [[shared_limit]].
@@ -483,6 +523,9 @@ func validateShared(raws []rawLimit, check func(limiter.Limit) error, c *collect
 		}
 		if r.Shared.Set {
 			c.add(key+".shared", "is a key of [[policy.limits]], which use a shared limit")
+		}
+		for _, field := range chargeFields(&r) {
+			c.add(key+"."+field, "is a key of a policy's own [[policy.limits]]: a shared limit is charged as the request is admitted")
 		}
 		lk := limitKey(&r, defaultSharedKey, key, c)
 		lim, ok := compileLimit(&r, key, check, c)
@@ -536,19 +579,21 @@ func validatePolicyConc(r *rawPolicyConc, key string, c *collector) *PolicyConcu
 // compilePolicyLimits validates a policy's [[policy.limits]], each its own
 // limit or a use of a [[shared_limit]], and returns them with the key each
 // counts under (policyKey unless it sets its own).
-func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) ([]limiter.Limit, []LimitKey) {
+func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) ([]limiter.Limit, []LimitKey, []Charge) {
 	if len(raws) == 0 {
 		c.add(policyKey+".limits", "at least one [[policy.limits]] (or a [policy.concurrency]) is required")
-		return nil, nil
+		return nil, nil, nil
 	}
 	if len(raws) > limiter.MaxLimits {
 		c.add(policyKey+".limits", "%d limits; at most %d per policy", len(raws), limiter.MaxLimits)
 	}
 	var (
-		out   []limiter.Limit
-		keys  []LimitKey
-		leaky = -1
-		uses  = map[string]int{}
+		out      []limiter.Limit
+		keys     []LimitKey
+		charges  []Charge
+		deferred bool
+		leaky    = -1
+		uses     = map[string]int{}
 	)
 	for i := range raws {
 		r := &raws[i]
@@ -585,6 +630,8 @@ func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared 
 				continue
 			}
 		}
+		ch := compileCharge(r, lim.Algorithm(), key, c)
+		deferred = deferred || ch.Deferred()
 		if lim.Algorithm() == limiter.LeakyBucket {
 			if leaky >= 0 {
 				at := key + ".algorithm"
@@ -597,8 +644,107 @@ func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared 
 		}
 		out = append(out, lim)
 		keys = append(keys, lk)
+		charges = append(charges, ch)
 	}
-	return out, keys
+	if !deferred {
+		charges = nil
+	}
+	return out, keys, charges
+}
+
+// compileCharge validates the keys of a limit that make it read the
+// answer: count, cost_from, estimate and estimate_from.
+func compileCharge(r *rawLimit, alg limiter.Algorithm, key string, c *collector) Charge {
+	var ch Charge
+	if r.Shared.Set {
+		for _, field := range chargeFields(r) {
+			c.add(key+"."+field, "is set with shared: a shared limit is charged as the request is admitted")
+		}
+		return ch
+	}
+	if cr := r.Count; cr != nil {
+		ch.Count = &CountRule{Status: cr.Status.V, Header: cr.Header.V}
+		switch {
+		case !cr.Status.Set && !cr.Header.Set:
+			c.add(key+".count", "give status (e.g. [401, \"5xx\"]) or header (a response header that marks a counted answer), or both")
+		case cr.Status.Set && cr.Status.err == nil && len(cr.Status.V) == 0:
+			c.add(key+".count.status", "is empty: no answer would ever count")
+		}
+		if cr.Header.Set && !validHeaderName(cr.Header.V) {
+			c.add(key+".count.header", "%q is not a header name", cr.Header.V)
+		}
+		ch.Count.Header = http.CanonicalHeaderKey(ch.Count.Header)
+	}
+	if r.CostFrom.Set {
+		kind, name, _ := strings.Cut(r.CostFrom.V, ":")
+		switch {
+		case kind != "header" && kind != "trailer" || !validHeaderName(name):
+			c.add(key+".cost_from", "%q: write \"header:NAME\" or \"trailer:NAME\" (the response header or trailer holding the cost)", r.CostFrom.V)
+		default:
+			ch.CostFrom, ch.Trailer = http.CanonicalHeaderKey(name), kind == "trailer"
+		}
+		if r.Cost.Set {
+			c.add(key+".cost", "is set with cost_from: the answer gives the cost")
+		}
+	}
+	ch.Estimate = r.Estimate.Or(1)
+	if r.Estimate.Set && r.Estimate.err == nil && (r.Estimate.V < 1 || r.Estimate.V > limiter.MaxCount) {
+		c.add(key+".estimate", "%d: must be from 1 to %d", r.Estimate.V, limiter.MaxCount)
+	}
+	if r.EstimateFrom.Set {
+		switch kind, name, _ := strings.Cut(r.EstimateFrom.V, ":"); {
+		case r.EstimateFrom.V == "average":
+			ch.EstimateAverage = true
+		case kind == "header" && validHeaderName(name):
+			ch.EstimateHeader = http.CanonicalHeaderKey(name)
+		default:
+			c.add(key+".estimate_from", "%q: write \"average\" (the key's running average) or \"header:NAME\" (a request header)", r.EstimateFrom.V)
+		}
+	}
+	if !r.CostFrom.Set {
+		for _, field := range chargeFields(r) {
+			if field == "estimate" || field == "estimate_from" {
+				c.add(key+"."+field, "applies with cost_from only (the estimate reserved until the answer gives the cost)")
+			}
+		}
+	}
+	if ch.Deferred() && alg == limiter.LeakyBucket {
+		at := key + ".count"
+		if r.Count == nil {
+			at = key + ".cost_from"
+		}
+		c.add(at, "a leaky_bucket schedules each request as it is admitted; charge after the answer with another algorithm")
+	}
+	return ch
+}
+
+// chargeFields returns the keys of a limit that make it read the answer
+// that are present, in the file's documented order.
+func chargeFields(r *rawLimit) []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"count", r.Count != nil}, {"cost_from", r.CostFrom.Set}, {"estimate", r.Estimate.Set}, {"estimate_from", r.EstimateFrom.Set}} {
+		if f.set {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
+// validHeaderName reports whether s is an HTTP field name (an RFC 9110
+// token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(s[i])) && !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i]|0x20 && s[i]|0x20 <= 'z') {
+			return false
+		}
+	}
+	return true
 }
 
 // setFields reports which keys of a limit table are present.

@@ -34,8 +34,12 @@ type Policy struct {
 	Limiter *limiter.Limiter
 	// Slots holds the in-flight counts of its [policy.concurrency]; nil
 	// without one.
-	Slots   limiter.Slots
-	matcher matcher
+	Slots limiter.Slots
+	// Deferred holds, for each of Limits that reads the upstream's answer
+	// (Charges), a Limiter of that limit alone; nil for the others, and
+	// nil when no limit reads the answer.
+	Deferred []*limiter.Limiter
+	matcher  matcher
 }
 
 // Compile binds every policy of c to store. Limit state is keyed by policy
@@ -54,6 +58,14 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 				return nil, fmt.Errorf("compile policy %q: %w", spec.Name, err)
 			}
 			p.Limiter = l
+			for i, ch := range spec.Charges {
+				if ch.Deferred() {
+					if p.Deferred == nil {
+						p.Deferred = make([]*limiter.Limiter, len(spec.Limits))
+					}
+					p.Deferred[i] = l.Only(i)
+				}
+			}
 		}
 		if spec.Concurrency != nil {
 			slots, ok := store.(limiter.Slots)

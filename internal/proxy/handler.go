@@ -32,6 +32,8 @@ const (
 	Skipped        = "skipped" // on_missing = "skip": forwarded without limiting
 	Invalid        = "invalid" // refused before matching: 400 or 405 (see canonicalize)
 	Shed           = "shed"    // turned away by its upstream's concurrency limit: 503
+	Banned         = "banned"  // its key is in the policy's penalty box: 429 or 403
+	ShadowBanned   = "shadow_banned"
 )
 
 // Handler is the proxy's http.Handler. It holds the current policy set in
@@ -43,9 +45,13 @@ type Handler struct {
 	slotq   slotQueues // requests waiting for a [policy.concurrency] slot
 	now     func() time.Time
 	log     *zap.Logger
-	acc     *zap.Logger // access log; nil when off
-	buffers *bufferPool // ReverseProxy's copy buffers, shared by every upstream
-	metrics *Metrics    // nil: none
+	acc     *zap.Logger  // access log; nil when off
+	buffers *bufferPool  // ReverseProxy's copy buffers, shared by every upstream
+	metrics *Metrics     // nil: none
+	bans    limiter.Bans // the penalty box; nil: none
+	// averages are the running averages of the costs answers reported,
+	// for estimate_from = "average".
+	averages costAverages
 
 	// closing is done once CloseQueues is called: requests still waiting
 	// in a leaky-bucket queue then leave it with 503.
@@ -73,6 +79,9 @@ type Options struct {
 	AccessLogger *zap.Logger
 	// Metrics, if not nil, receives docs/metrics.md's data-path metrics.
 	Metrics *Metrics
+	// Bans is the store's penalty box, for policies with a [policy.ban];
+	// nil: such policies ban nobody.
+	Bans limiter.Bans
 	// Now is the clock the limiters see. nil means a clock that follows
 	// the wall clock at start-up and then the monotonic clock, so it never
 	// steps back when the wall clock is corrected.
@@ -89,7 +98,7 @@ func MonotonicClock() func() time.Time {
 
 // New returns a handler serving set.
 func New(set *policy.Set, o Options) *Handler {
-	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics}
+	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics, bans: o.Bans}
 	if o.Metrics != nil {
 		o.Metrics.handler.Store(h)
 	}
@@ -199,6 +208,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p        *policy.Policy
 		decision string
 		wait     time.Duration
+		owes     *owed // what the answer owes limits that read it
 	)
 	defer func() {
 		// The server writes what remains of the response after this
@@ -213,7 +223,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			decision = Shed
 		}
 		h.metrics.decision(name, decision)
-		h.logAccess(r, rec, start, p, decision, wait)
+		h.logAccess(r, rec, start, p, decision, wait, owes)
 	}()
 
 	if status, detail := canonicalize(r, &snap.set.Config.Server); status != 0 {
@@ -267,6 +277,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	pinKeyHeaders(r, p)
 
+	if p.Ban != nil && h.bans != nil {
+		if b, ok := h.banned(p, key, keys[:len(p.Limits)], start); ok {
+			if !p.Ban.Shadow {
+				decision = Banned
+				h.refuseBanned(rec, p, b, start)
+				return
+			}
+			decision = ShadowBanned
+		}
+	}
 	var (
 		d   limiter.Decision
 		err error
@@ -275,6 +295,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p.Limiter == nil:
 		// Only a [policy.concurrency]: no rate to decide.
 		d = limiter.Decision{Allowed: true, Index: -1}
+	case p.Deferred != nil:
+		if !p.OwnKeys {
+			for i := range p.Limits {
+				keys[i] = key
+			}
+		}
+		d, owes, err = h.decideDeferred(r.Context(), r, p, keys[:len(p.Limits)], start)
+		if owes != nil {
+			defer h.settle(rec, owes)
+		}
 	case p.OwnKeys:
 		d, err = p.Limiter.AllowKeys(r.Context(), keys[:len(p.Limits)], start, 1)
 	default:
@@ -289,7 +319,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setRateLimitHeaders(rec.Header(), cfg.RateLimitHeaders, p, d, start)
+	if !d.Allowed && p.Ban != nil && h.bans != nil {
+		h.offend(r.Context(), p, key, keys[:len(p.Limits)], d, start)
+	}
 	switch {
+	case decision == ShadowBanned:
+		// Forwarded, whatever its limits decided.
 	case !d.Allowed && p.Mode == config.Shadow:
 		decision = ShadowRejected
 		h.log.Info("shadow policy would reject", zap.String("policy", p.Name), zap.Duration("retry_after", d.RetryAfter))
@@ -407,6 +442,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 		}
 		panic(v)
 	}()
+	w.forwarded = true
 	t.proxy.ServeHTTP(w, r)
 	if w.status != statusClientClosed {
 		h.metrics.forwarded(p.Upstream, w.statusCode(), h.now().Sub(begin))
@@ -417,7 +453,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 // debug level, so that a flood of them cannot flood the log; a response
 // cut short after its status went out at warn, with an error field;
 // everything else at info.
-func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision string, wait time.Duration) {
+func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision string, wait time.Duration, o *owed) {
 	if h.acc == nil {
 		return
 	}
@@ -447,10 +483,15 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 		zap.String("upstream", rec.upstream),
 		zap.Duration("queue_wait", wait),
 		zap.String("error", rec.err),
+		{}, // cost
 	}
-	n := len(fields)
+	n := len(fields) - 1
 	if rec.err == "" {
 		n-- // no error field on a line that has none
+	}
+	if o != nil && o.cost >= 0 {
+		fields[n] = zap.Int64("cost", o.cost)
+		n++
 	}
 	ce.Write(fields[:n]...)
 }
@@ -473,6 +514,8 @@ type recorder struct {
 	h2          bool       // an HTTP/2 request (see FlushError)
 	grpcStatus  int        // the HTTP status a gRPC answer of ours stands for
 	key         string     // the client key, for the upstream's fair share
+	forwarded   bool       // sent to the upstream
+	head        int        // the status written first, whatever became of the exchange
 	shed        bool       // turned away by the upstream's concurrency limit
 	ownAnswer   bool       // the proxy answered for the upstream (502, 504, a body error)
 
@@ -484,7 +527,7 @@ type recorder struct {
 
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 {
-		r.status = code
+		r.status, r.head = code, code
 		if r.clock != nil {
 			r.headerAt = r.clock()
 		}

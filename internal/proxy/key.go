@@ -243,6 +243,23 @@ func KeyFor(p *policy.Policy, s *config.Server, values []string) (string, error)
 	return string(b), nil
 }
 
+// KeyParts splits a key that KeyFor or a request built into its parts'
+// values; false if key is not one (a key a limit of its own builds with
+// on_missing markers decodes as far as it can).
+func KeyParts(key string) ([]string, bool) {
+	var parts []string
+	for key != "" {
+		n, rest, ok := strings.Cut(key, ":")
+		l, err := strconv.Atoi(n)
+		if !ok || err != nil || l < 0 || l >= len(rest) || rest[l] != ';' {
+			return append(parts, key), false
+		}
+		parts = append(parts, rest[:l])
+		key = rest[l+1:]
+	}
+	return parts, true
+}
+
 // appendPart appends one present key part, length-prefixed: "13:203.0.113.7;".
 func appendPart(b, v []byte) []byte {
 	b = strconv.AppendInt(b, int64(len(v)), 10)

@@ -20,6 +20,8 @@ type Metrics struct {
 	queue     *prometheus.GaugeVec     // policy
 	queueWait *prometheus.HistogramVec // policy
 	upstream  *prometheus.HistogramVec // upstream, code
+	bans      *prometheus.CounterVec   // policy
+	charges   *prometheus.CounterVec   // policy, result
 
 	// The children of each label set met so far, so that a request looks
 	// its metrics up in one sync.Map read rather than hashing its label
@@ -45,6 +47,8 @@ const (
 	mQueue
 	mQueueWait
 	mUpstream
+	mBans
+	mCharges
 )
 
 // child returns the child of k, creating it with newChild the first time.
@@ -61,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitproxy_requests_total",
-			Help: "Requests by policy and decision (allowed, rejected, queued, shadow_rejected, unmatched, invalid).",
+			Help: "Requests by policy and decision (allowed, rejected, queued, shadow_rejected, shed, banned, shadow_banned, unmatched, invalid).",
 		}, []string{"policy", "decision"}),
 		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "limitproxy_queue_depth",
@@ -77,8 +81,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from forwarding a request to its response's end, by upstream and status code.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"upstream", "code"}),
+		bans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitproxy_bans_total",
+			Help: "Offences that put a client key in a policy's penalty box ([policy.ban]).",
+		}, []string{"policy"}),
+		charges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitproxy_response_charges_total",
+			Help: "Answers settled by limits that read them (count, cost_from), by result: charged, not_counted (a count that did not match), estimate (no cost reported).",
+		}, []string{"policy", "result"}),
 	}
-	reg.MustRegister(m.requests, m.queue, m.queueWait, m.upstream, concurrencyCollector{m})
+	reg.MustRegister(m.requests, m.queue, m.queueWait, m.upstream, m.bans, m.charges, concurrencyCollector{m})
 	return m
 }
 
@@ -203,5 +215,28 @@ func (m *Metrics) forwarded(upstream string, code int, d time.Duration) {
 		child(m, childKey{metric: mUpstream, a: upstream, code: code}, func() prometheus.Observer {
 			return m.upstream.WithLabelValues(upstream, strconv.Itoa(code))
 		}).Observe(d.Seconds())
+	}
+}
+
+// The results of limitproxy_response_charges_total.
+const (
+	chargeCharged    = "charged"
+	chargeNotCounted = "not_counted"
+	chargeEstimate   = "estimate"
+)
+
+func (m *Metrics) responseCharge(policy, result string) {
+	if m != nil {
+		child(m, childKey{metric: mCharges, a: policy, b: result}, func() prometheus.Counter {
+			return m.charges.WithLabelValues(policy, result)
+		}).Inc()
+	}
+}
+
+func (m *Metrics) banned(policy string) {
+	if m != nil {
+		child(m, childKey{metric: mBans, a: policy}, func() prometheus.Counter {
+			return m.bans.WithLabelValues(policy)
+		}).Inc()
 	}
 }

@@ -15,16 +15,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/limitproxy/limitproxy/internal/config"
+	"github.com/limitproxy/limitproxy/internal/limiter"
 	"github.com/limitproxy/limitproxy/internal/policy"
 	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
 // adminHandler serves docs/admin-api.md's admin API: GET /healthz, GET /readyz,
 // GET /metrics, GET /api/v1/config, POST /api/v1/reload, and GET and DELETE
-// /api/v1/policies/{policy}/keys/{key} (inspect or reset one client).
+// /api/v1/policies/{policy}/keys/{key} (inspect or reset one client), and
+// GET /api/v1/policies/{policy}/bans and DELETE …/bans/{key} (the penalty
+// box).
 // With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
 // constant time.
-func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string) http.Handler {
+func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans limiter.Bans) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -109,6 +112,73 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
+	})
+	policyNamed := func(w http.ResponseWriter, name string) (*policy.Policy, bool) {
+		for _, q := range r.handler.Set().Policies {
+			if q.Name == name {
+				return q, true
+			}
+		}
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": "no policy " + strconv.Quote(name)})
+		return nil, false
+	}
+	mux.HandleFunc("GET /api/v1/policies/{policy}/bans", func(w http.ResponseWriter, req *http.Request) {
+		p, ok := policyNamed(w, req.PathValue("policy"))
+		if !ok {
+			return
+		}
+		limit := maxBansListed
+		if v := req.URL.Query().Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				writeJSON(w, http.StatusBadRequest, map[string]any{"error": "limit: " + strconv.Quote(v) + " is not a whole number above zero"})
+				return
+			}
+			limit = min(n, maxBansListed)
+		}
+		now := r.now()
+		list, err := bans.List(req.Context(), p.Name, now, limit)
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+			return
+		}
+		out := make([]map[string]any, 0, len(list))
+		for _, b := range list {
+			parts, _ := proxy.KeyParts(b.Key)
+			out = append(out, map[string]any{
+				"key": strings.Join(parts, " "), "parts": parts, "raw": b.Key, "level": b.Level,
+				"since": b.Since.UTC().Format(time.RFC3339Nano), "until": b.Until.UTC().Format(time.RFC3339Nano),
+				"until_in_seconds": b.Until.Sub(now).Seconds(),
+			})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"policy": p.Name, "bans": out})
+	})
+	mux.HandleFunc("DELETE /api/v1/policies/{policy}/bans/{key}", func(w http.ResponseWriter, req *http.Request) {
+		p, ok := policyNamed(w, req.PathValue("policy"))
+		if !ok {
+			return
+		}
+		key := req.URL.Query().Get("raw")
+		if key == "" {
+			values := []string{req.PathValue("key")}
+			if len(p.Key) != 1 {
+				values = req.URL.Query()["part"]
+			}
+			var err error
+			if key, err = proxy.KeyFor(p, &r.handler.Set().Config.Server, values); err != nil {
+				writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+				return
+			}
+		}
+		lifted, err := bans.Lift(req.Context(), p.Name, key)
+		switch {
+		case err != nil:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+		case !lifted:
+			writeJSON(w, http.StatusNotFound, map[string]any{"error": "no ban of that key under policy " + strconv.Quote(p.Name)})
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
 	})
 	mux.HandleFunc("POST /api/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if err := r.reload("api"); err != nil {
@@ -227,3 +297,6 @@ func errorsOrNil(err error) []map[string]any {
 	}
 	return errorList(err)
 }
+
+// maxBansListed bounds GET /api/v1/policies/{policy}/bans.
+const maxBansListed = 1000

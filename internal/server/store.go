@@ -24,8 +24,16 @@ type stores struct {
 	decide limiter.Store
 	memory *memstore.Store
 	redis  *redisstore.Store // nil for the memory backend
-	close  func()
+	// bans is the penalty box ([policy.ban]); run keeps it (the Redis
+	// mirror's subscription, the memory records' sweep) until ctx ends.
+	bans    limiter.Bans
+	runBans func(ctx context.Context)
+	close   func()
 }
+
+// banSweep is how often the memory penalty box drops expired records
+// (they are never reported once expired; this frees their memory).
+const banSweep = time.Minute
 
 // newStores builds the [store] of cfg; clock is the one the limiters'
 // instants come from. A Redis that does not answer at start-up is not an
@@ -33,7 +41,19 @@ type stores struct {
 func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stores, error) {
 	mem := memstore.New(memstore.Options{MaxKeys: cfg.MaxKeys, Clock: clock})
 	if cfg.Backend != config.BackendRedis {
-		return &stores{decide: mem, memory: mem, close: func() {}}, nil
+		bans := memstore.NewBans(memstore.BanOptions{})
+		return &stores{decide: mem, memory: mem, bans: bans, runBans: func(ctx context.Context) {
+			t := time.NewTicker(banSweep)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					bans.Sweep(clock())
+				}
+			}
+		}, close: func() {}}, nil
 	}
 	rc := cfg.Redis
 	password := ""
@@ -73,7 +93,13 @@ func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stor
 	if err := rs.Ping(context.Background()); err != nil {
 		log.Warn("redis does not answer at start-up; decisions follow on_error until it does", zap.Strings("addrs", rc.Addrs), zap.Error(err))
 	}
-	return &stores{decide: rs, memory: mem, redis: rs, close: func() { client.Close() }}, nil
+	bans := redisstore.NewBans(client, redisstore.BanOptions{Prefix: rc.Prefix, Timeout: rc.Timeout, Clock: clock})
+	run := func(ctx context.Context) {
+		if err := bans.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("the penalty box's subscription to Redis stopped", zap.Error(err))
+		}
+	}
+	return &stores{decide: rs, memory: mem, redis: rs, bans: bans, runBans: run, close: func() { client.Close() }}, nil
 }
 
 // redisLogs routes go-redis's own log lines (connection-pool trouble,
