@@ -230,7 +230,7 @@ func (h *Handler) estimate(r *http.Request, p *policy.Policy, i int, key string)
 			}
 		}
 	case ch.EstimateAverage:
-		if n, ok := h.averages.get(p.Limits[i].Name(), key); ok {
+		if n, ok := h.averages.get(p.Deferred[i].Limits()[0].Name(), key); ok {
 			return n
 		}
 	}

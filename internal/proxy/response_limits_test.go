@@ -556,3 +556,64 @@ func TestCostOvershoot(t *testing.T) {
 		})
 	}
 }
+
+// TestCostEstimates, on both stores: estimate_from = "average" reserves
+// the key's running average of reported costs (30 until the first answer
+// reports one), so that once the key's answers cost 10, a request fits in
+// 20 left where 30 would not; and an answer cut short before its trailer
+// is charged its estimate.
+func TestCostEstimates(t *testing.T) {
+	for _, kind := range rlStores {
+		t.Run(kind, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Has("cut") {
+					w.Header().Set("Trailer", "X-Cost")
+					w.WriteHeader(200)
+					io.WriteString(w, "part of it")
+					w.(http.Flusher).Flush()
+					panic(http.ErrAbortHandler) // the connection breaks before the trailer
+				}
+				w.Header().Set("X-Cost", r.Header.Get("X-Want"))
+			}))
+			t.Cleanup(srv.Close)
+			b := newRLBackend(t, kind, time.Now)
+			cfg := strings.Replace(costConfig, `estimate_from = "header:X-Max"`, `estimate_from = "average"`, 1)
+			e := newRLEnv(t, cfg, srv.URL, b, time.Now)
+			p := e.set.Policies[0]
+			left := func(k string) int64 {
+				key, _ := KeyFor(p, &e.set.Config.Server, []string{k})
+				d, err := p.Limiter.Peek(context.Background(), key, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d.Remaining + 1
+			}
+			for i := range 8 {
+				if code, _ := send(t, "GET", e.addr+"/x", "X-Key", "avg", "X-Want", "10"); code != 200 {
+					t.Fatalf("request %d: %d", i+1, code)
+				}
+			}
+			if l := left("avg"); l != 20 {
+				t.Fatalf("%d left after 8 answers of 10, want 20", l)
+			}
+			if code, _ := send(t, "GET", e.addr+"/x", "X-Key", "avg", "X-Want", "10"); code != 200 {
+				t.Fatalf("with 20 left and an average of 10: %d, want 200 (the fixed estimate, 30, would not fit)", code)
+			}
+			if l := left("avg"); l != 10 {
+				t.Fatalf("%d left, want 10", l)
+			}
+			req, _ := http.NewRequest("GET", e.addr+"/x?cut", nil)
+			req.Header.Set("X-Key", "cut")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			waitFor(t, "the cut answer to be settled", func() bool {
+				return testutil.ToFloat64(e.m.charges.WithLabelValues("tokens", chargeEstimate)) == 1
+			})
+			if l := left("cut"); l != 70 {
+				t.Fatalf("%d left after an answer cut before its trailer, want 70 (the estimate charged)", l)
+			}
+		})
+	}
+}
