@@ -64,6 +64,9 @@ type TLS struct {
 type Admin struct {
 	Listen   string // "" disables the admin listener
 	TokenEnv string
+	// RawTopKeys shows the top offenders' client keys as they are rather
+	// than hashed (GET /api/v1/top).
+	RawTopKeys bool
 }
 
 // Log is [log].

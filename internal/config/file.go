@@ -58,6 +58,7 @@ type (
 	rawAdmin struct {
 		Listen   Value[string] `toml:"listen"`
 		TokenEnv Value[string] `toml:"token_env"`
+		TopKeys  Value[string] `toml:"top_keys"`
 	}
 	rawLog struct {
 		Level  Value[string] `toml:"level"`

@@ -36,10 +36,11 @@ func oneOf[T ~string](c *collector, key string, v T, allowed ...T) {
 func validate(raw *rawFile, c *collector, o Options) *Config {
 	cfg := &Config{
 		Server: validateServer(&raw.Server, c),
-		Admin:  Admin{Listen: raw.Admin.Listen.Or(DefaultAdminListen), TokenEnv: raw.Admin.TokenEnv.V},
+		Admin:  Admin{Listen: raw.Admin.Listen.Or(DefaultAdminListen), TokenEnv: raw.Admin.TokenEnv.V, RawTopKeys: raw.Admin.TopKeys.V == "raw"},
 		Log:    validateLog(&raw.Log, c),
 		Store:  validateStore(&raw.Store, c),
 	}
+	oneOf(c, "admin.top_keys", raw.Admin.TopKeys.Or("hashed"), "hashed", "raw")
 	upstreams := map[string]int{}
 	for i := range raw.Upstream {
 		cfg.Upstreams = append(cfg.Upstreams, validateUpstream(&raw.Upstream[i], fmt.Sprintf("upstream[%d]", i), upstreams, i, c))

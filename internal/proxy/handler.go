@@ -52,6 +52,7 @@ type Handler struct {
 	// averages are the running averages of the costs answers reported,
 	// for estimate_from = "average".
 	averages costAverages
+	top      trackers // the top offenders, per policy
 
 	// closing is done once CloseQueues is called: requests still waiting
 	// in a leaky-bucket queue then leave it with 503.
@@ -144,6 +145,7 @@ func (h *Handler) Swap(set *policy.Set) {
 		}
 		s.pools[u.Name] = newPool(u, isTrusted, h.buffers, h.log, h.now)
 	}
+	h.top.sync(set)
 	h.snap.Store(s)
 	if old != nil {
 		for name, p := range old.pools {
@@ -319,6 +321,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setRateLimitHeaders(rec.Header(), cfg.RateLimitHeaders, p, d, start)
+	if d.Index >= 0 {
+		k := key
+		if p.OwnKeys {
+			k = keys[d.Index]
+		}
+		h.top.observe(p, k, d, start)
+	}
 	if !d.Allowed && p.Ban != nil && h.bans != nil {
 		h.offend(r.Context(), p, key, keys[:len(p.Limits)], d, start)
 	}

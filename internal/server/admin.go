@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net"
@@ -24,7 +28,7 @@ import (
 // GET /metrics, GET /api/v1/config, POST /api/v1/reload, and GET and DELETE
 // /api/v1/policies/{policy}/keys/{key} (inspect or reset one client), and
 // GET /api/v1/policies/{policy}/bans and DELETE …/bans/{key} (the penalty
-// box).
+// box), and GET /api/v1/top and …/policies/{policy}/top (top offenders).
 // With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
 // constant time.
 func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans limiter.Bans) http.Handler {
@@ -180,6 +184,61 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 			w.WriteHeader(http.StatusNoContent)
 		}
 	})
+	// Top offenders: every policy's, or one's.
+	hasher := newKeyHasher()
+	top := func(w http.ResponseWriter, req *http.Request, only string) {
+		n := 10
+		if v := req.URL.Query().Get("n"); v != "" {
+			var err error
+			if n, err = strconv.Atoi(v); err != nil || n < 1 || n > proxy.TopK {
+				writeJSON(w, http.StatusBadRequest, map[string]any{"error": "n: " + strconv.Quote(v) + " must be a whole number from 1 to " + strconv.Itoa(proxy.TopK)})
+				return
+			}
+		}
+		raw := r.handler.Set().Config.Admin.RawTopKeys
+		show := func(key string) string {
+			if raw {
+				parts, _ := proxy.KeyParts(key)
+				return strings.Join(parts, " ")
+			}
+			return hasher.hash(key)
+		}
+		keys := "hashed"
+		if raw {
+			keys = "raw"
+		}
+		lists := []map[string]any{}
+		for _, l := range r.handler.Top(n) {
+			if only != "" && l.Policy != only {
+				continue
+			}
+			rejected := []map[string]any{}
+			for _, e := range l.Rejected {
+				rejected = append(rejected, map[string]any{"key": show(e.Key), "count": e.Count, "error": e.Error})
+			}
+			closest := []map[string]any{}
+			for _, e := range l.Closest {
+				closest = append(closest, map[string]any{"key": show(e.Key), "used": e.Used})
+			}
+			lists = append(lists, map[string]any{
+				"policy": l.Policy, "window_seconds": proxy.TopWindow.Seconds(), "total_rejected": l.Total,
+				"error_bound": (l.Total + proxy.TopK - 1) / proxy.TopK, "keys": keys, "rejected": rejected, "closest": closest,
+			})
+		}
+		if only != "" {
+			if len(lists) == 0 {
+				writeJSON(w, http.StatusNotFound, map[string]any{"error": "no policy " + strconv.Quote(only)})
+				return
+			}
+			writeJSON(w, http.StatusOK, lists[0])
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"policies": lists})
+	}
+	mux.HandleFunc("GET /api/v1/top", func(w http.ResponseWriter, req *http.Request) { top(w, req, "") })
+	mux.HandleFunc("GET /api/v1/policies/{policy}/top", func(w http.ResponseWriter, req *http.Request) {
+		top(w, req, req.PathValue("policy"))
+	})
 	mux.HandleFunc("POST /api/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if err := r.reload("api"); err != nil {
 			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"applied": false, "errors": errorList(err)})
@@ -300,3 +359,20 @@ func errorsOrNil(err error) []map[string]any {
 
 // maxBansListed bounds GET /api/v1/policies/{policy}/bans.
 const maxBansListed = 1000
+
+// keyHasher shows client keys as 16 hex digits of HMAC-SHA-256 under a
+// secret drawn at start: stable until restart, and not reversible by
+// hashing every address.
+type keyHasher struct{ secret [32]byte }
+
+func newKeyHasher() *keyHasher {
+	h := &keyHasher{}
+	rand.Read(h.secret[:])
+	return h
+}
+
+func (h *keyHasher) hash(key string) string {
+	m := hmac.New(sha256.New, h.secret[:])
+	m.Write([]byte(key))
+	return hex.EncodeToString(m.Sum(nil)[:8])
+}
