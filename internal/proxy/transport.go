@@ -32,7 +32,9 @@ import (
 // writes it (writeHead), the response read by http.ReadResponse: chunked
 // and Content-Length bodies, close-delimited ones, HEAD, 204 and 304 are
 // read exactly as http.Transport reads them; 1xx informational responses
-// before the final one are skipped (101 is never asked for here). A
+// before the final one are skipped (101 is never asked for here, and one
+// that comes anyway is returned with its connection closed, as
+// http.Transport returns it). A
 // kept-alive connection the upstream closed meanwhile fails its first
 // read: an idempotent request is then sent again, once, on a new
 // connection. Idle connections are kept per host up to maxIdlePerHost and
@@ -177,9 +179,15 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 	}
 	pc.lr.left = math.MaxInt64 // no bound on bodies
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// Never asked for (upgrades go to fallback), yet returned as
+		// http.Transport returns it, for ReverseProxy to refuse (502: a
+		// switch to a protocol nobody requested). The connection, switched
+		// to who knows what, is closed.
 		stop()
 		resp.Body.Close()
-		return nil, errors.New("unexpected 101 Switching Protocols")
+		pc.conn.Close()
+		resp.Body = http.NoBody
+		return resp, nil
 	}
 	reusable := !resp.Close && !req.Close
 	if resp.Body == http.NoBody {
