@@ -465,6 +465,12 @@ func validateBan(r *rawBan, p Policy, key string, c *collector) *Ban {
 	if len(p.Limits) == 0 {
 		c.add(key, "a ban follows a rejection by one of the policy's [[policy.limits]], and it has none")
 	}
+	for i, lk := range p.LimitKeys {
+		if len(lk.Parts) == 0 {
+			c.add(key, "limits[%d] counts every client under one key (key = []): a ban of that key would refuse everyone", i)
+			break
+		}
+	}
 	oneOf(c, key+".mode", Mode(r.Mode.Or(string(p.Mode))), Enforce, Shadow)
 	switch {
 	case !r.Duration.Set:
@@ -632,6 +638,9 @@ func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared 
 			}
 		}
 		ch := compileCharge(r, lim.Algorithm(), key, c)
+		if q, _ := lim.Quota(); ch.CostFrom != "" && r.Estimate.Set && ch.Estimate > q {
+			c.add(key+".estimate", "%d is above the limit's quota (%d): no request could ever be admitted", ch.Estimate, q)
+		}
 		deferred = deferred || ch.Deferred()
 		if lim.Algorithm() == limiter.LeakyBucket {
 			if leaky >= 0 {

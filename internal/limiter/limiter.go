@@ -94,6 +94,10 @@ type Decision struct {
 	// limit reached its debt bound (see Charger); false for Allow. (A bool
 	// beside Allowed fits in the padding: the size does not change.)
 	Capped bool
+	// Degraded reports that the store could not decide and followed its
+	// on_error rule instead (the Redis store without Redis): the request
+	// was not measured against the shared limit. Also in the padding.
+	Degraded bool
 	// Index is the position, among the limiter's limits, of the limit that
 	// Limit, Remaining, ResetAt and Next describe: the most restrictive
 	// one. (An int32 beside Allowed keeps a Decision at 11 words: a word
@@ -151,6 +155,7 @@ func (d *Decision) Fold(i int, d2 Decision) {
 	d2.Index = int32(i)
 	allowed := d.Allowed && d2.Allowed
 	capped := d.Capped || d2.Capped
+	degraded := d.Degraded || d2.Degraded
 	retry := max(d.RetryAfter, d2.RetryAfter)
 	delay := max(d.Delay, d2.Delay)
 	ticket := d.Ticket
@@ -160,7 +165,7 @@ func (d *Decision) Fold(i int, d2 Decision) {
 	if moreRestrictive(d2, *d) {
 		*d = d2
 	}
-	d.Allowed, d.RetryAfter, d.Delay, d.Ticket, d.Capped = allowed, retry, delay, ticket, capped
+	d.Allowed, d.RetryAfter, d.Delay, d.Ticket, d.Capped, d.Degraded = allowed, retry, delay, ticket, capped, degraded
 	if !allowed {
 		d.Delay, d.Ticket = 0, 0
 	}

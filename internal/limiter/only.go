@@ -21,3 +21,11 @@ func (l *Limiter) PeekN(ctx context.Context, key string, now time.Time, n int64)
 	}
 	return l.store.Peek(ctx, l.limits, OneKey(key), now, n)
 }
+
+// Degraded reports whether l's store cannot decide now and follows its
+// on_error rule (the Redis store with its breaker open); false for a
+// store that always decides.
+func (l *Limiter) Degraded() bool {
+	d, ok := l.store.(interface{ Degraded() bool })
+	return ok && d.Degraded()
+}

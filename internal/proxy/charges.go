@@ -78,7 +78,7 @@ func (h *Handler) decideDeferred(ctx context.Context, r *http.Request, p *policy
 			if ch.CostFrom != "" {
 				n = est
 			}
-			di, err = l.PeekN(ctx, keys[i], now, n)
+			di, err = h.check(ctx, o, l, i, keys[i], now, n)
 		} else {
 			di, err = l.Allow(ctx, keys[i], now, est)
 			o.reserved[i] = err == nil && di.Allowed
@@ -114,6 +114,26 @@ func (h *Handler) decideDeferred(ctx context.Context, r *http.Request, p *policy
 	return d, o, nil
 }
 
+// check decides whether a request of n units fits in count limit l
+// (deferred limit i) for key without charging it: a Peek; when the store
+// cannot answer one (Redis down), an admission under its on_error rule
+// that is given back at once, so that on_error applies to count limits
+// as to the others.
+func (h *Handler) check(ctx context.Context, o *owed, l *limiter.Limiter, i int, key string, now time.Time, n int64) (limiter.Decision, error) {
+	if !l.Degraded() {
+		d, err := l.PeekN(ctx, key, now, n)
+		if err == nil {
+			return d, nil
+		}
+	}
+	d, err := l.Allow(ctx, key, now, n)
+	if err == nil && d.Allowed {
+		o.keys[i] = key
+		h.charge(ctx, o, i, -n)
+	}
+	return d, err
+}
+
 func allSkipped(keys []string) bool {
 	for _, k := range keys {
 		if k != limiter.SkipKey {
@@ -126,6 +146,7 @@ func allSkipped(keys []string) bool {
 // refund gives back the estimates o reserved: the request is not
 // forwarded.
 func (h *Handler) refund(ctx context.Context, o *owed) {
+	ctx = context.WithoutCancel(ctx) // a client that left is still given back what it reserved
 	for i, l := range o.p.Deferred {
 		if l != nil && o.reserved[i] {
 			h.charge(ctx, o, i, -o.est[i])
@@ -216,12 +237,20 @@ func reportedCost(hdr http.Header, ch *config.Charge) (int64, bool) {
 
 // estimate is the cost deferred limit i of p reserves for r from key:
 // the request header's whole number, the key's running average, or the
-// configured estimate.
+// configured estimate; never more than the limit's quota, so that one
+// large answer (an average pushed past the quota) cannot make a key's
+// every later request one no wait could admit.
 func (h *Handler) estimate(r *http.Request, p *policy.Policy, i int, key string) int64 {
 	ch := &p.Charges[i]
 	if ch.CostFrom == "" {
 		return 1
 	}
+	quota, _ := p.Limits[i].Quota()
+	return max(1, min(quota, h.estimateOf(r, p, i, key)))
+}
+
+func (h *Handler) estimateOf(r *http.Request, p *policy.Policy, i int, key string) int64 {
+	ch := &p.Charges[i]
 	switch {
 	case ch.EstimateHeader != "":
 		if v := r.Header.Get(ch.EstimateHeader); v != "" {

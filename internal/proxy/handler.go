@@ -279,6 +279,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	pinKeyHeaders(r, p)
 
+	shadowBanned := false
 	if p.Ban != nil && h.bans != nil {
 		if b, ok := h.banned(p, key, keys[:len(p.Limits)], start); ok {
 			if !p.Ban.Shadow {
@@ -286,7 +287,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				h.refuseBanned(rec, p, b, start)
 				return
 			}
-			decision = ShadowBanned
+			// Counted, never refused: the limits decide as usual.
+			shadowBanned = true
 		}
 	}
 	var (
@@ -328,15 +330,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.top.observe(p, k, d, start)
 	}
-	if !d.Allowed && p.Ban != nil && h.bans != nil {
-		h.offend(r.Context(), p, key, keys[:len(p.Limits)], d, start)
+	var ban limiter.Ban
+	banned := false
+	if !d.Allowed && !d.Degraded && !shadowBanned && p.Ban != nil && h.bans != nil {
+		// Over a limit: an offence. (Not a rejection made without the
+		// shared store, on_error: an outage is nobody's offence.)
+		ban, banned = h.offend(context.WithoutCancel(r.Context()), p, key, keys[:len(p.Limits)], d, start)
 	}
 	switch {
-	case decision == ShadowBanned:
-		// Forwarded, whatever its limits decided.
 	case !d.Allowed && p.Mode == config.Shadow:
 		decision = ShadowRejected
 		h.log.Info("shadow policy would reject", zap.String("policy", p.Name), zap.Duration("retry_after", d.RetryAfter))
+	case !d.Allowed && banned && !p.Ban.Shadow:
+		// The offence's answer is the ban's: its status, and Retry-After
+		// until it ends rather than until the limit would admit.
+		decision = Rejected
+		h.refuseBanned(rec, p, ban, start)
+		return
 	case !d.Allowed:
 		decision = Rejected
 		reject(rec, p, d, snap.rejection[p])
@@ -373,6 +383,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		decision = Allowed
+	}
+	if shadowBanned && decision == Allowed {
+		decision = ShadowBanned
 	}
 	if p.Concurrency != nil {
 		if p.OwnKeys {
@@ -535,7 +548,11 @@ type recorder struct {
 }
 
 func (r *recorder) WriteHeader(code int) {
-	if r.status == 0 {
+	// An informational answer (100 Continue, 103 Early Hints) relayed
+	// before the final one is not the answer: the final status is what
+	// the log, the limits that read answers and the adaptive limit's
+	// latency see.
+	if r.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		r.status, r.head = code, code
 		if r.clock != nil {
 			r.headerAt = r.clock()

@@ -244,8 +244,8 @@ func TestBanEscalation(t *testing.T) {
 			for range 3 {
 				attempt(e, "wrong")
 			}
-			if code := attempt(e, "wrong"); code != 429 {
-				t.Fatalf("past the limit: %d, want 429 (and a ban)", code)
+			if code := attempt(e, "wrong"); code != 403 {
+				t.Fatalf("past the limit: %d, want 403 (an offence, answered as the ban it starts)", code)
 			}
 			if code := attempt(e, "right"); code != 403 {
 				t.Fatalf("banned, right password: %d, want 403", code)
@@ -280,16 +280,16 @@ func TestBanEscalation(t *testing.T) {
 				// The reload raised the limit to 4: one more failure fits.
 				t.Fatalf("after the ban, under the new limit: %d, want 401", code)
 			}
-			if code := attempt(e, "wrong"); code != 429 {
-				t.Fatalf("past the limit again: %d, want 429", code)
+			if code := attempt(e, "wrong"); code != 403 {
+				t.Fatalf("past the limit again: %d, want 403", code)
 			}
 			clock.advance(19 * time.Second)
 			if code := attempt(e, "right"); code != 403 {
 				t.Fatalf("19 s into the second ban: %d, want 403 (it lasts 20 s)", code)
 			}
 			clock.advance(time.Second)
-			if code := attempt(e, "right"); code != 429 {
-				t.Fatalf("after the second ban: %d, want 429 (the window still holds 4 failures)", code)
+			if code := attempt(e, "right"); code != 403 {
+				t.Fatalf("after the second ban: %d, want 403 (the window still holds 4 failures: a third offence)", code)
 			}
 			if f, s := up.counts("x"); f != 4 || s != 0 {
 				t.Errorf("the upstream saw %d failures and %d successes, want 4 and 0", f, s)

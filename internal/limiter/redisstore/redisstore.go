@@ -347,13 +347,15 @@ func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, keys limiter
 func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
 	switch s.onError {
 	case "local":
-		return s.fallback.Decide(ctx, limits, keys, now, n)
+		d, err := s.fallback.Decide(ctx, limits, keys, now, n)
+		d.Degraded = true
+		return d, err
 	case "allow":
 		q := quota(limits[0])
-		return limiter.Decision{Allowed: true, Limit: q, Remaining: q, ResetAt: now}, nil
+		return limiter.Decision{Allowed: true, Degraded: true, Limit: q, Remaining: q, ResetAt: now}, nil
 	}
 	retry := max(time.Second, s.breaker.retryAt().Sub(now))
-	return limiter.Decision{RetryAfter: retry, Limit: quota(limits[0]), ResetAt: now.Add(retry)}, nil
+	return limiter.Decision{RetryAfter: retry, Degraded: true, Limit: quota(limits[0]), ResetAt: now.Add(retry)}, nil
 }
 
 // Peek implements limiter.Store. It asks Redis, past the breaker, and
