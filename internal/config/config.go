@@ -74,6 +74,11 @@ type Log struct {
 	Level  LogLevel
 	Format LogFormat
 	Access bool
+	// AccessReplay adds to the access log what `limitproxy replay` needs
+	// to decide each request again exactly: when it arrived, its client
+	// address, query, and the request headers the policies match or key
+	// on; and logs rejections at info level.
+	AccessReplay bool
 }
 
 // Store is [store].

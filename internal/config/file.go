@@ -64,6 +64,7 @@ type (
 		Level  Value[string] `toml:"level"`
 		Format Value[string] `toml:"format"`
 		Access Value[bool]   `toml:"access"`
+		Replay Value[bool]   `toml:"access_replay"`
 	}
 	rawStore struct {
 		Backend Value[string] `toml:"backend"`

@@ -137,7 +137,7 @@ func validateLog(l *rawLog, c *collector) Log {
 	lg := Log{
 		Level:  LogLevel(l.Level.Or(string(DefaultLogLevel))),
 		Format: LogFormat(l.Format.Or(string(DefaultLogFormat))),
-		Access: l.Access.Or(DefaultLogAccess),
+		Access: l.Access.Or(DefaultLogAccess), AccessReplay: l.Replay.V,
 	}
 	oneOf(c, "log.level", lg.Level, LevelDebug, LevelInfo, LevelWarn, LevelError)
 	oneOf(c, "log.format", lg.Format, FormatJSON, FormatConsole)

@@ -66,6 +66,9 @@ type snapshot struct {
 	set       *policy.Set
 	pools     map[string]*pool
 	rejection map[*policy.Policy][]byte
+	// replay lists the request headers the access log carries with
+	// [log] access_replay (replayHeaders); nil without it.
+	replay []string
 }
 
 // Options configures a Handler.
@@ -133,6 +136,9 @@ func (h *Handler) Swap(set *policy.Set) {
 	}
 	old := h.snap.Load()
 	s := &snapshot{set: set, pools: map[string]*pool{}, rejection: map[*policy.Policy][]byte{}}
+	if set.Config.Log.AccessReplay {
+		s.replay = replayHeaders(set)
+	}
 	for _, p := range set.Policies {
 		s.rejection[p] = rejectionBody(p)
 	}
@@ -206,6 +212,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	snap := h.snap.Load()
 	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout, grpc: isGRPC(r), h2: r.ProtoMajor == 2}
 	rec.dl, _ = unwrapDeadliner(w)
+	if h.acc != nil && snap.set.Config.Log.AccessReplay {
+		rec.replay = captureReplay(r, snap.replay, snap.set.Config.Server.TrustedProxies, start)
+	}
 	var (
 		p        *policy.Policy
 		decision string
@@ -480,7 +489,7 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 		return
 	}
 	level := zapcore.InfoLevel
-	if decision == Rejected {
+	if decision == Rejected && rec.replay == nil {
 		level = zapcore.DebugLevel
 	}
 	if rec.err != "" {
@@ -515,6 +524,10 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 		fields[n] = zap.Int64("cost", o.cost)
 		n++
 	}
+	if rec.replay != nil {
+		ce.Write(rec.replay.fields(fields[:n])...)
+		return
+	}
 	ce.Write(fields[:n]...)
 }
 
@@ -529,17 +542,18 @@ type recorder struct {
 	renewed     time.Time     // when the write deadline was last set
 	status      int
 	upstream    string
-	body        *timedBody // the request body being streamed, if any
-	writeFailed bool       // a write to the client failed
-	err         string     // why the exchange failed after the status went out
-	grpc        bool       // a gRPC call: answered with grpc-status (grpc.go)
-	h2          bool       // an HTTP/2 request (see FlushError)
-	grpcStatus  int        // the HTTP status a gRPC answer of ours stands for
-	key         string     // the client key, for the upstream's fair share
-	forwarded   bool       // sent to the upstream
-	head        int        // the status written first, whatever became of the exchange
-	shed        bool       // turned away by the upstream's concurrency limit
-	ownAnswer   bool       // the proxy answered for the upstream (502, 504, a body error)
+	body        *timedBody    // the request body being streamed, if any
+	writeFailed bool          // a write to the client failed
+	err         string        // why the exchange failed after the status went out
+	grpc        bool          // a gRPC call: answered with grpc-status (grpc.go)
+	h2          bool          // an HTTP/2 request (see FlushError)
+	grpcStatus  int           // the HTTP status a gRPC answer of ours stands for
+	key         string        // the client key, for the upstream's fair share
+	replay      *replayFields // [log] access_replay's fields; nil without it
+	forwarded   bool          // sent to the upstream
+	head        int           // the status written first, whatever became of the exchange
+	shed        bool          // turned away by the upstream's concurrency limit
+	ownAnswer   bool          // the proxy answered for the upstream (502, 504, a body error)
 
 	// Under a concurrency limit: when the request was let through, and
 	// when the response head was written (by clock).

@@ -59,6 +59,13 @@ type Options struct {
 	// each release is timed from the previous one, which forwards a little
 	// below the rate (by the timers' lateness).
 	Clock func() time.Time
+	// VirtualQueues runs leaky-bucket queues without timers: a queue
+	// releases its waiters when a later decision's instant shows their
+	// time has come, as a timer firing exactly on time would have, and
+	// nobody needs to Wait (a waiter nobody waits for counts as staying
+	// in the queue). For `limitproxy replay`, which decides on a virtual
+	// clock and never waits.
+	VirtualQueues bool
 }
 
 // Store is the in-memory limiter.Store. Create it with New; it is safe for
@@ -70,6 +77,7 @@ type Store struct {
 	perShard  int
 	sweep     time.Duration
 	clock     func() time.Time
+	virtualQ  bool
 	evictions atomic.Int64
 	slots     [slotShards]slotCounts // concurrency limits' slots (slots.go)
 }
@@ -138,6 +146,7 @@ func New(o Options) *Store {
 		perShard:  max(1, (o.MaxKeys+(1<<bits)-1)>>bits),
 		sweep:     o.SweepInterval,
 		clock:     o.Clock,
+		virtualQ:  o.VirtualQueues,
 	}
 	for i := range s.shards {
 		s.shards[i].ticketBase = uint64(i) << ticketShardShift
@@ -368,6 +377,9 @@ func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time
 		}
 		var q *limiter.LeakyQueue
 		var v limiter.LeakyQueue
+		if st.q != nil && s.virtualQ {
+			st.q.advance(ns)
+		}
 		if st.q != nil {
 			v = st.view(ns, lim.LeakyBucket().Queue)
 			q = &v

@@ -43,6 +43,7 @@ type leakyEntry struct {
 type leakyQueue struct {
 	sh      *shard
 	clock   func() time.Time // nil: time each release from the previous one
+	virtual bool             // no timer: advance releases (Options.VirtualQueues)
 	timer   *time.Timer
 	busy    bool  // timer armed
 	gateAt  int64 // ns: when the exit reopens
@@ -84,15 +85,17 @@ func (e *leakyEntry) view(t, queue int64) limiter.LeakyQueue {
 func (e *leakyEntry) enqueue(s *Store, sh *shard, t int64, delay, spacing time.Duration) uint64 {
 	q := e.q
 	if q == nil {
-		q = &leakyQueue{sh: sh, clock: s.clock}
+		q = &leakyQueue{sh: sh, clock: s.clock, virtual: s.virtualQ}
 		e.q = q
 	}
 	if !q.busy {
 		// The exit reopens at the head's departure: a new schedule.
 		gate := t + int64(delay)
-		if q.timer == nil {
+		switch {
+		case q.virtual:
+		case q.timer == nil:
 			q.timer = time.AfterFunc(time.Duration(gate-t), q.fire)
-		} else {
+		default:
 			q.timer.Reset(time.Duration(gate - t))
 		}
 		q.busy, q.gateAt, q.due = true, gate, gate
@@ -128,18 +131,39 @@ func (q *leakyQueue) departure(gate, i int64) int64 {
 func (q *leakyQueue) fire() {
 	q.sh.mu.Lock()
 	defer q.sh.mu.Unlock()
+	var now int64
+	if q.clock != nil {
+		now = q.clock().UnixNano()
+	}
+	if next, ok := q.release(now); ok {
+		q.timer.Reset(time.Duration(next))
+	}
+}
+
+// advance releases, in a virtual queue (Options.VirtualQueues), what the
+// timer would have released by t had it fired on time. Requires sh.mu.
+func (q *leakyQueue) advance(t int64) {
+	for q.busy && q.gateAt <= t {
+		q.release(q.gateAt)
+	}
+}
+
+// release releases the head as the gate opens at now (Unix ns; unused
+// without a clock, except in a virtual queue, where it is the gate's own
+// instant): it returns when the gate reopens after now, false when nobody
+// waited and the queue is idle. Requires sh.mu.
+func (q *leakyQueue) release(now int64) (int64, bool) {
 	w := q.head
 	if w == nil {
 		q.busy = false
-		return
+		return 0, false
 	}
 	q.unlink(w)
 	delete(q.sh.waiters, w.ticket)
 	w.released = true
 	close(w.ready)
 	next := w.spacing
-	if q.clock != nil {
-		now := q.clock().UnixNano()
+	if q.clock != nil || q.virtual {
 		due := satAdd(q.due, w.spacing)
 		switch lag := now - due; {
 		case lag > max(w.spacing, int64(timerSlack)): // a stall: the next at once, and a new schedule from it
@@ -154,7 +178,7 @@ func (q *leakyQueue) fire() {
 	} else {
 		q.gateAt = satAdd(q.gateAt, w.spacing)
 	}
-	q.timer.Reset(time.Duration(next))
+	return next, true
 }
 
 // minGap is the shortest gap, in percent of a spacing, between a late

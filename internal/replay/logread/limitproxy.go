@@ -236,7 +236,36 @@ func (r *LimitproxyReader) object(rec *Record, line string, i int, ts, logger, m
 	if rec.Has&HasDuration != 0 {
 		rec.Time = rec.End.Add(-rec.Duration)
 	}
-	rec.Extra = r.fl.clone(extra)
+	// [log] access_replay's fields (docs/replay.md): received, the exact
+	// instant the limits decided at, and h:NAME, a request header's field
+	// lines joined by "\n".
+	kept := extra[:0]
+	var hdr []Field
+	for _, f := range extra {
+		switch {
+		case f.Name == "received":
+			t, err := time.Parse(time.RFC3339Nano, f.Value)
+			if err != nil {
+				return false, fmt.Sprintf("received: %q is not a time", f.Value)
+			}
+			rec.Time, rec.Resolution = t, time.Nanosecond
+			if rec.Has&HasDuration != 0 {
+				// ts is truncated to the millisecond: the end is
+				// received plus the duration, to the nanosecond.
+				rec.End = t.Add(rec.Duration)
+			}
+		case strings.HasPrefix(f.Name, "h:"):
+			for v := range strings.SplitSeq(f.Value, "\n") {
+				hdr = append(hdr, Field{Name: f.Name[2:], Value: v})
+			}
+		default:
+			kept = append(kept, f)
+		}
+	}
+	if hdr != nil {
+		rec.Header = r.fl.clone(hdr)
+	}
+	rec.Extra = r.fl.clone(kept)
 	return true, ""
 }
 
@@ -297,12 +326,15 @@ func (r *LimitproxyReader) field(rec *Record, key, val string, isStr bool, seen 
 		rec.Error = val
 	// Not written by the proxy today; read if a later version adds them
 	// under these names (STYLE.md's remote_ip).
-	case "remote_ip", "remote_addr":
+	case "client", "remote_ip", "remote_addr":
+		if key == "client" && val == "" {
+			break // [log] access_replay: no address (a unix socket)
+		}
 		a, ok := parseAddr(val)
 		if !isStr || !ok {
 			return fmt.Sprintf("%s: %s is not an address", key, val)
 		}
-		if key == "remote_ip" {
+		if key != "remote_addr" {
 			rec.Client = a
 		} else {
 			rec.Peer = a

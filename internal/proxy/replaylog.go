@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/limitproxy/limitproxy/internal/config"
+	"github.com/limitproxy/limitproxy/internal/policy"
+)
+
+// With [log] access_replay, each access-log line carries what `limitproxy
+// replay` needs to decide its request again exactly (docs/replay.md):
+// received, the instant its limits decided at; client, its client
+// address; query, its raw query; and h:NAME for each request header the
+// policies match or key on (their field lines joined by "\n", which no
+// field value holds).
+
+// replayFields are one request's, captured as it arrives (before the key
+// headers are pinned to one value).
+type replayFields struct {
+	received time.Time
+	client   string
+	query    string
+	headers  []zap.Field
+}
+
+// replayHeaders are the request headers set's policies read: match
+// headers, key parts (Cookie for cookie parts), estimate headers.
+func replayHeaders(set *policy.Set) []string {
+	var names []string
+	add := func(n string) {
+		if n = http.CanonicalHeaderKey(n); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	parts := func(ps []config.KeyPart) {
+		for _, kp := range ps {
+			switch kp.Kind {
+			case config.KeyHeader:
+				add(kp.Name)
+			case config.KeyCookie:
+				add("Cookie")
+			}
+		}
+	}
+	for _, p := range set.Policies {
+		for _, h := range p.Match.Headers {
+			add(h.Name)
+		}
+		parts(p.Key)
+		for _, lk := range p.LimitKeys {
+			parts(lk.Parts)
+		}
+		for _, ch := range p.Charges {
+			if ch.EstimateHeader != "" {
+				add(ch.EstimateHeader)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// captureReplay returns r's replay fields, arrived at start.
+func captureReplay(r *http.Request, names []string, trusted []netip.Prefix, start time.Time) *replayFields {
+	f := &replayFields{received: start, query: r.URL.RawQuery}
+	if a, ok := clientIP(r, trusted); ok {
+		f.client = a.String()
+	}
+	for _, n := range names {
+		if vs := r.Header[n]; len(vs) > 0 {
+			f.headers = append(f.headers, zap.String("h:"+n, strings.Join(vs, "\n")))
+		}
+	}
+	return f
+}
+
+// fields appends f's access-log fields to fs.
+func (f *replayFields) fields(fs []zap.Field) []zap.Field {
+	fs = append(fs, zap.String("received", f.received.UTC().Format(time.RFC3339Nano)), zap.String("client", f.client), zap.String("query", f.query))
+	return append(fs, f.headers...)
+}
