@@ -2,7 +2,8 @@
 # The whole test suite, as README.md and .ci/run run it: formatting, go vet,
 # staticcheck, every test under the race detector, and a few seconds of each
 # fuzz target. It installs what it needs when missing: staticcheck from the
-# Go module proxy, redis-server from Debian's packages (as root).
+# Go module proxy, redis-server, nginx and chromium from Debian's packages
+# (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,6 +61,19 @@ if ! python3 -c 'import flask' >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-flask >/dev/null
   fi
   python3 -c 'import flask' || { echo "python3 cannot import flask: install it (apt-get install python3-flask)" >&2; exit 1; }
+fi
+
+# The dashboard's tests load the page in a real browser: headless Chromium
+# (Debian's package), which they start and stop themselves; they fail,
+# clearly, without it.
+if ! command -v chromium >/dev/null 2>&1; then
+  step "installing chromium"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "chromium is missing and this is not root: install it (apt-get install chromium)" >&2
+    exit 1
+  fi
 fi
 
 step "gofmt"

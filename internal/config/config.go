@@ -86,6 +86,9 @@ type Store struct {
 	Backend Backend
 	MaxKeys int
 	Redis   Redis
+	// OverridesFile is where the memory backend keeps the per-key
+	// overrides the admin API sets; "" keeps them in memory only.
+	OverridesFile string
 }
 
 // Redis is [store.redis].

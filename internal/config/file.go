@@ -69,6 +69,7 @@ type (
 	rawStore struct {
 		Backend Value[string] `toml:"backend"`
 		MaxKeys Value[int64]  `toml:"max_keys"`
+		OvFile  Value[string] `toml:"overrides_file"`
 		Redis   rawRedis      `toml:"redis"`
 	}
 	rawRedis struct {

@@ -146,7 +146,8 @@ func validateLog(l *rawLog, c *collector) Log {
 
 // validateStore checks [store] and [store.redis].
 func validateStore(st *rawStore, c *collector) Store {
-	s := Store{Backend: Backend(st.Backend.Or(string(DefaultBackend))), MaxKeys: int(st.MaxKeys.Or(DefaultMaxKeys))}
+	s := Store{Backend: Backend(st.Backend.Or(string(DefaultBackend))), MaxKeys: int(st.MaxKeys.Or(DefaultMaxKeys)),
+		OverridesFile: st.OvFile.Or(DefaultOverridesFile)}
 	oneOf(c, "store.backend", s.Backend, BackendMemory, BackendRedis)
 	if st.MaxKeys.Set && st.MaxKeys.err == nil && st.MaxKeys.V < 1 {
 		c.add("store.max_keys", "must be at least 1")

@@ -29,3 +29,6 @@ func (l *Limiter) Degraded() bool {
 	d, ok := l.store.(interface{ Degraded() bool })
 	return ok && d.Degraded()
 }
+
+// Store returns the store l's limits are bound to.
+func (l *Limiter) Store() Store { return l.store }

@@ -53,6 +53,10 @@ type Handler struct {
 	// for estimate_from = "average".
 	averages costAverages
 	top      trackers // the top offenders, per policy
+	// overrides are the per-key overrides (nil: none), ovCache their
+	// compiled limiters.
+	overrides limiter.Overrides
+	ovCache   overrideCache
 
 	// closing is done once CloseQueues is called: requests still waiting
 	// in a leaky-bucket queue then leave it with 503.
@@ -86,6 +90,8 @@ type Options struct {
 	// Bans is the store's penalty box, for policies with a [policy.ban];
 	// nil: such policies ban nobody.
 	Bans limiter.Bans
+	// Overrides are the per-key overrides the admin API sets; nil: none.
+	Overrides limiter.Overrides
 	// Now is the clock the limiters see. nil means a clock that follows
 	// the wall clock at start-up and then the monotonic clock, so it never
 	// steps back when the wall clock is corrected.
@@ -102,7 +108,7 @@ func MonotonicClock() func() time.Time {
 
 // New returns a handler serving set.
 func New(set *policy.Set, o Options) *Handler {
-	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics, bans: o.Bans}
+	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics, bans: o.Bans, overrides: o.Overrides}
 	if o.Metrics != nil {
 		o.Metrics.handler.Store(h)
 	}
@@ -152,6 +158,7 @@ func (h *Handler) Swap(set *policy.Set) {
 		s.pools[u.Name] = newPool(u, isTrusted, h.buffers, h.log, h.now)
 	}
 	h.top.sync(set)
+	h.ovCache.reset()
 	h.snap.Store(s)
 	if old != nil {
 		for name, p := range old.pools {
@@ -303,6 +310,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var (
 		d   limiter.Decision
 		err error
+		hp  = p // the policy whose limits the RateLimit fields describe
 	)
 	switch {
 	case p.Limiter == nil:
@@ -321,7 +329,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p.OwnKeys:
 		d, err = p.Limiter.AllowKeys(r.Context(), keys[:len(p.Limits)], start, 1)
 	default:
-		d, err = p.Limiter.Allow(r.Context(), key, start, 1)
+		l := p.Limiter
+		if h.overrides != nil {
+			if ol, view, ok := h.overridden(p, key); ok {
+				l, hp = ol, view
+			}
+		}
+		d, err = l.Allow(r.Context(), key, start, 1)
 	}
 	if err != nil {
 		// The memory store never fails; the Redis store's on_error
@@ -331,7 +345,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.forward(rec, r, snap, p)
 		return
 	}
-	setRateLimitHeaders(rec.Header(), cfg.RateLimitHeaders, p, d, start)
+	setRateLimitHeaders(rec.Header(), cfg.RateLimitHeaders, hp, d, start)
 	if d.Index >= 0 {
 		k := key
 		if p.OwnKeys {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter"
+	"github.com/limitproxy/limitproxy/internal/limiter/redisstore"
 	"github.com/limitproxy/limitproxy/internal/policy"
 	"github.com/limitproxy/limitproxy/internal/proxy"
 )
@@ -31,9 +32,10 @@ import (
 // box), and GET /api/v1/top and …/policies/{policy}/top (top offenders).
 // With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
 // constant time.
-func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans limiter.Bans) http.Handler {
+func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans limiter.Bans, overrides limiter.Overrides) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	registerDashboard(mux) // GET /dashboard: dashboard.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -239,6 +241,83 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 	mux.HandleFunc("GET /api/v1/policies/{policy}/top", func(w http.ResponseWriter, req *http.Request) {
 		top(w, req, req.PathValue("policy"))
 	})
+	// Per-key overrides: a client decided by other limits than its
+	// policy's, set live.
+	listOverrides := func(w http.ResponseWriter, req *http.Request, policy string) {
+		list, err := overrides.List(req.Context(), policy, maxOverridesListed)
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+			return
+		}
+		inForce := map[string]bool{}
+		for _, p := range r.handler.Set().Policies {
+			inForce[p.Name] = true
+		}
+		out := make([]map[string]any, 0, len(list))
+		for _, o := range list {
+			out = append(out, overrideView(o, inForce[o.Policy]))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"overrides": out})
+	}
+	mux.HandleFunc("GET /api/v1/overrides", func(w http.ResponseWriter, req *http.Request) { listOverrides(w, req, "") })
+	mux.HandleFunc("GET /api/v1/policies/{policy}/overrides", func(w http.ResponseWriter, req *http.Request) {
+		if _, ok := policyNamed(w, req.PathValue("policy")); ok {
+			listOverrides(w, req, req.PathValue("policy"))
+		}
+	})
+	mux.HandleFunc("PUT /api/v1/policies/{policy}/overrides/{key}", func(w http.ResponseWriter, req *http.Request) {
+		p, key, ok := clientKey(w, req)
+		if !ok {
+			return
+		}
+		var o limiter.Override
+		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&o); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "body: " + err.Error()})
+			return
+		}
+		o.Policy, o.Key, o.SetAt = p.Name, key, r.now()
+		if err := o.Validate(); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+			return
+		}
+		l, err := p.OverrideLimiter(p.Limiter.Store(), o)
+		if err == nil && r.handler.Set().Config.Store.Backend == config.BackendRedis {
+			for _, lim := range l.Limits() {
+				if err = redisstore.Check(lim); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+			return
+		}
+		switch err := overrides.Set(req.Context(), o); {
+		case errors.Is(err, limiter.ErrTooManyOverrides):
+			writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error()})
+		case errors.Is(err, limiter.ErrStoreUnavailable):
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+		case err != nil:
+			writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
+		default:
+			writeJSON(w, http.StatusOK, overrideView(o, true))
+		}
+	})
+	mux.HandleFunc("DELETE /api/v1/policies/{policy}/overrides/{key}", func(w http.ResponseWriter, req *http.Request) {
+		p, key, ok := clientKey(w, req)
+		if !ok {
+			return
+		}
+		removed, err := overrides.Remove(req.Context(), p.Name, key)
+		switch {
+		case err != nil:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+		case !removed:
+			writeJSON(w, http.StatusNotFound, map[string]any{"error": "no override of that key under policy " + strconv.Quote(p.Name)})
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	})
 	mux.HandleFunc("POST /api/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if err := r.reload("api"); err != nil {
 			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"applied": false, "errors": errorList(err)})
@@ -375,4 +454,22 @@ func (h *keyHasher) hash(key string) string {
 	m := hmac.New(sha256.New, h.secret[:])
 	m.Write([]byte(key))
 	return hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// maxOverridesListed bounds GET …/overrides.
+const maxOverridesListed = 10000
+
+// overrideView is an override as the admin API shows it: its JSON form,
+// its key's parts, and whether its policy is in force (an override of a
+// policy since removed or renamed stays in the store, orphaned).
+func overrideView(o limiter.Override, inForce bool) map[string]any {
+	b, _ := json.Marshal(o)
+	var v map[string]any
+	json.Unmarshal(b, &v)
+	parts, _ := proxy.KeyParts(o.Key)
+	v["raw"] = o.Key
+	v["key"] = strings.Join(parts, " ")
+	v["parts"] = parts
+	v["orphaned"] = !inForce
+	return v
 }

@@ -150,7 +150,7 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 	}
 	var reload *reloader
 	m := newMetrics(st, func() *reloadStatus { return reload.Status() }, string(cfg.Store.Backend), access)
-	handler := proxy.New(set, proxy.Options{Logger: log, AccessLog: cfg.Log.Access, AccessLogger: accessLog, Now: now, Metrics: m.proxy, Bans: st.bans})
+	handler := proxy.New(set, proxy.Options{Logger: log, AccessLog: cfg.Log.Access, AccessLogger: accessLog, Now: now, Metrics: m.proxy, Bans: st.bans, Overrides: st.overrides})
 	reload = newReloader(path, cfg, st, handler, level, log, now)
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
@@ -232,7 +232,7 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 				zap.String("listen", cfg.Admin.Listen))
 		}
 		defer adminLn.Close()
-		admin = &http.Server{Handler: adminHandler(reload, st.ready, m, token, st.bans), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminHandler(reload, st.ready, m, token, st.bans, st.overrides), ReadHeaderTimeout: 5 * time.Second}
 	}
 
 	// Background work, stopped after the servers have drained.
@@ -244,6 +244,7 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 	}()
 	wg.Go(func() { st.memory.Run(workers) })
 	wg.Go(func() { st.runBans(workers) })
+	wg.Go(func() { st.runOverrides(workers) })
 	if path != "" {
 		// Watching starts here, before serve reports it is ready, so that
 		// no change made after that is missed.

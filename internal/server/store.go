@@ -28,7 +28,11 @@ type stores struct {
 	// mirror's subscription, the memory records' sweep) until ctx ends.
 	bans    limiter.Bans
 	runBans func(ctx context.Context)
-	close   func()
+	// overrides are the per-key overrides; runOverrides keeps the Redis
+	// mirror current until ctx ends (nothing to do in memory).
+	overrides    limiter.Overrides
+	runOverrides func(ctx context.Context)
+	close        func()
 }
 
 // banSweep is how often the memory penalty box drops expired records
@@ -41,6 +45,10 @@ const banSweep = time.Minute
 func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stores, error) {
 	mem := memstore.New(memstore.Options{MaxKeys: cfg.MaxKeys, Clock: clock})
 	if cfg.Backend != config.BackendRedis {
+		ov, err := memstore.NewOverrides(memstore.OverrideOptions{Path: cfg.OverridesFile})
+		if err != nil {
+			return nil, fmt.Errorf("store.overrides_file: %w", err)
+		}
 		bans := memstore.NewBans(memstore.BanOptions{})
 		return &stores{decide: mem, memory: mem, bans: bans, runBans: func(ctx context.Context) {
 			t := time.NewTicker(banSweep)
@@ -53,7 +61,7 @@ func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stor
 					bans.Sweep(clock())
 				}
 			}
-		}, close: func() {}}, nil
+		}, overrides: ov, runOverrides: func(context.Context) {}, close: func() {}}, nil
 	}
 	rc := cfg.Redis
 	password := ""
@@ -99,7 +107,13 @@ func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stor
 			log.Error("the penalty box's subscription to Redis stopped", zap.Error(err))
 		}
 	}
-	return &stores{decide: rs, memory: mem, redis: rs, bans: bans, runBans: run, close: func() { client.Close() }}, nil
+	ov := redisstore.NewOverrides(client, redisstore.OverrideOptions{Prefix: rc.Prefix, Timeout: max(rc.Timeout, time.Second)})
+	runOv := func(ctx context.Context) {
+		if err := ov.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("the overrides' subscription to Redis stopped", zap.Error(err))
+		}
+	}
+	return &stores{decide: rs, memory: mem, redis: rs, bans: bans, runBans: run, overrides: ov, runOverrides: runOv, close: func() { client.Close() }}, nil
 }
 
 // redisLogs routes go-redis's own log lines (connection-pool trouble,
