@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus bench-openloop bench-capacity
+.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -45,3 +45,7 @@ bench-openloop:
 # limitproxy adaptive (about 8 minutes; installs haproxy when missing and root).
 bench-capacity:
 	bench/capacity.sh 8s 30s
+
+# Regenerates the replay and top-offenders section of BENCHMARKS.md (issue 18; about 2 minutes).
+bench-ops:
+	bench/ops.sh 5

@@ -22,6 +22,7 @@ bench/redis.sh 5
 bench/accuracy.sh 1
 bench/versus.sh 10s
 bench/capacity.sh 8s 30s
+bench/ops.sh 5
 took=$(( ($(date +%s) - start + 59) / 60 ))
 {
   echo "# Benchmarks"

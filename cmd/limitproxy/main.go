@@ -58,6 +58,8 @@ const usage = `usage:
   limitproxy -config PATH          serve until SIGINT/SIGTERM
   limitproxy check -config PATH    validate a configuration and exit
   limitproxy health -config PATH   ask the admin listener of that configuration whether it serves (exit 0 if so)
+  limitproxy replay -config PATH [-against PATH] [flags] LOG...
+                                   replay access logs against a configuration (docs/replay.md)
   limitproxy demo                  run the example configuration against a local echo upstream
   limitproxy version               print version, Go version and commit`
 
@@ -77,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			return health(ctx, path, stdout)
+		case "replay":
+			return replayCmd(ctx, args[1:], stdout, stderr)
 		case "demo":
 			if len(args) > 1 {
 				return usageError{"demo takes no arguments\n" + usage}

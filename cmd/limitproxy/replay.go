@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"github.com/limitproxy/limitproxy/internal/replay"
+	"github.com/limitproxy/limitproxy/internal/replay/logread"
+)
+
+const replayUsage = `usage: limitproxy replay -config NEW.toml [flags] LOG...
+  -config PATH        the configuration to replay the logs against (required)
+  -against PATH       a second configuration, replayed beside it and compared
+  -format F           auto | limitproxy | nginx (default auto: detected per file)
+  -nginx-format S     nginx's log_format string or whole directive (default: combined)
+  -client-var VAR     the variable holding the client address, e.g. $http_x_forwarded_for (default $remote_addr)
+  -xff HOW            rightmost | leftmost: which address of a list is the client's (default rightmost, past -trusted)
+  -trusted CIDRS      proxies in front of nginx, comma-separated, walked past in an address list
+  -slack D            how far out of time order lines may be and still replay in order (default 5s)
+  -top N              keys in each list (default 10)
+  -raw-keys           show client keys as they are instead of hashed
+  -json               print the report as JSON
+  -svg DIR            write a plot per policy (admitted and rejected per second) into DIR`
+
+// maxLineErrors is how many unreadable lines replay reports one by one;
+// the count of the rest follows.
+const maxLineErrors = 10
+
+// replayCmd is `limitproxy replay`: it parses the flags into
+// replay.Options, runs the replay and prints the report (docs/replay.md).
+func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		o       replay.Options
+		format  = fs.String("format", "auto", "")
+		xff     = fs.String("xff", "rightmost", "")
+		trusted = fs.String("trusted", "", "")
+		asJSON  = fs.Bool("json", false, "")
+		svgDir  = fs.String("svg", "", "")
+	)
+	fs.StringVar(&o.Config, "config", "", "")
+	fs.StringVar(&o.Against, "against", "", "")
+	fs.StringVar(&o.Read.Nginx.LogFormat, "nginx-format", "", "")
+	fs.StringVar(&o.Read.Nginx.ClientVar, "client-var", "", "")
+	fs.DurationVar(&o.Slack, "slack", 0, "")
+	fs.IntVar(&o.Top, "top", replay.DefaultTop, "")
+	fs.BoolVar(&o.RawKeys, "raw-keys", false, "")
+	// Flags may come after the logs too: parse, take the arguments up to
+	// the next flag as logs, parse again.
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return usageError{"replay: " + err.Error() + "\n" + replayUsage}
+		}
+		rest = fs.Args()
+		for len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+			o.Logs = append(o.Logs, rest[0])
+			rest = rest[1:]
+		}
+		if len(rest) == 0 {
+			break
+		}
+	}
+	switch {
+	case o.Config == "":
+		return usageError{"replay: -config PATH is required\n" + replayUsage}
+	case len(o.Logs) == 0:
+		return usageError{"replay: no access log given\n" + replayUsage}
+	case o.Top < 1:
+		return usageError{fmt.Sprintf("replay: -top %d: must be at least 1", o.Top)}
+	}
+	switch *format {
+	case "auto", "":
+		o.Read.Format = logread.Auto
+	case "limitproxy":
+		o.Read.Format = logread.Limitproxy
+	case "nginx":
+		o.Read.Format = logread.Nginx
+	default:
+		return usageError{fmt.Sprintf("replay: -format %q: must be auto, limitproxy or nginx", *format)}
+	}
+	switch *xff {
+	case "rightmost":
+		o.Read.Nginx.ForwardedFor = logread.RightmostUntrusted
+	case "leftmost":
+		o.Read.Nginx.ForwardedFor = logread.Leftmost
+	default:
+		return usageError{fmt.Sprintf("replay: -xff %q: must be rightmost or leftmost", *xff)}
+	}
+	for _, s := range strings.Split(*trusted, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return usageError{fmt.Sprintf("replay: -trusted %q: not an address or CIDR prefix", s)}
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		o.Read.Nginx.TrustedProxies = append(o.Read.Nginx.TrustedProxies, p.Masked())
+	}
+	if o.Read.Nginx.LogFormat != "" {
+		if _, err := logread.ParseLogFormat(o.Read.Nginx.LogFormat); err != nil {
+			return usageError{"replay: -nginx-format: " + err.Error()}
+		}
+	}
+
+	var lineErrors int
+	o.LineError = func(err error) {
+		lineErrors++
+		if lineErrors <= maxLineErrors {
+			fmt.Fprintln(stderr, err)
+		}
+	}
+	rep, err := replay.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	if lineErrors > maxLineErrors {
+		fmt.Fprintf(stderr, "… and %d more lines that could not be read\n", lineErrors-maxLineErrors)
+	}
+	if rep.Read.Replayed == 0 && rep.Read.Malformed > 0 {
+		return fmt.Errorf("replay: no request replayed and %d lines could not be read: is -format or -nginx-format right?", rep.Read.Malformed)
+	}
+	notes := stdout
+	if *asJSON {
+		if err := rep.WriteJSON(stdout); err != nil {
+			return err
+		}
+		notes = stderr
+	} else if err := rep.WriteText(stdout); err != nil {
+		return err
+	}
+	if *svgDir != "" {
+		paths, err := rep.WriteSVG(*svgDir)
+		if err != nil {
+			return fmt.Errorf("replay: -svg: %w", err)
+		}
+		if len(paths) == 0 {
+			fmt.Fprintln(notes, "\nplots: none (no request matched a policy)")
+		} else {
+			fmt.Fprintf(notes, "\nplots: %s\n", strings.Join(paths, " "))
+		}
+	}
+	return nil
+}
