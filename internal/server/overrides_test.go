@@ -17,8 +17,8 @@ import (
 // TestOverrides, the whole server over loopback, memory store: a policy
 // of burst 2 per address; PUT an override of scale 3 for 127.0.0.1 and it
 // gets 6 (RateLimit-Policy says q=6); replace it with a limit of its own
-// (1 per hour, counted apart) and it gets 1; the list shows it; after a
-// restart on the same overrides file it still applies; DELETE removes it
+// (1 per hour, counted apart) and it gets 1; a reload keeps it; the list
+// shows it; after a restart on the same overrides file it still applies; DELETE removes it
 // (204, then 404), and the policy's own limits decide again.
 func TestOverrides(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "overrides.json")
@@ -71,6 +71,12 @@ func TestOverrides(t *testing.T) {
 	}
 	if c, b := call(r, "PUT", "/api/v1/policies/all/overrides/127.0.0.1", `{"limits": [{"algorithm": "fixed_window", "limit": 0, "window": "1h"}]}`); c != 400 {
 		t.Fatalf("PUT a limit of 0: %d %s, want 400", c, b)
+	}
+	if c, b := call(r, "POST", "/api/v1/reload", ""); c != 200 {
+		t.Fatalf("reload: %d %s", c, b)
+	}
+	if n, pol := burst(r); n != 0 || !strings.Contains(pol, "q=1") {
+		t.Fatalf("after a reload: %d admitted (%q), want 0 and q=1 (the override still applies, its hour spent)", n, pol)
 	}
 	c, b := call(r, "GET", "/api/v1/overrides", "")
 	var list struct{ Overrides []map[string]any }
