@@ -109,24 +109,17 @@ type BanOptions struct {
 // The mirror holds at most MaxBans records (per shard, as memstore does);
 // a full shard drops the record that expires soonest.
 type Bans struct {
-	c        redis.UniversalClient
-	channel  string
+	follower
 	seqKey   string
 	policies string // the policies' ZSET
 	prefix   string
 	timeout  time.Duration
-	every    time.Duration
 	max      int
 	clock    func() time.Time
 	mirror   *mirror
 	// applied is the number of the latest change the mirror has from the
 	// stream of messages or a resync.
 	applied atomic.Int64
-	errors  atomic.Int64
-	lastErr atomic.Pointer[error]
-	kick    chan chan struct{} // forces a full resync (tests)
-	synced  chan struct{}      // closed by the first full resync
-	once    sync.Once
 }
 
 // NewBans returns a penalty box on c. Start Run.
@@ -146,8 +139,8 @@ func NewBans(c redis.UniversalClient, o BanOptions) *Bans {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	b := &Bans{c: c, channel: o.Prefix + "bans", prefix: o.Prefix, timeout: o.Timeout, every: o.Resync, max: o.MaxBans,
-		clock: o.Clock, mirror: newMirror(o.MaxBans), kick: make(chan chan struct{}), synced: make(chan struct{})}
+	b := &Bans{follower: newFollower(c, o.Prefix+"bans", o.Resync), prefix: o.Prefix, timeout: o.Timeout, max: o.MaxBans,
+		clock: o.Clock, mirror: newMirror(o.MaxBans)}
 	b.seqKey = b.key("b/seq")
 	b.policies = b.key("b/policies")
 	return b
@@ -324,89 +317,13 @@ func (b *Bans) List(ctx context.Context, policy string, now time.Time, max int) 
 	return out[:min(len(out), max)], nil
 }
 
-// Errors returns how many calls to Redis failed (Ban, Lift, List and the
-// resync) since b was created.
-func (b *Bans) Errors() int64 { return b.errors.Load() }
-
-// LastError returns the last error Redis gave, or nil.
-func (b *Bans) LastError() error {
-	if p := b.lastErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (b *Bans) fail(err error) error {
-	b.errors.Add(1)
-	b.lastErr.Store(&err)
-	return err
-}
-
 // Run keeps the mirror current until ctx is done, then returns nil: it
 // subscribes to the channel, applies its messages, loads every record
 // when (re)subscribed, and checks the mirror every Resync (see Bans). A
 // resync that fails is retried a second later (or at the next check, if
 // sooner); meanwhile Banned answers from the mirror as it is. Start it
 // once and wait for it.
-func (b *Bans) Run(ctx context.Context) error {
-	ps := b.c.Subscribe(ctx, b.channel)
-	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-	defer func() {
-		ps.Close()
-		for range msgs { // until go-redis's receiving goroutine has ended
-		}
-	}()
-	retry := min(time.Second, b.every)
-	timer := time.NewTimer(b.every)
-	defer timer.Stop()
-	var (
-		stale    bool // a full resync is due
-		backoff  bool // the last one failed: wait for the timer
-		checks   int
-		kickedBy []chan struct{}
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-msgs:
-			switch m := m.(type) {
-			case *redis.Subscription:
-				// (Re)subscribed: messages may have been missed.
-				stale = stale || m.Kind == "subscribe"
-			case *redis.Message:
-				stale = b.receive(m.Payload) || stale
-			}
-		case <-timer.C:
-			backoff = false
-			if checks++; !stale {
-				stale = checks%fullEvery == 0 || !b.current(ctx)
-			}
-			timer.Reset(b.every)
-		case done := <-b.kick:
-			stale = true
-			kickedBy = append(kickedBy, done)
-		}
-		if !stale || backoff {
-			continue
-		}
-		if err := b.resync(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			b.fail(err)
-			backoff = true
-			timer.Reset(retry)
-			continue
-		}
-		stale = false
-		for _, done := range kickedBy {
-			close(done)
-		}
-		kickedBy = nil
-		b.once.Do(func() { close(b.synced) })
-	}
-}
+func (b *Bans) Run(ctx context.Context) error { return b.follow(ctx, b) }
 
 // receive applies one message and reports whether the mirror needs a full
 // resync (a message is missing before it, or it cannot be read).

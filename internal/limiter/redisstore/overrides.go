@@ -99,22 +99,15 @@ type OverrideOptions struct {
 // The mirror holds every override on Redis, bounded by the MaxOverrides
 // of the instances that set them; it never drops one.
 type Overrides struct {
-	c       redis.UniversalClient
-	channel string
+	follower
 	seqKey  string
 	hash    string
 	timeout time.Duration
-	every   time.Duration
 	max     int
 	mirror  *ovMirror
 	// applied is the number of the latest change the mirror has from the
 	// stream of messages or a resync.
 	applied atomic.Int64
-	errors  atomic.Int64
-	lastErr atomic.Pointer[error]
-	kick    chan chan struct{} // forces a full resync (tests)
-	synced  chan struct{}      // closed by the first full resync
-	once    sync.Once
 }
 
 // NewOverrides returns an override store on c. Start Run.
@@ -135,9 +128,8 @@ func NewOverrides(c redis.UniversalClient, o OverrideOptions) *Overrides {
 		var buf [128]byte
 		return string(appendKey(buf[:0], o.Prefix, "overrides", name))
 	}
-	return &Overrides{c: c, channel: o.Prefix + "overrides", seqKey: key("o/1/seq"), hash: key("o/1/h"),
-		timeout: o.Timeout, every: o.Resync, max: o.MaxOverrides, mirror: newOvMirror(),
-		kick: make(chan chan struct{}), synced: make(chan struct{})}
+	return &Overrides{follower: newFollower(c, o.Prefix+"overrides", o.Resync), seqKey: key("o/1/seq"), hash: key("o/1/h"),
+		timeout: o.Timeout, max: o.MaxOverrides, mirror: newOvMirror()}
 }
 
 // ovField returns the hash field of (policy, key): length-prefixed, so
@@ -253,90 +245,13 @@ func (s *Overrides) Len() int { return int(s.mirror.live.Load()) }
 // limits where an override applies.
 func (s *Overrides) Loaded() <-chan struct{} { return s.synced }
 
-// Errors returns how many calls to Redis failed (Set, Remove, List and
-// the resync), and how many messages and records could not be read,
-// since s was created.
-func (s *Overrides) Errors() int64 { return s.errors.Load() }
-
-// LastError returns the last of those errors, or nil.
-func (s *Overrides) LastError() error {
-	if p := s.lastErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (s *Overrides) fail(err error) error {
-	s.errors.Add(1)
-	s.lastErr.Store(&err)
-	return err
-}
-
 // Run keeps the mirror current until ctx is done, then returns nil: it
 // subscribes to the channel, applies its messages, loads every override
 // when (re)subscribed, and checks the mirror every Resync (see
 // Overrides). A resync that fails is retried a second later (or at the
 // next check, if sooner); meanwhile Get answers from the mirror as it
 // is. Start it once and wait for it.
-func (s *Overrides) Run(ctx context.Context) error {
-	ps := s.c.Subscribe(ctx, s.channel)
-	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-	defer func() {
-		ps.Close()
-		for range msgs { // until go-redis's receiving goroutine has ended
-		}
-	}()
-	retry := min(time.Second, s.every)
-	timer := time.NewTimer(s.every)
-	defer timer.Stop()
-	var (
-		stale    bool // a full resync is due
-		backoff  bool // the last one failed: wait for the timer
-		checks   int
-		kickedBy []chan struct{}
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-msgs:
-			switch m := m.(type) {
-			case *redis.Subscription:
-				// (Re)subscribed: messages may have been missed.
-				stale = stale || m.Kind == "subscribe"
-			case *redis.Message:
-				stale = s.receive(m.Payload) || stale
-			}
-		case <-timer.C:
-			backoff = false
-			if checks++; !stale {
-				stale = checks%fullEvery == 0 || !s.current(ctx)
-			}
-			timer.Reset(s.every)
-		case done := <-s.kick:
-			stale = true
-			kickedBy = append(kickedBy, done)
-		}
-		if !stale || backoff {
-			continue
-		}
-		if err := s.resync(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			s.fail(err)
-			backoff = true
-			timer.Reset(retry)
-			continue
-		}
-		stale = false
-		for _, done := range kickedBy {
-			close(done)
-		}
-		kickedBy = nil
-		s.once.Do(func() { close(s.synced) })
-	}
-}
+func (s *Overrides) Run(ctx context.Context) error { return s.follow(ctx, s) }
 
 // receive applies one message and reports whether the mirror needs a full
 // resync (a message is missing before it, or it cannot be read).
