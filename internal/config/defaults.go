@@ -40,9 +40,9 @@ const (
 	DefaultOnError          = OnErrorLocal
 	DefaultACMECA           = "https://acme-v02.api.letsencrypt.org/directory"
 	DefaultACMEStorage      = "./certs"
-	DefaultOverridesFile    = "overrides.json" // the working directory, as ./certs (the systemd unit's state directory)
-	DefaultHTTPListen       = ":80"            // ACME HTTP-01 challenges and the redirect to HTTPS
-	DefaultRequestBuffering = true             // nginx's proxy_request_buffering
+	DefaultOverridesFile    = ""    // in memory only: a file needs a place the operator chose
+	DefaultHTTPListen       = ":80" // ACME HTTP-01 challenges and the redirect to HTTPS
+	DefaultRequestBuffering = true  // nginx's proxy_request_buffering
 	DefaultMode             = Enforce
 	DefaultOnMissing        = MissingShared
 	DefaultUpstreamProtocol = ProtocolHTTP1

@@ -91,8 +91,9 @@ type Override struct {
 	Limits []LimitSpec
 	// Scale multiplies the quotas of each of the policy's limits; > 0
 	// and at most MaxOverrideScale, 0 when Limits is set. Which figures it
-	// multiplies is the configuration layer's rule (rates, bursts, limits
-	// and queues are quotas; windows and costs are not).
+	// multiplies is the policy layer's rule (policy.OverrideLimiter:
+	// rates, bursts and limits per window; not a leaky bucket's queue,
+	// windows or costs; shared limits are left alone).
 	Scale float64
 	// Note is the operator's free text ("partner gold tier, ticket 123");
 	// at most MaxOverrideNote bytes of UTF-8.

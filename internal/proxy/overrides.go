@@ -54,6 +54,16 @@ func (h *Handler) overridden(p *policy.Policy, key string) (*limiter.Limiter, *p
 	}
 	e := &overrideEntry{setAt: o.SetAt}
 	l, err := p.OverrideLimiter(p.Limiter.Store(), o)
+	if chk, ok := p.Limiter.Store().(interface{ Check(limiter.Limit) error }); ok && err == nil {
+		// Limits the store cannot decide (the Redis store's exact
+		// arithmetic has bounds; a reload may have changed what a scale
+		// multiplies) would fail every decision open.
+		for _, lim := range l.Limits() {
+			if err = chk.Check(lim); err != nil {
+				break
+			}
+		}
+	}
 	if err != nil {
 		h.log.Warn("an override cannot apply; the policy's limits decide", zap.String("policy", p.Name), zap.Error(err))
 	} else {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -16,16 +17,19 @@ import (
 // With [log] access_replay, each access-log line carries what `limitproxy
 // replay` needs to decide its request again exactly (docs/replay.md):
 // received, the instant its limits decided at; client, its client
-// address; query, its raw query; and h:NAME for each request header the
-// policies match or key on (their field lines joined by "\n", which no
-// field value holds).
+// address; target, its request-target as received; and h:NAME for each
+// request header the policies match or key on (their field lines joined
+// by "\n", which no field value holds). Target and header values are
+// escaped reversibly (escapeReplay): the log is UTF-8, and a client's
+// bytes that are not would otherwise be replaced, merging keys a replay
+// must keep apart.
 
 // replayFields are one request's, captured as it arrives (before the key
 // headers are pinned to one value).
 type replayFields struct {
 	received time.Time
 	client   string
-	query    string
+	target   string
 	headers  []zap.Field
 }
 
@@ -68,13 +72,13 @@ func replayHeaders(set *policy.Set) []string {
 
 // captureReplay returns r's replay fields, arrived at start.
 func captureReplay(r *http.Request, names []string, trusted []netip.Prefix, start time.Time) *replayFields {
-	f := &replayFields{received: start, query: r.URL.RawQuery}
+	f := &replayFields{received: start, target: escapeReplay(r.RequestURI)}
 	if a, ok := clientIP(r, trusted); ok {
 		f.client = a.String()
 	}
 	for _, n := range names {
 		if vs := r.Header[n]; len(vs) > 0 {
-			f.headers = append(f.headers, zap.String("h:"+n, strings.Join(vs, "\n")))
+			f.headers = append(f.headers, zap.String("h:"+n, escapeReplay(strings.Join(vs, "\n"))))
 		}
 	}
 	return f
@@ -82,6 +86,29 @@ func captureReplay(r *http.Request, names []string, trusted []netip.Prefix, star
 
 // fields appends f's access-log fields to fs.
 func (f *replayFields) fields(fs []zap.Field) []zap.Field {
-	fs = append(fs, zap.String("received", f.received.UTC().Format(time.RFC3339Nano)), zap.String("client", f.client), zap.String("query", f.query))
+	fs = append(fs, zap.String("received", f.received.UTC().Format(time.RFC3339Nano)), zap.String("client", f.client), zap.String("target", f.target))
 	return append(fs, f.headers...)
+}
+
+// escapeReplay writes s so that UTF-8 holds it and it can be read back
+// byte for byte: each '%' as %25, each byte of an invalid UTF-8 sequence
+// as %XX; the rest as it is. (The common case, valid and without '%',
+// costs nothing.)
+func escapeReplay(s string) string {
+	if utf8.ValidString(s) && !strings.Contains(s, "%") {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case s[i] == '%' || r == utf8.RuneError && n == 1:
+			b = append(b, '%', hex[s[i]>>4], hex[s[i]&15])
+		default:
+			b = append(b, s[i:i+n]...)
+		}
+		i += n
+	}
+	return string(b)
 }

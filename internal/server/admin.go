@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
 
 	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter"
@@ -32,7 +33,7 @@ import (
 // box), and GET /api/v1/top and …/policies/{policy}/top (top offenders).
 // With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
 // constant time.
-func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans limiter.Bans, overrides limiter.Overrides) http.Handler {
+func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans limiter.Bans, overrides limiter.Overrides, persisted bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	registerDashboard(mux) // GET /dashboard: dashboard.go
@@ -300,7 +301,13 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 		case err != nil:
 			writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
 		default:
-			writeJSON(w, http.StatusOK, overrideView(o, true))
+			v := overrideView(o, true)
+			v["persisted"] = persisted
+			if !persisted {
+				r.log.Warn("a per-key override is kept in memory only: it is lost at restart (set [store] overrides_file)",
+					zap.String("policy", p.Name))
+			}
+			writeJSON(w, http.StatusOK, v)
 		}
 	})
 	mux.HandleFunc("DELETE /api/v1/policies/{policy}/overrides/{key}", func(w http.ResponseWriter, req *http.Request) {

@@ -164,6 +164,11 @@ func (s *Store) Ping(ctx context.Context) error {
 // exact is the largest integer a double holds exactly.
 const exact = 1 << 53
 
+// Check is the package's Check: a limit the Redis store cannot decide
+// exactly (limits built at run time, per-key overrides, are checked with
+// it through any Store that has the method).
+func (s *Store) Check(l limiter.Limit) error { return Check(l) }
+
 // Check reports whether l can be decided exactly by the Redis store: its
 // times must be whole microseconds and the products the script forms must
 // stay below 2^53. The configuration calls it for every limit when the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -255,9 +256,11 @@ func (r *LimitproxyReader) object(rec *Record, line string, i int, ts, logger, m
 				rec.End = t.Add(rec.Duration)
 			}
 		case strings.HasPrefix(f.Name, "h:"):
-			for v := range strings.SplitSeq(f.Value, "\n") {
+			for v := range strings.SplitSeq(unescapeReplay(f.Value), "\n") {
 				hdr = append(hdr, Field{Name: f.Name[2:], Value: v})
 			}
+		case f.Name == "target":
+			rec.Target = unescapeReplay(f.Value)
 		default:
 			kept = append(kept, f)
 		}
@@ -419,4 +422,24 @@ func parseAddr(s string) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return a.Unmap(), true
+}
+
+// unescapeReplay reads back a value the proxy wrote escaped for replay
+// ([log] access_replay): %XX is the byte XX ('%' itself is always %25).
+func unescapeReplay(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+3 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b = append(b, byte(v))
+				i += 2
+				continue
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
 }
