@@ -9,60 +9,9 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/limitproxy/limitproxy/internal/config"
-	"github.com/limitproxy/limitproxy/internal/server"
 )
-
-// review18Record runs a real limitproxy with cfgText (UPSTREAM replaced),
-// lets traffic send requests to it over loopback, and returns the config's
-// path and the access log's path.
-func review18Record(t *testing.T, cfgText string, traffic func(addr string)) (string, string) {
-	t.Helper()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	defer up.Close()
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "recorded.toml")
-	if err := os.WriteFile(cfgPath, []byte(strings.ReplaceAll(cfgText, "UPSTREAM", up.URL)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &lockedBuffer{}
-	srv, err := server.New(cfg, server.Options{Path: cfgPath, Stderr: stderr, Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	select {
-	case a := <-srv.Ready():
-		traffic("http://" + a.Proxy.String())
-	case err := <-done:
-		stop()
-		t.Fatalf("server: %v", err)
-	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("server: %v", err)
-	}
-	logPath := filepath.Join(dir, "access.log")
-	stderr.mu.Lock()
-	err = os.WriteFile(logPath, stderr.b.Bytes(), 0o644)
-	stderr.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfgPath, logPath
-}
 
 func review18Send(t *testing.T, addr, path string, header ...string) int {
 	req, _ := http.NewRequest("GET", addr+path, nil)
@@ -107,7 +56,7 @@ key = ["header:X-API-Key"]
   window = "1h"
 `
 	codes := map[string]int{}
-	cfgPath, logPath := review18Record(t, cfg, func(addr string) {
+	cfgPath, logPath := record(t, cfg, okUpstream, func(addr string) {
 		for _, k := range []string{"key-\xff", "key-\xfe"} {
 			codes[k] = review18Send(t, addr, "/x", "X-API-Key", k)
 		}
