@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"testing"
-
 )
 
 func review18Send(t *testing.T, addr, path string, header ...string) int {
