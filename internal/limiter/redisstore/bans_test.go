@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -383,36 +382,6 @@ func TestBansRedisExpiry(t *testing.T) {
 	}
 	if ttl := c.PTTL(ctx, b.seqKey).Val(); ttl != -1 {
 		t.Errorf("the change counter has TTL %v; it must never expire", ttl)
-	}
-}
-
-// TestBansRunStops: Run returns when its context ends, leaving no
-// goroutine behind (its subscription's included).
-func TestBansRunStops(t *testing.T) {
-	c := client(t, redistest.Start(t).Addr())
-	c.Ping(context.Background())
-	before := runtime.NumGoroutine()
-	b := NewBans(c, BanOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	<-b.synced
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return within 5s of its context ending")
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines before Run, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -47,12 +46,6 @@ func startOverrides(t testing.TB, c redis.UniversalClient, o OverrideOptions) *O
 	return s
 }
 
-func ovClient(t testing.TB, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // TestOverrides holds the Redis override store to the conformance suite:
 // each subtest has a prefix of its own, and a restart is a new store (with
 // its own client) on the same server and prefix.
@@ -61,7 +54,7 @@ func TestOverrides(t *testing.T) {
 	limitertest.RunOverrides(t, func(t *testing.T) func() limiter.Overrides {
 		prefix := "lp:" + t.Name() + ":"
 		return func() limiter.Overrides {
-			return startOverrides(t, ovClient(t, addr), OverrideOptions{Prefix: prefix, MaxOverrides: limitertest.OverridesBound, Resync: time.Hour})
+			return startOverrides(t, client(t, addr), OverrideOptions{Prefix: prefix, MaxOverrides: limitertest.OverridesBound, Resync: time.Hour})
 		}
 	})
 }
@@ -89,7 +82,7 @@ func TestOverridesCluster(t *testing.T) {
 // within a second (measured).
 func TestOverridesShared(t *testing.T) {
 	addr := redistest.Start(t).Addr()
-	checkOvShared(t, startOverrides(t, ovClient(t, addr), OverrideOptions{}), startOverrides(t, ovClient(t, addr), OverrideOptions{}))
+	checkOvShared(t, startOverrides(t, client(t, addr), OverrideOptions{}), startOverrides(t, client(t, addr), OverrideOptions{}))
 }
 
 var ovT0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -176,7 +169,7 @@ func forceOvResync(t *testing.T, s *Overrides) {
 // a forced one brings; so does a removal it missed.
 func TestOverridesMissedMessage(t *testing.T) {
 	addr := redistest.Start(t).Addr()
-	c := ovClient(t, addr)
+	c := client(t, addr)
 	s := startOverrides(t, c, OverrideOptions{Resync: time.Hour})
 	ctx := context.Background()
 	o := ovScaled("missed", 7)
@@ -212,7 +205,7 @@ func TestOverridesMissedMessage(t *testing.T) {
 // back (no change number, no message) appear and vanish with a full
 // resync, and a change the mirror made meanwhile is kept.
 func TestOverridesResync(t *testing.T) {
-	c := ovClient(t, redistest.Start(t).Addr())
+	c := client(t, redistest.Start(t).Addr())
 	s := startOverrides(t, c, OverrideOptions{Resync: time.Hour})
 	rawOv(t, c, s, ovScaled("ghost", 3))
 	if _, ok := s.Get("api", "ghost"); ok {
@@ -237,9 +230,9 @@ func TestOverridesResync(t *testing.T) {
 // at once, which brings the missing override.
 func TestOverridesGap(t *testing.T) {
 	addr := redistest.Start(t).Addr()
-	c := ovClient(t, addr)
+	c := client(t, addr)
 	a := startOverrides(t, c, OverrideOptions{Resync: time.Hour})
-	b := startOverrides(t, ovClient(t, addr), OverrideOptions{Resync: time.Hour})
+	b := startOverrides(t, client(t, addr), OverrideOptions{Resync: time.Hour})
 	rawOv(t, c, a, ovScaled("lost", 4))
 	c.Incr(context.Background(), a.seqKey)
 	if err := a.Set(context.Background(), ovScaled("other", 2)); err != nil {
@@ -251,7 +244,7 @@ func TestOverridesGap(t *testing.T) {
 // TestOverridesUnreadable: records this version cannot read are skipped by
 // the resync and List, and counted; the others load.
 func TestOverridesUnreadable(t *testing.T) {
-	c := ovClient(t, redistest.Start(t).Addr())
+	c := client(t, redistest.Start(t).Addr())
 	s := startOverrides(t, c, OverrideOptions{Resync: time.Hour})
 	ctx := context.Background()
 	if err := s.Set(ctx, ovScaled("good", 2)); err != nil {
@@ -330,7 +323,7 @@ func TestOverridesOutage(t *testing.T) {
 
 // TestOverridesNoExpiry: the keys on Redis never expire.
 func TestOverridesNoExpiry(t *testing.T) {
-	c := ovClient(t, redistest.Start(t).Addr())
+	c := client(t, redistest.Start(t).Addr())
 	s := startOverrides(t, c, OverrideOptions{})
 	if err := s.Set(context.Background(), ovScaled("k", 2)); err != nil {
 		t.Fatal(err)
@@ -395,42 +388,12 @@ func TestOverridesMirrorOrder(t *testing.T) {
 	}
 }
 
-// TestOverridesRunStops: Run returns when its context ends, leaving no
-// goroutine behind (its subscription's included).
-func TestOverridesRunStops(t *testing.T) {
-	c := ovClient(t, redistest.Start(t).Addr())
-	c.Ping(context.Background())
-	before := runtime.NumGoroutine()
-	s := NewOverrides(c, OverrideOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	<-s.Loaded()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return within 5s of its context ending")
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines before Run, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // BenchmarkOverridesGet: Get from the mirror with no override at all,
 // and with 10,000 (found, and missing), from parallel goroutines.
 func BenchmarkOverridesGet(b *testing.B) {
 	addr := redistest.Start(b).Addr()
 	for _, n := range []int{0, 10_000} {
-		s := startOverrides(b, ovClient(b, addr), OverrideOptions{Prefix: "n" + strconv.Itoa(n) + ":"})
+		s := startOverrides(b, client(b, addr), OverrideOptions{Prefix: "n" + strconv.Itoa(n) + ":"})
 		for i := range n {
 			if err := s.Set(context.Background(), ovScaled("k"+strconv.Itoa(i), 2)); err != nil {
 				b.Fatal(err)
