@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -110,16 +109,11 @@ type BanOptions struct {
 // a full shard drops the record that expires soonest.
 type Bans struct {
 	follower
-	seqKey   string
 	policies string // the policies' ZSET
 	prefix   string
-	timeout  time.Duration
 	max      int
 	clock    func() time.Time
 	mirror   *mirror
-	// applied is the number of the latest change the mirror has from the
-	// stream of messages or a resync.
-	applied atomic.Int64
 }
 
 // NewBans returns a penalty box on c. Start Run.
@@ -139,9 +133,8 @@ func NewBans(c redis.UniversalClient, o BanOptions) *Bans {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	b := &Bans{follower: newFollower(c, o.Prefix+"bans", o.Resync), prefix: o.Prefix, timeout: o.Timeout, max: o.MaxBans,
-		clock: o.Clock, mirror: newMirror(o.MaxBans)}
-	b.seqKey = b.key("b/seq")
+	b := &Bans{prefix: o.Prefix, max: o.MaxBans, clock: o.Clock, mirror: newMirror(o.MaxBans)}
+	b.follower = newFollower("bans", c, o.Prefix+"bans", b.key("b/seq"), o.Timeout, o.Resync)
 	b.policies = b.key("b/policies")
 	return b
 }
@@ -357,25 +350,6 @@ func parseMessage(s string) (*mirrorRec, error) {
 	}
 	return &mirrorRec{seq: v[0], level: v[1], since: v[2] * 1e6, until: v[3] * 1e6, expires: v[4] * 1e6,
 		k: banKey{rest[:v[5]], rest[v[5]:]}}, nil
-}
-
-// current reports whether Redis's change number is the mirror's.
-func (b *Bans) current(ctx context.Context) bool {
-	seq, err := b.seq(ctx)
-	return err == nil && seq == b.applied.Load()
-}
-
-func (b *Bans) seq(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
-	defer cancel()
-	seq, err := b.c.Get(ctx, b.seqKey).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("%w: redis: bans: %w", limiter.ErrStoreUnavailable, err)
-	}
-	return seq, nil
 }
 
 // resync reloads the mirror from Redis: the change number first, then

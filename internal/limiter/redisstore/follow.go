@@ -2,11 +2,15 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/limitproxy/limitproxy/internal/limiter"
 )
 
 // follower keeps an instance's mirror of a table on Redis current — the
@@ -16,9 +20,15 @@ import (
 // the whole table when a message was missed, on (re)subscribing, when the
 // counter shows the mirror behind, and every fullEvery checks regardless.
 type follower struct {
+	name    string // "bans", "overrides": in errors
 	c       redis.UniversalClient
 	channel string
+	seqKey  string        // the table's change counter
+	timeout time.Duration // per call to Redis
 	every   time.Duration
+	// applied is the number of the latest change the mirror has from the
+	// stream of messages or a resync.
+	applied atomic.Int64
 	errors  atomic.Int64
 	lastErr atomic.Pointer[error]
 	kick    chan chan struct{} // forces a full resync (tests)
@@ -26,8 +36,29 @@ type follower struct {
 	once    sync.Once
 }
 
-func newFollower(c redis.UniversalClient, channel string, every time.Duration) follower {
-	return follower{c: c, channel: channel, every: every, kick: make(chan chan struct{}), synced: make(chan struct{})}
+func newFollower(name string, c redis.UniversalClient, channel, seqKey string, timeout, every time.Duration) follower {
+	return follower{name: name, c: c, channel: channel, seqKey: seqKey, timeout: timeout, every: every,
+		kick: make(chan chan struct{}), synced: make(chan struct{})}
+}
+
+// current reports whether Redis's change number is the mirror's.
+func (f *follower) current(ctx context.Context) bool {
+	seq, err := f.seq(ctx)
+	return err == nil && seq == f.applied.Load()
+}
+
+// seq reads the table's change counter (0 before the first change).
+func (f *follower) seq(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	seq, err := f.c.Get(ctx, f.seqKey).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: redis: %s: %w", limiter.ErrStoreUnavailable, f.name, err)
+	}
+	return seq, nil
 }
 
 // table is what a follower keeps current.
@@ -35,8 +66,6 @@ type table interface {
 	// receive applies a message's payload; true if the mirror is now
 	// stale (a message was missed, or could not be read).
 	receive(payload string) bool
-	// current reports whether the mirror has every change Redis counts.
-	current(ctx context.Context) bool
 	// resync reloads the whole table.
 	resync(ctx context.Context) error
 }
@@ -93,7 +122,7 @@ func (f *follower) follow(ctx context.Context, t table) error {
 		case <-timer.C:
 			backoff = false
 			if checks++; !stale {
-				stale = checks%fullEvery == 0 || !t.current(ctx)
+				stale = checks%fullEvery == 0 || !f.current(ctx)
 			}
 			timer.Reset(f.every)
 		case done := <-f.kick:

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"maps"
@@ -100,14 +99,9 @@ type OverrideOptions struct {
 // of the instances that set them; it never drops one.
 type Overrides struct {
 	follower
-	seqKey  string
-	hash    string
-	timeout time.Duration
-	max     int
-	mirror  *ovMirror
-	// applied is the number of the latest change the mirror has from the
-	// stream of messages or a resync.
-	applied atomic.Int64
+	hash   string
+	max    int
+	mirror *ovMirror
 }
 
 // NewOverrides returns an override store on c. Start Run.
@@ -128,8 +122,8 @@ func NewOverrides(c redis.UniversalClient, o OverrideOptions) *Overrides {
 		var buf [128]byte
 		return string(appendKey(buf[:0], o.Prefix, "overrides", name))
 	}
-	return &Overrides{follower: newFollower(c, o.Prefix+"overrides", o.Resync), seqKey: key("o/1/seq"), hash: key("o/1/h"),
-		timeout: o.Timeout, max: o.MaxOverrides, mirror: newOvMirror()}
+	return &Overrides{follower: newFollower("overrides", c, o.Prefix+"overrides", key("o/1/seq"), o.Timeout, o.Resync),
+		hash: key("o/1/h"), max: o.MaxOverrides, mirror: newOvMirror()}
 }
 
 // ovField returns the hash field of (policy, key): length-prefixed, so
@@ -311,25 +305,6 @@ func decodeOverride(k ovKey, js string) (limiter.Override, error) {
 		return o, fmt.Errorf("override of %q/%q filed under %q/%q", o.Policy, o.Key, k.policy, k.key)
 	}
 	return o, nil
-}
-
-// current reports whether Redis's change number is the mirror's.
-func (s *Overrides) current(ctx context.Context) bool {
-	seq, err := s.seq(ctx)
-	return err == nil && seq == s.applied.Load()
-}
-
-func (s *Overrides) seq(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	seq, err := s.c.Get(ctx, s.seqKey).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("%w: redis: overrides: %w", limiter.ErrStoreUnavailable, err)
-	}
-	return seq, nil
 }
 
 // resync reloads the mirror from Redis: the change number first, then
