@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/internal/limiter"
+	"github.com/limitproxy/limitproxy/internal/limiter/expheap"
 )
 
 // Interface guard.
@@ -52,7 +53,7 @@ type Bans struct {
 type banShard struct {
 	mu   sync.RWMutex
 	recs map[banKey]*banRec
-	heap banHeap
+	heap expheap.Heap[*banRec]
 	_    [64]byte // keep shards' locks on separate cache lines
 }
 
@@ -65,6 +66,11 @@ type banRec struct {
 	level                 int64
 	pos                   int // index in the shard's heap
 }
+
+// Expiry, Index and SetIndex place r in its shard's heap.
+func (r *banRec) Expiry() int64  { return r.expires }
+func (r *banRec) Index() int     { return r.pos }
+func (r *banRec) SetIndex(i int) { r.pos = i }
 
 func (r *banRec) ban() limiter.Ban {
 	return limiter.Ban{Policy: r.k.policy, Key: r.k.key, Since: time.Unix(0, r.since), Until: time.Unix(0, r.until),
@@ -114,11 +120,11 @@ func (b *Bans) Ban(_ context.Context, policy, key string, p limiter.BanParams, n
 		}
 		r = &banRec{k: k}
 		sh.recs[k] = r
-		sh.heap.push(r)
+		sh.heap.Push(r)
 		b.n.Add(1)
 	}
 	r.since, r.until, r.level, r.expires = next.Since.UnixNano(), next.Until.UnixNano(), next.Level, next.Expires.UnixNano()
-	sh.heap.fix(r.pos)
+	sh.heap.Fix(r.pos)
 	return next, nil
 }
 
@@ -214,74 +220,6 @@ func (b *Bans) dropExpiredLocked(sh *banShard, now int64) int {
 // removeLocked drops r. Requires sh.mu held for writing.
 func (b *Bans) removeLocked(sh *banShard, r *banRec) {
 	delete(sh.recs, r.k)
-	sh.heap.remove(r.pos)
+	sh.heap.Remove(r.pos)
 	b.n.Add(-1)
-}
-
-// banHeap is a min-heap of records by Expires, each record knowing its
-// position (container/heap's pattern, written out to avoid its interface
-// conversions).
-type banHeap []*banRec
-
-func (h banHeap) less(i, j int) bool { return h[i].expires < h[j].expires }
-
-func (h banHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pos, h[j].pos = i, j
-}
-
-func (h *banHeap) push(r *banRec) {
-	r.pos = len(*h)
-	*h = append(*h, r)
-	h.up(r.pos)
-}
-
-// remove removes the record at position i.
-func (h *banHeap) remove(i int) {
-	last := len(*h) - 1
-	if i != last {
-		h.swap(i, last)
-	}
-	(*h)[last] = nil
-	*h = (*h)[:last]
-	if i != last {
-		h.fix(i)
-	}
-}
-
-// fix restores the order after the record at i changed.
-func (h banHeap) fix(i int) {
-	if !h.down(i) {
-		h.up(i)
-	}
-}
-
-func (h banHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			return
-		}
-		h.swap(i, p)
-		i = p
-	}
-}
-
-func (h banHeap) down(i int) bool {
-	start := i
-	for {
-		c := 2*i + 1
-		if c >= len(h) {
-			break
-		}
-		if r := c + 1; r < len(h) && h.less(r, c) {
-			c = r
-		}
-		if !h.less(c, i) {
-			break
-		}
-		h.swap(i, c)
-		i = c
-	}
-	return i > start
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitproxy/limitproxy/internal/limiter"
+	"github.com/limitproxy/limitproxy/internal/limiter/expheap"
 )
 
 // Interface guard.
@@ -484,7 +485,7 @@ type mirror struct {
 type mirrorShard struct {
 	mu   sync.RWMutex
 	recs map[banKey]*mirrorRec
-	heap recHeap
+	heap expheap.Heap[*mirrorRec]
 	_    [64]byte // keep shards' locks on separate cache lines
 }
 
@@ -498,6 +499,11 @@ type mirrorRec struct {
 	seq                   int64
 	pos                   int // in the shard's heap
 }
+
+// Expiry, Index and SetIndex place r in its shard's heap.
+func (r *mirrorRec) Expiry() int64  { return r.expires }
+func (r *mirrorRec) Index() int     { return r.pos }
+func (r *mirrorRec) SetIndex(i int) { r.pos = i }
 
 func (r *mirrorRec) ban() limiter.Ban {
 	return limiter.Ban{Policy: r.k.policy, Key: r.k.key, Since: time.Unix(0, r.since), Until: time.Unix(0, r.until),
@@ -606,11 +612,11 @@ func (m *mirror) putLocked(sh *mirrorShard, r *mirrorRec, tomb bool, now int64) 
 		}
 		e = &mirrorRec{k: r.k}
 		sh.recs[r.k] = e
-		sh.heap.push(e)
+		sh.heap.Push(e)
 		m.n.Add(1)
 	}
 	e.since, e.until, e.expires, e.level, e.seq = r.since, r.until, r.expires, r.level, r.seq
-	sh.heap.fix(e.pos)
+	sh.heap.Fix(e.pos)
 }
 
 // replace loads a resync's records, read after change number seq, when
@@ -651,9 +657,9 @@ func (m *mirror) replace(recs []*mirrorRec, seq, seen int64, applied *atomic.Int
 		}
 		m.n.Add(int64(len(fresh) - len(sh.recs)))
 		sh.recs = fresh
-		sh.heap = make(recHeap, 0, len(fresh))
+		sh.heap = make(expheap.Heap[*mirrorRec], 0, len(fresh))
 		for _, r := range fresh {
-			sh.heap.push(r)
+			sh.heap.Push(r)
 		}
 		for len(sh.recs) > m.perShard {
 			m.evictions.Add(1)
@@ -674,73 +680,9 @@ func (m *mirror) dropExpiredLocked(sh *mirrorShard, now int64) {
 // removeLocked drops r. Requires sh.mu held.
 func (m *mirror) removeLocked(sh *mirrorShard, r *mirrorRec) {
 	delete(sh.recs, r.k)
-	sh.heap.remove(r.pos)
+	sh.heap.Remove(r.pos)
 	m.n.Add(-1)
 }
 
 // len returns the records and tombstones held.
 func (m *mirror) len() int { return int(m.n.Load()) }
-
-// recHeap is a min-heap of records by expires (memstore's banHeap).
-type recHeap []*mirrorRec
-
-func (h recHeap) less(i, j int) bool { return h[i].expires < h[j].expires }
-
-func (h recHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pos, h[j].pos = i, j
-}
-
-func (h *recHeap) push(r *mirrorRec) {
-	r.pos = len(*h)
-	*h = append(*h, r)
-	h.up(r.pos)
-}
-
-func (h *recHeap) remove(i int) {
-	last := len(*h) - 1
-	if i != last {
-		h.swap(i, last)
-	}
-	(*h)[last] = nil
-	*h = (*h)[:last]
-	if i != last {
-		h.fix(i)
-	}
-}
-
-func (h recHeap) fix(i int) {
-	if !h.down(i) {
-		h.up(i)
-	}
-}
-
-func (h recHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			return
-		}
-		h.swap(i, p)
-		i = p
-	}
-}
-
-func (h recHeap) down(i int) bool {
-	start := i
-	for {
-		c := 2*i + 1
-		if c >= len(h) {
-			break
-		}
-		if r := c + 1; r < len(h) && h.less(r, c) {
-			c = r
-		}
-		if !h.less(c, i) {
-			break
-		}
-		h.swap(i, c)
-		i = c
-	}
-	return i > start
-}
