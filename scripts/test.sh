@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as README.md and .ci/run run it: formatting, go vet,
-# staticcheck, every test under the race detector, and a few seconds of each
+# staticcheck, every test under the race detector, and 10,000 executions of each
 # fuzz target. It installs what it needs when missing: staticcheck from the
 # Go module proxy, redis-server, nginx and chromium from Debian's packages
 # (as root).
