@@ -178,7 +178,12 @@ func (h *Handler) settle(rec *recorder, o *owed) {
 		}
 		switch {
 		case ch.Count != nil:
-			if rec.head == 0 || !ch.Count.Matches(rec.head, rec.Header()) {
+			// A client that left before the answer came is charged: the
+			// outcome is unknown, and a client that closes every
+			// connection at once would otherwise have every attempt
+			// forwarded and none counted.
+			gone := rec.head == 0 && rec.status == statusClientClosed
+			if !gone && (rec.head == 0 || !ch.Count.Matches(rec.head, rec.Header())) {
 				h.metrics.responseCharge(o.p.Name, chargeNotCounted)
 				continue
 			}

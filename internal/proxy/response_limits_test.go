@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -615,5 +616,44 @@ func TestCostEstimates(t *testing.T) {
 				t.Fatalf("%d left after an answer cut before its trailer, want 70 (the estimate charged)", l)
 			}
 		})
+	}
+}
+
+// TestCountClientGone, over raw sockets: a client that sends a login and
+// closes its connection before the (slow) answer comes is charged, its
+// outcome being unknown; otherwise closing every connection at once would
+// have every attempt forwarded and none counted. After 3 such attempts the
+// fourth is refused without reaching the upstream.
+func TestCountClientGone(t *testing.T) {
+	var reached atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	b := newRLBackend(t, "memory", time.Now)
+	e := newRLEnv(t, loginConfig, srv.URL, b, time.Now)
+	addr := strings.TrimPrefix(e.addr, "http://")
+	for i := range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+		waitFor(t, "the attempt at the upstream", func() bool { return reached.Load() == int64(i+1) })
+		c.Close()
+	}
+	waitFor(t, "the three attempts charged", func() bool {
+		return testutil.ToFloat64(e.m.charges.WithLabelValues("login", chargeCharged)) == 3
+	})
+	if code, _ := send(t, "POST", e.addr+"/login"); code != 429 {
+		t.Fatalf("after 3 attempts whose clients left: %d, want 429", code)
+	}
+	if n := reached.Load(); n != 3 {
+		t.Fatalf("%d attempts reached the upstream, want 3", n)
 	}
 }
