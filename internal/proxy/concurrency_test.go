@@ -97,7 +97,7 @@ func TestUpstreamConcurrency(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	t.Cleanup(up.Close) // after the release below (cleanups run last first)
-	cfg, err := config.Parse("conc.toml", fmt.Appendf(nil, `
+	env := newRLEnv(t, `
 [[upstream]]
 name = "app"
 targets = [%q]
@@ -111,17 +111,8 @@ upstream = "app"
   [[policy.limits]]
   algorithm = "token_bucket"
   rate = "1000/s"
-`, up.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
-	addr := "http://" + newTestServer(t, New(set, Options{Metrics: m}))
+`, up.URL, newRLBackend(t, "memory", time.Now), time.Now)
+	addr, m, reg := env.addr, env.m, env.reg
 	var once sync.Once
 	done := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(done) // a failing test lets the held requests end
@@ -324,7 +315,7 @@ func TestUpstreamClasses(t *testing.T) {
 		defer mu.Unlock()
 		return len(order)
 	}
-	cfg, err := config.Parse("classes.toml", fmt.Appendf(nil, `
+	env := newRLEnv(t, `
 [[upstream]]
 name = "shop"
 targets = [%q]
@@ -347,17 +338,8 @@ upstream = "shop"
   [[policy.limits]]
   algorithm = "token_bucket"
   rate = "1000/s"
-`, up.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
-	addr := "http://" + newTestServer(t, New(set, Options{Metrics: m}))
+`, up.URL, newRLBackend(t, "memory", time.Now), time.Now)
+	addr, m, reg := env.addr, env.m, env.reg
 	var once sync.Once
 	done := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(done) // a failing test lets the held requests end

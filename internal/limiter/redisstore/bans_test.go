@@ -33,20 +33,7 @@ func startBans(t testing.TB, c redis.UniversalClient, o BanOptions) *Bans {
 		o.Timeout = 5 * time.Second
 	}
 	b := NewBans(c, o)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	select {
-	case <-b.synced:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("Run did not load the records within 10s: %v", b.LastError())
-	}
+	following(t, b.Run, &b.follower)
 	return b
 }
 

@@ -57,3 +57,23 @@ func TestFollowStops(t *testing.T) {
 		})
 	}
 }
+
+// following runs run (a mirror's Run) until the test ends, and waits for
+// it then; it returns once f's mirror has loaded its table.
+func following(t testing.TB, run func(context.Context) error, f *follower) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-f.synced:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Run did not load the table within 10s: %v", f.LastError())
+	}
+}

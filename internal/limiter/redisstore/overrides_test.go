@@ -29,20 +29,7 @@ func startOverrides(t testing.TB, c redis.UniversalClient, o OverrideOptions) *O
 		o.Timeout = 5 * time.Second
 	}
 	s := NewOverrides(c, o)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	select {
-	case <-s.Loaded():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("Run did not load the overrides within 10s: %v", s.LastError())
-	}
+	following(t, s.Run, &s.follower)
 	return s
 }
 
