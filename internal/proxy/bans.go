@@ -19,14 +19,17 @@ import (
 // banned reports whether a key r is counted under by p is banned at now:
 // key, or with OwnKeys any of keys.
 func (h *Handler) banned(p *policy.Policy, key string, keys []string, now time.Time) (limiter.Ban, bool) {
+	if empty(h.bans) {
+		return limiter.Ban{}, false
+	}
 	if !p.OwnKeys {
-		return h.bans.Banned(p.Name, key, now)
+		return h.bans.Banned(p.Name, StoreKey(key), now)
 	}
 	for i, k := range keys {
 		if k == limiter.SkipKey || (i > 0 && k == keys[i-1]) {
 			continue
 		}
-		if b, ok := h.bans.Banned(p.Name, k, now); ok {
+		if b, ok := h.bans.Banned(p.Name, StoreKey(k), now); ok {
 			return b, true
 		}
 	}
@@ -44,7 +47,7 @@ func (h *Handler) offend(ctx context.Context, p *policy.Policy, key string, keys
 		return limiter.Ban{}, false
 	}
 	b := p.Ban
-	ban, err := h.bans.Ban(ctx, p.Name, k, limiter.BanParams{Duration: b.Duration, Factor: b.Escalation, Max: b.MaxDuration, Memory: b.ForgetAfter}, now)
+	ban, err := h.bans.Ban(ctx, p.Name, StoreKey(k), limiter.BanParams{Duration: b.Duration, Factor: b.Escalation, Max: b.MaxDuration, Memory: b.ForgetAfter}, now)
 	if err != nil {
 		h.log.Warn("banning a key failed", zap.String("policy", p.Name), zap.Error(err))
 		return limiter.Ban{}, false

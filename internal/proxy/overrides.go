@@ -41,7 +41,10 @@ func (c *overrideCache) reset() { c.m.Store(&sync.Map{}) }
 // by when it has an override; ok false when it has none (or the override
 // cannot apply: logged, and the policy's own limits decide).
 func (h *Handler) overridden(p *policy.Policy, key string) (*limiter.Limiter, *policy.Policy, bool) {
-	o, ok := h.overrides.Get(p.Name, key)
+	if empty(h.overrides) {
+		return nil, nil, false
+	}
+	o, ok := h.overrides.Get(p.Name, StoreKey(key))
 	if !ok {
 		return nil, nil, false
 	}

@@ -151,9 +151,8 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 		}
 		out := make([]map[string]any, 0, len(list))
 		for _, b := range list {
-			parts, _ := proxy.KeyParts(b.Key)
 			out = append(out, map[string]any{
-				"key": strings.Join(parts, " "), "parts": parts, "raw": b.Key, "level": b.Level,
+				"key": b.Key, "level": b.Level,
 				"since": b.Since.UTC().Format(time.RFC3339Nano), "until": b.Until.UTC().Format(time.RFC3339Nano),
 				"until_in_seconds": b.Until.Sub(now).Seconds(),
 			})
@@ -165,17 +164,20 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 		if !ok {
 			return
 		}
-		key := req.URL.Query().Get("raw")
+		// The client named as for …/keys/{key}, or a key as the list
+		// shows it (hashed: a limit's own key, a key of several parts).
+		key := req.URL.Query().Get("hash")
 		if key == "" {
 			values := []string{req.PathValue("key")}
 			if len(p.Key) != 1 {
 				values = req.URL.Query()["part"]
 			}
-			var err error
-			if key, err = proxy.KeyFor(p, &r.handler.Set().Config.Server, values); err != nil {
+			raw, err := proxy.KeyFor(p, &r.handler.Set().Config.Server, values)
+			if err != nil {
 				writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
 				return
 			}
+			key = proxy.StoreKey(raw)
 		}
 		lifted, err := bans.Lift(req.Context(), p.Name, key)
 		switch {
@@ -276,7 +278,7 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "body: " + err.Error()})
 			return
 		}
-		o.Policy, o.Key, o.SetAt = p.Name, key, r.now()
+		o.Policy, o.Key, o.SetAt = p.Name, proxy.StoreKey(key), r.now()
 		if err := o.Validate(); err != nil {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
 			return
@@ -315,7 +317,7 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 		if !ok {
 			return
 		}
-		removed, err := overrides.Remove(req.Context(), p.Name, key)
+		removed, err := overrides.Remove(req.Context(), p.Name, proxy.StoreKey(key))
 		switch {
 		case err != nil:
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
@@ -466,17 +468,13 @@ func (h *keyHasher) hash(key string) string {
 // maxOverridesListed bounds GET …/overrides.
 const maxOverridesListed = 10000
 
-// overrideView is an override as the admin API shows it: its JSON form,
-// its key's parts, and whether its policy is in force (an override of a
+// overrideView is an override as the admin API shows it: its JSON form
+// (its key hashed, proxy.StoreKey), and whether its policy is in force (an override of a
 // policy since removed or renamed stays in the store, orphaned).
 func overrideView(o limiter.Override, inForce bool) map[string]any {
 	b, _ := json.Marshal(o)
 	var v map[string]any
 	json.Unmarshal(b, &v)
-	parts, _ := proxy.KeyParts(o.Key)
-	v["raw"] = o.Key
-	v["key"] = strings.Join(parts, " ")
-	v["parts"] = parts
 	v["orphaned"] = !inForce
 	return v
 }

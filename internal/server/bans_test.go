@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
 // TestBansAPI, the whole server over loopback: a client over its limit is
@@ -31,7 +32,6 @@ func TestBansAPI(t *testing.T) {
 	}
 	type ban struct {
 		Key   string
-		Raw   string
 		Level int64
 		Until string
 	}
@@ -66,8 +66,9 @@ func TestBansAPI(t *testing.T) {
 	if code != 429 || !strings.HasPrefix(retry, "3") || len(retry) != 4 {
 		t.Fatalf("banned: %d Retry-After %q, want 429 with about 3600", code, retry)
 	}
-	if bs := list(); len(bs) != 1 || bs[0].Key != "127.0.0.1" || bs[0].Level != 1 {
-		t.Fatalf("bans %+v, want 127.0.0.1 at level 1", bs)
+	// Listed hashed (SPEC §4: keys are hashed before they are stored).
+	if bs := list(); len(bs) != 1 || bs[0].Key != proxy.StoreKey("9:127.0.0.1;") || bs[0].Level != 1 {
+		t.Fatalf("bans %+v, want 127.0.0.1's hash at level 1", bs)
 	}
 	if c := lift("127.0.0.1"); c != 204 {
 		t.Fatalf("lift: %d, want 204", c)
@@ -84,8 +85,8 @@ func TestBansAPI(t *testing.T) {
 	if bs := list(); len(bs) != 1 || bs[0].Level != 1 {
 		t.Fatalf("bans %+v, want a first offence again (the lift forgot the first)", bs)
 	}
-	if c := lift("_?raw=" + url.QueryEscape(list()[0].Raw)); c != 204 {
-		t.Fatalf("lift by raw key: %d, want 204", c)
+	if c := lift("_?hash=" + list()[0].Key); c != 204 {
+		t.Fatalf("lift by the listed hash: %d, want 204", c)
 	}
 	resp, err := http.Get(r.admin + "/metrics")
 	if err != nil {

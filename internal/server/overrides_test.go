@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/internal/limiter/redisstore/redistest"
+	"github.com/limitproxy/limitproxy/internal/proxy"
 )
 
 // TestOverrides, the whole server over loopback, memory store: a policy
@@ -60,6 +61,9 @@ func TestOverrides(t *testing.T) {
 	if c, b := call(r, "PUT", "/api/v1/policies/all/overrides/127.0.0.1", `{"scale": 3, "note": "partner"}`); c != 200 {
 		t.Fatalf("PUT scale: %d %s", c, b)
 	}
+	if b, _ := os.ReadFile(file); !strings.Contains(string(b), proxy.StoreKey("9:127.0.0.1;")) || strings.Contains(string(b), "127.0.0.1") {
+		t.Fatalf("the overrides file holds %q: want the key hashed, never the address", b)
+	}
 	if n, pol := burst(r); n != 6 || !strings.Contains(pol, "q=6") {
 		t.Fatalf("scale 3 of burst 2: %d admitted (%q), want 6 and q=6", n, pol)
 	}
@@ -80,7 +84,7 @@ func TestOverrides(t *testing.T) {
 	}
 	c, b := call(r, "GET", "/api/v1/overrides", "")
 	var list struct{ Overrides []map[string]any }
-	if json.Unmarshal([]byte(b), &list); c != 200 || len(list.Overrides) != 1 || list.Overrides[0]["key"] != "127.0.0.1" || list.Overrides[0]["orphaned"] != false {
+	if json.Unmarshal([]byte(b), &list); c != 200 || len(list.Overrides) != 1 || list.Overrides[0]["key"] != proxy.StoreKey("9:127.0.0.1;") || list.Overrides[0]["orphaned"] != false {
 		t.Fatalf("GET overrides: %d %s", c, b)
 	}
 	r.stop()

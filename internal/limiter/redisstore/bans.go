@@ -686,3 +686,7 @@ func (m *mirror) removeLocked(sh *mirrorShard, r *mirrorRec) {
 
 // len returns the records and tombstones held.
 func (m *mirror) len() int { return int(m.n.Load()) }
+
+// Len returns the records (and tombstones) the mirror holds: none means
+// no key can be banned, which a caller may check before hashing a key.
+func (b *Bans) Len() int { return b.mirror.len() }
