@@ -67,6 +67,11 @@ type Admin struct {
 	// RawTopKeys shows the top offenders' client keys as they are rather
 	// than hashed (GET /api/v1/top).
 	RawTopKeys bool
+	// AllowedHosts are the names, beyond an address or localhost, a
+	// request's Host may give to reach the admin listener: "name" (any
+	// port) or "name:port", in lower case without a trailing dot. Empty:
+	// none (the listen address and loopback names only).
+	AllowedHosts []string
 }
 
 // Log is [log].

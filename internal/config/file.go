@@ -59,6 +59,7 @@ type (
 		Listen   Value[string] `toml:"listen"`
 		TokenEnv Value[string] `toml:"token_env"`
 		TopKeys  Value[string] `toml:"top_keys"`
+		Hosts    Strings       `toml:"allowed_hosts"`
 	}
 	rawLog struct {
 		Level  Value[string] `toml:"level"`

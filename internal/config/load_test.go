@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -124,5 +125,21 @@ func TestNestingIgnoresStrings(t *testing.T) {
 				t.Errorf("%s refused at %d:%d", f, line, col)
 			}
 		}
+	}
+}
+
+// TestAdminAllowedHosts: [admin] allowed_hosts entries are kept in the
+// form a request's Host is compared in: lower case, no trailing dot.
+func TestAdminAllowedHosts(t *testing.T) {
+	src := "[admin]\nallowed_hosts = [\"Admin.Internal.:9091\", \"ops.example\", \"[::1]:9091\", \"192.0.2.1\"]\n" +
+		"[[upstream]]\nname = \"up\"\ntargets = [\"http://127.0.0.1:1\"]\n[[policy]]\nname = \"all\"\nupstream = \"up\"\n" +
+		"  [[policy.limits]]\n  algorithm = \"token_bucket\"\n  rate = \"1/s\"\n"
+	cfg, err := Parse("admin.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"admin.internal:9091", "ops.example", "[::1]:9091", "192.0.2.1"}
+	if !slices.Equal(cfg.Admin.AllowedHosts, want) {
+		t.Errorf("allowed_hosts = %q, want %q", cfg.Admin.AllowedHosts, want)
 	}
 }

@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -36,11 +38,10 @@ func oneOf[T ~string](c *collector, key string, v T, allowed ...T) {
 func validate(raw *rawFile, c *collector, o Options) *Config {
 	cfg := &Config{
 		Server: validateServer(&raw.Server, c),
-		Admin:  Admin{Listen: raw.Admin.Listen.Or(DefaultAdminListen), TokenEnv: raw.Admin.TokenEnv.V, RawTopKeys: raw.Admin.TopKeys.V == "raw"},
+		Admin:  validateAdmin(&raw.Admin, c),
 		Log:    validateLog(&raw.Log, c),
 		Store:  validateStore(&raw.Store, c),
 	}
-	oneOf(c, "admin.top_keys", raw.Admin.TopKeys.Or("hashed"), "hashed", "raw")
 	upstreams := map[string]int{}
 	for i := range raw.Upstream {
 		cfg.Upstreams = append(cfg.Upstreams, validateUpstream(&raw.Upstream[i], fmt.Sprintf("upstream[%d]", i), upstreams, i, c))
@@ -65,6 +66,67 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 	}
 	return cfg
 }
+
+// validateAdmin checks [admin].
+func validateAdmin(a *rawAdmin, c *collector) Admin {
+	adm := Admin{Listen: a.Listen.Or(DefaultAdminListen), TokenEnv: a.TokenEnv.V, RawTopKeys: a.TopKeys.V == "raw"}
+	oneOf(c, "admin.top_keys", a.TopKeys.Or("hashed"), "hashed", "raw")
+	for i, h := range a.Hosts.V {
+		n, err := AdminHost(h)
+		if err != nil {
+			c.add("admin.allowed_hosts", "element %d: %v", i, err)
+			continue
+		}
+		adm.AllowedHosts = append(adm.AllowedHosts, n)
+	}
+	return adm
+}
+
+// AdminHost checks one [admin] allowed_hosts entry, a host name with or
+// without a port as a request's Host gives it ("admin.internal",
+// "admin.internal:9091"), and returns it in lower case without a trailing
+// dot. An IP address is allowed too (any address is always accepted).
+func AdminHost(s string) (string, error) {
+	bad := func(why string) (string, error) {
+		return "", fmt.Errorf("%q %s (give a name as a request's Host does: \"admin.internal\" or \"admin.internal:9091\")", s, why)
+	}
+	switch {
+	case s == "":
+		return bad("is empty")
+	case strings.Contains(s, "://") || strings.ContainsAny(s, "/?#@"):
+		return bad("is a URL, not a host")
+	case strings.Contains(s, "*"):
+		return bad("is a wildcard: each name must be listed")
+	}
+	host, port := s, ""
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		host, port = h, p
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port != strconv.Itoa(n) {
+			return bad("has a port that is not 1-65535")
+		}
+	} else if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		host = s[1 : len(s)-1]
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.Is6() && !strings.HasPrefix(s, "[") {
+			return bad("is an IPv6 address without brackets")
+		}
+		return strings.ToLower(s), nil
+	}
+	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	if !hostNameRE.MatchString(name) || len(name) > 253 {
+		return bad("is not a host name")
+	}
+	if port != "" {
+		return name + ":" + port, nil
+	}
+	return name, nil
+}
+
+// hostNameRE is a DNS name: dot-separated labels of letters, digits and
+// hyphens, 1 to 63 characters, not beginning or ending with a hyphen
+// (underscores are accepted, as resolvers do).
+var hostNameRE = regexp.MustCompile(`^([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*$`)
 
 // validateServer checks [server] and [server.tls].
 func validateServer(s *rawServer, c *collector) Server {

@@ -50,6 +50,7 @@ func TestBansAPI(t *testing.T) {
 	}
 	lift := func(key string) int {
 		req, _ := http.NewRequest("DELETE", r.admin+"/api/v1/policies/all/bans/"+key, nil)
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -22,7 +22,7 @@ func TestReloadFIFO(t *testing.T) {
 	}
 	for range 3 {
 		begin := time.Now()
-		resp, err := http.Post(r.admin+"/api/v1/reload", "", nil)
+		resp, err := http.Post(r.admin+"/api/v1/reload", "application/json", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -561,6 +561,7 @@ func adminJSON(t testing.TB, method, url string, v any) int {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, nil)
 	req.Header.Set("Authorization", "Bearer s3cret")
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ match = { path_prefix = "/x" }`, 1)
 	for _, p := range []string{"/x", "/x", "/x", "/s", "/s", "/nope"} {
 		get(p)
 	}
-	resp, err := http.Post(r.admin+"/api/v1/reload", "", nil)
+	resp, err := http.Post(r.admin+"/api/v1/reload", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +102,7 @@ func TestClientKeyAPI(t *testing.T) {
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 2, "1/h", "")), 0o644) })
 	status := func(method, url string) (int, map[string]any) {
 		req, _ := http.NewRequest(method, url, nil)
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -40,6 +40,7 @@ func TestOverrides(t *testing.T) {
 	}
 	call := func(r *running, method, path, body string) (int, string) {
 		req, _ := http.NewRequest(method, r.admin+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -126,6 +127,7 @@ func TestOverridesShared(t *testing.T) {
 		return resp.Header.Get("RateLimit-Policy")
 	}
 	req, _ := http.NewRequest("PUT", a.admin+"/api/v1/policies/all/overrides/127.0.0.1", strings.NewReader(`{"scale": 5}`))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("PUT on the first instance: %v %v", resp, err)
@@ -140,6 +142,7 @@ func TestOverridesShared(t *testing.T) {
 	}
 	t.Logf("the second instance applied the override after %v", time.Since(start))
 	req, _ = http.NewRequest("DELETE", a.admin+"/api/v1/policies/all/overrides/127.0.0.1", nil)
+	req.Header.Set("Content-Type", "application/json")
 	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
 		t.Fatalf("DELETE: %v %v", resp, err)
 	}

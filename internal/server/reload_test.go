@@ -199,7 +199,7 @@ func TestReloadTriggers(t *testing.T) {
 	t.Run("admin API", func(t *testing.T) {
 		r := startFile(t, write)
 		os.WriteFile(r.path, []byte(configText(r.upstream.URL, 60, "1/h", "")), 0o644)
-		resp, err := http.Post(r.admin+"/api/v1/reload", "", nil)
+		resp, err := http.Post(r.admin+"/api/v1/reload", "application/json", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func TestReloadRejectsBadFiles(t *testing.T) {
 		{"unknown upstream", strings.Replace(good, `upstream = "app"`, `upstream = "nope"`, 1), `limitproxy.toml:14:1: policy[0].upstream: unknown upstream "nope"`},
 	} {
 		os.WriteFile(r.path, []byte(c.text), 0o644)
-		resp, err := http.Post(r.admin+"/api/v1/reload", "", nil)
+		resp, err := http.Post(r.admin+"/api/v1/reload", "application/json", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

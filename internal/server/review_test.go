@@ -33,6 +33,7 @@ func TestReview18OverrideFailsOpenAfterReload(t *testing.T) {
 	r := startFile(t, write)
 	call := func(method, url, body string) (int, string) {
 		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

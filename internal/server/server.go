@@ -232,7 +232,15 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 				zap.String("listen", cfg.Admin.Listen))
 		}
 		defer adminLn.Close()
-		admin = &http.Server{Handler: adminHandler(reload, st.ready, m, token, st.bans, st.overrides, cfg.Store.Backend == config.BackendRedis || cfg.Store.OverridesFile != ""), ReadHeaderTimeout: 5 * time.Second}
+		api := adminHandler(reload, st.ready, m, token, st.bans, st.overrides, cfg.Store.Backend == config.BackendRedis || cfg.Store.OverridesFile != "")
+		admin = &http.Server{
+			Handler:           newAdminGuard(cfg.Admin.Listen, cfg.Admin.AllowedHosts).wrap(api),
+			ReadHeaderTimeout: adminReadHeaderTimeout,
+			ReadTimeout:       adminReadTimeout,
+			WriteTimeout:      adminWriteTimeout,
+			IdleTimeout:       adminIdleTimeout,
+			ErrorLog:          mustStdLog(log.Named("admin")),
+		}
 	}
 
 	// Background work, stopped after the servers have drained.
