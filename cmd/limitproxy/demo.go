@@ -43,15 +43,26 @@ func demo(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	go func() {
-		var addr net.Addr
+		var addrs server.Addrs
 		select {
-		case a := <-srv.Ready():
-			addr = a.Proxy
+		case addrs = <-srv.Ready():
 		case <-ctx.Done():
 			return
 		}
-		_, port, _ := net.SplitHostPort(addr.String())
+		_, port, _ := net.SplitHostPort(addrs.Proxy.String())
 		base := "http://127.0.0.1:" + port
+		admin := ""
+		if addrs.Admin != nil {
+			// A call that changes something needs this Content-Type
+			// (docs/admin-api.md), also without a body.
+			a := "http://" + addrs.Admin.String()
+			admin = fmt.Sprintf(`
+  # the admin API: the login client's standing, then a reset (a call that
+  # changes something needs Content-Type: application/json)
+  curl %s/api/v1/policies/login/keys/127.0.0.1
+  curl -i -X DELETE -H 'Content-Type: application/json' %s/api/v1/policies/login/keys/127.0.0.1
+`, a, a)
+		}
 		fmt.Fprintf(stdout, `limitproxy demo: echo upstream on http://%s, proxy on %s (config.example.toml)
 
 Try, in another terminal:
@@ -67,9 +78,9 @@ Try, in another terminal:
 
   # policy "api": 10/s with a burst of 20 per API key
   for i in $(seq 25); do curl -s -o /dev/null -w '%%{http_code} ' -H 'X-API-Key: k1' %s/api/items; done; echo
-
+%s
 Ctrl-C stops both.
-`, demoUpstream, base, base, base, base, base)
+`, demoUpstream, base, base, base, base, base, admin)
 	}()
 	return srv.Run(ctx)
 }
