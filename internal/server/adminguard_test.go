@@ -255,8 +255,10 @@ func TestAdminAllowedHosts(t *testing.T) {
 // part of its body, or that holds a keep-alive connection idle, or that
 // sends half a head, is cut off within the documented bound (10 s for a
 // whole request, 30 s idle, 5 s for a head), give or take a loaded
-// machine's scheduling. Its three cases wait in parallel, about 30 s.
+// machine's scheduling. Its three cases wait in parallel, about 30 s,
+// beside the package's other parallel tests.
 func TestAdminTimeouts(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 2, "1/h", "")), 0o644) })
 	addr := strings.TrimPrefix(r.admin, "http://")
 	// cutAfter sends what, then reads (answering any request written in
