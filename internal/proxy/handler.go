@@ -503,7 +503,8 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 	}
 }
 
-// logAccess writes docs/metrics.md's access-log line. Rejections are logged at
+// logAccess writes docs/metrics.md's access-log line. Rejections (and streams
+// refused for their key) are logged at
 // debug level, so that a flood of them cannot flood the log; a response
 // cut short after its status went out at warn, with an error field;
 // everything else at info.
@@ -512,7 +513,7 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 		return
 	}
 	level := zapcore.InfoLevel
-	if decision == Rejected && rec.replay == nil {
+	if (decision == Rejected || decision == StreamRefused) && rec.replay == nil {
 		level = zapcore.DebugLevel
 	}
 	if rec.err != "" {
