@@ -126,11 +126,28 @@ type Upstream struct {
 	// without TLS). https:// targets negotiate by ALPN.
 	Protocol UpstreamProtocol
 	// Buffering reads a request's whole body before an upstream
-	// connection is taken (nginx's proxy_request_buffering).
+	// connection is taken (nginx's proxy_request_buffering). false says
+	// that the upstream takes streamed request bodies (gRPC client
+	// streams): only then does a body reach it while it arrives. No
+	// request header changes this.
 	Buffering bool
 	// MaxBodyBytes is the largest request body forwarded; larger ones get
 	// 413.
 	MaxBodyBytes int64
+	// MinBodyRate is the slowest a request body, buffered or streamed,
+	// may arrive, in bytes per second averaged over RateWindow; a slower
+	// one gets 408. Time the proxy is not waiting for the client (an
+	// upstream taking a streamed body slowly) does not count. 0: no
+	// minimum, only ClientBodyTimeout between two reads.
+	MinBodyRate int64
+	// RateWindow is the averaging window of MinBodyRate, and the grace a
+	// body has before the rate applies: a client that sends nothing is cut
+	// RateWindow after its last full-rate moment.
+	RateWindow time.Duration
+	// MaxStreamsPerKey is the most requests of one client key whose bodies
+	// stream to this upstream at once (with Buffering off); one more gets
+	// 429 with Retry-After. At least 1.
+	MaxStreamsPerKey int
 	// Concurrency limits the requests in flight to the upstream, all its
 	// targets together; nil: no limit.
 	Concurrency *Concurrency

@@ -43,6 +43,12 @@ const (
 	DefaultOverridesFile    = ""    // in memory only: a file needs a place the operator chose
 	DefaultHTTPListen       = ":80" // ACME HTTP-01 challenges and the redirect to HTTPS
 	DefaultRequestBuffering = true  // nginx's proxy_request_buffering
+	// A request body must average 1 KiB/s over 20 s (Apache's
+	// mod_reqtimeout: 20 s, then 500 bytes/s), and one client key may
+	// stream 16 bodies at once to an upstream that takes streamed bodies.
+	DefaultMinBodyRate      = 1024
+	DefaultBodyRateWindow   = 20 * time.Second
+	DefaultMaxStreamsPerKey = 16
 	DefaultMode             = Enforce
 	DefaultOnMissing        = MissingShared
 	DefaultUpstreamProtocol = ProtocolHTTP1

@@ -94,6 +94,9 @@ type (
 		Upgrades     Strings         `toml:"upgrades"`
 		Buffering    Value[bool]     `toml:"request_buffering"`
 		MaxBodyBytes Value[int64]    `toml:"max_body_bytes"`
+		MinBodyRate  Value[int64]    `toml:"min_body_rate"`
+		RateWindow   Duration        `toml:"body_rate_window"`
+		MaxStreams   Value[int64]    `toml:"max_streams_per_key"`
 		AllowTrace   Value[bool]     `toml:"allow_trace"`
 		Protocol     Value[string]   `toml:"protocol"`
 		Concurrency  *rawConcurrency `toml:"concurrency"`

@@ -83,6 +83,10 @@ func TestDefaults(t *testing.T) {
 	if p.Reject.Status != 429 {
 		t.Errorf("reject status default = %d", p.Reject.Status)
 	}
+	if u := cfg.Upstreams[0]; !u.Buffering || u.MinBodyRate != 1024 || u.RateWindow != 20*time.Second || u.MaxStreamsPerKey != 16 {
+		t.Errorf("upstream body defaults: buffering %v, min_body_rate %d, body_rate_window %v, max_streams_per_key %d",
+			u.Buffering, u.MinBodyRate, u.RateWindow, u.MaxStreamsPerKey)
+	}
 }
 
 // TestDefaultMaxWait: without max_wait, a leaky bucket lets its whole

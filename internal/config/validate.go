@@ -254,6 +254,8 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 		MaxFails: int(u.MaxFails.Or(DefaultMaxFails)), FailTimeout: u.FailTimeout.Or(DefaultFailTimeout),
 		Upgrades: DefaultUpgrades, AllowTrace: u.AllowTrace.V, Protocol: UpstreamProtocol(u.Protocol.Or(string(DefaultUpstreamProtocol))),
 		Buffering: u.Buffering.Or(DefaultRequestBuffering), MaxBodyBytes: u.MaxBodyBytes.Or(DefaultMaxBodyBytes),
+		MinBodyRate: u.MinBodyRate.Or(DefaultMinBodyRate), RateWindow: u.RateWindow.Or(DefaultBodyRateWindow),
+		MaxStreamsPerKey: int(u.MaxStreams.Or(DefaultMaxStreamsPerKey)),
 	}
 	switch prev, dup := names[up.Name]; {
 	case up.Name == "":
@@ -297,6 +299,15 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 	}
 	if u.MaxBodyBytes.Set && u.MaxBodyBytes.err == nil && up.MaxBodyBytes < 1 {
 		c.add(key+".max_body_bytes", "must be at least 1")
+	}
+	if u.MinBodyRate.Set && u.MinBodyRate.err == nil && (up.MinBodyRate < 0 || up.MinBodyRate > 1<<30) {
+		c.add(key+".min_body_rate", "%d: must be from 0 (no minimum) to 1073741824 bytes a second", up.MinBodyRate)
+	}
+	if up.RateWindow <= 0 && u.RateWindow.err == nil {
+		c.add(key+".body_rate_window", "must be greater than zero")
+	}
+	if u.MaxStreams.Set && u.MaxStreams.err == nil && (u.MaxStreams.V < 1 || u.MaxStreams.V > 1_000_000) {
+		c.add(key+".max_streams_per_key", "%d: must be from 1 to 1000000", u.MaxStreams.V)
 	}
 	if u.MaxFails.Set && u.MaxFails.V < 0 {
 		c.add(key+".max_fails", "must not be negative (0 turns passive health checks off)")

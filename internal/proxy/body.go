@@ -8,15 +8,21 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/limitproxy/limitproxy/internal/config"
 )
 
 // A client that sends its request body slowly, or reads its response
 // slowly, must not hold an upstream connection (or an upstream worker)
 // for that long. As nginx does, limitproxy reads the whole body before it
-// takes an upstream connection (request_buffering, on by default), allows
-// client_body_timeout between two reads of the body and send_timeout
-// between two writes of the response, and answers a body it cannot read
-// itself (400, 408, 413), never counting it against the upstream's health.
+// takes an upstream connection (request_buffering, on by default, and
+// only the upstream's configuration turns it off), allows
+// client_body_timeout between two reads of the body, min_body_rate over
+// the whole of it (bodyrate.go) and send_timeout between two writes of
+// the response, and answers a body it cannot read itself (400, 408, 413),
+// never counting it against the upstream's health. An upstream that takes
+// streamed bodies gets them from at most max_streams_per_key requests of
+// one client key at once (streams.go).
 
 // memoryBodyBytes is how much of a buffered request body is kept in
 // memory; the rest goes to a temporary file. At most this much memory per
@@ -72,6 +78,9 @@ func (e *clientBodyError) write(w http.ResponseWriter, r *http.Request) {
 	switch e.status {
 	case http.StatusRequestTimeout:
 		detail = "the request body did not arrive in time (client_body_timeout)"
+		if errors.Is(e.err, errBodyTooSlow) {
+			detail = "the request body arrived slower than the upstream accepts (min_body_rate)"
+		}
 	case http.StatusRequestEntityTooLarge:
 		detail = "the request body is larger than the upstream accepts (max_body_bytes)"
 	}
@@ -93,19 +102,30 @@ type timedBody struct {
 	left    int64 // bytes still allowed
 	max     int64
 	err     *clientBodyError // the first read error, the client's
+	rate    *rateWatch       // min_body_rate; nil: none
 }
 
 func (b *timedBody) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	if b.dl != nil {
+	if b.rate != nil {
+		// Sets the read deadline too.
+		if err := b.rate.begin(); err != nil {
+			b.err = &clientBodyError{http.StatusRequestTimeout, err}
+			return 0, b.err
+		}
+	} else if b.dl != nil {
 		b.dl.SetReadDeadline(time.Now().Add(b.timeout))
 	}
 	if int64(len(p)) > b.left+1 {
 		p = p[:b.left+1]
 	}
 	n, err := b.body.Read(p)
+	if b.rate != nil && b.rate.end(n) && err != nil && err != io.EOF {
+		b.err = &clientBodyError{http.StatusRequestTimeout, errBodyTooSlow}
+		return n, b.err
+	}
 	if int64(n) > b.left {
 		n = int(b.left)
 		b.err = &clientBodyError{http.StatusRequestEntityTooLarge, &http.MaxBytesError{Limit: b.max}}
@@ -114,6 +134,7 @@ func (b *timedBody) Read(p []byte) (int, error) {
 	b.left -= int64(n)
 	switch {
 	case err == io.EOF:
+		b.stopRate()
 		if b.dl != nil {
 			b.dl.SetReadDeadline(time.Time{})
 		}
@@ -124,13 +145,33 @@ func (b *timedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *timedBody) Close() error { return b.body.Close() }
+func (b *timedBody) Close() error {
+	b.stopRate()
+	return b.body.Close()
+}
 
 // bodyLimits are what prepareBody applies to one request.
 type bodyLimits struct {
 	buffer  bool          // read it all before forwarding
 	max     int64         // bytes
 	timeout time.Duration // between two reads
+	minRate int64         // bytes a second over window; 0: none
+	window  time.Duration
+}
+
+// limitsFor returns the body limits of a request to the upstream u. Only
+// the upstream's configuration decides whether a body streams: a request
+// header (a gRPC Content-Type, say) never turns buffering off, since a
+// client that could would hold an upstream connection as long as it
+// trickles.
+func limitsFor(u *config.Upstream, s *config.Server) bodyLimits {
+	return bodyLimits{buffer: u.Buffering, max: u.MaxBodyBytes, timeout: s.ClientBodyTimeout,
+		minRate: u.MinBodyRate, window: u.RateWindow}
+}
+
+// hasBody reports whether r has a request body to read.
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 }
 
 // prepareBody readies r's body for forwarding under lim: refuses at once a
@@ -142,7 +183,7 @@ type bodyLimits struct {
 // the buffer and must be called once the request is done; err is the
 // client's, to answer with.
 func prepareBody(w http.ResponseWriter, r *http.Request, lim bodyLimits) (cleanup func(), err *clientBodyError) {
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+	if !hasBody(r) {
 		return func() {}, nil
 	}
 	if r.ContentLength > lim.max {
@@ -156,10 +197,14 @@ func prepareBody(w http.ResponseWriter, r *http.Request, lim bodyLimits) (cleanu
 		// this connection may fail that write.
 		dl.SetWriteDeadline(time.Time{})
 	}
+	if lim.minRate > 0 {
+		tb.rate = &rateWatch{r: newBodyRate(lim.minRate, lim.window), now: time.Now, dl: tb.dl, timeout: lim.timeout}
+	}
 	if !lim.buffer {
 		r.Body = tb
-		return func() {}, nil
+		return tb.stopRate, nil
 	}
+	defer tb.stopRate()
 	var mem bytes.Buffer
 	n, rerr := io.CopyN(&mem, tb, memoryBodyBytes+1)
 	if rerr != nil && rerr != io.EOF {
@@ -194,6 +239,13 @@ func prepareBody(w http.ResponseWriter, r *http.Request, lim bodyLimits) (cleanu
 	size := n + m
 	setBody(r, size, func() io.ReadCloser { return io.NopCloser(io.NewSectionReader(f, 0, size)) })
 	return cleanup, nil
+}
+
+// stopRate stops b's min_body_rate watch, if any.
+func (b *timedBody) stopRate() {
+	if b.rate != nil {
+		b.rate.stop()
+	}
 }
 
 // setBody gives r a body of size bytes that get makes afresh (so that the

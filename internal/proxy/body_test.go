@@ -115,8 +115,8 @@ func (e *bodyEnv) raw(t *testing.T, head string, body ...string) (*http.Response
 // TestSlowUploaders: 200 clients sending their bodies a byte at a time hold
 // no upstream connection while they send; each request reaches the
 // upstream whole, once its body is in — also when they label the body
-// gRPC over HTTP/1.1 (gRPC bodies stream unbuffered, but gRPC is HTTP/2:
-// the label alone must not turn buffering off).
+// gRPC (no request header turns buffering off; TestH2TricklersBuffered in
+// internal/server does the same over HTTP/2).
 func TestSlowUploaders(t *testing.T) {
 	for _, ct := range []string{"", "Content-Type: application/grpc\r\n", "Content-Type: application/grpc+proto\r\n"} {
 		t.Run(strings.TrimSpace(ct), func(t *testing.T) { slowUploaders(t, ct) })
@@ -200,6 +200,58 @@ func TestClientBodyTimeout(t *testing.T) {
 			resp, err = e.raw(t, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n", "abc")
 			if err != nil || resp.StatusCode != 200 {
 				t.Errorf("after the stall: %v %v, want 200", resp, err)
+			}
+		})
+	}
+}
+
+// TestMinBodyRate: an HTTP/1.1 body trickling a byte every 100ms (10
+// bytes/s, under min_body_rate 1000 over 500ms) is answered 408 about
+// 0.5s/(1-0.01) after it began — long before client_body_timeout (60s),
+// which the trickle never trips — whether buffered (the upstream then
+// never sees it) or streamed.
+func TestMinBodyRate(t *testing.T) {
+	for _, buffering := range []bool{true, false} {
+		t.Run(fmt.Sprint("buffering=", buffering), func(t *testing.T) {
+			e := startBody(t, "", fmt.Sprintf("request_buffering = %v\nmin_body_rate = 1000\nbody_rate_window = \"500ms\"", buffering), nil)
+			c, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			begin := time.Now()
+			io.WriteString(c, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				for range 100 {
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+					if _, err := c.Write([]byte("x")); err != nil {
+						return
+					}
+				}
+			}()
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			took := time.Since(begin)
+			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "min_body_rate") {
+				t.Errorf("trickled body: %d %s, want 408 naming min_body_rate", resp.StatusCode, b)
+			}
+			// The window, plus timer and loopback scheduling on a busy
+			// machine, generously; far below the 10s the trickle takes.
+			if took < 450*time.Millisecond || took > 5*time.Second {
+				t.Errorf("answered after %v, want about 505ms", took)
+			}
+			if buffering && e.requests.Load() != 0 {
+				t.Errorf("the upstream saw %d requests of a buffered body never completed", e.requests.Load())
 			}
 		})
 	}

@@ -34,8 +34,9 @@ const (
 // application/grpc, alone or with a +codec suffix or parameters (not
 // gRPC-Web, which has its own framing). gRPC runs over HTTP/2 only: an
 // HTTP/1.1 request that merely carries the label is an ordinary request,
-// answered in HTTP and its body buffered (a slow client must not turn
-// request_buffering off by naming a content type).
+// answered in HTTP. The label decides only how limitproxy answers, never
+// whether the body is buffered: that is the upstream's request_buffering
+// (a slow client must not turn buffering off by naming a content type).
 func isGRPC(r *http.Request) bool {
 	if r.ProtoMajor != 2 {
 		return false

@@ -52,7 +52,8 @@ type Handler struct {
 	// averages are the running averages of the costs answers reported,
 	// for estimate_from = "average".
 	averages costAverages
-	top      trackers // the top offenders, per policy
+	top      trackers     // the top offenders, per policy
+	streams  streamCounts // requests streaming their bodies, per upstream and key
 	// overrides are the per-key overrides (nil: none), ovCache their
 	// compiled limiters.
 	overrides limiter.Overrides
@@ -180,6 +181,7 @@ func sameUpstream(a, b config.Upstream) bool {
 	if a.Name != b.Name || a.Timeout != b.Timeout || a.PreserveHost != b.PreserveHost ||
 		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) ||
 		a.AllowTrace != b.AllowTrace || a.Buffering != b.Buffering || a.MaxBodyBytes != b.MaxBodyBytes ||
+		a.MinBodyRate != b.MinBodyRate || a.RateWindow != b.RateWindow || a.MaxStreamsPerKey != b.MaxStreamsPerKey ||
 		a.Protocol != b.Protocol || !slices.Equal(a.Upgrades, b.Upgrades) ||
 		!sameConcurrency(a.Concurrency, b.Concurrency) {
 		return false
@@ -239,6 +241,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if rec.shed {
 			decision = Shed
+		}
+		if rec.streamRefused {
+			decision = StreamRefused
 		}
 		h.metrics.decision(name, decision)
 		h.logAccess(r, rec, start, p, decision, wait, owes)
@@ -442,9 +447,13 @@ func keyNames(p *policy.Policy) string {
 func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *policy.Policy) {
 	pool := snap.pools[p.Upstream]
 	w.upstream = p.Upstream
-	// A gRPC call streams: its request body is never buffered.
-	cleanup, berr := prepareBody(w, r, bodyLimits{buffer: pool.cfg.Buffering && !w.grpc, max: pool.cfg.MaxBodyBytes,
-		timeout: snap.set.Config.Server.ClientBodyTimeout})
+	lim := limitsFor(&pool.cfg, &snap.set.Config.Server)
+	release, ok := h.admitStream(w, r, &pool.cfg, lim, &snap.set.Config.Server)
+	if !ok {
+		return
+	}
+	defer release()
+	cleanup, berr := prepareBody(w, r, lim)
 	defer cleanup()
 	if berr != nil {
 		w.err = berr.Error()
@@ -494,7 +503,8 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 	}
 }
 
-// logAccess writes docs/metrics.md's access-log line. Rejections are logged at
+// logAccess writes docs/metrics.md's access-log line. Rejections (and streams
+// refused for their key) are logged at
 // debug level, so that a flood of them cannot flood the log; a response
 // cut short after its status went out at warn, with an error field;
 // everything else at info.
@@ -503,7 +513,7 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 		return
 	}
 	level := zapcore.InfoLevel
-	if decision == Rejected && rec.replay == nil {
+	if (decision == Rejected || decision == StreamRefused) && rec.replay == nil {
 		level = zapcore.DebugLevel
 	}
 	if rec.err != "" {
@@ -551,23 +561,24 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 // it; flushes stop at its FlushError (grpc.go), which passes them on.
 type recorder struct {
 	http.ResponseWriter
-	dl          deadliner     // the connection's deadlines; nil if none
-	sendTimeout time.Duration // allowed between two writes
-	renewed     time.Time     // when the write deadline was last set
-	status      int
-	upstream    string
-	body        *timedBody    // the request body being streamed, if any
-	writeFailed bool          // a write to the client failed
-	err         string        // why the exchange failed after the status went out
-	grpc        bool          // a gRPC call: answered with grpc-status (grpc.go)
-	h2          bool          // an HTTP/2 request (see FlushError)
-	grpcStatus  int           // the HTTP status a gRPC answer of ours stands for
-	key         string        // the client key, for the upstream's fair share
-	replay      *replayFields // [log] access_replay's fields; nil without it
-	forwarded   bool          // sent to the upstream
-	head        int           // the status written first, whatever became of the exchange
-	shed        bool          // turned away by the upstream's concurrency limit
-	ownAnswer   bool          // the proxy answered for the upstream (502, 504, a body error)
+	dl            deadliner     // the connection's deadlines; nil if none
+	sendTimeout   time.Duration // allowed between two writes
+	renewed       time.Time     // when the write deadline was last set
+	status        int
+	upstream      string
+	body          *timedBody    // the request body being streamed, if any
+	writeFailed   bool          // a write to the client failed
+	err           string        // why the exchange failed after the status went out
+	grpc          bool          // a gRPC call: answered with grpc-status (grpc.go)
+	h2            bool          // an HTTP/2 request (see FlushError)
+	grpcStatus    int           // the HTTP status a gRPC answer of ours stands for
+	key           string        // the client key, for the upstream's fair share
+	replay        *replayFields // [log] access_replay's fields; nil without it
+	forwarded     bool          // sent to the upstream
+	head          int           // the status written first, whatever became of the exchange
+	shed          bool          // turned away by the upstream's concurrency limit
+	streamRefused bool          // refused: its key streams max_streams_per_key bodies already
+	ownAnswer     bool          // the proxy answered for the upstream (502, 504, a body error)
 
 	// Under a concurrency limit: when the request was let through, and
 	// when the response head was written (by clock).

@@ -115,14 +115,17 @@ type grpcProxy struct {
 // send_timeout of a second. Policies: Check is limited to 2 an hour (one
 // shared key), "/paced." to 2 a second with a burst of 1, the echo and
 // Watch are not limited in practice, "/down." goes to an upstream nobody
-// listens on, and /plain (HTTP/1) is limited to 1.
+// listens on, and /plain (HTTP/1) is limited to 1. The "grpc" upstream
+// buffers request bodies (the default: unary and server-streaming calls
+// work so); the echo's bidirectional stream goes to "grpcstream", the same
+// server marked as taking streamed bodies (request_buffering = false).
 func startGRPCProxy(t *testing.T, up *grpcUpstream, tlsTable string) *grpcProxy {
 	t.Helper()
 	src := fmt.Sprintf(`[server]
 listen = "127.0.0.1:0"
 h2c = true
 send_timeout = "1s"
-%s
+%[1]s
 [admin]
 listen = "127.0.0.1:0"
 [log]
@@ -130,11 +133,16 @@ level = "error"
 access = false
 [[upstream]]
 name = "grpc"
-targets = ["http://%s"]
+targets = ["http://%[2]s"]
 protocol = "h2c"
 [[upstream]]
+name = "grpcstream"
+targets = ["http://%[2]s"]
+protocol = "h2c"
+request_buffering = false
+[[upstream]]
 name = "down"
-targets = ["http://127.0.0.1:%d"]
+targets = ["http://127.0.0.1:%[3]d"]
 protocol = "h2c"
 max_fails = 0
 [[policy]]
@@ -170,6 +178,13 @@ match = { path = "/plain" }
   algorithm = "token_bucket"
   rate = "1/h"
   burst = 1
+[[policy]]
+name = "echo"
+upstream = "grpcstream"
+match = { path_prefix = "/test.Echo/" }
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1000/s"
 [[policy]]
 name = "rest"
 upstream = "grpc"
