@@ -31,22 +31,25 @@ const (
 	DefaultConcQueue        = 1000
 	DefaultConcMaxWait      = time.Second
 	DefaultRateLimitHeaders = HeadersDraft
-	DefaultLogLevel         = LevelInfo
-	DefaultLogFormat        = FormatJSON
-	DefaultLogAccess        = true
-	DefaultBackend          = BackendMemory
-	DefaultRedisAddr        = "127.0.0.1:6379"
-	DefaultRedisPrefix      = "limitproxy:"
-	DefaultOnError          = OnErrorLocal
-	DefaultACMECA           = "https://acme-v02.api.letsencrypt.org/directory"
-	DefaultACMEStorage      = "./certs"
-	DefaultOverridesFile    = ""    // in memory only: a file needs a place the operator chose
-	DefaultHTTPListen       = ":80" // ACME HTTP-01 challenges and the redirect to HTTPS
-	DefaultRequestBuffering = true  // nginx's proxy_request_buffering
-	DefaultMode             = Enforce
-	DefaultOnMissing        = MissingShared
-	DefaultUpstreamProtocol = ProtocolHTTP1
-	DefaultRejectStatus     = 429
+	// Refusing is the safe default: the proxy cannot know which of several
+	// values its upstream reads.
+	DefaultAmbiguousKeyParts = AmbiguousReject
+	DefaultLogLevel          = LevelInfo
+	DefaultLogFormat         = FormatJSON
+	DefaultLogAccess         = true
+	DefaultBackend           = BackendMemory
+	DefaultRedisAddr         = "127.0.0.1:6379"
+	DefaultRedisPrefix       = "limitproxy:"
+	DefaultOnError           = OnErrorLocal
+	DefaultACMECA            = "https://acme-v02.api.letsencrypt.org/directory"
+	DefaultACMEStorage       = "./certs"
+	DefaultOverridesFile     = ""    // in memory only: a file needs a place the operator chose
+	DefaultHTTPListen        = ":80" // ACME HTTP-01 challenges and the redirect to HTTPS
+	DefaultRequestBuffering  = true  // nginx's proxy_request_buffering
+	DefaultMode              = Enforce
+	DefaultOnMissing         = MissingShared
+	DefaultUpstreamProtocol  = ProtocolHTTP1
+	DefaultRejectStatus      = 429
 	// DefaultBanMax is how long an escalating ban may grow; DefaultBanForget
 	// how long an offence is remembered for escalation.
 	DefaultBanMax            = 24 * time.Hour
