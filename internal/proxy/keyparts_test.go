@@ -2,16 +2,21 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/limitproxy/limitproxy/internal/config"
 	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
@@ -423,4 +428,156 @@ func TestEvaluateAmbiguousKeyParts(t *testing.T) {
 			}
 		}
 	}
+}
+
+// h2Do sends one GET over a fresh HTTP/2 connection with prior knowledge,
+// written frame by frame: path and the given header fields in that
+// order, repeated names (cookie crumbs) as separate fields. It returns the
+// status and the body.
+func h2Do(t *testing.T, addr, path string, fields ...[2]string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range append([][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "example.com"}, {":path", path}}, fields...) {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	status := 0
+	var body strings.Builder
+	dec := hpack.NewDecoder(4096, func(f hpack.HeaderField) {
+		if f.Name == ":status" {
+			status, _ = strconv.Atoi(f.Value)
+		}
+	})
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("%s %q: %v", path, fields, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				fr.WriteSettingsAck()
+			}
+		case *http2.HeadersFrame:
+			if _, err := dec.Write(f.HeaderBlockFragment()); err != nil {
+				t.Fatal(err)
+			}
+			if f.StreamEnded() {
+				return status, body.String()
+			}
+		case *http2.DataFrame:
+			body.Write(f.Data())
+			if f.StreamEnded() {
+				return status, body.String()
+			}
+		case *http2.RSTStreamFrame:
+			t.Fatalf("%s %q: stream reset: %v", path, fields, f.ErrCode)
+		case *http2.GoAwayFrame:
+			t.Fatalf("%s %q: GOAWAY %v", path, fields, f.ErrCode)
+		}
+	}
+}
+
+// h2Probes are HTTP/2 requests, for i, whose keyed cookie comes in
+// several cookie fields (crumbs, which the server joins) or whose keyed
+// parameter is repeated in :path.
+func h2Probes(i int) []struct {
+	path   string
+	fields [][2]string
+} {
+	ck := func(vs ...string) [][2]string {
+		var f [][2]string
+		for _, v := range vs {
+			f = append(f, [2]string{"cookie", v})
+		}
+		return f
+	}
+	j := fmt.Sprint(i)
+	return []struct {
+		path   string
+		fields [][2]string
+	}{
+		{"/c", ck("sid=junk"+j, "sid=real")},
+		{"/c", ck("a=1", "sid=junk"+j, "b=2", "sid=real")},
+		{"/c", ck("sid=junk" + j + "; sid=real")},
+		{"/c", ck("SID=junk"+j, "sid=real")},
+		{"/c", ck(`sid="junk`+j, "sid=real")},
+		{"/c", ck("a="+j+" sid=junk", "sid=real")},
+		{"/own?k=real", ck("sid=junk"+j, "sid=real")},
+		{"/q?k=junk" + j + "&k=real", nil},
+		{"/q?k=%zz" + j + "&k=real", nil},
+		{"/q?%6b=junk" + j + "&k=real", nil},
+		{"/own?k=junk" + j + "&k=real", ck("sid=real")},
+	}
+}
+
+// TestAmbiguousKeyPartsH2: over HTTP/2 the same: cookie crumbs with the
+// keyed name in several fields, or a repeated parameter, are refused by
+// default; with rewrite they count under the real value, 2 admitted per
+// path whatever the junk, and the upstream reads it alone.
+func TestAmbiguousKeyPartsH2(t *testing.T) {
+	t.Run("reject", func(t *testing.T) {
+		up := newKeyEcho(t)
+		_, addr, _, _ := startLogged(t, fmt.Sprintf(ambiguousConfig, ""), up.upstream)
+		for i := range 3 {
+			for _, p := range h2Probes(i) {
+				if st, body := h2Do(t, addr, p.path, p.fields...); st != 400 || !strings.Contains(body, "repeated or malformed") {
+					t.Errorf("%s %q: %d %s, want 400", p.path, p.fields, st, body)
+				}
+			}
+		}
+		for _, path := range []string{"/c", "/q?k=real", "/own?k=real"} {
+			for i, want := range []int{200, 200, 429} {
+				if st, _ := h2Do(t, addr, path, [2]string{"cookie", "a=1"}, [2]string{"cookie", "sid=real"}); st != want {
+					t.Errorf("%s: legitimate request %d: %d, want %d", path, i, st, want)
+				}
+			}
+		}
+		if n := len(up.all()); n != 6 {
+			t.Errorf("upstream received %d requests, want 6", n)
+		}
+	})
+	t.Run("rewrite", func(t *testing.T) {
+		up := newKeyEcho(t)
+		_, addr, _, _ := startLogged(t, fmt.Sprintf(ambiguousConfig, rewriteServer), up.upstream)
+		admitted := map[string]int{}
+		for i := range 4 {
+			for _, p := range h2Probes(i) {
+				st, _ := h2Do(t, addr, p.path, p.fields...)
+				if st == 200 {
+					path, _, _ := strings.Cut(p.path, "?")
+					admitted[path]++
+				} else if st != 429 {
+					t.Errorf("%s %q: %d, want 200 or 429", p.path, p.fields, st)
+				}
+			}
+		}
+		if admitted["/c"] != 2 || admitted["/q"] != 2 || admitted["/own"] != 2 {
+			t.Errorf("admitted %v, want 2 per path: junk must not make a fresh key", admitted)
+		}
+		for _, s := range up.all() {
+			if s.path != "/q" && (s.cookie != "real" || strings.Count(strings.Join(s.cookies, ";"), "sid") != 1) {
+				t.Errorf("upstream received the cookies %q, read sid=%q; want sid=real once", s.cookies, s.cookie)
+			}
+			if s.path != "/c" && (s.query != "real" || strings.Count("&"+s.rawQuery, "&k=") != 1) {
+				t.Errorf("upstream received the query %q, read k=%q; want k=real once", s.rawQuery, s.query)
+			}
+		}
+	})
 }
