@@ -581,3 +581,48 @@ func TestAmbiguousKeyPartsH2(t *testing.T) {
 		}
 	})
 }
+
+// FuzzRewriteKeyParts: whatever the Cookie field lines and the query, a
+// request rewritten for its cookie and query parts is unambiguous and
+// keyed as before the rewrite, and a request that was unambiguous is left
+// byte for byte as it was.
+func FuzzRewriteKeyParts(f *testing.F) {
+	f.Add("sid=junk; sid=REAL", "a=1", "k=%zz&k=REAL;x&K=1")
+	f.Add(`a="x; sid=y"; s%69d=1`, "sid", "k[]=1&%6b=2&k+=3&k=4")
+	f.Add("a=1; sid=REAL; b=2", "", "a=1&k=RE%41L")
+	f.Fuzz(func(t *testing.T, line1, line2, query string) {
+		r := &http.Request{Header: http.Header{"Cookie": {line1, line2}}, URL: &url.URL{RawQuery: query}}
+		parts := []config.KeyPart{{Kind: config.KeyCookie, Name: "sid"}, {Kind: config.KeyQuery, Name: "k"}}
+		var before [2]string
+		var states [2]partState
+		for i, p := range parts {
+			before[i], states[i] = keyedPart(r, p, config.AmbiguousRewrite)
+		}
+		_, st0 := keyedPart(r, parts[0], config.AmbiguousReject)
+		_, st1 := keyedPart(r, parts[1], config.AmbiguousReject)
+		rewriteParts(r, parts)
+		for i, p := range parts {
+			v, st := keyedPart(r, p, config.AmbiguousReject)
+			if st == partAmbiguous || v != before[i] || st != states[i] {
+				t.Fatalf("%s of %q %q %q rewritten to %q %q: %q (state %d), keyed %q (state %d) before",
+					p, line1, line2, query, r.Header["Cookie"], r.URL.RawQuery, v, st, before[i], states[i])
+			}
+		}
+		if st0 != partAmbiguous && st1 != partAmbiguous {
+			if !slices.Equal(r.Header["Cookie"], []string{line1, line2}) || r.URL.RawQuery != query {
+				t.Fatalf("unambiguous %q %q %q rewritten to %q %q", line1, line2, query, r.Header["Cookie"], r.URL.RawQuery)
+			}
+		}
+	})
+}
+
+// TestKeyedPartAllocs: reading an unambiguous cookie or parameter
+// allocates nothing.
+func TestKeyedPartAllocs(t *testing.T) {
+	r := &http.Request{Header: http.Header{"Cookie": {"a=1; sid=REAL; b=2"}}, URL: &url.URL{RawQuery: "a=1&k=REAL&b=2"}}
+	for _, p := range []config.KeyPart{{Kind: config.KeyCookie, Name: "sid"}, {Kind: config.KeyQuery, Name: "k"}} {
+		if n := testing.AllocsPerRun(100, func() { keyedPart(r, p, config.AmbiguousReject) }); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", p, n)
+		}
+	}
+}
