@@ -34,6 +34,10 @@ type Server struct {
 	TrustedProxies    []netip.Prefix // peers whose X-Forwarded-For / Forwarded are believed
 	IPv6Prefix        int            // bits of an IPv6 client address that make its key
 	RateLimitHeaders  HeadersMode    // which rate-limit fields responses carry
+	// AmbiguousKeyParts is what becomes of a request whose keyed cookie or
+	// query parameter is repeated or malformed: refused with 400, or
+	// forwarded with only the value it was keyed by.
+	AmbiguousKeyParts AmbiguousMode
 	// UnderscoresInHeaders forwards request headers whose names hold an
 	// underscore; by default they are dropped, as nginx does.
 	UnderscoresInHeaders bool
@@ -378,6 +382,22 @@ const (
 	HeadersLegacy HeadersMode = "legacy" // X-RateLimit-Limit, -Remaining, -Reset
 	HeadersBoth   HeadersMode = "both"
 	HeadersNone   HeadersMode = "none"
+)
+
+// AmbiguousMode is [server] ambiguous_key_parts: what becomes of a
+// request whose keyed cookie or query parameter appears more than once,
+// or is malformed, so that upstreams could read another value than the
+// one the request was keyed by.
+type AmbiguousMode string
+
+// The ambiguous_key_parts modes.
+const (
+	// AmbiguousReject answers such a request 400.
+	AmbiguousReject AmbiguousMode = "reject"
+	// AmbiguousRewrite keys it by the last well-formed value and forwards
+	// the request with that value only: every other occurrence of the
+	// cookie or parameter is removed from the Cookie fields or the query.
+	AmbiguousRewrite AmbiguousMode = "rewrite"
 )
 
 // TLSMode is [server.tls] mode.

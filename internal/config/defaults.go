@@ -31,18 +31,21 @@ const (
 	DefaultConcQueue        = 1000
 	DefaultConcMaxWait      = time.Second
 	DefaultRateLimitHeaders = HeadersDraft
-	DefaultLogLevel         = LevelInfo
-	DefaultLogFormat        = FormatJSON
-	DefaultLogAccess        = true
-	DefaultBackend          = BackendMemory
-	DefaultRedisAddr        = "127.0.0.1:6379"
-	DefaultRedisPrefix      = "limitproxy:"
-	DefaultOnError          = OnErrorLocal
-	DefaultACMECA           = "https://acme-v02.api.letsencrypt.org/directory"
-	DefaultACMEStorage      = "./certs"
-	DefaultOverridesFile    = ""    // in memory only: a file needs a place the operator chose
-	DefaultHTTPListen       = ":80" // ACME HTTP-01 challenges and the redirect to HTTPS
-	DefaultRequestBuffering = true  // nginx's proxy_request_buffering
+	// Refusing is the safe default: the proxy cannot know which of several
+	// values its upstream reads.
+	DefaultAmbiguousKeyParts = AmbiguousReject
+	DefaultLogLevel          = LevelInfo
+	DefaultLogFormat         = FormatJSON
+	DefaultLogAccess         = true
+	DefaultBackend           = BackendMemory
+	DefaultRedisAddr         = "127.0.0.1:6379"
+	DefaultRedisPrefix       = "limitproxy:"
+	DefaultOnError           = OnErrorLocal
+	DefaultACMECA            = "https://acme-v02.api.letsencrypt.org/directory"
+	DefaultACMEStorage       = "./certs"
+	DefaultOverridesFile     = ""    // in memory only: a file needs a place the operator chose
+	DefaultHTTPListen        = ":80" // ACME HTTP-01 challenges and the redirect to HTTPS
+	DefaultRequestBuffering  = true  // nginx's proxy_request_buffering
 	// A request body must average 1 KiB/s over 20 s (Apache's
 	// mod_reqtimeout: 20 s, then 500 bytes/s), and one client key may
 	// stream 16 bodies at once to an upstream that takes streamed bodies.

@@ -37,6 +37,7 @@ type (
 		TrustedProxies    cidrs         `toml:"trusted_proxies"`
 		IPv6Prefix        Value[int64]  `toml:"ipv6_prefix"`
 		RateLimitHeaders  Value[string] `toml:"rate_limit_headers"`
+		AmbiguousKeyParts Value[string] `toml:"ambiguous_key_parts"`
 		Underscores       Value[bool]   `toml:"underscores_in_headers"`
 		ClientBodyTimeout Duration      `toml:"client_body_timeout"`
 		SendTimeout       Duration      `toml:"send_timeout"`

@@ -139,6 +139,7 @@ func validateServer(s *rawServer, c *collector) Server {
 		TrustedProxies:       s.TrustedProxies.V,
 		IPv6Prefix:           int(s.IPv6Prefix.Or(DefaultIPv6Prefix)),
 		RateLimitHeaders:     HeadersMode(s.RateLimitHeaders.Or(string(DefaultRateLimitHeaders))),
+		AmbiguousKeyParts:    AmbiguousMode(s.AmbiguousKeyParts.Or(string(DefaultAmbiguousKeyParts))),
 		UnderscoresInHeaders: s.Underscores.V,
 		ClientBodyTimeout:    s.ClientBodyTimeout.Or(DefaultClientBodyTimeout),
 		SendTimeout:          s.SendTimeout.Or(DefaultSendTimeout),
@@ -166,6 +167,7 @@ func validateServer(s *rawServer, c *collector) Server {
 		c.add("server.ipv6_prefix", "%d is outside 1..128", n)
 	}
 	oneOf(c, "server.rate_limit_headers", srv.RateLimitHeaders, HeadersDraft, HeadersLegacy, HeadersBoth, HeadersNone)
+	oneOf(c, "server.ambiguous_key_parts", srv.AmbiguousKeyParts, AmbiguousReject, AmbiguousRewrite)
 	if t := s.TLS; t != nil {
 		srv.TLS = &TLS{
 			Mode: TLSMode(t.Mode.V), Domains: t.Domains.V, Email: t.Email.V,

@@ -322,8 +322,9 @@ func TestHostSpellings(t *testing.T) {
 	}
 }
 
-// TestKeyFirstValue: a key part reads the first value; adding values does
-// not make a fresh key, and the upstream sees the value that was keyed.
+// TestKeyFirstValue: a header key part reads the first value; adding
+// values does not make a fresh key, and the upstream sees the value that
+// was keyed.
 func TestKeyFirstValue(t *testing.T) {
 	e := startRaw(t, nil)
 	e.realkeyWithJunk(t, "/api/x", 20, 2)
@@ -341,41 +342,6 @@ func TestKeyFirstValue(t *testing.T) {
 			t.Errorf("%q: %d, want 400 (empty is missing, on_missing = reject)", hdr, st)
 		}
 	}
-
-	ok := 0
-	for i := range 10 {
-		target := fmt.Sprintf("/q?k=real&k=junk%d", i)
-		if i%2 == 1 {
-			target = fmt.Sprintf("/q?%%6b=re%%61l;k=junk%d&k=x", i)
-		}
-		if st, _ := e.do(t, "GET "+target+" HTTP/1.1"); st == 200 {
-			ok++
-		}
-	}
-	// Even i: k=real, admitted twice. Odd i: the first k is
-	// "real;k=junkN" (';' separates nothing, as for the upstream), a key
-	// of its own each time.
-	if ok != 2+5 {
-		t.Errorf("query: %d admitted, want 7", ok)
-	}
-	if st, _ := e.do(t, "GET /q?k=real&k=other HTTP/1.1"); st != 429 {
-		t.Errorf("query k=real after its 2: %d, want 429", st)
-	}
-	if st, _ := e.do(t, "GET /q?k=&k=real HTTP/1.1"); st != 400 {
-		t.Errorf("query with an empty first k: %d, want 400", st)
-	}
-
-	ok = 0
-	for i := range 10 {
-		hdr := []string{"Cookie: sid=real; sid=junk" + fmt.Sprint(i)}
-		if i%2 == 1 {
-			hdr = []string{`Cookie: sid="real"`, "Cookie: sid=junk" + fmt.Sprint(i)}
-		}
-		if st, _ := e.do(t, append([]string{"GET /c HTTP/1.1"}, hdr...)...); st == 200 {
-			ok++
-		}
-	}
-	if ok != 2 {
-		t.Errorf("cookie sid=real with junk: %d admitted, want 2", ok)
-	}
+	// A repeated cookie or query parameter is refused instead:
+	// TestAmbiguousKeyPartsRefused.
 }

@@ -82,10 +82,18 @@ func (e *Evaluator) Evaluate(r *http.Request, now time.Time) Verdict {
 	)
 	if p.OwnKeys {
 		res = limitKeys(r, p, cfg, keys[:len(p.Limits)])
+		if p.Concurrency != nil {
+			if _, own := clientKey(r, p, cfg); own == keyInvalid {
+				res = keyInvalid
+			}
+		}
 	} else {
 		key, res = clientKey(r, p, cfg)
 	}
 	switch res {
+	case keyInvalid:
+		v.Decision, v.Status = Invalid, http.StatusBadRequest
+		return v
 	case keySkip:
 		v.Decision = Skipped
 		return v

@@ -277,14 +277,34 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res  keyResult
 		keys [limiter.MaxLimits]string
 	)
+	var (
+		ownKey string    // with OwnKeys and a [policy.concurrency]: the policy's own key
+		ownRes keyResult // and what building it found
+	)
 	if p.OwnKeys {
 		res = limitKeys(r, p, cfg, keys[:len(p.Limits)])
+		if p.Concurrency != nil {
+			// Built now, so that an ambiguous part of it is refused
+			// before any limit counts the request.
+			if ownKey, ownRes = clientKey(r, p, cfg); ownRes == keyInvalid {
+				res = keyInvalid
+			}
+		}
 	} else {
 		key, res = clientKey(r, p, cfg)
 	}
 	rec.key = key
 	if p.OwnKeys {
 		rec.key = keys[0]
+	}
+	if res == keyInvalid {
+		decision = Invalid
+		writeProblem(rec, http.StatusBadRequest, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
+			Detail: "a part of the client key is repeated or malformed: " + ambiguousPart(r, p, cfg.AmbiguousKeyParts)})
+		return
+	}
+	if cfg.AmbiguousKeyParts == config.AmbiguousRewrite {
+		rewriteKeyParts(r, p)
 	}
 	switch res {
 	case keySkip:
@@ -418,7 +438,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.Concurrency != nil {
 		if p.OwnKeys {
 			// The policy's own key, which its rate limits did not use.
-			if key, res = clientKey(r, p, cfg); res == keyReject {
+			if key, res = ownKey, ownRes; res == keyReject {
 				decision = Rejected
 				writeProblem(rec, http.StatusBadRequest, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
 					Detail: "the request lacks a part of its client key: " + keyNames(p)})

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -137,6 +136,7 @@ const (
 	keySkip              // on_missing = "skip": do not limit
 	keyReject            // on_missing = "reject": answer 400
 	keyMissing           // (internal) a part was absent
+	keyInvalid           // a keyed cookie or query parameter is repeated or malformed: answer 400
 )
 
 // clientKey builds the key of r for policy p: its key parts, each
@@ -151,8 +151,9 @@ func clientKey(r *http.Request, p *policy.Policy, s *config.Server) (key string,
 // limitKeys builds, for a policy whose limits have keys of their own
 // (OwnKeys), the key each limit counts r under into keys (len(p.Limits)):
 // limiter.SkipKey for a limit whose key r lacks with on_missing "skip".
-// res is keyReject if any limit's on_missing rejects r, keySkip if every
-// limit skips it. Each distinct key is built once.
+// res is keyInvalid if a limit's key part is ambiguous, keyReject if any
+// limit's on_missing rejects r, keySkip if every limit skips it. Each
+// distinct key is built once.
 func limitKeys(r *http.Request, p *policy.Policy, s *config.Server, keys []string) keyResult {
 	skipped := 0
 	for i, lk := range p.LimitKeys {
@@ -165,8 +166,8 @@ func limitKeys(r *http.Request, p *policy.Policy, s *config.Server, keys []strin
 		} else {
 			k, res := keyOf(r, lk.Parts, lk.OnMissing, s)
 			switch res {
-			case keyReject:
-				return keyReject
+			case keyReject, keyInvalid:
+				return res
 			case keySkip:
 				k = limiter.SkipKey
 			}
@@ -182,7 +183,9 @@ func limitKeys(r *http.Request, p *policy.Policy, s *config.Server, keys []strin
 	return keyOK
 }
 
-// keyOf builds the key of r from parts, with onMissing for an absent part.
+// keyOf builds the key of r from parts, with onMissing for an absent
+// part; keyInvalid, whatever onMissing says, for a keyed cookie or query
+// parameter that r holds ambiguously (keyedPart).
 func keyOf(r *http.Request, parts []config.KeyPart, onMissing config.OnMissing, s *config.Server) (key string, res keyResult) {
 	var stack [128]byte
 	b := stack[:0]
@@ -194,6 +197,15 @@ func keyOf(r *http.Request, parts []config.KeyPart, onMissing config.OnMissing, 
 				var ipb [64]byte
 				b = appendPart(b, groupIPv6(a, s.IPv6Prefix).AppendTo(ipb[:0]))
 				continue
+			}
+		} else if part.Kind == config.KeyCookie || part.Kind == config.KeyQuery {
+			v, st := keyedPart(r, part, s.AmbiguousKeyParts)
+			switch st {
+			case partPresent:
+				b = appendPart(b, []byte(v))
+				continue
+			case partAmbiguous:
+				return "", keyInvalid
 			}
 		} else if v, ok := keyPart(r, part, s); ok {
 			b = appendPart(b, []byte(v))
@@ -278,10 +290,9 @@ func keyPart(r *http.Request, part config.KeyPart, s *config.Server) (string, bo
 		return groupIPv6(a, s.IPv6Prefix).String(), true
 	case config.KeyHeader:
 		return firstHeaderValue(r.Header, part.Name)
-	case config.KeyQuery:
-		return firstQueryValue(r.URL.RawQuery, part.Name)
-	case config.KeyCookie:
-		return firstCookieValue(r.Header, part.Name)
+	case config.KeyQuery, config.KeyCookie:
+		v, st := keyedPart(r, part, s.AmbiguousKeyParts)
+		return v, st == partPresent
 	case config.KeyHost:
 		return strings.ToLower(config.HostName(r.Host)), true
 	case config.KeyMethod:
@@ -295,7 +306,10 @@ func keyPart(r *http.Request, part config.KeyPart, s *config.Server) (string, bo
 // Key parts read one value, the one an upstream most likely reads, so that
 // a client cannot add values to make itself a fresh key while the upstream
 // still sees the first one (X-API-Key: realkey, then X-API-Key: junkN).
-// An empty value counts as absent (on_missing applies).
+// An empty value counts as absent (on_missing applies). A header is read
+// by its first value, and the upstream receives only that one
+// (pinKeyHeaders); a cookie or query parameter must appear once,
+// well-formed (keyparts.go).
 
 // firstHeaderValue returns the first value of the header name (canonical):
 // its first field line, up to the first comma outside double quotes (RFC
@@ -324,61 +338,6 @@ func firstHeaderValue(h http.Header, name string) (string, bool) {
 	}
 	v = strings.TrimSpace(v)
 	return v, v != ""
-}
-
-// firstQueryValue returns the value of the first parameter called name in
-// a raw query, as nginx's $arg_ and Go's Query().Get read it: parameters
-// are separated by '&' only (a ';' is part of a value, as in nginx and
-// current Go and Python), names and values are percent-decoded with '+' as
-// a space (a malformed encoding is taken as it is, so that it cannot make
-// the parameter vanish while the upstream reads it).
-func firstQueryValue(rawQuery, name string) (string, bool) {
-	for rest := rawQuery; rest != ""; {
-		var pair string
-		pair, rest, _ = strings.Cut(rest, "&")
-		k, v, _ := strings.Cut(pair, "=")
-		if queryUnescape(k) != name {
-			continue
-		}
-		v = queryUnescape(v)
-		return v, v != ""
-	}
-	return "", false
-}
-
-func queryUnescape(s string) string {
-	if !strings.ContainsAny(s, "%+") {
-		return s
-	}
-	if u, err := url.QueryUnescape(s); err == nil {
-		return u
-	}
-	return s
-}
-
-// firstCookieValue returns the value of the first cookie called name in
-// the request's Cookie fields, read leniently as most servers read them:
-// pairs separated by ';', white space trimmed, one pair of surrounding
-// double quotes removed. Go's Request.Cookie skips a value it finds
-// malformed and would then return a later cookie of the same name, which
-// an upstream reading the first one does not see.
-func firstCookieValue(h http.Header, name string) (string, bool) {
-	for _, line := range h["Cookie"] {
-		for rest := line; rest != ""; {
-			var pair string
-			pair, rest, _ = strings.Cut(rest, ";")
-			k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
-			if !ok || strings.TrimSpace(k) != name {
-				continue
-			}
-			v = strings.TrimSpace(v)
-			if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-				v = v[1 : len(v)-1]
-			}
-			return v, v != ""
-		}
-	}
-	return "", false
 }
 
 // pinKeyHeaders leaves each header that is a part of p's key with the one

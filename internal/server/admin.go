@@ -426,7 +426,7 @@ func configView(s *reloadStatus) map[string]any {
 		"loaded_at": s.LoadedAt.UTC().Format(time.RFC3339Nano),
 		"server": map[string]any{"listen": c.Server.Listen, "rate_limit_headers": c.Server.RateLimitHeaders,
 			"trusted_proxies": c.Server.TrustedProxies, "ipv6_prefix": c.Server.IPv6Prefix,
-			"proxy_protocol": c.Server.ProxyProtocol, "h2c": c.Server.H2C},
+			"proxy_protocol": c.Server.ProxyProtocol, "h2c": c.Server.H2C, "ambiguous_key_parts": c.Server.AmbiguousKeyParts},
 		"store":     map[string]any{"backend": c.Store.Backend, "max_keys": c.Store.MaxKeys},
 		"upstreams": upstreams,
 		"policies":  policies,
