@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/netip"
 	"strings"
 
@@ -21,7 +23,7 @@ import (
 // IPv4-mapped IPv6 addresses are unmapped. ok is false if RemoteAddr cannot
 // be parsed (never the case for requests from net/http's server).
 func clientIP(r *http.Request, s *config.Server) (addr netip.Addr, ok bool) {
-	addr, _, ok = resolveClient(r, s, nil)
+	addr, _, _, ok = resolveClient(r, s, nil)
 	return addr, ok
 }
 
@@ -42,26 +44,24 @@ func clientIP(r *http.Request, s *config.Server) (addr netip.Addr, ok bool) {
 //     that one is not an address, the peer.
 //
 // If chain is not nil, the addresses of the elements between the client
-// and the peer (the trusted hops, left to right) are appended to it.
-func resolveClient(r *http.Request, s *config.Server, chain *[]netip.Addr) (client, peer netip.Addr, ok bool) {
+// and the peer (the trusted hops, left to right) are appended to it, and
+// the result returned as hops.
+func resolveClient(r *http.Request, s *config.Server, chain []netip.Addr) (client, peer netip.Addr, hops []netip.Addr, ok bool) {
 	peer, ok = peerAddr(r.RemoteAddr)
 	if !ok {
-		return netip.Addr{}, netip.Addr{}, false
+		return netip.Addr{}, netip.Addr{}, chain, false
 	}
 	client = peer
 	if !isTrusted(peer, s.TrustedProxies) || peerOnly(r.Context()) {
-		return client, peer, true
+		return client, peer, chain, true
 	}
 	name := headerName(s)
 	vs := r.Header[name]
 	if len(vs) == 0 {
-		return client, peer, true
+		return client, peer, chain, true
 	}
-	it := hops{lines: vs, forwarded: name == "Forwarded"}
-	start := 0
-	if chain != nil {
-		start = len(*chain)
-	}
+	it := elements{lines: vs, forwarded: name == "Forwarded"}
+	collect, start := chain != nil, len(chain)
 	if s.TrustedHops > 0 {
 		for n := 1; ; n++ {
 			v, more := it.next()
@@ -76,12 +76,12 @@ func resolveClient(r *http.Request, s *config.Server, chain *[]netip.Addr) (clie
 				}
 				break
 			}
-			if err == nil && chain != nil {
-				*chain = append(*chain, a)
+			if err == nil && collect {
+				chain = append(chain, a)
 			}
 		}
-		if client == peer && chain != nil {
-			*chain = (*chain)[:start]
+		if client == peer {
+			chain = chain[:start]
 		}
 	} else {
 		walked := false
@@ -96,8 +96,8 @@ func resolveClient(r *http.Request, s *config.Server, chain *[]netip.Addr) (clie
 				// reported it is the best we know.
 				break
 			}
-			if walked && chain != nil {
-				*chain = append(*chain, client)
+			if walked && collect {
+				chain = append(chain, client)
 			}
 			client, walked = a, true
 			if !isTrusted(a, s.TrustedProxies) {
@@ -105,13 +105,11 @@ func resolveClient(r *http.Request, s *config.Server, chain *[]netip.Addr) (clie
 			}
 		}
 	}
-	if chain != nil {
-		c := (*chain)[start:]
-		for i, j := 0, len(c)-1; i < j; i, j = i+1, j-1 {
-			c[i], c[j] = c[j], c[i]
-		}
+	c := chain[start:]
+	for i, j := 0, len(c)-1; i < j; i, j = i+1, j-1 {
+		c[i], c[j] = c[j], c[i]
 	}
-	return client, peer, true
+	return client, peer, chain, true
 }
 
 // headerName returns s's client-address header: ClientIPHeader, or
@@ -145,19 +143,19 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	return false
 }
 
-// hops yields the elements of a client-address header from the right:
+// elements yields the elements of a client-address header from the right:
 // its field lines' comma-separated elements, white space trimmed, empty
 // ones skipped; of a Forwarded header, each element's for= value ("" if
 // it has none, which is not an address). It reads each byte once, so a
 // header of many elements costs time in proportion to its length.
-type hops struct {
+type elements struct {
 	lines     []string // field lines not yet begun
 	cur       string   // what is left of the line being read
 	forwarded bool
 	elems     []string // Forwarded: the elements of the line being read
 }
 
-func (h *hops) next() (string, bool) {
+func (h *elements) next() (string, bool) {
 	for {
 		if h.forwarded && len(h.elems) > 0 {
 			el := strings.TrimSpace(h.elems[len(h.elems)-1])
@@ -263,73 +261,91 @@ func peerOnly(ctx context.Context) bool {
 // clientAddressHeaders are the request headers, besides X-Forwarded-For
 // and Forwarded, in which proxies and CDNs commonly pass a client
 // address, and which upstream frameworks read. A request's own are
-// rewritten to the client it was keyed by (setClientHeaders).
+// rewritten to the client it was keyed by (setForwarded).
 var clientAddressHeaders = [...]string{
 	"X-Real-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Client-Ip",
 	"X-Cluster-Client-Ip", "Client-Ip", "X-Original-Forwarded-For", "X-Forwarded", "Forwarded-For",
 	"X-Appengine-User-Ip", "X-Azure-Clientip",
 }
 
-// setClientHeaders writes the client-address headers of out, the request
-// forwarded for in, so that each names the client in was keyed by
-// (resolveClient over s), whichever an upstream reads:
+// setForwarded writes the forwarding headers of pr.Out so that each names
+// the client pr.In was keyed by (resolveClient over s), whichever an
+// upstream reads:
 //
 //   - X-Forwarded-For: the client, the trusted hops between it and the
 //     peer, the peer; the part of the chain the client wrote itself is
 //     dropped. From a peer that is not trusted: the peer alone.
-//   - Forwarded, when in carried one or it is the configured header: the
-//     same addresses as for= elements (no other parameter is kept).
+//   - Forwarded, when pr.In carried one or it is the configured header:
+//     the same addresses as for= elements (no other parameter is kept).
 //   - the configured header, if another: the client and the trusted hops,
 //     as X-Forwarded-For but without the peer.
-//   - each of clientAddressHeaders in carries: the client.
+//   - each of clientAddressHeaders pr.In carries: the client.
+//   - X-Forwarded-Host and X-Forwarded-Proto as httputil's SetXForwarded
+//     sets them.
 //
-// httputil.ReverseProxy has removed X-Forwarded-For and Forwarded from out
-// before Rewrite; the others are in's, copied.
-func setClientHeaders(out, in *http.Request, s *config.Server) {
+// httputil.ReverseProxy has removed X-Forwarded-For, Forwarded and the
+// other two from pr.Out before Rewrite; the rest are pr.In's, copied.
+func setForwarded(pr *httputil.ProxyRequest, s *config.Server) {
+	in, h := pr.In, pr.Out.Header
+	// One backing array for the three values always set (one allocation
+	// where SetXForwarded makes three).
+	vals := make([]string, 3)
+	vals[1] = in.Host
+	h["X-Forwarded-Host"] = vals[1:2:2]
+	vals[2] = "http"
+	if in.TLS != nil {
+		vals[2] = "https"
+	}
+	h["X-Forwarded-Proto"] = vals[2:3:3]
 	var buf [8]netip.Addr
-	chain := buf[:0]
-	client, peer, ok := resolveClient(in, s, &chain)
-	h := out.Header
+	client, peer, chain, ok := resolveClient(in, s, buf[:0])
+	name := headerName(s)
 	if !ok {
 		// No peer address (never from net/http's server): nothing can be
 		// vouched for.
 		delete(h, "X-Forwarded-For")
 		delete(h, "Forwarded")
-		delete(h, headerName(s))
+		delete(h, name)
 		for _, n := range clientAddressHeaders {
 			delete(h, n)
 		}
 		return
 	}
-	addrs := append(make([]netip.Addr, 0, len(chain)+2), client)
-	addrs = append(addrs, chain...)
-	if client != peer || len(chain) > 0 {
-		addrs = append(addrs, peer)
-	}
-	// addrs: the client, the trusted hops, the peer.
+	alone := client == peer && len(chain) == 0
 	var ab [64]byte
-	var b strings.Builder
-	b.Grow(len(addrs) * 24)
-	for i, a := range addrs {
-		if i > 0 {
+	if host, _, err := net.SplitHostPort(in.RemoteAddr); alone && err == nil && host == string(peer.AppendTo(ab[:0])) {
+		// The common case (an untrusted peer, or no header): the peer's
+		// own text, without a new string.
+		vals[0] = host
+	} else {
+		var b strings.Builder
+		b.Grow((len(chain) + 2) * 24)
+		b.Write(client.AppendTo(ab[:0]))
+		for _, a := range chain {
 			b.WriteString(", ")
+			b.Write(a.AppendTo(ab[:0]))
 		}
-		b.Write(a.AppendTo(ab[:0]))
+		if !alone {
+			b.WriteString(", ")
+			b.Write(peer.AppendTo(ab[:0]))
+		}
+		vals[0] = b.String()
 	}
-	xff := b.String()
-	h["X-Forwarded-For"] = []string{xff}
-	name := headerName(s)
+	h["X-Forwarded-For"] = vals[0:1:1]
 	if name != "X-Forwarded-For" && name != "Forwarded" {
 		// The chain without the peer, which did not write itself there.
-		v := xff
-		if len(addrs) > 1 {
-			v = xff[:strings.LastIndex(xff, ", ")]
+		v := vals[0]
+		if !alone {
+			v = v[:strings.LastIndex(v, ", ")]
 		}
 		h[name] = []string{v}
 	}
 	if _, ok := in.Header["Forwarded"]; ok || name == "Forwarded" {
-		b.Reset()
-		for i, a := range addrs {
+		var b strings.Builder
+		for i, a := range append(append([]netip.Addr{client}, chain...), peer) {
+			if alone && i > 0 {
+				break
+			}
 			if i > 0 {
 				b.WriteString(", ")
 			}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/http/httputil"
 	"net/netip"
 	"strings"
 	"testing"
@@ -54,7 +55,7 @@ func FuzzClientKey(f *testing.F) {
 			s := &config.Server{TrustedProxies: trusted, ClientIPHeader: "X-Forwarded-For"}
 			in := &http.Request{RemoteAddr: remote, Header: http.Header{"X-Forwarded-For": {xff}, "Forwarded": {fwd}}}
 			out := &http.Request{Header: http.Header{}}
-			setClientHeaders(out, in, s)
+			setForwarded(&httputil.ProxyRequest{In: in, Out: out}, s)
 			c, _ := clientIP(in, s)
 			if got := out.Header.Get("X-Forwarded-For"); !strings.HasPrefix(got+",", c.String()+",") {
 				t.Fatalf("trusted peer %s, X-Forwarded-For %q: upstream gets %q, keyed %v", remote, xff, got, c)

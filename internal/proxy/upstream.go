@@ -110,8 +110,7 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 				filterUpgrade(pr.Out.Header, cfg.Upgrades)
 				// Every client-address header names the client the
 				// request was keyed by.
-				setClientHeaders(pr.Out, pr.In, srv)
-				setXForwardedHostProto(pr)
+				setForwarded(pr, srv)
 				if cfg.PreserveHost {
 					pr.Out.Host = pr.In.Host
 				}
@@ -237,21 +236,6 @@ func upgradeAllowed(proto string, allowed []string) bool {
 		}
 	}
 	return false
-}
-
-// setXForwardedHostProto sets X-Forwarded-Host and X-Forwarded-Proto as
-// httputil.ProxyRequest.SetXForwarded does, with the two values in one
-// backing array (X-Forwarded-For is setClientHeaders').
-func setXForwardedHostProto(pr *httputil.ProxyRequest) {
-	vals := make([]string, 2)
-	h := pr.Out.Header
-	vals[0] = pr.In.Host
-	h["X-Forwarded-Host"] = vals[0:1:1]
-	vals[1] = "http"
-	if pr.In.TLS != nil {
-		vals[1] = "https"
-	}
-	h["X-Forwarded-Proto"] = vals[1:2:2]
 }
 
 // acquire takes a slot of pool's concurrency limit for r, of priority

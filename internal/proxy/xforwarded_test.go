@@ -13,21 +13,23 @@ import (
 	"github.com/limitproxy/limitproxy/internal/config"
 )
 
-// TestSetXForwardedHostProto holds setXForwardedHostProto to httputil's
-// SetXForwarded for the two fields it sets, over TLS and not.
-func TestSetXForwardedHostProto(t *testing.T) {
-	for _, tlsOn := range []bool{false, true} {
-		in := &http.Request{RemoteAddr: "203.0.113.7:4000", Host: "api.example:8080", Header: http.Header{}}
-		if tlsOn {
-			in.TLS = &tls.ConnectionState{}
-		}
-		want := &httputil.ProxyRequest{In: in, Out: &http.Request{Header: http.Header{}}}
-		want.SetXForwarded()
-		delete(want.Out.Header, "X-Forwarded-For")
-		got := &httputil.ProxyRequest{In: in, Out: &http.Request{Header: http.Header{}}}
-		setXForwardedHostProto(got)
-		if !reflect.DeepEqual(got.Out.Header, want.Out.Header) {
-			t.Errorf("tls %v: %v, SetXForwarded %v", tlsOn, got.Out.Header, want.Out.Header)
+// TestSetForwardedHostProto holds setForwarded to httputil's SetXForwarded
+// for X-Forwarded-Host and X-Forwarded-Proto, over TLS and not, and for
+// X-Forwarded-For from an untrusted peer, with and without a port.
+func TestSetForwardedHostProto(t *testing.T) {
+	for _, remote := range []string{"203.0.113.7:4000", "[2001:db8::1]:4000"} {
+		for _, tlsOn := range []bool{false, true} {
+			in := &http.Request{RemoteAddr: remote, Host: "api.example:8080", Header: http.Header{"X-Forwarded-For": {"10.9.8.1"}}}
+			if tlsOn {
+				in.TLS = &tls.ConnectionState{}
+			}
+			want := &httputil.ProxyRequest{In: in, Out: &http.Request{Header: http.Header{}}}
+			want.SetXForwarded()
+			got := &httputil.ProxyRequest{In: in, Out: &http.Request{Header: http.Header{}}}
+			setForwarded(got, srvFor("", 0))
+			if !reflect.DeepEqual(got.Out.Header, want.Out.Header) {
+				t.Errorf("%s tls %v: %v, SetXForwarded %v", remote, tlsOn, got.Out.Header, want.Out.Header)
+			}
 		}
 	}
 }
@@ -167,7 +169,9 @@ func TestSetClientHeaders(t *testing.T) {
 		// As httputil.ReverseProxy leaves it before Rewrite.
 		delete(out.Header, "X-Forwarded-For")
 		delete(out.Header, "Forwarded")
-		setClientHeaders(out, in, c.s)
+		setForwarded(&httputil.ProxyRequest{In: in, Out: out}, c.s)
+		delete(out.Header, "X-Forwarded-Host")
+		delete(out.Header, "X-Forwarded-Proto")
 		if !reflect.DeepEqual(out.Header, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, out.Header, c.want)
 		}
