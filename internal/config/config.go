@@ -31,9 +31,26 @@ type Server struct {
 	IdleTimeout       time.Duration
 	ShutdownTimeout   time.Duration
 	MaxHeaderBytes    int
-	TrustedProxies    []netip.Prefix // peers whose X-Forwarded-For / Forwarded are believed
-	IPv6Prefix        int            // bits of an IPv6 client address that make its key
-	RateLimitHeaders  HeadersMode    // which rate-limit fields responses carry
+	// TrustedProxies are the peers whose ClientIPHeader is believed;
+	// empty: none, every request is keyed by its peer's address.
+	TrustedProxies []netip.Prefix
+	// ClientIPHeader is the one request header (canonical name) that
+	// carries the client address behind a trusted proxy: a list walked
+	// from the right (X-Forwarded-For, the default; a named header such
+	// as X-Real-IP or CF-Connecting-IP), or RFC 7239 Forwarded, whose
+	// elements' for= values make the list. No other forwarding header
+	// changes a client address. "" (a Server not made by Parse) means
+	// X-Forwarded-For.
+	ClientIPHeader string
+	// TrustedHops, when above zero, picks the client address as the
+	// TrustedHops-th element from the right of ClientIPHeader (Envoy's
+	// xff_num_trusted_hops): the number of proxies in front, the peer
+	// included, that each append to the header. Fewer elements, or that
+	// element not an address: the peer's address. Zero walks past the
+	// elements inside TrustedProxies instead.
+	TrustedHops      int
+	IPv6Prefix       int         // bits of an IPv6 client address that make its key
+	RateLimitHeaders HeadersMode // which rate-limit fields responses carry
 	// AmbiguousKeyParts is what becomes of a request whose keyed cookie or
 	// query parameter is repeated or malformed: refused with 400, or
 	// forwarded with only the value it was keyed by.
@@ -46,10 +63,15 @@ type Server struct {
 	// client (nginx's client_body_timeout and send_timeout).
 	ClientBodyTimeout, SendTimeout time.Duration
 	// ProxyProtocol makes the proxy listener read a PROXY protocol (v1
-	// or v2) header, before TLS, from peers in TrustedProxies: they must
-	// send one, and the address it carries becomes the connection's remote
-	// address; a header from any other peer is refused.
+	// or v2) header, before TLS, from peers in ProxyProtocolFrom: they
+	// must send one, and the address it carries becomes the connection's
+	// remote address; a header from any other peer is refused. A LOCAL or
+	// UNKNOWN header keeps the sender as the peer, and no forwarding
+	// header of that connection is believed.
 	ProxyProtocol bool
+	// ProxyProtocolFrom are the peers that may (and must) send a PROXY
+	// header; unset, TrustedProxies.
+	ProxyProtocolFrom []netip.Prefix
 	// H2C makes the plain-text proxy listener accept HTTP/2 with prior
 	// knowledge as well as HTTP/1.1 (gRPC clients without TLS). With TLS,
 	// HTTP/2 is negotiated by ALPN whatever it says.

@@ -12,6 +12,8 @@ const (
 	DefaultShutdownTimeout   = 30 * time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultIPv6Prefix        = 64
+	DefaultClientIPHeader    = "X-Forwarded-For" // nginx's real_ip_header, Envoy's xff
+	MaxTrustedHops           = 32
 	DefaultAdminListen       = "127.0.0.1:9091"
 	DefaultMaxKeys           = 1_000_000
 	DefaultUpstreamTimeout   = 30 * time.Second

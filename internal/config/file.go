@@ -35,6 +35,9 @@ type (
 		ShutdownTimeout   Duration      `toml:"shutdown_timeout"`
 		MaxHeaderBytes    Value[int64]  `toml:"max_header_bytes"`
 		TrustedProxies    cidrs         `toml:"trusted_proxies"`
+		ClientIPHeader    Value[string] `toml:"client_ip_header"`
+		TrustedHops       Value[int64]  `toml:"trusted_hops"`
+		ProxyProtocolFrom cidrs         `toml:"proxy_protocol_from"`
 		IPv6Prefix        Value[int64]  `toml:"ipv6_prefix"`
 		RateLimitHeaders  Value[string] `toml:"rate_limit_headers"`
 		AmbiguousKeyParts Value[string] `toml:"ambiguous_key_parts"`

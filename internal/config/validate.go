@@ -137,6 +137,9 @@ func validateServer(s *rawServer, c *collector) Server {
 		ShutdownTimeout:      s.ShutdownTimeout.Or(DefaultShutdownTimeout),
 		MaxHeaderBytes:       int(s.MaxHeaderBytes.Or(DefaultMaxHeaderBytes)),
 		TrustedProxies:       s.TrustedProxies.V,
+		ClientIPHeader:       http.CanonicalHeaderKey(s.ClientIPHeader.Or(DefaultClientIPHeader)),
+		TrustedHops:          int(s.TrustedHops.V),
+		ProxyProtocolFrom:    s.ProxyProtocolFrom.V,
 		IPv6Prefix:           int(s.IPv6Prefix.Or(DefaultIPv6Prefix)),
 		RateLimitHeaders:     HeadersMode(s.RateLimitHeaders.Or(string(DefaultRateLimitHeaders))),
 		AmbiguousKeyParts:    AmbiguousMode(s.AmbiguousKeyParts.Or(string(DefaultAmbiguousKeyParts))),
@@ -146,10 +149,36 @@ func validateServer(s *rawServer, c *collector) Server {
 		ProxyProtocol:        s.ProxyProtocol.V,
 		H2C:                  s.H2C.V,
 	}
-	if srv.ProxyProtocol && len(srv.TrustedProxies) == 0 && s.TrustedProxies.err == nil {
-		// Only the peers in trusted_proxies may send a PROXY header: with
-		// none, no connection could use it.
-		c.add("server.proxy_protocol", "requires trusted_proxies: only peers listed there may send a PROXY header")
+	if !s.ProxyProtocolFrom.Set {
+		srv.ProxyProtocolFrom = srv.TrustedProxies
+	}
+	switch {
+	case s.ProxyProtocolFrom.Set && !srv.ProxyProtocol && s.ProxyProtocolFrom.err == nil:
+		c.add("server.proxy_protocol_from", "is set but proxy_protocol is not true")
+	case srv.ProxyProtocol && len(srv.ProxyProtocolFrom) == 0 && s.ProxyProtocolFrom.Set && s.ProxyProtocolFrom.err == nil:
+		c.add("server.proxy_protocol_from", "is empty: no peer could send a PROXY header")
+	case srv.ProxyProtocol && len(srv.ProxyProtocolFrom) == 0 && s.ProxyProtocolFrom.err == nil && s.TrustedProxies.err == nil:
+		// Only the listed peers may send a PROXY header: with none, no
+		// connection could use it.
+		c.add("server.proxy_protocol", "requires proxy_protocol_from (or trusted_proxies, its default): only peers listed there may send a PROXY header")
+	}
+	if h := s.ClientIPHeader; h.Set && h.err == nil {
+		switch {
+		case !validHeaderName(h.V):
+			c.add("server.client_ip_header", "%q is not a header name", h.V)
+		case strings.Contains(h.V, "_") && !s.Underscores.V:
+			c.add("server.client_ip_header", "%q holds an underscore: such headers are dropped unless underscores_in_headers = true", h.V)
+		case hopByHop(h.V):
+			c.add("server.client_ip_header", "%q is a hop-by-hop or framing header, never a client address", h.V)
+		}
+	}
+	if n := s.TrustedHops.V; s.TrustedHops.Set && s.TrustedHops.err == nil {
+		switch {
+		case n < 0 || n > MaxTrustedHops:
+			c.add("server.trusted_hops", "%d is outside 0..%d", n, MaxTrustedHops)
+		case n > 0 && len(srv.TrustedProxies) == 0 && s.TrustedProxies.err == nil:
+			c.add("server.trusted_hops", "requires trusted_proxies: the header is read only from the peers listed there (for balancers whose addresses are not known, their network)")
+		}
 	}
 	if srv.ClientBodyTimeout <= 0 && s.ClientBodyTimeout.err == nil {
 		c.add("server.client_body_timeout", "must be greater than zero")
@@ -995,4 +1024,16 @@ func compileMatch(m *rawMatch, key string, c *collector) Match {
 	sortHeaders(mt.Headers)
 	mt.All = len(mt.Hosts) == 0 && len(mt.Methods) == 0 && !mt.HasPath && mt.PathPrefix == "" && mt.PathRegex == nil && len(mt.Headers) == 0
 	return mt
+}
+
+// hopByHop reports whether name (any case) is a header that a proxy
+// removes or that frames the message, which therefore can never carry a
+// client address to limitproxy.
+func hopByHop(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Proxy-Authorization", "Proxy-Authenticate", "Content-Length", "Host":
+		return true
+	}
+	return false
 }

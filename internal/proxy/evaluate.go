@@ -43,6 +43,9 @@ type Verdict struct {
 type Evaluator struct {
 	h   *Handler
 	now time.Time
+	// srv is the set's [server] with no trusted proxies: a request's
+	// RemoteAddr is its client, already worked out when it was logged.
+	srv config.Server
 }
 
 // NewEvaluator returns an Evaluator of set, whose limits must be bound to
@@ -52,17 +55,21 @@ type Evaluator struct {
 func NewEvaluator(set *policy.Set, bans limiter.Bans) *Evaluator {
 	e := &Evaluator{}
 	e.h = New(set, Options{Bans: bans, Now: func() time.Time { return e.now }})
+	e.srv = set.Config.Server
+	e.srv.TrustedProxies = nil
 	return e
 }
 
 // Evaluate decides r, arriving at now, as ServeHTTP would. r must look
 // like a request the server read: Method, Host, URL (Path and RawQuery),
-// Header, and RemoteAddr "ip:port" of the client.
+// Header, and RemoteAddr "ip:port" of the client as the proxy worked it
+// out (the access log's client field): no forwarding header it carries is
+// read again, so that a request is keyed as it was live.
 func (e *Evaluator) Evaluate(r *http.Request, now time.Time) Verdict {
 	e.now = now
 	h := e.h
 	snap := h.snap.Load()
-	cfg := &snap.set.Config.Server
+	cfg := &e.srv
 	if status, _ := canonicalize(r, cfg); status != 0 {
 		return Verdict{Decision: Invalid, Status: status}
 	}

@@ -7,7 +7,6 @@ package proxy
 import (
 	"context"
 	"net/http"
-	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -136,11 +135,7 @@ func New(set *policy.Set, o Options) *Handler {
 // Pools no longer used let go of their idle connections; requests still
 // using them finish normally.
 func (h *Handler) Swap(set *policy.Set) {
-	trusted := set.Config.Server.TrustedProxies
-	isTrusted := func(r *http.Request) bool {
-		a, ok := clientPeer(r)
-		return ok && isTrusted(a, trusted)
-	}
+	srv := &set.Config.Server
 	old := h.snap.Load()
 	s := &snapshot{set: set, pools: map[string]*pool{}, rejection: map[*policy.Policy][]byte{}}
 	if set.Config.Log.AccessReplay {
@@ -151,12 +146,12 @@ func (h *Handler) Swap(set *policy.Set) {
 	}
 	for _, u := range set.Config.Upstreams {
 		if old != nil {
-			if p, ok := old.pools[u.Name]; ok && sameUpstream(p.cfg, u) && slices.Equal(old.set.Config.Server.TrustedProxies, trusted) {
+			if p, ok := old.pools[u.Name]; ok && sameUpstream(p.cfg, u) && sameClientSource(p.srv, srv) {
 				s.pools[u.Name] = p
 				continue
 			}
 		}
-		s.pools[u.Name] = newPool(u, isTrusted, h.buffers, h.log, h.now)
+		s.pools[u.Name] = newPool(u, srv, h.buffers, h.log, h.now)
 	}
 	h.top.sync(set)
 	h.ovCache.reset()
@@ -168,6 +163,12 @@ func (h *Handler) Swap(set *policy.Set) {
 			}
 		}
 	}
+}
+
+// sameClientSource reports whether a and b work out client addresses
+// alike (resolveClient), so that a pool of a's may serve b's requests.
+func sameClientSource(a, b *config.Server) bool {
+	return slices.Equal(a.TrustedProxies, b.TrustedProxies) && a.ClientIPHeader == b.ClientIPHeader && a.TrustedHops == b.TrustedHops
 }
 
 func sameConcurrency(a, b *config.Concurrency) bool {
@@ -222,7 +223,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout, grpc: isGRPC(r), h2: r.ProtoMajor == 2}
 	rec.dl, _ = unwrapDeadliner(w)
 	if h.acc != nil && snap.set.Config.Log.AccessReplay {
-		rec.replay = captureReplay(r, snap.replay, snap.set.Config.Server.TrustedProxies, start)
+		rec.replay = captureReplay(r, snap.replay, &snap.set.Config.Server, start)
 	}
 	var (
 		p        *policy.Policy
@@ -664,13 +665,4 @@ func (r *recorder) statusCode() int {
 		return http.StatusOK
 	}
 	return r.status
-}
-
-// clientPeer returns the direct peer's address.
-func clientPeer(r *http.Request) (netip.Addr, bool) {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return ap.Addr().Unmap(), true
 }

@@ -12,109 +12,6 @@ import (
 	"github.com/limitproxy/limitproxy/internal/policy"
 )
 
-// clientIP returns the address a request is keyed by (docs/configuration.md): the peer's
-// address, unless the peer is a trusted proxy, in which case the
-// forwarding headers are walked from the right (the hop nearest to us),
-// skipping trusted proxies, to the first address that is not one. RFC 7239
-// Forwarded is used when present, else X-Forwarded-For. A client that is not
-// a trusted proxy cannot change its address by sending either header.
-// IPv4-mapped IPv6 addresses are unmapped. ok is false if RemoteAddr cannot
-// be parsed (never the case for requests from net/http's server).
-func clientIP(r *http.Request, trusted []netip.Prefix) (addr netip.Addr, ok bool) {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		a, err := netip.ParseAddr(r.RemoteAddr)
-		if err != nil {
-			return netip.Addr{}, false
-		}
-		ap = netip.AddrPortFrom(a, 0)
-	}
-	peer := ap.Addr().Unmap()
-	if !isTrusted(peer, trusted) {
-		return peer, true
-	}
-	var hops []string
-	if fwd := r.Header.Values("Forwarded"); len(fwd) > 0 {
-		hops = forwardedFor(fwd)
-	} else {
-		for _, v := range r.Header.Values("X-Forwarded-For") {
-			for _, h := range strings.Split(v, ",") {
-				hops = append(hops, strings.TrimSpace(h))
-			}
-		}
-	}
-	client := peer
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := parseHop(hops[i])
-		if err != nil {
-			// An unknown or obfuscated hop: the trusted proxy that
-			// reported it is the best we know.
-			break
-		}
-		client = a
-		if !isTrusted(a, trusted) {
-			break
-		}
-	}
-	return client, true
-}
-
-func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// parseHop parses one hop of X-Forwarded-For or a Forwarded for= value: an
-// address, optionally with a port, IPv6 optionally in brackets.
-func parseHop(s string) (netip.Addr, error) {
-	s = strings.Trim(strings.TrimSpace(s), `"`)
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), nil
-	}
-	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
-	a, err := netip.ParseAddr(s)
-	return a.Unmap(), err
-}
-
-// forwardedFor returns the for= values of Forwarded header fields, in
-// order (RFC 7239: elements separated by commas, pairs by semicolons).
-func forwardedFor(fields []string) []string {
-	var out []string
-	for _, f := range fields {
-		for _, elem := range splitQuoted(f, ',') {
-			for _, pair := range splitQuoted(elem, ';') {
-				k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
-				if ok && strings.EqualFold(k, "for") {
-					out = append(out, v)
-				}
-			}
-		}
-	}
-	return out
-}
-
-// splitQuoted splits s at sep outside double quotes.
-func splitQuoted(s string, sep byte) []string {
-	var parts []string
-	start, quoted := 0, false
-	for i := 0; i < len(s); i++ {
-		switch {
-		case s[i] == '\\' && quoted:
-			i++
-		case s[i] == '"':
-			quoted = !quoted
-		case s[i] == sep && !quoted:
-			parts = append(parts, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(parts, s[start:])
-}
-
 // groupIPv6 reduces an IPv6 address to its prefix of bits bits, so that a
 // client cannot escape its limit by rotating through its /64.
 func groupIPv6(a netip.Addr, bits int) netip.Addr {
@@ -193,7 +90,7 @@ func keyOf(r *http.Request, parts []config.KeyPart, onMissing config.OnMissing, 
 	for _, part := range parts {
 		if part.Kind == config.KeyIP {
 			// The common case, without an intermediate string.
-			if a, ok := clientIP(r, s.TrustedProxies); ok {
+			if a, ok := clientIP(r, s); ok {
 				var ipb [64]byte
 				b = appendPart(b, groupIPv6(a, s.IPv6Prefix).AppendTo(ipb[:0]))
 				continue
@@ -283,7 +180,7 @@ func appendPart(b, v []byte) []byte {
 func keyPart(r *http.Request, part config.KeyPart, s *config.Server) (string, bool) {
 	switch part.Kind {
 	case config.KeyIP:
-		a, ok := clientIP(r, s.TrustedProxies)
+		a, ok := clientIP(r, s)
 		if !ok {
 			return "", false
 		}

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -71,9 +70,9 @@ func replayHeaders(set *policy.Set) []string {
 }
 
 // captureReplay returns r's replay fields, arrived at start.
-func captureReplay(r *http.Request, names []string, trusted []netip.Prefix, start time.Time) *replayFields {
+func captureReplay(r *http.Request, names []string, s *config.Server, start time.Time) *replayFields {
 	f := &replayFields{received: start, target: escapeReplay(r.RequestURI)}
-	if a, ok := clientIP(r, trusted); ok {
+	if a, ok := clientIP(r, s); ok {
 		f.client = a.String()
 	}
 	for _, n := range names {

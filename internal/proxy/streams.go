@@ -63,7 +63,7 @@ func (h *Handler) admitStream(w *recorder, r *http.Request, u *config.Upstream, 
 	}
 	key := w.key
 	if key == "" {
-		if a, ok := clientIP(r, s.TrustedProxies); ok {
+		if a, ok := clientIP(r, s); ok {
 			key = "addr " + a.String()
 		}
 	} else {

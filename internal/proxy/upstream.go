@@ -27,6 +27,7 @@ type pool struct {
 	next      atomic.Uint64
 	now       func() time.Time
 	conc      *concurrency.Limiter // [upstream.concurrency]; nil: none
+	srv       *config.Server       // how client addresses are worked out (its [server])
 }
 
 // target is one upstream address with its reverse proxy and health.
@@ -84,9 +85,9 @@ func newRoundTripper(cfg config.Upstream) roundTripper {
 	return newSyncTransport(tr, cfg.Timeout)
 }
 
-func newPool(cfg config.Upstream, trusted func(*http.Request) bool, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
+func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
 	tr := newRoundTripper(cfg)
-	p := &pool{cfg: cfg, transport: tr, now: now}
+	p := &pool{cfg: cfg, srv: srv, transport: tr, now: now}
 	if c := cfg.Concurrency; c != nil {
 		params := concurrency.Params{Limit: c.Limit, Adaptive: c.Adaptive, MinLimit: c.MinLimit, MaxLimit: c.MaxLimit,
 			Queue: c.Queue, MaxWait: c.MaxWait, FairShare: c.FairShare, Shadow: c.Mode == config.Shadow}
@@ -107,14 +108,9 @@ func newPool(cfg config.Upstream, trusted func(*http.Request) bool, buffers http
 				// client sent and limitproxy keyed.
 				pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 				filterUpgrade(pr.Out.Header, cfg.Upgrades)
-				// Keep the chain a trusted proxy sent us; from anyone else,
-				// start it afresh with the peer (SetXForwarded appends it).
-				if trusted(pr.In) {
-					if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
-						pr.Out.Header["X-Forwarded-For"] = xff
-					}
-				}
-				setXForwarded(pr)
+				// Every client-address header names the client the
+				// request was keyed by.
+				setForwarded(pr, srv)
 				if cfg.PreserveHost {
 					pr.Out.Host = pr.In.Host
 				}
@@ -240,31 +236,6 @@ func upgradeAllowed(proto string, allowed []string) bool {
 		}
 	}
 	return false
-}
-
-// setXForwarded is httputil.ProxyRequest.SetXForwarded (X-Forwarded-For
-// with the peer appended to any chain kept, X-Forwarded-Host,
-// X-Forwarded-Proto) with its three fields' values in one backing array:
-// one allocation where SetXForwarded took three.
-func setXForwarded(pr *httputil.ProxyRequest) {
-	vals := make([]string, 3)
-	h := pr.Out.Header
-	if clientIP, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
-		if prior := h["X-Forwarded-For"]; len(prior) > 0 {
-			clientIP = strings.Join(prior, ", ") + ", " + clientIP
-		}
-		vals[0] = clientIP
-		h["X-Forwarded-For"] = vals[0:1:1]
-	} else {
-		delete(h, "X-Forwarded-For")
-	}
-	vals[1] = pr.In.Host
-	h["X-Forwarded-Host"] = vals[1:2:2]
-	vals[2] = "http"
-	if pr.In.TLS != nil {
-		vals[2] = "https"
-	}
-	h["X-Forwarded-Proto"] = vals[2:3:3]
 }
 
 // acquire takes a slot of pool's concurrency limit for r, of priority

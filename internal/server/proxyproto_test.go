@@ -89,13 +89,19 @@ const ppRequest = "GET /x HTTP/1.1\r\nHost: api.example.com\r\nX-Forwarded-For: 
 // status; 0 when the connection was closed with nothing written.
 func (s *ppServer) send(t *testing.T, header []byte) int {
 	t.Helper()
+	return s.sendRaw(t, header, ppRequest)
+}
+
+// sendRaw is send with request instead of ppRequest.
+func (s *ppServer) sendRaw(t *testing.T, header []byte, request string) int {
+	t.Helper()
 	c, err := net.DialTimeout("tcp", s.addr, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(append(slices.Clip(header), ppRequest...)); err != nil {
+	if _, err := c.Write(append(slices.Clip(header), request...)); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := io.ReadAll(c)
@@ -229,27 +235,67 @@ func TestProxyProtoV2(t *testing.T) {
 	})
 }
 
-// TestProxyProtoLocal: a v2 LOCAL header (a load balancer's own health
-// check) is served as the real peer, even when it carries addresses: keyed
-// and forwarded as 127.0.0.1.
+// TestProxyProtoLocal: a LOCAL header (a load balancer's own health
+// check: v2 LOCAL, with or without addresses, or v1 UNKNOWN) is served as
+// the real peer, and although that peer is in trusted_proxies no
+// forwarding header of the connection is believed: a client that sends a
+// new X-Forwarded-For each time is keyed by the balancer (127.0.0.1), and
+// the upstream is told the balancer alone.
 func TestProxyProtoLocal(t *testing.T) {
 	t.Parallel()
 	s := startProxyProto(t, "proxy_protocol = true\ntrusted_proxies = [\"127.0.0.1/32\"]", "")
 	local := v2(0x20, 0x00, netip.AddrPort{}, netip.AddrPort{})
 	withAddrs := v2(0x20, 0x11, netip.MustParseAddrPort("203.0.113.99:5555"), ppDst4)
+	unknown := []byte("PROXY UNKNOWN\r\n")
+	unknownAddrs := []byte("PROXY UNKNOWN ffff::1 ffff::2 1 2\r\n")
 	for i, c := range []struct {
 		header []byte
 		want   int
-	}{{local, 200}, {withAddrs, 200}, {local, 429}} {
-		if got := s.send(t, c.header); got != c.want {
+	}{{local, 200}, {unknown, 200}, {withAddrs, 429}, {unknownAddrs, 429}, {local, 429}} {
+		req := strings.Replace(ppRequest, "198.51.100.1", fmt.Sprintf("10.9.8.%d, 198.51.100.%d", i, i), 1)
+		if got := s.sendRaw(t, c.header, req); got != c.want {
 			t.Errorf("LOCAL request %d: %d, want %d", i+1, got, c.want)
 		}
 	}
-	// The peer is trusted, so the client's X-Forwarded-For is kept and the
-	// peer appended.
-	if got, want := s.seen(), []string{"198.51.100.1, 127.0.0.1", "198.51.100.1, 127.0.0.1"}; !slices.Equal(got, want) {
+	if got, want := s.seen(), []string{"127.0.0.1", "127.0.0.1"}; !slices.Equal(got, want) {
 		t.Errorf("the upstream saw X-Forwarded-For %q, want %q", got, want)
 	}
+}
+
+// TestProxyProtoFrom: proxy_protocol_from, not trusted_proxies, says who
+// may send a PROXY header. A listed sender that is not a trusted proxy
+// has its header's address believed, and the X-Forwarded-For of that
+// (untrusted) client not; a carried address that is a trusted proxy has
+// its X-Forwarded-For believed; a trusted proxy that is not a listed
+// sender is refused a header, and served without one.
+func TestProxyProtoFrom(t *testing.T) {
+	t.Parallel()
+	t.Run("sender not trusted", func(t *testing.T) {
+		t.Parallel()
+		s := startProxyProto(t, "proxy_protocol = true\nproxy_protocol_from = [\"127.0.0.1/32\"]\ntrusted_proxies = [\"10.0.0.0/8\"]", "")
+		if got := s.send(t, v1("203.0.113.7")); got != 200 {
+			t.Errorf("header from a listed sender: %d, want 200", got)
+		}
+		if got := s.send(t, v1("10.1.1.1")); got != 200 {
+			t.Errorf("header carrying a trusted proxy: %d, want 200", got)
+		}
+		if got, want := s.seen(), []string{"203.0.113.7", "198.51.100.1, 10.1.1.1"}; !slices.Equal(got, want) {
+			t.Errorf("the upstream saw X-Forwarded-For %q, want %q", got, want)
+		}
+	})
+	t.Run("trusted not sender", func(t *testing.T) {
+		t.Parallel()
+		s := startProxyProto(t, "proxy_protocol = true\nproxy_protocol_from = [\"10.0.0.0/8\"]\ntrusted_proxies = [\"127.0.0.1/32\"]", "")
+		if got := s.send(t, v1("203.0.113.7")); got != 0 {
+			t.Errorf("header from a peer not in proxy_protocol_from: answered %d, want the connection closed", got)
+		}
+		if got := s.send(t, nil); got != 200 {
+			t.Errorf("no header from a trusted proxy: %d, want 200", got)
+		}
+		if got, want := s.seen(), []string{"198.51.100.1, 127.0.0.1"}; !slices.Equal(got, want) {
+			t.Errorf("the upstream saw X-Forwarded-For %q, want %q", got, want)
+		}
+	})
 }
 
 // TestProxyProtoTrustedNeedsHeader: a trusted peer must send a valid
@@ -373,6 +419,17 @@ func TestProxyProtoTLS(t *testing.T) {
 		checkLimitPerAddress(t, s, send, func(a string) []byte {
 			return v2(0x21, 0x21, netip.AddrPortFrom(netip.MustParseAddr(a), 5555), ppDst6)
 		}, "2001:db8:3::7", "2001:db8:4::7")
+	})
+	t.Run("local", func(t *testing.T) {
+		// Under TLS too, a LOCAL connection's X-Forwarded-For is not
+		// believed.
+		before := len(s.seen())
+		if got := send(v2(0x20, 0x00, netip.AddrPort{}, netip.AddrPort{})); got != 200 {
+			t.Errorf("LOCAL over TLS: %d, want 200", got)
+		}
+		if got, want := s.seen()[before:], []string{"127.0.0.1"}; !slices.Equal(got, want) {
+			t.Errorf("the upstream saw X-Forwarded-For %q, want %q", got, want)
+		}
 	})
 	t.Run("no header", func(t *testing.T) {
 		before := len(s.seen())

@@ -160,8 +160,8 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 	defer ln.Close()
 	if cfg.Server.ProxyProtocol {
 		// Under TLS too: the PROXY header precedes the handshake. Who may
-		// send one follows trusted_proxies as reloads change it.
-		ln = proxyProtocolListener(ln, func() []netip.Prefix { return reload.Status().Config.Server.TrustedProxies }, cfg.Server.ReadHeaderTimeout)
+		// send one follows proxy_protocol_from as reloads change it.
+		ln = proxyProtocolListener(ln, func() []netip.Prefix { return reload.Status().Config.Server.ProxyProtocolFrom }, cfg.Server.ReadHeaderTimeout)
 	}
 	srv := &http.Server{
 		Handler:           handler,
@@ -169,6 +169,9 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 		IdleTimeout:       cfg.Server.IdleTimeout,
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
 		ErrorLog:          mustStdLog(log.Named("http")),
+	}
+	if cfg.Server.ProxyProtocol {
+		srv.ConnContext = peerOnlyConn
 	}
 	if cfg.Server.H2C && cfg.Server.TLS == nil {
 		// HTTP/2 with prior knowledge beside HTTP/1.1 (gRPC without TLS).
