@@ -169,19 +169,18 @@ if #gone > 0 then
   call('HDEL', KEYS[3], unpack(gone))
   call('ZREM', KEYS[4], unpack(gone))
 end
-local level, since, untl = 1, now, 0
+local level, since = 1, now
 local prev = call('HGET', KEYS[3], key)
 if prev then
-  local ps, pu, pl, pe = string.match(prev, '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
+  local ps, pu, pl, pe, pq = string.match(prev, '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
   ps, pu, pl, pe = tonumber(ps), tonumber(pu), tonumber(pl), tonumber(pe)
   if now < pe then
-    if since < ps then since = ps end
-    if since - ps < memory then level = pl + 1 end
-    untl = pu
+    -- An offence while the ban runs is one the ban answers already.
+    if now < pu then return {pl, ps, pu, pe, tonumber(pq)} end
+    if now - ps < memory then level = pl + 1 end
   end
 end
 local u = since + tonumber(ARGV[6 + math.min(level, #ARGV - 6)])
-if u < untl then u = untl end
 local expires = math.max(u, since + memory)
 local seq = call('INCR', KEYS[1])
 local new = call('HSET', KEYS[3], key, format('%.0f %.0f %.0f %.0f %.0f', since, u, level, expires, seq)) == 1
