@@ -251,7 +251,7 @@ func TestBansReconnect(t *testing.T) {
 
 // TestBansOutage: with Redis down, Ban fails with ErrStoreUnavailable and
 // Banned goes on answering from the mirror; once Redis is back (empty,
-// without persistence) Run resyncs and the mirror is Redis's again.
+// without persistence) Run writes the mirror's bans back.
 func TestBansOutage(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
@@ -275,18 +275,24 @@ func TestBansOutage(t *testing.T) {
 	}
 	errs := b.Errors()
 	srv.Restart()
+	// Redis came back empty (no persistence): the instance writes back
+	// what it holds.
+	hash, _ := b.policyKeys("p")
 	deadline := time.Now().Add(10 * time.Second)
-	for _, ok := b.Banned("p", "k", now); ok; _, ok = b.Banned("p", "k", now) {
+	for c.HExists(ctx, hash, "k").Val() == false {
 		if time.Now().After(deadline) {
-			t.Fatalf("the mirror still holds a ban Redis lost, 10s after it came back (%d errors, last %v)", b.Errors(), b.LastError())
+			t.Fatalf("the ban is not back on Redis 10s after it restarted (%d errors, last %v)", b.Errors(), b.LastError())
+		}
+		if _, ok := b.Banned("p", "k", now); !ok {
+			t.Fatal("the mirror dropped a ban Redis lost")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if errs < 3 {
 		t.Errorf("%d errors counted while Redis was down", errs)
 	}
-	if _, err := b.Ban(ctx, "p", "k", hourBan, now); err != nil {
-		t.Fatalf("Ban after Redis came back: %v", err)
+	if ban, err := b.Ban(ctx, "p", "k2", hourBan, now); err != nil || ban.Level != 1 {
+		t.Fatalf("Ban after Redis came back: %+v, %v", ban, err)
 	}
 }
 
@@ -360,17 +366,22 @@ func TestBansRedisExpiry(t *testing.T) {
 // TestMessages: messages and records read back what the scripts write,
 // and unreadable ones are refused.
 func TestMessages(t *testing.T) {
-	r, err := parseMessage("7 2 1000 2000 3000 3\npolkey with\nnewline")
-	if err != nil || r.seq != 7 || r.level != 2 || r.since != 1e9 || r.until != 2e9 || r.expires != 3e9 || r.k != (banKey{"pol", "key with\nnewline"}) {
+	r, err := parseMessage("42 7 900 2 1000 2000 3000 3\npolkey with\nnewline")
+	if err != nil || r.ep != 42 || r.seq != 7 || r.ver != 900 || r.level != 2 || r.since != 1e9 || r.until != 2e9 || r.expires != 3e9 ||
+		r.k != (banKey{"pol", "key with\nnewline"}) {
 		t.Errorf("parseMessage: %+v, %v", r, err)
 	}
-	for _, bad := range []string{"", "7 2 1000 2000 3000\npk", "7 2 1000 2000 3000 9\npk", "7 x 1000 2000 3000 1\npk", "7 2 1000 2000 3000 -1\npk"} {
+	for _, bad := range []string{"", "42 7 900 2 1000 2000 3000\npk", "42 7 900 2 1000 2000 3000 9\npk", "42 7 900 x 1000 2000 3000 1\npk",
+		"42 7 900 2 1000 2000 3000 -1\npk", "7 2 1000 2000 3000 1\npk"} {
 		if _, err := parseMessage(bad); err == nil {
 			t.Errorf("parseMessage(%q) accepted", bad)
 		}
 	}
 	if _, ok := parseRecord("p", "k", "1 2 3"); ok {
 		t.Error("a short record accepted")
+	}
+	if r, ok := parseRecord("p", "k", "1000 2000 1 3000 5"); !ok || r.ver != 1000 {
+		t.Errorf("a record without version: %+v, %v; want its since as version", r, ok)
 	}
 }
 
@@ -401,7 +412,7 @@ func BenchmarkBanned(b *testing.B) {
 // TestBannedAllocs pins the mirror's zero allocations.
 func TestBannedAllocs(t *testing.T) {
 	b := NewBans(nil, BanOptions{})
-	b.mirror.local(&mirrorRec{k: banKey{"api", "10.0.0.1"}, level: 1, until: 1e18, expires: 1e18, seq: 1}, &b.applied, 0)
+	b.mirror.put(&mirrorRec{k: banKey{"api", "10.0.0.1"}, level: 1, until: 1e18, expires: 1e18, seq: 1, ver: 1}, 0)
 	if n := testing.AllocsPerRun(1000, func() {
 		b.Banned("api", "10.0.0.1", time.Unix(0, 1))
 		b.Banned("api", "192.0.2.1", time.Unix(0, 1))
