@@ -232,7 +232,7 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 				zap.String("listen", cfg.Admin.Listen))
 		}
 		defer adminLn.Close()
-		admin = &http.Server{Handler: adminHandler(reload, st.ready, m, token, st.bans, st.overrides, cfg.Store.Backend == config.BackendRedis || cfg.Store.OverridesFile != ""), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminHandler(reload, st.ready, m, token, st.bans, st.overrides, st.persistence), ReadHeaderTimeout: 5 * time.Second}
 	}
 
 	// Background work, stopped after the servers have drained.

@@ -704,3 +704,30 @@ func (m *ovMirror) replace(entries []*ovEntry, ep, seq, now int64) {
 
 // len returns the entries and tombstones held.
 func (m *ovMirror) len() int { return int(m.n.Load()) }
+
+// Persistence reports whether Redis keeps its data on disk, so that the
+// overrides and bans on it survive a restart of Redis together with every
+// instance: how is "aof", "rdb" (snapshots configured: CONFIG GET save),
+// "none", or "unknown" when Redis does not say (CONFIG disabled, as some
+// managed services do, and AOF off). Without persistence, a restart of
+// Redis alone loses nothing while an instance holds a copy (see
+// Overrides); a restart of everything loses them.
+func (s *Overrides) Persistence(ctx context.Context) (durable bool, how string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	info, err := s.c.Info(ctx, "persistence").Result()
+	if err != nil {
+		return false, "", fmt.Errorf("%w: redis: INFO persistence: %w", limiter.ErrStoreUnavailable, err)
+	}
+	if strings.Contains(info, "aof_enabled:1") {
+		return true, "aof", nil
+	}
+	save, err := s.c.ConfigGet(ctx, "save").Result()
+	if err != nil {
+		return false, "unknown", nil
+	}
+	if strings.TrimSpace(save["save"]) != "" {
+		return true, "rdb", nil
+	}
+	return false, "none", nil
+}
