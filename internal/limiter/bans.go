@@ -25,9 +25,10 @@ import (
 // reloaded BanParams.
 type Bans interface {
 	// Ban records an offence of key under policy at now and bans it (see
-	// BanParams for the arithmetic), atomically: offences of one key
-	// counted at once, even on several instances, get consecutive levels.
-	// It returns the key's record after the offence. An error means the
+	// BanParams for the arithmetic), atomically: of offences of one key
+	// counted at once, even on several instances, the first bans and the
+	// others, made while that ban runs, change nothing; escalation counts
+	// bans, not offences. It returns the key's record after the offence. An error means the
 	// offence may not have been recorded: invalid params, or
 	// ErrStoreUnavailable for a backend that did not answer in time.
 	Ban(ctx context.Context, policy, key string, p BanParams, now time.Time) (Ban, error)
@@ -54,14 +55,14 @@ type Bans interface {
 // Ban is the record of a client key's offences under one policy.
 type Ban struct {
 	Policy, Key string
-	// Since is the instant of the latest offence (never earlier than the
-	// offence before it: time going backwards is treated as that instant).
+	// Since is the instant of the offence that began the latest ban.
 	Since time.Time
 	// Until is when the ban ends: the key is banned at instants before it.
 	Until time.Time
-	// Level counts the offences that escalated to this one: 1 for a first
-	// offence, or one remembered no longer (BanParams.Memory), up by one for
-	// each offence within Memory of the one before. A lifted key starts
+	// Level counts the bans that escalated to this one: 1 for a first
+	// ban, or one after a ban remembered no longer (BanParams.Memory), up
+	// by one for each ban that begins within Memory of the one before.
+	// An offence during a running ban is no new ban. A lifted key starts
 	// at 1 again.
 	Level int64
 	// Expires is when the store forgets the record: the later of Until
@@ -74,10 +75,10 @@ type Ban struct {
 // changed them); a record keeps what earlier calls computed. The zero
 // value is not valid: see Validate.
 //
-// An offence at now raises the key's level by one if its previous offence
-// was less than Memory before now, and sets it to 1 otherwise; it then
-// bans the key until now + Duration × Factor^(level−1), at most Max, or
-// until the end of a ban already in force if that is later.
+// An offence at now while the key's ban runs changes nothing. Otherwise
+// it bans the key anew: its level rises by one if its previous ban began
+// less than Memory before now, and is 1 otherwise; the ban lasts until
+// now + Duration × Factor^(level−1), at most Max.
 type BanParams struct {
 	// Duration is the ban of a first offence; > 0.
 	Duration time.Duration
@@ -87,8 +88,8 @@ type BanParams struct {
 	Factor int64
 	// Max caps the ban; ≥ Duration.
 	Max time.Duration
-	// Memory is how long an offence counts towards the next one's level;
-	// ≥ 0, 0 for never (every offence is a first one).
+	// Memory is how long a ban, from its start, counts towards the next
+	// one's level; ≥ 0, 0 for never (every ban is a first one).
 	Memory time.Duration
 }
 
@@ -128,25 +129,25 @@ func (p BanParams) DurationAt(level int64) time.Duration {
 
 // Offend returns the record after an offence of prev's key at now. prev
 // is the key's record, or the zero Ban if it has none; a prev whose
-// Expires is not after now counts as none. The memory store applies it
-// as is; the Redis store's script does the same arithmetic in
-// milliseconds. Policy and Key are prev's.
+// Expires is not after now counts as none. An offence while prev's ban
+// is running (now before prev.Until) is one the ban already answers:
+// it returns prev unchanged, so that a burst of requests rejected before
+// the first ban was seen, on one instance or several, bans once, at one
+// level. The memory store applies it as is; the Redis store's script does
+// the same arithmetic in milliseconds. Policy and Key are prev's.
 func (p BanParams) Offend(prev Ban, now time.Time) Ban {
-	b := Ban{Policy: prev.Policy, Key: prev.Key, Level: 1}
 	live := prev.Level > 0 && now.Before(prev.Expires)
-	if live {
-		if now.Before(prev.Since) {
-			now = prev.Since
-		}
-		if now.Sub(prev.Since) < p.Memory && prev.Level < math.MaxInt64 {
-			b.Level = prev.Level + 1
-		}
+	if live && now.Before(prev.Until) {
+		return prev
+	}
+	b := Ban{Policy: prev.Policy, Key: prev.Key, Level: 1}
+	// now is not before prev.Until, hence not before prev.Since: the
+	// level rises if the previous ban began less than Memory ago.
+	if live && now.Sub(prev.Since) < p.Memory && prev.Level < math.MaxInt64 {
+		b.Level = prev.Level + 1
 	}
 	b.Since = now
 	b.Until = addSat(now, p.DurationAt(b.Level))
-	if live && prev.Until.After(b.Until) {
-		b.Until = prev.Until
-	}
 	b.Expires = b.Until
 	if m := addSat(now, p.Memory); m.After(b.Expires) {
 		b.Expires = m

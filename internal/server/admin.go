@@ -33,7 +33,7 @@ import (
 // box), and GET /api/v1/top and …/policies/{policy}/top (top offenders).
 // With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
 // constant time.
-func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans limiter.Bans, overrides limiter.Overrides, persisted bool) http.Handler {
+func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans limiter.Bans, overrides limiter.Overrides, persistence func(context.Context) (bool, string)) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	registerDashboard(mux) // GET /dashboard: dashboard.go
@@ -304,10 +304,15 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 			writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
 		default:
 			v := overrideView(o, true)
-			v["persisted"] = persisted
-			if !persisted {
+			persisted, where := persistence(req.Context())
+			v["persisted"], v["persistence"] = persisted, where
+			switch {
+			case where == "memory":
 				r.log.Warn("a per-key override is kept in memory only: it is lost at restart (set [store] overrides_file)",
 					zap.String("policy", p.Name))
+			case !persisted:
+				r.log.Warn("a per-key override is on a Redis that does not report persistence (RDB or AOF): the instances write it back if Redis restarts alone, but it is lost if every instance restarts with Redis",
+					zap.String("policy", p.Name), zap.String("persistence", where))
 			}
 			writeJSON(w, http.StatusOK, v)
 		}

@@ -59,8 +59,9 @@ func TestOverrides(t *testing.T) {
 		}
 		return n, ""
 	}
-	if c, b := call(r, "PUT", "/api/v1/policies/all/overrides/127.0.0.1", `{"scale": 3, "note": "partner"}`); c != 200 {
-		t.Fatalf("PUT scale: %d %s", c, b)
+	if c, b := call(r, "PUT", "/api/v1/policies/all/overrides/127.0.0.1", `{"scale": 3, "note": "partner"}`); c != 200 ||
+		!strings.Contains(b, `"persisted": true`) || !strings.Contains(b, `"persistence": "file"`) {
+		t.Fatalf("PUT scale: %d %s; want 200, persisted in the file", c, b)
 	}
 	if b, _ := os.ReadFile(file); !strings.Contains(string(b), proxy.StoreKey("9:127.0.0.1;")) || strings.Contains(string(b), "127.0.0.1") {
 		t.Fatalf("the overrides file holds %q: want the key hashed, never the address", b)
@@ -132,7 +133,17 @@ func TestOverridesShared(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("PUT on the first instance: %v %v", resp, err)
 	}
+	var put struct {
+		Persisted   bool
+		Persistence string
+	}
+	json.NewDecoder(resp.Body).Decode(&put)
 	resp.Body.Close()
+	// The test's Redis runs without persistence (--save "" --appendonly
+	// no): written to Redis, but not to its disk.
+	if put.Persisted || put.Persistence != "redis none" {
+		t.Errorf("PUT on Redis without persistence answered persisted %v, persistence %q; want false, \"redis none\"", put.Persisted, put.Persistence)
+	}
 	start := time.Now()
 	for !strings.Contains(quota(b), "q=10") {
 		if time.Since(start) > time.Second {

@@ -235,7 +235,7 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 				zap.String("listen", cfg.Admin.Listen))
 		}
 		defer adminLn.Close()
-		api := adminHandler(reload, st.ready, m, token, st.bans, st.overrides, cfg.Store.Backend == config.BackendRedis || cfg.Store.OverridesFile != "")
+		api := adminHandler(reload, st.ready, m, token, st.bans, st.overrides, st.persistence)
 		admin = &http.Server{
 			Handler:           newAdminGuard(cfg.Admin.Listen, cfg.Admin.AllowedHosts).wrap(api),
 			ReadHeaderTimeout: adminReadHeaderTimeout,

@@ -32,7 +32,10 @@ type stores struct {
 	// mirror current until ctx ends (nothing to do in memory).
 	overrides    limiter.Overrides
 	runOverrides func(ctx context.Context)
-	close        func()
+	// persistence says where a stored override lives (see
+	// overridePersistence).
+	persistence func(ctx context.Context) (persisted bool, where string)
+	close       func()
 }
 
 // banSweep is how often the memory penalty box drops expired records
@@ -61,7 +64,12 @@ func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stor
 					bans.Sweep(clock())
 				}
 			}
-		}, overrides: ov, runOverrides: func(context.Context) {}, close: func() {}}, nil
+		}, overrides: ov, runOverrides: func(context.Context) {}, persistence: func(context.Context) (bool, string) {
+			if cfg.OverridesFile == "" {
+				return false, "memory"
+			}
+			return true, "file"
+		}, close: func() {}}, nil
 	}
 	rc := cfg.Redis
 	password := ""
@@ -113,7 +121,15 @@ func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stor
 			log.Error("the overrides' subscription to Redis stopped", zap.Error(err))
 		}
 	}
-	return &stores{decide: rs, memory: mem, redis: rs, bans: bans, runBans: run, overrides: ov, runOverrides: runOv, close: func() { client.Close() }}, nil
+	persistence := func(ctx context.Context) (bool, string) {
+		durable, how, err := ov.Persistence(ctx)
+		if err != nil {
+			how = "unknown"
+		}
+		return durable, "redis " + how
+	}
+	return &stores{decide: rs, memory: mem, redis: rs, bans: bans, runBans: run, overrides: ov, runOverrides: runOv,
+		persistence: persistence, close: func() { client.Close() }}, nil
 }
 
 // redisLogs routes go-redis's own log lines (connection-pool trouble,

@@ -17,7 +17,8 @@ import (
 type NewBans func(t *testing.T) limiter.Bans
 
 // RunBans checks a penalty box (limiter.Bans) with exact instants: the
-// levels and durations of escalating offences, the memory window, the
+// levels and durations of escalating bans (one level per ban, however many
+// offences), the memory window, the
 // instant a ban ends, time going backwards, Lift, policies and keys kept
 // apart, List, concurrent offences and the expiry of records. Every
 // instant and duration is a whole millisecond, the Redis store's
@@ -86,31 +87,32 @@ func show(b limiter.Ban) string {
 		" until " + at(b.Until) + " expires " + at(b.Expires) + "}"
 }
 
-// runBanEscalation: F = 2 gives D, 2D, 4D, then Max; an offence while
-// banned raises the level and restarts the ban from now; a reload to a
-// milder ban keeps the longer ban in force; an earlier instant counts as
-// the latest offence's.
+// runBanEscalation: F = 2 gives D, 2D, 4D, then Max, one level per ban;
+// an offence while banned changes nothing (escalation counts bans, not
+// offences); a reload to a milder ban applies from the next ban; an
+// earlier instant, within the running ban, changes nothing either.
 func runBanEscalation(t *testing.T, bans limiter.Bans) {
 	mild := limiter.BanParams{Duration: time.Minute, Factor: 1, Max: time.Minute, Memory: time.Hour}
 	runSteps(t, bans, "p", "k", []banStep{
 		{at: 0, p: doubling, level: 1, since: 0, until: time.Minute},
+		{at: 30 * time.Second, p: doubling, level: 1, since: 0, until: time.Minute}, // while banned
 		{at: time.Minute, p: doubling, level: 2, since: time.Minute, until: 3 * time.Minute},
 		{at: 3 * time.Minute, p: doubling, level: 3, since: 3 * time.Minute, until: 7 * time.Minute},
 		{at: 7 * time.Minute, p: doubling, level: 4, since: 7 * time.Minute, until: 12 * time.Minute}, // 8m, capped
-		{at: 8 * time.Minute, p: doubling, level: 5, since: 8 * time.Minute, until: 13 * time.Minute}, // while banned
-		// Milder parameters (a reload): the level still rises, but the
-		// ban in force to 13m outlasts the new one.
-		{at: 9 * time.Minute, p: mild, level: 6, since: 9 * time.Minute, until: 13 * time.Minute},
-		// Time going backwards: the offence counts at the latest one's
-		// instant.
-		{at: 8 * time.Minute, p: doubling, level: 7, since: 9 * time.Minute, until: 14 * time.Minute},
+		{at: 8 * time.Minute, p: doubling, level: 4, since: 7 * time.Minute, until: 12 * time.Minute}, // while banned
+		// Milder parameters (a reload): the level still rises, the ban
+		// is the new one's.
+		{at: 12 * time.Minute, p: mild, level: 5, since: 12 * time.Minute, until: 13 * time.Minute},
+		// Time going backwards, into the running ban: nothing changes.
+		{at: 5 * time.Minute, p: doubling, level: 5, since: 12 * time.Minute, until: 13 * time.Minute},
+		{at: 13 * time.Minute, p: doubling, level: 6, since: 13 * time.Minute, until: 18 * time.Minute},
 	})
 	// A huge factor saturates at Max instead of overflowing.
-	huge := limiter.BanParams{Duration: time.Second, Factor: 1 << 62, Max: 1000 * time.Hour, Memory: time.Hour}
+	huge := limiter.BanParams{Duration: time.Second, Factor: 1 << 62, Max: 1000 * time.Hour, Memory: 3000 * time.Hour}
 	runSteps(t, bans, "p", "huge", []banStep{
 		{at: 0, p: huge, level: 1, since: 0, until: time.Second},
 		{at: time.Second, p: huge, level: 2, since: time.Second, until: time.Second + 1000*time.Hour},
-		{at: 2 * time.Second, p: huge, level: 3, since: 2 * time.Second, until: 2*time.Second + 1000*time.Hour},
+		{at: time.Second + 1000*time.Hour, p: huge, level: 3, since: time.Second + 1000*time.Hour, until: time.Second + 2000*time.Hour},
 	})
 }
 
@@ -125,20 +127,21 @@ func runBanMemory(t *testing.T, bans limiter.Bans) {
 		{at: time.Hour - time.Millisecond, p: doubling, level: 2, since: time.Hour - time.Millisecond, until: time.Hour - time.Millisecond + 2*time.Minute},
 		{at: 2*time.Hour - time.Millisecond, p: doubling, level: 1, since: 2*time.Hour - time.Millisecond, until: 2*time.Hour - time.Millisecond + time.Minute},
 	})
-	// A memory shorter than the ban: an offence during the ban but past
-	// the memory is a first one again, and the ban in force still holds.
+	// A memory shorter than the ban: offences during the ban change
+	// nothing, and the ban after it is a first one again.
 	short := limiter.BanParams{Duration: 10 * time.Minute, Factor: 2, Max: time.Hour, Memory: time.Minute}
 	runSteps(t, bans, "p", "b", []banStep{
 		{at: 0, p: short, level: 1, since: 0, until: 10 * time.Minute},
-		{at: 30 * time.Second, p: short, level: 2, since: 30 * time.Second, until: 30*time.Second + 20*time.Minute},
-		{at: 2 * time.Minute, p: short, level: 1, since: 2 * time.Minute, until: 30*time.Second + 20*time.Minute},
+		{at: 30 * time.Second, p: short, level: 1, since: 0, until: 10 * time.Minute},
+		{at: 2 * time.Minute, p: short, level: 1, since: 0, until: 10 * time.Minute},
+		{at: 10 * time.Minute, p: short, level: 1, since: 10 * time.Minute, until: 20 * time.Minute},
 	})
-	// No memory: every offence is a first one.
+	// No memory: every ban is a first one.
 	none := limiter.BanParams{Duration: time.Minute, Factor: 2, Max: time.Hour}
 	runSteps(t, bans, "p", "c", []banStep{
 		{at: 0, p: none, level: 1, since: 0, until: time.Minute},
 		{at: 0, p: none, level: 1, since: 0, until: time.Minute},
-		{at: time.Second, p: none, level: 1, since: time.Second, until: time.Second + time.Minute},
+		{at: time.Minute, p: none, level: 1, since: time.Minute, until: 2 * time.Minute},
 	})
 	// Expiry of a record kept past its ban by its memory: not banned,
 	// still counted until its Expires, then gone (and not listed).
@@ -199,7 +202,7 @@ func runBanLift(t *testing.T, bans limiter.Bans) {
 func runBanApart(t *testing.T, bans limiter.Bans) {
 	ctx := context.Background()
 	mustBan(t, bans, "p1", "k", doubling, banT0)
-	mustBan(t, bans, "p1", "k", doubling, banT0)
+	mustBan(t, bans, "p1", "k", doubling, banT0.Add(time.Minute))
 	if _, ok := bans.Banned("p2", "k", banT0); ok {
 		t.Fatal("a ban under p1 bans under p2")
 	}
@@ -217,7 +220,7 @@ func runBanApart(t *testing.T, bans limiter.Bans) {
 	if ok, _ := bans.Lift(ctx, "p2", "k"); !ok {
 		t.Fatal("Lift under p2 found nothing")
 	}
-	if b, ok := bans.Banned("p1", "k", banT0); !ok || b.Level != 2 {
+	if b, ok := bans.Banned("p1", "k", banT0.Add(time.Minute)); !ok || b.Level != 2 {
 		t.Fatalf("Lift under p2 changed p1's record: %s, %v", show(b), ok)
 	}
 }
@@ -266,42 +269,60 @@ func runBanList(t *testing.T, bans limiter.Bans) {
 	}
 }
 
-// runBanConcurrent: offences of one key from many goroutines at one
-// instant get consecutive levels, each exactly once; Banned runs beside
-// them.
+// runBanConcurrent: a burst of offences of one key from many goroutines
+// at one instant (as when a burst of requests is rejected in one batch,
+// before the first ban is seen) bans it once, at level 1, every offence
+// answered with that one ban; a burst after the ban ends bans once more,
+// at level 2. Banned runs beside them.
 func runBanConcurrent(t *testing.T, bans limiter.Bans) {
+	for round, at := range []time.Duration{0, time.Minute} {
+		got := BanBurst(t, []limiter.Bans{bans}, "p", "k", doubling, banT0.Add(at), 16, 8)
+		want := limiter.Ban{Policy: "p", Key: "k", Level: int64(round + 1), Since: banT0.Add(at),
+			Until: banT0.Add(at + doubling.DurationAt(int64(round+1))), Expires: banT0.Add(at + doubling.Memory)}
+		for _, b := range got {
+			if !sameBan(b, want) {
+				t.Fatalf("round %d: an offence of the burst gave %s, want %s for each", round, show(b), show(want))
+			}
+		}
+		if b, ok := bans.Banned("p", "k", banT0.Add(at)); !ok || !sameBan(b, want) {
+			t.Fatalf("round %d: after the burst: %s, %v; want %s", round, show(b), ok, show(want))
+		}
+	}
+}
+
+// BanBurst makes workers×each offences of key under policy at now at
+// once, spread over the stores (several instances of one shared store)
+// round robin by worker, calling Banned beside them, and returns what
+// each Ban returned. Every offence must succeed.
+func BanBurst(t testing.TB, stores []limiter.Bans, policy, key string, p limiter.BanParams, now time.Time, workers, each int) []limiter.Ban {
+	t.Helper()
 	ctx := context.Background()
-	const workers, each = 16, 8
-	levels := make(chan int64, workers*each)
+	out := make(chan limiter.Ban, workers*each)
 	var wg sync.WaitGroup
-	for range workers {
+	for w := range workers {
+		bans := stores[w%len(stores)]
 		wg.Go(func() {
 			for range each {
-				b, err := bans.Ban(ctx, "p", "k", doubling, banT0)
+				b, err := bans.Ban(ctx, policy, key, p, now)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				levels <- b.Level
-				bans.Banned("p", "k", banT0)
+				out <- b
+				bans.Banned(policy, key, now)
 			}
 		})
 	}
 	wg.Wait()
-	close(levels)
-	var got []int64
-	for l := range levels {
-		got = append(got, l)
+	close(out)
+	var got []limiter.Ban
+	for b := range out {
+		got = append(got, b)
 	}
-	slices.Sort(got)
-	for i, l := range got {
-		if l != int64(i+1) {
-			t.Fatalf("levels of %d concurrent offences: %v, want 1 to %d once each", workers*each, got, workers*each)
-		}
+	if len(got) != workers*each {
+		t.Fatalf("%d of %d offences recorded", len(got), workers*each)
 	}
-	if b, ok := bans.Banned("p", "k", banT0); !ok || b.Level != workers*each || !b.Until.Equal(banT0.Add(5*time.Minute)) {
-		t.Fatalf("after the offences: %s, %v", show(b), ok)
-	}
+	return got
 }
 
 // runBanParams: invalid parameters are refused and record nothing.

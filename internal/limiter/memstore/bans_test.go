@@ -28,15 +28,16 @@ var banParams = limiter.BanParams{Duration: time.Minute, Factor: 2, Max: time.Ho
 func TestBansBound(t *testing.T) {
 	ctx := context.Background()
 	b := memstore.NewBans(memstore.BanOptions{MaxBans: 64}) // one shard
-	long := limiter.BanParams{Duration: time.Hour, Factor: 2, Max: 2 * time.Hour, Memory: time.Hour}
-	// Offence i at t0+i s: record i is banned, and expires, until
-	// t0+1h+i s.
+	long := limiter.BanParams{Duration: time.Hour, Factor: 2, Max: 2 * time.Hour, Memory: 2 * time.Hour}
+	// Offence i at t0+i s: record i is banned until t0+1h+i s, and
+	// expires at t0+2h+i s.
 	for i := range 64 {
 		b.Ban(ctx, "p", "k"+strconv.Itoa(i), long, t0.Add(time.Duration(i)*time.Second))
 	}
-	// k0 offends again: banned 2h, it now expires last.
-	b.Ban(ctx, "p", "k0", long, t0.Add(100*time.Second))
-	at := t0.Add(101 * time.Second)
+	// k0 offends again once its ban is over: banned 2h, it now expires
+	// last.
+	b.Ban(ctx, "p", "k0", long, t0.Add(time.Hour))
+	at := t0.Add(time.Hour + time.Second)
 	for i := range 3 {
 		b.Ban(ctx, "p", "new"+strconv.Itoa(i), long, at)
 		if n := b.Len(); n != 64 {
@@ -53,7 +54,7 @@ func TestBansBound(t *testing.T) {
 	}
 	// An hour later the first records have expired: new keys take their
 	// places without evicting anything.
-	later := t0.Add(time.Hour + 10*time.Second) // k4 to k10 expired
+	later := t0.Add(2*time.Hour + 10*time.Second) // k4 to k10 expired
 	for i := range 6 {
 		b.Ban(ctx, "p", "later"+strconv.Itoa(i), long, later)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -25,13 +26,18 @@ var _ limiter.Overrides = (*Overrides)(nil)
 
 // DefaultMaxOverrides is the bound on overrides used when
 // OverrideOptions.MaxOverrides is 0. An override costs a few hundred
-// bytes in memory and about as much in the file, which every change
-// rewrites: at the bound, about 20 MB.
+// bytes in memory and about as much in the file (twice that at most,
+// with its journal): at the bound, about 20 to 40 MB.
 const DefaultMaxOverrides = 100_000
 
 // OverridesFormat is the version of the overrides file this package
-// writes, and the newest it reads.
-const OverridesFormat = 1
+// writes, and the newest it reads (version 1, a snapshot without journal,
+// is read too).
+const OverridesFormat = 2
+
+// minJournal is the fewest journal records that make a compaction: below
+// it, a small store is not rewritten at every other change.
+const minJournal = 64
 
 // overridesMagic is the header's "format".
 const overridesMagic = "limitproxy overrides"
@@ -62,33 +68,43 @@ type OverrideOptions struct {
 // load and takes no lock, and a change publishes a copy of its shard's
 // map (1/64 of the overrides), which suits a store read by every request
 // and changed by an operator. Set and Remove are serialized by one mutex:
-// each writes the whole file anew with the change (a temporary file in the
-// same directory, fsync, rename over the file, fsync of the directory),
-// and only then applies the change, so that what Get answers has always
-// been saved, and a crash leaves the old file or the new one, never a
-// mix. A change therefore costs a write of every override (about 200
-// bytes each) and two fsyncs: 5 to 20 ms with 10,000 overrides on this
-// project's test machine (BenchmarkOverridesSet), which the admin API's
-// rate of changes affords.
+// each appends a record of the change to the file's journal and fsyncs
+// it, and only then applies the change, so that what Get answers has
+// always been saved. A change therefore costs one short write and one
+// fsync, whatever the number of overrides (BenchmarkOverridesSet: the
+// same at 10 and 100,000). When the journal holds as many records as
+// there are overrides (at least 64), the next change compacts the file:
+// writes every override anew to a temporary file in the same directory,
+// fsyncs it, renames it over the file and fsyncs the directory, so that a
+// crash leaves the old file or the new one, never a mix. The file is thus
+// at most about twice the overrides, and the compaction's cost, one write
+// of every override, is spread over as many changes.
 //
 // # File
 //
-// The file is UTF-8 JSON lines, mode 0600, sorted by policy then key: a
-// header, then one override per line in limiter.Override's JSON form:
+// The file is UTF-8 JSON lines, mode 0600: a header, the snapshot (one
+// override per line in limiter.Override's JSON form, sorted by policy
+// then key), then the journal, one change per line:
 //
-//	{"format":"limitproxy overrides","version":1,"count":2}
+//	{"format":"limitproxy overrides","version":2,"count":2}
 //	{"policy":"api","key":"203.0.113.9","limits":[{"algorithm":"token_bucket","rate":"500/1s","burst":1000}],"set_at":"2030-01-01T00:00:00Z"}
 //	{"policy":"api","key":"partner-7","scale":10,"note":"gold tier","set_at":"2030-01-01T00:00:00Z"}
+//	{"set":{"policy":"api","key":"partner-8","scale":5,"set_at":"2030-01-02T00:00:00Z"}}
+//	{"remove":{"policy":"api","key":"203.0.113.9"}}
 //
-// count must match the lines that follow (so a truncated copy is caught:
-// an operator who edits the file by hand, with the proxy stopped, updates
-// it). NewOverrides refuses a file it cannot trust, naming the file, the
-// line and the problem: a header of another format or of a later version
-// than OverridesFormat, a line that is not an override or that
-// Override.Validate refuses, a key twice, a count that does not match, or
-// more overrides than MaxOverrides. A missing file is an empty store.
-// Temporary files left by a crash (the file's name + ".tmp" + digits) are
-// never read.
+// count is the number of snapshot lines (so a truncated snapshot is
+// caught: an operator who edits the file by hand, with the proxy stopped,
+// updates it); the journal's records apply in order. A last journal line
+// without its newline, or that does not read, is a change whose write a
+// crash cut short (its Set or Remove never returned success): it is
+// dropped, and the file cut back to the line before. NewOverrides refuses
+// a file it cannot trust, naming the file, the line and the problem: a
+// header of another format or of a later version than OverridesFormat, a
+// snapshot line that is not an override or that Override.Validate
+// refuses, a key twice in the snapshot, a count that does not match, a
+// journal record that does not read (but the last), or more overrides
+// than MaxOverrides. A missing file is an empty store. Temporary files
+// left by a crash (the file's name + ".tmp" + digits) are never read.
 type Overrides struct {
 	path     string // "" for memory only
 	max      int
@@ -98,6 +114,10 @@ type Overrides struct {
 	mu       sync.Mutex   // serializes Set and Remove, and the file
 	dir      string
 	tmpNames string // CreateTemp's pattern
+	// journal is the file open for appending (nil: the next change
+	// compacts), journaled the records in its journal. Both under mu.
+	journal   *os.File
+	journaled int
 }
 
 // ovShards is how many shards Overrides has.
@@ -156,10 +176,11 @@ func NewOverrides(o OverrideOptions) (*Overrides, error) {
 	}
 	s.path, s.dir = path, filepath.Dir(path)
 	s.tmpNames = filepath.Base(path) + ".tmp*"
-	recs, err := readOverrides(path, s.max)
+	recs, journaled, err := readOverrides(path, s.max)
 	if err != nil {
 		return nil, err
 	}
+	s.journaled = journaled
 	loaded := make([]map[ovKey]*ovRec, len(s.shards))
 	for i := range loaded {
 		loaded[i] = map[ovKey]*ovRec{}
@@ -179,7 +200,27 @@ func NewOverrides(o OverrideOptions) (*Overrides, error) {
 	}
 	f.Close()
 	os.Remove(f.Name())
+	// The journal is appended to from here on; a file in an older format,
+	// or missing, is compacted by the first change.
+	if journaled >= 0 {
+		if s.journal, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+			return nil, fmt.Errorf("overrides file %s: %w", path, err)
+		}
+	}
 	return s, nil
+}
+
+// Close closes the file. The store must not be changed afterwards (Get
+// and List still answer).
+func (s *Overrides) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.journal == nil {
+		return nil
+	}
+	err := s.journal.Close()
+	s.journal = nil
+	return err
 }
 
 func (s *Overrides) shard(key string) *ovShard {
@@ -280,14 +321,58 @@ func (s *Overrides) Len() int { return int(s.n.Load()) }
 // symbolic link given as OverrideOptions.Path), or "" for memory only.
 func (s *Overrides) Path() string { return s.path }
 
-// saveLocked writes the file with every override, k's replaced by r (or
-// removed for nil), and reports whether the file now holds the change;
-// err may be non-nil even so, if only the directory's fsync failed.
-// Requires s.mu held.
+// saveLocked saves the change of k to r (a removal for nil): appended
+// to the journal, or, when the journal is due for compaction (or the file
+// cannot be appended to), by writing the file anew with every override.
+// It reports whether the file now holds the change; err may be non-nil
+// even so, if only the directory's fsync failed. Requires s.mu held.
 func (s *Overrides) saveLocked(k ovKey, r *ovRec) (saved bool, err error) {
 	if s.path == "" {
 		return true, nil
 	}
+	if s.journal != nil && s.journaled < max(minJournal, int(s.n.Load())) {
+		if err := s.appendLocked(k, r); err == nil {
+			s.journaled++
+			return true, nil
+		}
+		// What the append left is cut off by the compaction.
+		s.journal.Close()
+		s.journal = nil
+	}
+	return s.compactLocked(k, r)
+}
+
+// appendLocked appends the record of a change to the journal and fsyncs
+// it, once it has checked that the file it has open is still the one at
+// the path (not removed, nor replaced by hand). Requires s.mu held.
+func (s *Overrides) appendLocked(k ovKey, r *ovRec) error {
+	open, err := s.journal.Stat()
+	if err != nil {
+		return err
+	}
+	if cur, err := os.Stat(s.path); err != nil || !os.SameFile(open, cur) {
+		return errors.New("the file was removed or replaced")
+	}
+	var line []byte
+	if r != nil {
+		line = append(append([]byte(`{"set":`), r.line...), '}', '\n')
+	} else {
+		b, err := json.Marshal(removeRecord{Policy: k.policy, Key: k.key})
+		if err != nil {
+			return err
+		}
+		line = append(append([]byte(`{"remove":`), b...), '}', '\n')
+	}
+	if _, err := s.journal.Write(line); err != nil {
+		return err
+	}
+	return s.journal.Sync()
+}
+
+// compactLocked writes the file anew with every override, k's replaced by
+// r (or removed for nil), and an empty journal, and opens it for
+// appending. Requires s.mu held.
+func (s *Overrides) compactLocked(k ovKey, r *ovRec) (saved bool, err error) {
 	recs := make([]*ovRec, 0, s.n.Load()+1)
 	for i := range s.shards {
 		for rk, x := range s.shards[i].recs() {
@@ -308,10 +393,21 @@ func (s *Overrides) saveLocked(k ovKey, r *ovRec) (saved bool, err error) {
 	if err := s.replaceFile(recs); err != nil {
 		return false, fmt.Errorf("overrides file %s: %w", s.path, err)
 	}
+	s.journaled = 0
+	if s.journal, err = os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+		s.journal = nil // the next change compacts again
+		return true, fmt.Errorf("overrides file %s: saved, but cannot be opened to append the next change: %w", s.path, err)
+	}
 	if err := syncDir(s.dir); err != nil {
 		return true, fmt.Errorf("overrides file %s: saved, but the directory's fsync failed (the change may not survive a crash of the machine): %w", s.path, err)
 	}
 	return true, nil
+}
+
+// removeRecord is the body of a journal's removal.
+type removeRecord struct {
+	Policy string `json:"policy"`
+	Key    string `json:"key"`
 }
 
 // replaceFile writes recs to a temporary file beside the file, syncs it
@@ -371,30 +467,48 @@ type overridesHeader struct {
 	Count   int    `json:"count"`
 }
 
-// readOverrides reads the file at path: none if it does not exist.
-func readOverrides(path string, max int) ([]*ovRec, error) {
-	f, err := os.Open(path)
+// readOverrides reads the file at path: none if it does not exist. It
+// returns the overrides, and how many records its journal holds (-1 for
+// a missing file or one of version 1, which the first change rewrites).
+// A torn last journal line is cut off the file.
+func readOverrides(path string, max int) ([]*ovRec, int, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, -1, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("overrides file %s: %w", path, err)
+		return nil, 0, fmt.Errorf("overrides file %s: %w", path, err)
 	}
 	defer f.Close()
 	bad := func(line int, format string, args ...any) error {
 		return fmt.Errorf("overrides file %s:%d: %s", path, line, fmt.Sprintf(format, args...))
 	}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), maxOverrideLine)
+	br := bufio.NewReaderSize(f, 64<<10)
 	var (
-		h    overridesHeader
-		recs []*ovRec
-		seen = map[ovKey]int{}
-		line = 0
+		h         overridesHeader
+		recs      = map[ovKey]*ovRec{}
+		seen      = map[ovKey]int{}
+		line      = 0
+		snapshot  = 0
+		journaled = 0
+		offset    int64 // of the line being read
 	)
-	for sc.Scan() {
+	for {
+		b, err := readLine(br)
+		if err == io.EOF && len(b) == 0 {
+			break
+		}
+		if err != nil && err != io.EOF {
+			if errors.Is(err, bufio.ErrTooLong) {
+				return nil, 0, bad(line+1, "line longer than %d bytes", maxOverrideLine)
+			}
+			return nil, 0, fmt.Errorf("overrides file %s: %w", path, err)
+		}
 		line++
-		b := sc.Bytes()
+		torn := err == io.EOF // the last line, without its newline
+		start := offset
+		offset += int64(len(b))
+		b = bytes.TrimSuffix(b, []byte("\n"))
 		if line > 1 && len(bytes.TrimSpace(b)) == 0 {
 			continue // a blank line a hand edit left
 		}
@@ -402,55 +516,138 @@ func readOverrides(path string, max int) ([]*ovRec, error) {
 			dec := json.NewDecoder(bytes.NewReader(b))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&h); err != nil || h.Format != overridesMagic {
-				return nil, bad(1, `not a header {"format":%q,"version":N,"count":N}: %.64q`, overridesMagic, b)
+				return nil, 0, bad(1, `not a header {"format":%q,"version":N,"count":N}: %.64q`, overridesMagic, b)
 			}
 			switch {
 			case h.Version > OverridesFormat:
-				return nil, bad(1, "format version %d is newer than this limitproxy reads (%d): written by a later version", h.Version, OverridesFormat)
+				return nil, 0, bad(1, "format version %d is newer than this limitproxy reads (%d): written by a later version", h.Version, OverridesFormat)
 			case h.Version < 1:
-				return nil, bad(1, "format version %d is not one (1 to %d)", h.Version, OverridesFormat)
+				return nil, 0, bad(1, "format version %d is not one (1 to %d)", h.Version, OverridesFormat)
 			case h.Count < 0:
-				return nil, bad(1, "count %d is negative", h.Count)
+				return nil, 0, bad(1, "count %d is negative", h.Count)
 			case h.Count > max:
-				return nil, bad(1, "%d overrides, above the bound of %d (raise it, or remove some)", h.Count, max)
+				return nil, 0, bad(1, "%d overrides, above the bound of %d (raise it, or remove some)", h.Count, max)
 			}
-			recs = make([]*ovRec, 0, h.Count)
 			continue
 		}
-		if len(recs) == h.Count {
-			return nil, bad(line, "more overrides than the header's count %d", h.Count)
+		if snapshot == h.Count {
+			if h.Version == 1 {
+				return nil, 0, bad(line, "more overrides than the header's count %d", h.Count)
+			}
+			err := applyJournal(recs, b)
+			if err != nil && torn || err != nil && atEOF(br) {
+				// A change a crash cut short: cut it off, so that the
+				// next append starts on a line of its own.
+				if err := f.Truncate(start); err != nil {
+					return nil, 0, fmt.Errorf("overrides file %s: cutting off its torn last line: %w", path, err)
+				}
+				break
+			}
+			if err != nil {
+				return nil, 0, bad(line, "%v", err)
+			}
+			if torn {
+				if _, err := f.WriteAt([]byte("\n"), offset); err != nil {
+					return nil, 0, fmt.Errorf("overrides file %s: ending its last line: %w", path, err)
+				}
+			}
+			journaled++
+			continue
 		}
-		var o limiter.Override
-		if err := o.UnmarshalJSON(b); err != nil {
-			return nil, bad(line, "%v", err)
-		}
-		if err := o.Validate(); err != nil {
-			return nil, bad(line, "%v", err)
+		o, err := decodeLine(b)
+		if err != nil {
+			return nil, 0, bad(line, "%v", err)
 		}
 		k := ovKey{o.Policy, o.Key}
 		if first, dup := seen[k]; dup {
-			return nil, bad(line, "policy %q key %q again (first at line %d)", o.Policy, o.Key, first)
+			return nil, 0, bad(line, "policy %q key %q again (first at line %d)", o.Policy, o.Key, first)
 		}
 		seen[k] = line
-		// Encoded again, so that the next write has one form whatever
-		// spacing a hand edit left.
 		enc, err := encodeOverride(o)
 		if err != nil {
-			return nil, bad(line, "%v", err)
+			return nil, 0, bad(line, "%v", err)
 		}
-		recs = append(recs, &ovRec{o: o, line: enc})
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, bad(line+1, "line longer than %d bytes", maxOverrideLine)
-		}
-		return nil, fmt.Errorf("overrides file %s: %w", path, err)
+		recs[k] = &ovRec{o: o, line: enc}
+		snapshot++
 	}
 	switch {
 	case line == 0:
-		return nil, fmt.Errorf("overrides file %s: empty, not even a header (a file this store wrote always has one)", path)
-	case len(recs) != h.Count:
-		return nil, fmt.Errorf("overrides file %s: the header's count is %d, but %d overrides follow (truncated?)", path, h.Count, len(recs))
+		return nil, 0, fmt.Errorf("overrides file %s: empty, not even a header (a file this store wrote always has one)", path)
+	case snapshot != h.Count:
+		return nil, 0, fmt.Errorf("overrides file %s: the header's count is %d, but %d overrides follow (truncated?)", path, h.Count, snapshot)
+	case len(recs) > max:
+		return nil, 0, fmt.Errorf("overrides file %s: %d overrides, above the bound of %d (raise it, or remove some)", path, len(recs), max)
 	}
-	return recs, nil
+	if h.Version < OverridesFormat {
+		journaled = -1
+	}
+	out := make([]*ovRec, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, r)
+	}
+	return out, journaled, nil
+}
+
+// readLine returns the next line with its newline, or the last one
+// without (and io.EOF), refusing one longer than maxOverrideLine.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var b []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		b = append(b, chunk...)
+		if len(b) > maxOverrideLine+1 {
+			return nil, bufio.ErrTooLong
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return b, err
+	}
+}
+
+// atEOF reports whether br has nothing more to read.
+func atEOF(br *bufio.Reader) bool {
+	_, err := br.Peek(1)
+	return err != nil
+}
+
+// decodeLine reads an override's line and checks it.
+func decodeLine(b []byte) (limiter.Override, error) {
+	var o limiter.Override
+	if err := o.UnmarshalJSON(b); err != nil {
+		return o, err
+	}
+	return o, o.Validate()
+}
+
+// applyJournal applies one journal record to recs.
+func applyJournal(recs map[ovKey]*ovRec, b []byte) error {
+	var rec struct {
+		Set    json.RawMessage `json:"set"`
+		Remove *removeRecord   `json:"remove"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		return fmt.Errorf("journal record: %w", err)
+	}
+	switch {
+	case dec.More():
+		return errors.New("journal record: data after the object")
+	case (rec.Set == nil) == (rec.Remove == nil):
+		return errors.New(`journal record: not one of {"set":override} and {"remove":{"policy":…,"key":…}}`)
+	case rec.Remove != nil:
+		delete(recs, ovKey{rec.Remove.Policy, rec.Remove.Key})
+		return nil
+	}
+	o, err := decodeLine(rec.Set)
+	if err != nil {
+		return err
+	}
+	enc, err := encodeOverride(o)
+	if err != nil {
+		return err
+	}
+	recs[ovKey{o.Policy, o.Key}] = &ovRec{o: o, line: enc}
+	return nil
 }

@@ -39,6 +39,7 @@ func openOverrides(t testing.TB, path string) *memstore.Overrides {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 
@@ -57,13 +58,15 @@ var fixed = limiter.Override{Policy: "api", Key: "203.0.113.9", SetAt: t0.Add(15
 }}
 
 // fileHead is the header and lines of the file holding partner and fixed.
-const fileHead = `{"format":"limitproxy overrides","version":1,"count":2}
+const fileHead = `{"format":"limitproxy overrides","version":2,"count":2}
 {"policy":"api","key":"203.0.113.9","limits":[{"algorithm":"token_bucket","rate":"500/1s","burst":1000},{"algorithm":"sliding_window","limit":100,"window":"1m0s","slots":6,"cost":2}],"set_at":"2026-11-21T12:00:01.5Z"}
 {"policy":"api","key":"partner-7","scale":10,"note":"gold <tier> & co","set_at":"2026-11-21T12:00:00Z"}
 `
 
-// TestOverridesFile: the file is the documented JSON lines, sorted, mode
-// 0600, rewritten by each change; nothing else is left in its directory.
+// TestOverridesFile: the file is the documented JSON lines, mode 0600:
+// a snapshot, written by the first change, then a journal record per
+// change; a new store reads it back; nothing else is left in its
+// directory.
 func TestOverridesFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "overrides.jsonl")
@@ -71,14 +74,13 @@ func TestOverridesFile(t *testing.T) {
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("opening a store created the file: %v", err)
 	}
+	lines := strings.SplitAfter(fileHead, "\n")
+	fixedLine, partnerLine := strings.TrimSuffix(lines[1], "\n"), lines[2]
 	mustSet(t, s, partner)
 	mustSet(t, s, fixed)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(b) != fileHead {
-		t.Fatalf("file:\n%s\nwant:\n%s", b, fileHead)
+	want := `{"format":"limitproxy overrides","version":2,"count":1}` + "\n" + partnerLine + `{"set":` + fixedLine + "}\n"
+	if b, err := os.ReadFile(path); err != nil || string(b) != want {
+		t.Fatalf("file:\n%s\nwant:\n%s", b, want)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -93,18 +95,92 @@ func TestOverridesFile(t *testing.T) {
 	if ok, err := s.Remove(context.Background(), "api", "partner-7"); ok || err != nil {
 		t.Fatalf("second Remove = %v, %v", ok, err)
 	}
-	b, _ = os.ReadFile(path)
-	want := strings.Replace(strings.Join(strings.SplitAfter(fileHead, "\n")[:2], ""), `"count":2`, `"count":1`, 1)
-	if string(b) != want {
+	want += `{"remove":{"policy":"api","key":"partner-7"}}` + "\n"
+	if b, _ := os.ReadFile(path); string(b) != want {
 		t.Fatalf("file after Remove:\n%s\nwant:\n%s", b, want)
 	}
-	ok, _ := s.Remove(context.Background(), "api", "203.0.113.9")
-	if b, _ = os.ReadFile(path); !ok || string(b) != `{"format":"limitproxy overrides","version":1,"count":0}`+"\n" {
-		t.Fatalf("file with no override: %q", b)
+	s2 := openOverrides(t, path)
+	if _, ok := s2.Get("api", "partner-7"); ok || s2.Len() != 1 {
+		t.Fatalf("read back: %d overrides, partner-7 %v; want fixed alone", s2.Len(), ok)
+	}
+	if o, ok := s2.Get(fixed.Policy, fixed.Key); !ok || len(o.Limits) != 2 {
+		t.Fatalf("read back: fixed %+v, %v", o, ok)
 	}
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Fatalf("directory holds %d files, want the file alone", len(entries))
+	}
+}
+
+// TestOverridesJournal: changes append to the journal until it holds as
+// many records as there are overrides (at least 64); the next change
+// compacts the file to the snapshot alone. A store reads back every
+// state, and a file of version 1 is read, then compacted by the first
+// change.
+func TestOverridesJournal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "overrides.jsonl")
+	writeOverrides(t, path, 100) // version 1
+	s := openOverrides(t, path)
+	lines := func() int {
+		b, _ := os.ReadFile(path)
+		return strings.Count(string(b), "\n")
+	}
+	o := limiter.Override{Policy: "api", Key: "k7", SetAt: t0}
+	for i := range 250 {
+		o.Scale = float64(i + 1)
+		mustSet(t, s, o)
+		// A compaction at the first change (version 1), then at the
+		// 101st record.
+		want := 1 + 100 + (i % 101)
+		if n := lines(); n != want {
+			t.Fatalf("change %d: %d lines, want %d", i, n, want)
+		}
+		if i%37 == 0 {
+			if got, ok := openOverrides(t, path).Get("api", "k7"); !ok || got.Scale != o.Scale {
+				t.Fatalf("change %d read back: %+v, %v", i, got, ok)
+			}
+		}
+	}
+	if b, _ := os.ReadFile(path); !strings.HasPrefix(string(b), `{"format":"limitproxy overrides","version":2,"count":100}`) {
+		t.Fatalf("header %.80q", b)
+	}
+}
+
+// TestOverridesTornJournal: a last journal line that a crash cut short
+// (no newline, or half a record) is dropped and cut off the file, so that
+// the next change is a line of its own; an unreadable record before the
+// last is an error naming its line.
+func TestOverridesTornJournal(t *testing.T) {
+	lines := strings.SplitAfter(fileHead, "\n")
+	set := `{"set":{"policy":"api","key":"new","scale":3}}` + "\n"
+	for _, c := range []struct {
+		name, tail string
+		want       int // overrides read
+	}{
+		{"half a record", set + `{"set":{"policy":"api","key":"torn","sc`, 3},
+		{"a record without its newline", set + `{"remove":{"policy":"api","key":"partner-7"}}`, 2},
+		{"half a removal", `{"remove":{"policy":"api","ke`, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "overrides.jsonl")
+			if err := os.WriteFile(path, []byte(fileHead+c.tail), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := openOverrides(t, path)
+			if s.Len() != c.want {
+				t.Fatalf("%d overrides read, want %d", s.Len(), c.want)
+			}
+			mustSet(t, s, limiter.Override{Policy: "api", Key: "after", Scale: 2})
+			s2 := openOverrides(t, path)
+			if _, ok := s2.Get("api", "after"); !ok || s2.Len() != c.want+1 {
+				t.Fatalf("after a change: %d overrides, \"after\" %v; want %d", s2.Len(), ok, c.want+1)
+			}
+		})
+	}
+	path := filepath.Join(t.TempDir(), "overrides.jsonl")
+	os.WriteFile(path, []byte(lines[0]+lines[1]+lines[2]+`{"set":{"policy":"api","key":"torn","sc`+"\n"+set), 0o600)
+	if _, err := memstore.NewOverrides(memstore.OverrideOptions{Path: path}); err == nil || !strings.Contains(err.Error(), path+":4: journal record") {
+		t.Fatalf("an unreadable record before the last: %v", err)
 	}
 }
 
@@ -173,13 +249,14 @@ func TestOverridesCorrupt(t *testing.T) {
 		{"not JSON", "hello\n", `:1: not a header`},
 		{"another format", `{"format":"something else","version":1,"count":0}` + "\n", ":1: not a header"},
 		{"unknown header key", `{"format":"limitproxy overrides","version":1,"count":0,"x":1}` + "\n", ":1: not a header"},
-		{"future version", `{"format":"limitproxy overrides","version":2,"count":0}` + "\n", ":1: format version 2 is newer than this limitproxy reads (1)"},
+		{"future version", `{"format":"limitproxy overrides","version":3,"count":0}` + "\n", ":1: format version 3 is newer than this limitproxy reads (2)"},
 		{"version 0", `{"format":"limitproxy overrides","version":0,"count":0}` + "\n", ":1: format version 0 is not one"},
 		{"negative count", head(-1), ":1: count -1 is negative"},
 		{"above the bound", head(memstore.DefaultMaxOverrides + 1), ":1: 100001 overrides, above the bound of 100000"},
 		{"truncated", head(2) + good, "the header's count is 2, but 1 overrides follow (truncated?)"},
 		{"cut mid-line", head(2) + good + good2[:40], ":3: override: unexpected EOF"},
-		{"extra line", head(1) + good + good2, ":3: more overrides than the header's count 1"},
+		{"extra line in version 1", head(1) + good + good2, ":3: more overrides than the header's count 1"},
+		{"journal record not one", strings.Replace(head(1), `"version":1`, `"version":2`, 1) + good + good2 + good2, ":3: journal record: json: unknown field"},
 		{"duplicate", head(2) + good + good, `:3: policy "api" key "203.0.113.9" again (first at line 2)`},
 		{"unknown key", head(1) + `{"policy":"p","key":"k","scale":2,"colour":"red"}` + "\n", `:2: override: json: unknown field "colour"`},
 		{"unknown algorithm", head(1) + `{"policy":"p","key":"k","limits":[{"algorithm":"magic"}]}` + "\n", `:2: override: limits[0].algorithm: unknown algorithm "magic"`},
@@ -357,19 +434,28 @@ func BenchmarkOverridesGet(b *testing.B) {
 	}
 }
 
-// BenchmarkOverridesSet: the cost of a change with 10,000 overrides: the
-// whole file written and synced.
+// BenchmarkOverridesSet: the cost of a change with 10 and with 100,000
+// overrides: a journal record appended and synced (and, every
+// max(64, n) changes, a compaction of the file).
 func BenchmarkOverridesSet(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "overrides.jsonl")
-	writeOverrides(b, path, 10_000)
-	s := openOverrides(b, path)
-	ctx := context.Background()
-	o := limiter.Override{Policy: "api", Key: "k1234", SetAt: t0}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		o.Scale = float64(i%10 + 1)
-		if err := s.Set(ctx, o); err != nil {
-			b.Fatal(err)
-		}
+	for _, n := range []int{10, 100_000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "overrides.jsonl")
+			writeOverrides(b, path, n)
+			s := openOverrides(b, path)
+			ctx := context.Background()
+			o := limiter.Override{Policy: "api", Key: "k7", SetAt: t0}
+			o.Scale = 3
+			if err := s.Set(ctx, o); err != nil { // the compaction of version 1
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				o.Scale = float64(i%10 + 1)
+				if err := s.Set(ctx, o); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,10 +26,6 @@ const DefaultMaxBans = 1_000_000
 // DefaultResync is how often Bans.Run checks that its mirror is current
 // when BanOptions.Resync is 0.
 const DefaultResync = 10 * time.Second
-
-// tombstoneLife is how long the mirror keeps a tombstone whose message
-// never came (a full resync drops it sooner).
-const tombstoneLife = time.Minute
 
 // fullEvery: every fullEvery-th check reloads the mirror in full even if
 // Redis's sequence says nothing was missed.
@@ -66,22 +61,26 @@ type BanOptions struct {
 // pseudo client key "bans"), so that one script can update them together,
 // also on Redis Cluster:
 //
-//	…b/h/<policy>  HASH  client key → "since until level expires seq"
+//	…b/h/<policy>  HASH  client key → "since until level expires seq ver"
 //	               (instants in Unix ms, the caller's clock)
 //	…b/x/<policy>  ZSET  client key, scored by its record's expires (ms)
 //	…b/policies    ZSET  policy, scored by its records' latest expires
 //	…b/seq         counter of changes, never expires
+//	…b/epoch       the counter's epoch (see follower), never expires
 //
 // and one pub/sub channel, <prefix>bans. Ban and Lift are scripts: each
-// change increments b/seq and publishes "seq level since until expires
-// len(policy)\n" + policy + key from inside the script (level 0 for a
-// lift), so messages carry the new record, arrive in the order of the
-// changes, and are numbered without gaps. The keys' TTLs end with their
-// latest record; expired records are deleted (HDEL) by the next Ban of
-// their policy and by the resync, a hundred or a thousand a call. A
+// change increments b/seq and publishes "epoch seq ver level since until
+// expires len(policy)\n" + policy + key from inside the script, so
+// messages carry the new record, arrive in the order of the changes, and
+// are numbered without gaps. ver, the record's version, orders the writes
+// of one key across epochs too: the write's instant, at least one above
+// the version it replaces. A lift leaves a tombstone (level 0, until 0)
+// until the lifted record would have expired. The keys' TTLs end with
+// their latest record; expired records are deleted (HDEL) by the next Ban
+// of their policy and by the resync, a hundred or a thousand a call. A
 // policy holds at most MaxBans records: a new key's record past that
-// drops the one that expires soonest, as a lift (a change, with its
-// message). ZADD GT needs Redis 6.2 or later.
+// drops the one that expires soonest (a change, with its message, expired
+// at once). ZADD GT needs Redis 6.2 or later.
 //
 // Instants are kept to the millisecond on Redis: now rounded down,
 // durations rounded up. They are the callers' instants, not Redis's TIME
@@ -90,24 +89,37 @@ type BanOptions struct {
 //
 // # Mirror
 //
-// Banned never calls Redis: each instance keeps a mirror of every record,
-// sharded by client key, a map lookup under a read lock. Run subscribes to
-// the channel and applies each message; its own Ban and Lift apply their
-// results at once. Messages whose number does not follow the last one (a
-// message lost, or Redis restarted) trigger a full resync: an HSCAN of
-// every policy's hash, merged with what the mirror learned meanwhile
-// (records carry their change's number, and the newer one wins). So do
-// every (re)subscription, and every Resync interval a check of b/seq
-// (plus, every sixth, a full resync regardless); a b/seq below the
-// mirror's (Redis lost data) replaces the mirror entirely. Until Run has
-// loaded the records once, Banned knows only this instance's own bans.
+// Banned never calls Redis: each instance keeps a mirror of every record
+// and tombstone, sharded by client key, a map lookup under a read lock.
+// Run subscribes to the channel and applies each message; its own Ban and
+// Lift apply their results at once; a record replaces the mirror's only
+// if its version is newer. Messages whose number does not follow the last
+// one trigger a full resync: an HSCAN of every policy's hash, merged with
+// what the mirror learned meanwhile. So do every (re)subscription, and
+// every Resync interval a check of b/seq and b/epoch (plus, every sixth,
+// a full resync regardless). Until Run has loaded the records once,
+// Banned knows only this instance's own bans.
+//
+// # When Redis loses data
+//
+// A restart without persistence, a failover to a replica that lagged,
+// FLUSHALL, FLUSHDB or the eviction of the counter: the follower notices
+// (another epoch, a counter gone or gone back; see follower) at the first
+// message, change or resubscription after it, or at the next Resync check,
+// and the resync first writes back every record and tombstone this
+// instance holds that Redis may lack (seedScript), each only where Redis
+// has no newer version of its key: the newest write wins, a ban made after
+// the loss stands, and a lifted ban stays lifted (its tombstone is newer
+// than every copy of the ban). Meanwhile Banned goes on answering from the
+// mirror, which the loss never empties. Every instance does the same, so
+// what any of them held comes back.
 //
 // Ban, Lift and List return Redis's errors (wrapping
 // limiter.ErrStoreUnavailable); Banned goes on answering from the mirror,
 // and Run retries a failed resync.
 //
-// The mirror holds at most MaxBans records (per shard, as memstore does);
-// a full shard drops the record that expires soonest.
+// The mirror holds at most MaxBans records and tombstones (per shard, as
+// memstore does); a full shard drops the one that expires soonest.
 type Bans struct {
 	follower
 	policies string // the policies' ZSET
@@ -135,7 +147,7 @@ func NewBans(c redis.UniversalClient, o BanOptions) *Bans {
 		o.Clock = time.Now
 	}
 	b := &Bans{prefix: o.Prefix, max: o.MaxBans, clock: o.Clock, mirror: newMirror(o.MaxBans)}
-	b.follower = newFollower("bans", c, o.Prefix+"bans", b.key("b/seq"), o.Timeout, o.Resync)
+	b.follower = newFollower("bans", c, o.Prefix+"bans", b.key("b/seq"), b.key("b/epoch"), o.Timeout, o.Resync)
 	b.policies = b.key("b/policies")
 	return b
 }
@@ -151,70 +163,160 @@ func (b *Bans) policyKeys(policy string) (hash, byExpiry string) {
 	return b.key("b/h/" + policy), b.key("b/x/" + policy)
 }
 
-// banScript records an offence. KEYS: b/seq, b/policies, the policy's
-// hash and ZSET. ARGV: policy, key, now (ms), memory (ms), the most
-// records of a policy, the channel, then the ban of each level from 1 on
-// (ms), the last one for every level past it. It replies level, since,
-// until, expires and the change's number.
-var banScript = redis.NewScript(`
-local call, format, tonumber = redis.call, string.format, tonumber
-local policy, key, channel = ARGV[1], ARGV[2], ARGV[6]
+// luaChange is the Lua every script that changes a table starts with:
+// change(seqKey, epochKey, candidate) counts a change and returns its
+// number and the table's epoch, writing candidate as the epoch when the
+// counter is new (its first change, or the first after Redis lost it) or
+// the epoch is missing (see follower).
+const luaChange = `
+local function change(seqKey, epochKey, candidate)
+  local seq = redis.call('INCR', seqKey)
+  local ep = redis.call('GET', epochKey)
+  if seq == 1 or not ep then
+    ep = candidate
+    redis.call('SET', epochKey, ep)
+  end
+  return seq, ep
+end
+`
+
+// luaBanRecord is the Lua that reads a record,
+// "since until level expires seq ver" (ms; older records lack ver: their
+// since is their version).
+const luaBanRecord = `
+local function record(v)
+  local f = {}
+  for n in string.gmatch(v, '%-?%d+') do f[#f + 1] = tonumber(n) end
+  return f[1], f[2], f[3], f[4], f[5], f[6] or f[1]
+end
+`
+
+// luaBanWrite is the Lua that writes a record of the policy (KEYS[3] its
+// policies ZSET, KEYS[4] and [5] its hash and ZSET), counts the change
+// and publishes it: "epoch seq ver level since until expires
+// len(policy)\n" + policy + key. It keeps the keys alive as long as the
+// record.
+const luaBanWrite = `
+local function write(channel, candidate, now, policy, key, since, untl, level, expires, ver)
+  local seq, ep = change(KEYS[1], KEYS[2], candidate)
+  local format = string.format
+  local new = redis.call('HSET', KEYS[4], key, format('%.0f %.0f %.0f %.0f %.0f %.0f', since, untl, level, expires, seq, ver)) == 1
+  redis.call('ZADD', KEYS[5], expires, key)
+  redis.call('ZADD', KEYS[3], 'GT', expires, policy)
+  redis.call('PUBLISH', channel, format('%s %.0f %.0f %.0f %.0f %.0f %.0f %d\n', ep, seq, ver, level, since, untl, expires, #policy) .. policy .. key)
+  -- TTLs are relative, so they hold whatever Redis's clock says.
+  local ttl = expires - now
+  if ttl > 0 then
+    for i = 3, 5 do
+      if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
+    end
+  end
+  return seq, ep, new
+end
+`
+
+// banScript records an offence. KEYS: b/seq, b/epoch, b/policies, the
+// policy's hash and ZSET. ARGV: policy, key, now (ms), memory (ms), the
+// most records of a policy, the channel, the epoch candidate, then the
+// ban of each level from 1 on (ms), the last one for every level past
+// it. It replies level, since, until, expires, the change's number, the
+// record's version and the epoch; for an offence during a running ban,
+// which changes nothing, the record as it is and epoch 0.
+//
+// A record's version orders the writes of its key, across epochs too:
+// each write's is its instant (the caller's clock, ms), but at least one
+// more than the version it replaces. A tombstone (a lifted ban: level 0,
+// until 0) keeps its key's version until the lifted record would have
+// expired.
+var banScript = redis.NewScript(luaChange + luaBanRecord + luaBanWrite + `
+local policy, key, channel, candidate = ARGV[1], ARGV[2], ARGV[6], ARGV[7]
 local now, memory, most = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local function publish(seq, level, since, untl, expires, k)
-  call('PUBLISH', channel, format('%.0f %.0f %.0f %.0f %.0f %d\n', seq, level, since, untl, expires, #policy) .. policy .. k)
-end
 -- Records expired at now go first, a bounded number a call.
-local gone = call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)
 if #gone > 0 then
-  call('HDEL', KEYS[3], unpack(gone))
-  call('ZREM', KEYS[4], unpack(gone))
+  redis.call('HDEL', KEYS[4], unpack(gone))
+  redis.call('ZREM', KEYS[5], unpack(gone))
 end
-local level, since, untl = 1, now, 0
-local prev = call('HGET', KEYS[3], key)
+local level, pv = 1, -1
+local prev = redis.call('HGET', KEYS[4], key)
 if prev then
-  local ps, pu, pl, pe = string.match(prev, '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)')
-  ps, pu, pl, pe = tonumber(ps), tonumber(pu), tonumber(pl), tonumber(pe)
-  if now < pe then
-    if since < ps then since = ps end
-    if since - ps < memory then level = pl + 1 end
-    untl = pu
+  local ps, pu, pl, pe, pq
+  ps, pu, pl, pe, pq, pv = record(prev)
+  if pl > 0 and now < pe then
+    -- An offence while the ban runs is one the ban answers already.
+    if now < pu then return {pl, ps, pu, pe, pq, pv, 0} end
+    if now - ps < memory then level = pl + 1 end
   end
 end
-local u = since + tonumber(ARGV[6 + math.min(level, #ARGV - 6)])
-if u < untl then u = untl end
-local expires = math.max(u, since + memory)
-local seq = call('INCR', KEYS[1])
-local new = call('HSET', KEYS[3], key, format('%.0f %.0f %.0f %.0f %.0f', since, u, level, expires, seq)) == 1
-call('ZADD', KEYS[4], expires, key)
-call('ZADD', KEYS[2], 'GT', expires, policy)
-publish(seq, level, since, u, expires, key)
--- The keys live as long as their latest record (TTLs are relative, so
--- they hold whatever Redis's clock says).
-local ttl = expires - now
-for i = 2, 4 do
-  if call('PTTL', KEYS[i]) < ttl then call('PEXPIRE', KEYS[i], ttl) end
-end
-if new and call('ZCARD', KEYS[4]) > most then
-  local v = call('ZRANGE', KEYS[4], 0, 1)
+local u = now + tonumber(ARGV[7 + math.min(level, #ARGV - 7)])
+local expires = math.max(u, now + memory)
+local ver = math.max(now, pv + 1)
+local seq, ep, new = write(channel, candidate, now, policy, key, now, u, level, expires, ver)
+if new and redis.call('ZCARD', KEYS[5]) > most then
+  local v = redis.call('ZRANGE', KEYS[5], 0, 1)
   local victim = v[1]
   if victim == key then victim = v[2] end
-  call('HDEL', KEYS[3], victim)
-  call('ZREM', KEYS[4], victim)
-  publish(call('INCR', KEYS[1]), 0, 0, 0, 0, victim)
+  local vv = redis.call('HGET', KEYS[4], victim)
+  local _, _, _, _, _, vver = record(vv or '0 0 0 0 0 0')
+  redis.call('HDEL', KEYS[4], victim)
+  redis.call('ZREM', KEYS[5], victim)
+  -- A deletion: level 0, expired.
+  local s2, e2 = change(KEYS[1], KEYS[2], candidate)
+  redis.call('PUBLISH', channel, string.format('%s %.0f %.0f 0 0 0 0 %d\n', e2, s2, vver + 1, #policy) .. policy .. victim)
 end
-return {level, since, u, expires, seq}
+return {level, now, u, expires, seq, ver, tonumber(ep)}
 `)
 
-// liftScript deletes a record. KEYS: b/seq, the policy's hash and ZSET.
-// ARGV: policy, key, the channel. It replies the change's number, or 0 if
-// there was no record.
-var liftScript = redis.NewScript(`
-local call = redis.call
-if call('HDEL', KEYS[2], ARGV[2]) == 0 then return 0 end
-call('ZREM', KEYS[3], ARGV[2])
-local seq = call('INCR', KEYS[1])
-call('PUBLISH', ARGV[3], string.format('%.0f 0 0 0 0 %d\n', seq, #ARGV[1]) .. ARGV[1] .. ARGV[2])
-return seq
+// liftScript lifts a ban: the record becomes a tombstone that lasts
+// until the record would have expired, so that a copy of the ban that an
+// instance writes back after Redis lost data (older) cannot bring it
+// back. KEYS: as banScript's. ARGV: policy, key, the channel, the epoch
+// candidate, now (ms), and the expiry (ms) of this instance's copy of the
+// record, 0 if it has none: a record Redis lost but the instance holds is
+// lifted too. It replies the change's number (0 if there was no ban to
+// lift), the tombstone's version, the epoch and its expiry.
+var liftScript = redis.NewScript(luaChange + luaBanRecord + luaBanWrite + `
+local policy, key, channel, candidate = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local now, held = tonumber(ARGV[5]), tonumber(ARGV[6])
+local expires, pv = 0, -1
+local prev = redis.call('HGET', KEYS[4], key)
+if prev then
+  local ps, pu, pl, pe, pq
+  ps, pu, pl, pe, pq, pv = record(prev)
+  if pl > 0 then expires = pe end
+elseif held > now then
+  expires = held
+end
+if expires == 0 then return {0, 0, 0, 0} end
+local ver = math.max(now, pv + 1)
+local seq, ep = write(channel, candidate, now, policy, key, now, 0, 0, expires, ver)
+return {seq, ver, tonumber(ep), expires}
+`)
+
+// seedScript writes back records of one policy that an instance holds
+// after Redis lost data, each only where Redis has no newer version of
+// its key (and none that is not expired at now). KEYS: as banScript's.
+// ARGV: the channel, the epoch candidate, now (ms), the policy, then per
+// record key, since, until, level, expires, version. It replies how many
+// it wrote.
+var seedScript = redis.NewScript(luaChange + luaBanRecord + luaBanWrite + `
+local channel, candidate, now, policy = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local n = 0
+for i = 5, #ARGV, 6 do
+  local key, expires, ver = ARGV[i], tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  local prev = redis.call('HGET', KEYS[4], key)
+  local pv = -1
+  if prev then
+    local _
+    _, _, _, _, _, pv = record(prev)
+  end
+  if now < expires and ver > pv then
+    -- TTLs from the record's own instant, as its Ban had them.
+    write(channel, candidate, math.max(now, tonumber(ARGV[i + 1])), policy, key, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), expires, ver)
+    n = n + 1
+  end
+end
+return n
 `)
 
 // sweepScript deletes the records of a policy expired at ARGV[1] (ms), a
@@ -229,13 +331,19 @@ end
 return #gone
 `)
 
+// scriptKeys returns the KEYS of banScript, liftScript and seedScript for
+// policy.
+func (b *Bans) scriptKeys(policy string) []string {
+	hash, byExpiry := b.policyKeys(policy)
+	return []string{b.seqKey, b.epochKey, b.policies, hash, byExpiry}
+}
+
 // Ban implements limiter.Bans: one script call.
 func (b *Bans) Ban(ctx context.Context, policy, key string, p limiter.BanParams, now time.Time) (limiter.Ban, error) {
 	if err := p.Validate(); err != nil {
 		return limiter.Ban{}, err
 	}
-	hash, byExpiry := b.policyKeys(policy)
-	args := []any{policy, key, now.UnixMilli(), ceilMillis(p.Memory), b.max, b.channel}
+	args := []any{policy, key, now.UnixMilli(), ceilMillis(p.Memory), b.max, b.channel, newEpoch()}
 	for level := int64(1); ; level++ {
 		d := p.DurationAt(level)
 		args = append(args, ceilMillis(d))
@@ -245,15 +353,19 @@ func (b *Bans) Ban(ctx context.Context, policy, key string, p limiter.BanParams,
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	res, err := banScript.Run(ctx, b.c, []string{b.seqKey, b.policies, hash, byExpiry}, args...).Int64Slice()
-	if err == nil && len(res) != 5 {
+	res, err := banScript.Run(ctx, b.c, b.scriptKeys(policy), args...).Int64Slice()
+	if err == nil && len(res) != 7 {
 		err = fmt.Errorf("ban script replied %v", res)
 	}
 	if err != nil {
 		return limiter.Ban{}, b.fail(fmt.Errorf("%w: redis: ban: %w", limiter.ErrStoreUnavailable, err))
 	}
-	r := mirrorRec{k: banKey{policy, key}, level: res[0], since: res[1] * 1e6, until: res[2] * 1e6, expires: res[3] * 1e6, seq: res[4]}
-	b.mirror.local(&r, &b.applied, b.clock().UnixNano())
+	r := mirrorRec{k: banKey{policy, key}, level: res[0], since: res[1] * 1e6, until: res[2] * 1e6, expires: res[3] * 1e6,
+		seq: res[4], ver: res[5], ep: res[6]}
+	if r.ep != 0 { // a change (0: the running ban, unchanged)
+		b.saw(r.ep, r.seq)
+		b.mirror.put(&r, b.clock().UnixNano())
+	}
 	return r.ban(), nil
 }
 
@@ -264,20 +376,30 @@ func (b *Bans) Banned(policy, key string, now time.Time) (limiter.Ban, bool) {
 	return b.mirror.banned(policy, key, now.UnixNano())
 }
 
-// Lift implements limiter.Bans: one script call.
+// Lift implements limiter.Bans: one script call. It leaves a tombstone
+// on Redis and in the mirrors until the lifted record would have expired
+// (see Bans). A record this instance holds but Redis lost counts as held.
 func (b *Bans) Lift(ctx context.Context, policy, key string) (bool, error) {
-	hash, byExpiry := b.policyKeys(policy)
+	now := b.clock()
+	var held int64
+	if r, ok := b.mirror.get(policy, key); ok && r.level > 0 {
+		held = r.expires / 1e6
+	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	seq, err := liftScript.Run(ctx, b.c, []string{b.seqKey, hash, byExpiry}, policy, key, b.channel).Int64()
+	res, err := liftScript.Run(ctx, b.c, b.scriptKeys(policy), policy, key, b.channel, newEpoch(), now.UnixMilli(), held).Int64Slice()
+	if err == nil && len(res) != 4 {
+		err = fmt.Errorf("lift script replied %v", res)
+	}
 	if err != nil {
 		return false, b.fail(fmt.Errorf("%w: redis: lift: %w", limiter.ErrStoreUnavailable, err))
 	}
-	if seq == 0 {
+	if res[0] == 0 {
 		return false, nil
 	}
-	now := b.clock().UnixNano()
-	b.mirror.local(&mirrorRec{k: banKey{policy, key}, seq: seq, expires: now + int64(tombstoneLife)}, &b.applied, now)
+	b.saw(res[2], res[0])
+	b.mirror.put(&mirrorRec{k: banKey{policy, key}, since: now.UnixMilli() * 1e6, expires: res[3] * 1e6, seq: res[0], ver: res[1], ep: res[2]},
+		now.UnixNano())
 	return true, nil
 }
 
@@ -320,25 +442,27 @@ func (b *Bans) List(ctx context.Context, policy string, now time.Time, max int) 
 func (b *Bans) Run(ctx context.Context) error { return b.follow(ctx, b) }
 
 // receive applies one message and reports whether the mirror needs a full
-// resync (a message is missing before it, or it cannot be read).
+// resync (see follower.order; or the message cannot be read).
 func (b *Bans) receive(payload string) bool {
 	r, err := parseMessage(payload)
 	if err != nil {
 		b.fail(err)
 		return true
 	}
-	return b.mirror.stream(r, &b.applied, b.clock().UnixNano())
+	stale := b.order(r.ep, r.seq)
+	b.mirror.put(r, b.clock().UnixNano())
+	return stale
 }
 
-// parseMessage reads "seq level since until expires len(policy)\n" +
-// policy + key, instants in ms.
+// parseMessage reads "epoch seq ver level since until expires
+// len(policy)\n" + policy + key, instants in ms.
 func parseMessage(s string) (*mirrorRec, error) {
 	head, rest, ok := strings.Cut(s, "\n")
 	f := strings.Fields(head)
-	if !ok || len(f) != 6 {
+	if !ok || len(f) != 8 {
 		return nil, fmt.Errorf("redis: bans: unreadable message %q", s)
 	}
-	var v [6]int64
+	var v [8]int64
 	for i := range f {
 		n, err := strconv.ParseInt(f[i], 10, 64)
 		if err != nil {
@@ -346,24 +470,33 @@ func parseMessage(s string) (*mirrorRec, error) {
 		}
 		v[i] = n
 	}
-	if v[5] < 0 || v[5] > int64(len(rest)) {
+	if v[7] < 0 || v[7] > int64(len(rest)) {
 		return nil, fmt.Errorf("redis: bans: unreadable message %q", s)
 	}
-	return &mirrorRec{seq: v[0], level: v[1], since: v[2] * 1e6, until: v[3] * 1e6, expires: v[4] * 1e6,
-		k: banKey{rest[:v[5]], rest[v[5]:]}}, nil
+	return &mirrorRec{ep: v[0], seq: v[1], ver: v[2], level: v[3], since: v[4] * 1e6, until: v[5] * 1e6, expires: v[6] * 1e6,
+		k: banKey{rest[:v[7]], rest[v[7]:]}}, nil
 }
 
-// resync reloads the mirror from Redis: the change number first, then
-// every record (HSCAN, not one long call). A record changed during the scan
-// may be read before or after its change; either way its message, numbered
-// after the one read first, follows and is applied. Expired records are
-// left out and deleted on Redis.
+// resync reloads the mirror from Redis: the epoch and change number
+// first, then every record (HSCAN, not one long call). A record changed
+// during the scan may be read before or after its change; either way its
+// message, numbered after the one read first, follows and is applied.
+// Expired records are left out and deleted on Redis. If Redis lost
+// changes (see follower), it first writes back every record and
+// tombstone the mirror holds, each where Redis has no newer version.
 func (b *Bans) resync(ctx context.Context) error {
 	now := b.clock()
-	seen := b.mirror.seen.Load()
-	seq, err := b.seq(ctx)
+	ep, seq, lost, err := b.check(ctx)
 	if err != nil {
 		return err
+	}
+	if lost && b.mirror.len() > 0 {
+		if err := b.reseed(ctx, now, ep, seq); err != nil {
+			return err
+		}
+		if ep, seq, _, err = b.check(ctx); err != nil {
+			return err
+		}
 	}
 	policies, err := b.policyNames(ctx)
 	if err != nil {
@@ -375,6 +508,7 @@ func (b *Bans) resync(ctx context.Context) error {
 		expired := false
 		err := b.scan(ctx, p, func(r *mirrorRec) {
 			if ns < r.expires {
+				r.ep = ep
 				recs = append(recs, r)
 			} else {
 				expired = true
@@ -395,7 +529,40 @@ func (b *Bans) resync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: redis: bans: %w", limiter.ErrStoreUnavailable, err)
 	}
-	b.mirror.replace(recs, seq, seen, &b.applied, ns)
+	b.mirror.replace(recs, ep, seq, ns)
+	b.resynced(ep, seq)
+	return nil
+}
+
+// seedBatch is how many records one call of seedScript writes back.
+const seedBatch = 200
+
+// reseed writes back the mirror's records and tombstones not expired at
+// now that Redis may have lost — those written by a change Redis's
+// counter, at change seq of epoch ep, does not hold — policy by policy,
+// seedBatch a call.
+func (b *Bans) reseed(ctx context.Context, now time.Time, ep, seq int64) error {
+	byPolicy := map[string][]any{}
+	ns := now.UnixNano()
+	b.mirror.each(func(r *mirrorRec) {
+		if ns < r.expires && (r.ep != ep || r.seq > seq) {
+			byPolicy[r.k.policy] = append(byPolicy[r.k.policy], r.k.key, r.since/1e6, r.until/1e6, r.level, r.expires/1e6, r.ver)
+		}
+	})
+	for policy, recs := range byPolicy {
+		for len(recs) > 0 {
+			n := min(len(recs), 6*seedBatch)
+			args := append([]any{b.channel, newEpoch(), now.UnixMilli(), policy}, recs[:n]...)
+			recs = recs[n:]
+			cctx, cancel := context.WithTimeout(ctx, b.timeout)
+			err := seedScript.Run(cctx, b.c, b.scriptKeys(policy), args...).Err()
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%w: redis: bans: writing back: %w", limiter.ErrStoreUnavailable, err)
+			}
+		}
+	}
+	b.reseeds.Add(1)
 	return nil
 }
 
@@ -433,13 +600,14 @@ func (b *Bans) scan(ctx context.Context, policy string, fn func(*mirrorRec)) err
 	}
 }
 
-// parseRecord reads a hash value, "since until level expires seq" (ms).
+// parseRecord reads a hash value, "since until level expires seq ver"
+// (ms; a record of an earlier version has no ver: since is its version).
 func parseRecord(policy, key, v string) (*mirrorRec, bool) {
 	f := strings.Fields(v)
-	if len(f) != 5 {
+	if len(f) != 5 && len(f) != 6 {
 		return nil, false
 	}
-	var n [5]int64
+	var n [6]int64
 	for i := range f {
 		x, err := strconv.ParseInt(f[i], 10, 64)
 		if err != nil {
@@ -447,7 +615,10 @@ func parseRecord(policy, key, v string) (*mirrorRec, bool) {
 		}
 		n[i] = x
 	}
-	return &mirrorRec{k: banKey{policy, key}, since: n[0] * 1e6, until: n[1] * 1e6, level: n[2], expires: n[3] * 1e6, seq: n[4]}, true
+	if len(f) == 5 {
+		n[5] = n[0]
+	}
+	return &mirrorRec{k: banKey{policy, key}, since: n[0] * 1e6, until: n[1] * 1e6, level: n[2], expires: n[3] * 1e6, seq: n[4], ver: n[5]}, true
 }
 
 // sweep deletes the records of policy expired at now.
@@ -467,19 +638,16 @@ func (b *Bans) sweep(ctx context.Context, policy string, now time.Time) error {
 }
 
 // mirror is an instance's copy of the records on Redis, sharded by client
-// key like memstore.Bans. Each record carries the number of the change
-// that wrote it, so that a late message never undoes a newer change, and
-// a key this instance lifted keeps a tombstone (lifted) until the stream
-// of messages has passed its lift. Safe for concurrent use.
+// key like memstore.Bans. Each record carries its version, so that a late
+// message never undoes a newer change; a lifted key keeps its tombstone
+// (level 0) until the lifted record would have expired. Safe for
+// concurrent use.
 type mirror struct {
 	seed      maphash.Seed
 	shards    []mirrorShard
 	perShard  int
 	n         atomic.Int64 // records and tombstones: 0 lets banned skip the lock
 	evictions atomic.Int64
-	// seen is the highest change number applied, from any source: a
-	// resync that finds Redis's below it knows Redis lost changes.
-	seen atomic.Int64
 }
 
 type mirrorShard struct {
@@ -495,9 +663,10 @@ type banKey struct{ policy, key string }
 type mirrorRec struct {
 	k                     banKey
 	since, until, expires int64
-	level                 int64 // 0 for a lift (a message's, or a tombstone's)
-	seq                   int64
-	pos                   int // in the shard's heap
+	level                 int64 // 0 for a tombstone (a lift), or a deletion when expired
+	ver                   int64 // orders the writes of k (see banScript)
+	ep, seq               int64 // the change that wrote it
+	pos                   int   // in the shard's heap
 }
 
 // Expiry, Index and SetIndex place r in its shard's heap.
@@ -542,64 +711,46 @@ func (m *mirror) banned(policy, key string, now int64) (limiter.Ban, bool) {
 	return ban, true
 }
 
-// stream applies a message from the channel, whose change numbers arrive
-// in order: one not after *applied is already in the mirror (from a
-// resync). It reports whether one is missing before it.
-func (m *mirror) stream(r *mirrorRec, applied *atomic.Int64, now int64) bool {
-	sh := m.shard(r.k.key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	last := applied.Load()
-	if r.seq <= last {
-		return false
+// get returns a copy of the mirror's record of (policy, key), tombstones
+// included.
+func (m *mirror) get(policy, key string) (mirrorRec, bool) {
+	sh := m.shard(key)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	if r := sh.recs[banKey{policy, key}]; r != nil {
+		return *r, true
 	}
-	applied.Store(r.seq) // under the key's lock: see local
-	m.saw(r.seq)
-	m.putLocked(sh, r, false, now)
-	return r.seq != last+1
+	return mirrorRec{}, false
 }
 
-// local applies this instance's own change, before its message arrives.
-// A change whose message the stream has already applied is left alone
-// (the mirror has it, or something newer); a lift whose message is still
-// to come leaves a tombstone, so that an older ban's message arriving
-// meanwhile cannot bring the key back.
-func (m *mirror) local(r *mirrorRec, applied *atomic.Int64, now int64) {
-	sh := m.shard(r.k.key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	// The stream applies a message under its key's lock, so if r's has
-	// been applied, applied says so now.
-	if r.seq <= applied.Load() {
-		if e := sh.recs[r.k]; r.level == 0 && e != nil && e.seq < r.seq {
-			m.removeLocked(sh, e)
+// each calls fn with a copy of every record and tombstone, a shard's lock
+// at a time.
+func (m *mirror) each(fn func(*mirrorRec)) {
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.RLock()
+		for _, r := range sh.recs {
+			c := *r
+			fn(&c)
 		}
-		return
-	}
-	m.saw(r.seq)
-	m.putLocked(sh, r, true, now)
-}
-
-// saw raises seen to seq.
-func (m *mirror) saw(seq int64) {
-	for s := m.seen.Load(); seq > s && !m.seen.CompareAndSwap(s, seq); s = m.seen.Load() {
+		sh.mu.RUnlock()
 	}
 }
 
-// putLocked applies r unless the mirror has a newer change of its key: a
-// ban replaces the record, a lift removes it, or with tomb leaves a
-// tombstone. A message that confirms a tombstone removes it. Records
-// expired at now (ns) are dropped first. Requires sh.mu held.
-func (m *mirror) putLocked(sh *mirrorShard, r *mirrorRec, tomb bool, now int64) {
+// put applies a change — a message's, or this instance's own — unless
+// the mirror holds a newer version of its key: a record or tombstone
+// replaces the entry; an expired one (a deletion) removes it. Records
+// expired at now (ns) are dropped first.
+func (m *mirror) put(r *mirrorRec, now int64) {
+	sh := m.shard(r.k.key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	m.dropExpiredLocked(sh, now)
 	e := sh.recs[r.k]
-	if e != nil && e.seq >= r.seq {
-		if e.level == 0 && e.seq == r.seq {
-			m.removeLocked(sh, e)
-		}
+	if e != nil && e.ver >= r.ver {
 		return
 	}
-	if r.level == 0 && !tomb {
+	if r.expires <= now {
 		if e != nil {
 			m.removeLocked(sh, e)
 		}
@@ -615,43 +766,34 @@ func (m *mirror) putLocked(sh *mirrorShard, r *mirrorRec, tomb bool, now int64) 
 		sh.heap.Push(e)
 		m.n.Add(1)
 	}
-	e.since, e.until, e.expires, e.level, e.seq = r.since, r.until, r.expires, r.level, r.seq
+	pos := e.pos
+	*e = *r
+	e.pos = pos
 	sh.heap.Fix(e.pos)
 }
 
-// replace loads a resync's records, read after change number seq, when
-// the mirror had seen changes up to seen: the mirror's own entries for
-// changes after seq (applied meanwhile) are kept where newer, everything
-// else is replaced; all of it if seq is below seen (Redis lost changes).
-// Records expired at now (ns) are left out.
-func (m *mirror) replace(recs []*mirrorRec, seq, seen int64, applied *atomic.Int64, now int64) {
+// replace loads a resync's records, read after change seq of epoch ep:
+// where the mirror holds a newer version written by a change after the
+// snapshot (of epoch ep, numbered above seq: applied meanwhile), it keeps
+// it; everything else is the snapshot's. Records expired at now (ns) are
+// left out.
+func (m *mirror) replace(recs []*mirrorRec, ep, seq, now int64) {
 	byShard := make([][]*mirrorRec, len(m.shards))
 	for _, r := range recs {
 		i := maphash.String(m.seed, r.k.key) % uint64(len(m.shards))
 		byShard[i] = append(byShard[i], r)
 	}
-	// A change number below the mirror's means Redis lost changes (a
-	// restart without persistence, a failover to a replica that lagged):
-	// then nothing the mirror holds is newer than the snapshot.
-	keepAfter := seq
-	if seq < seen {
-		keepAfter = math.MaxInt64
-		m.seen.Store(seq)
-	}
-	// Local changes from here on that the snapshot holds are left alone
-	// (see local).
-	applied.Store(seq)
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		fresh := make(map[banKey]*mirrorRec, len(byShard[i]))
 		for _, r := range byShard[i] {
-			if now < r.expires {
+			if f := fresh[r.k]; now < r.expires && (f == nil || f.ver < r.ver) {
 				fresh[r.k] = r
 			}
 		}
 		for k, e := range sh.recs {
-			if f := fresh[k]; e.seq > keepAfter && (f == nil || f.seq < e.seq) {
+			if f := fresh[k]; e.ep == ep && e.seq > seq && now < e.expires && (f == nil || f.ver < e.ver) {
 				fresh[k] = e
 			}
 		}

@@ -2,8 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,47 +20,159 @@ import (
 // mirror against the table's change counter every `every`, and reloads
 // the whole table when a message was missed, on (re)subscribing, when the
 // counter shows the mirror behind, and every fullEvery checks regardless.
+//
+// # Epochs
+//
+// Beside the change counter, the table keeps its epoch: a random number
+// that the script which creates the counter (its first change, or the
+// first after Redis lost it: a restart without persistence, FLUSHALL,
+// FLUSHDB, eviction) writes, and every message carries. Change numbers
+// are compared only within one epoch. A message of another epoch, a
+// counter whose epoch differs from the mirror's or is gone, a counter
+// below what the mirror has seen, and a message numbered at or below the
+// last one applied after the stream had moved past a resync (a failover
+// to a replica that lagged) all mean that Redis lost changes: the next
+// resync first writes back (re-seeds) what this instance holds, the
+// newer of each record winning by its version (see the tables), then
+// reloads the table. The mirror never skips a message: every record
+// carries a version that orders the writes of its key, and a message or a
+// write is applied when it is newer than what the mirror holds.
 type follower struct {
-	name    string // "bans", "overrides": in errors
-	c       redis.UniversalClient
-	channel string
-	seqKey  string        // the table's change counter
-	timeout time.Duration // per call to Redis
-	every   time.Duration
-	// applied is the number of the latest change the mirror has from the
-	// stream of messages or a resync.
-	applied atomic.Int64
+	name     string // "bans", "overrides": in errors
+	c        redis.UniversalClient
+	channel  string
+	seqKey   string        // the table's change counter
+	epochKey string        // the counter's epoch
+	timeout  time.Duration // per call to Redis
+	every    time.Duration
+	// epoch is the epoch of the mirror's last resync (0 before it, or if
+	// Redis had no counter then); applied the number of the latest change
+	// of that epoch the mirror has from the stream of messages or a
+	// resync, seen the highest it has from any source; streamed whether
+	// the stream has applied a message since that resync (the follow
+	// goroutine's alone).
+	epoch    atomic.Int64
+	applied  atomic.Int64
+	seen     atomic.Int64
+	streamed bool
+	// lost is set when Redis is known to have lost changes: the next
+	// resync re-seeds.
+	lost    atomic.Bool
+	reseeds atomic.Int64
 	errors  atomic.Int64
 	lastErr atomic.Pointer[error]
 	kick    chan chan struct{} // forces a full resync (tests)
+	wake    chan struct{}      // a local write saw another epoch: resync
 	synced  chan struct{}      // closed by the first full resync
 	once    sync.Once
 }
 
-func newFollower(name string, c redis.UniversalClient, channel, seqKey string, timeout, every time.Duration) follower {
-	return follower{name: name, c: c, channel: channel, seqKey: seqKey, timeout: timeout, every: every,
-		kick: make(chan chan struct{}), synced: make(chan struct{})}
+func newFollower(name string, c redis.UniversalClient, channel, seqKey, epochKey string, timeout, every time.Duration) follower {
+	return follower{name: name, c: c, channel: channel, seqKey: seqKey, epochKey: epochKey, timeout: timeout, every: every,
+		kick: make(chan chan struct{}), wake: make(chan struct{}, 1), synced: make(chan struct{})}
 }
 
-// current reports whether Redis's change number is the mirror's.
+// newEpoch returns the epoch a script writes if it creates the counter:
+// random, drawn anew for each call, so that no two creations share one
+// (below 2^52, so that Lua's numbers hold it exactly).
+func newEpoch() int64 { return rand.Int64N(1<<52) + 1 }
+
+// current reports whether Redis's epoch and change number are the
+// mirror's.
 func (f *follower) current(ctx context.Context) bool {
-	seq, err := f.seq(ctx)
-	return err == nil && seq == f.applied.Load()
+	ep, seq, err := f.counter(ctx)
+	return err == nil && ep == f.epoch.Load() && seq == f.applied.Load()
 }
 
-// seq reads the table's change counter (0 before the first change).
-func (f *follower) seq(ctx context.Context) (int64, error) {
+// counter reads the table's epoch and change counter (0, 0 before the
+// first change, or once Redis has lost them).
+func (f *follower) counter(ctx context.Context) (epoch, seq int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	seq, err := f.c.Get(ctx, f.seqKey).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
+	v, err := f.c.MGet(ctx, f.seqKey, f.epochKey).Result()
 	if err != nil {
-		return 0, fmt.Errorf("%w: redis: %s: %w", limiter.ErrStoreUnavailable, f.name, err)
+		return 0, 0, fmt.Errorf("%w: redis: %s: %w", limiter.ErrStoreUnavailable, f.name, err)
 	}
-	return seq, nil
+	num := func(x any) int64 {
+		s, _ := x.(string)
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	seq, epoch = num(v[0]), num(v[1])
+	if seq == 0 {
+		epoch = 0 // a counter without epoch, or the reverse: both lost
+	}
+	return epoch, seq, nil
 }
+
+// order places a message of change seq of epoch ep in the stream, and
+// reports whether the mirror is now stale: a message of another epoch, a
+// gap before it, or a number the stream has passed (Redis lost changes).
+// The message is applied either way (versions order it). Called by the
+// follow goroutine only.
+func (f *follower) order(ep, seq int64) (stale bool) {
+	if ep != f.epoch.Load() {
+		f.saw(ep, seq)
+		return true
+	}
+	f.saw(ep, seq)
+	last := f.applied.Load()
+	if seq <= last {
+		// Before the stream has moved past the last resync, messages it
+		// already holds may still arrive; after, a number seen again
+		// means the counter went back.
+		if f.streamed {
+			f.lost.Store(true)
+			return true
+		}
+		return false
+	}
+	f.applied.Store(seq)
+	f.streamed = true
+	return seq != last+1
+}
+
+// saw records a change of epoch ep numbered seq, made here or streamed:
+// a resync that finds the counter below it knows Redis lost changes. A
+// change of another epoch than the mirror's wakes the follower.
+func (f *follower) saw(ep, seq int64) {
+	if ep != f.epoch.Load() {
+		// The mirror may hold records of the epoch it knows that Redis
+		// no longer has: the resync writes them back.
+		f.lost.Store(true)
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	for s := f.seen.Load(); seq > s && !f.seen.CompareAndSwap(s, seq); s = f.seen.Load() {
+	}
+}
+
+// check reads the counter at the start of a resync, and reports whether
+// Redis lost changes since the mirror's last resync (see follower).
+func (f *follower) check(ctx context.Context) (epoch, seq int64, lost bool, err error) {
+	epoch, seq, err = f.counter(ctx)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	lost = f.lost.Load() || epoch != f.epoch.Load() || seq < f.seen.Load()
+	return epoch, seq, lost, nil
+}
+
+// synced records a resync that read epoch and seq.
+func (f *follower) resynced(epoch, seq int64) {
+	f.lost.Store(false)
+	f.epoch.Store(epoch)
+	f.applied.Store(seq)
+	f.seen.Store(seq)
+	f.streamed = false
+}
+
+// Reseeds returns how many times this instance wrote its records back to
+// Redis after Redis had lost changes.
+func (f *follower) Reseeds() int64 { return f.reseeds.Load() }
 
 // table is what a follower keeps current.
 type table interface {
@@ -128,6 +241,8 @@ func (f *follower) follow(ctx context.Context, t table) error {
 		case done := <-f.kick:
 			stale = true
 			kickedBy = append(kickedBy, done)
+		case <-f.wake:
+			stale = true
 		}
 		if !stale || backoff {
 			continue
