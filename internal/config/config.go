@@ -31,9 +31,13 @@ type Server struct {
 	IdleTimeout       time.Duration
 	ShutdownTimeout   time.Duration
 	MaxHeaderBytes    int
-	TrustedProxies    []netip.Prefix // peers whose X-Forwarded-For / Forwarded are believed
-	IPv6Prefix        int            // bits of an IPv6 client address that make its key
-	RateLimitHeaders  HeadersMode    // which rate-limit fields responses carry
+	// MaxConnections bounds the proxy listener's open client connections;
+	// 0 means derived at start from the process's file-descriptor limit
+	// (see DefaultMaxConnections in package server).
+	MaxConnections   int
+	TrustedProxies   []netip.Prefix // peers whose X-Forwarded-For / Forwarded are believed
+	IPv6Prefix       int            // bits of an IPv6 client address that make its key
+	RateLimitHeaders HeadersMode    // which rate-limit fields responses carry
 	// UnderscoresInHeaders forwards request headers whose names hold an
 	// underscore; by default they are dropped, as nginx does.
 	UnderscoresInHeaders bool
