@@ -31,6 +31,10 @@ type Server struct {
 	IdleTimeout       time.Duration
 	ShutdownTimeout   time.Duration
 	MaxHeaderBytes    int
+	// MaxConnections bounds the proxy listener's open client connections;
+	// 0 means derived at start from the process's file-descriptor limit
+	// (see DefaultMaxConnections in package server).
+	MaxConnections int
 	// TrustedProxies are the peers whose ClientIPHeader is believed;
 	// empty: none, every request is keyed by its peer's address.
 	TrustedProxies []netip.Prefix

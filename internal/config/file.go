@@ -34,6 +34,7 @@ type (
 		IdleTimeout       Duration      `toml:"idle_timeout"`
 		ShutdownTimeout   Duration      `toml:"shutdown_timeout"`
 		MaxHeaderBytes    Value[int64]  `toml:"max_header_bytes"`
+		MaxConnections    Value[int64]  `toml:"max_connections"`
 		TrustedProxies    cidrs         `toml:"trusted_proxies"`
 		ClientIPHeader    Value[string] `toml:"client_ip_header"`
 		TrustedHops       Value[int64]  `toml:"trusted_hops"`

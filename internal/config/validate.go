@@ -136,6 +136,7 @@ func validateServer(s *rawServer, c *collector) Server {
 		IdleTimeout:          s.IdleTimeout.Or(DefaultIdleTimeout),
 		ShutdownTimeout:      s.ShutdownTimeout.Or(DefaultShutdownTimeout),
 		MaxHeaderBytes:       int(s.MaxHeaderBytes.Or(DefaultMaxHeaderBytes)),
+		MaxConnections:       int(s.MaxConnections.Or(0)),
 		TrustedProxies:       s.TrustedProxies.V,
 		ClientIPHeader:       http.CanonicalHeaderKey(s.ClientIPHeader.Or(DefaultClientIPHeader)),
 		TrustedHops:          int(s.TrustedHops.V),
@@ -191,6 +192,9 @@ func validateServer(s *rawServer, c *collector) Server {
 	}
 	if n := s.MaxHeaderBytes.V; s.MaxHeaderBytes.Set && s.MaxHeaderBytes.err == nil && (n < 1024 || n > 16<<20) {
 		c.add("server.max_header_bytes", "%d is outside 1024..16777216", n)
+	}
+	if n := s.MaxConnections.V; s.MaxConnections.Set && s.MaxConnections.err == nil && (n < 0 || n > 1<<30) {
+		c.add("server.max_connections", "%d is outside 0..1073741824 (0: derived from the file-descriptor limit)", n)
 	}
 	if n := s.IPv6Prefix.V; s.IPv6Prefix.Set && s.IPv6Prefix.err == nil && (n < 1 || n > 128) {
 		c.add("server.ipv6_prefix", "%d is outside 1..128", n)

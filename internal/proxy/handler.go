@@ -386,6 +386,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// shared store, on_error: an outage is nobody's offence.)
 		ban, banned = h.offend(context.WithoutCancel(r.Context()), p, key, keys[:len(p.Limits)], d, start)
 	}
+	// gate takes a slot of the policy's [policy.concurrency] for the
+	// request's key, if it has one. A request that will wait in a
+	// leaky-bucket queue takes it before waiting: everything one key
+	// holds in the proxy (queued, waiting for a slot, in flight) then
+	// counts against limit + queue, so a key cannot keep a leaky queue's
+	// worth of connections open beyond what its concurrency allows.
+	gated := false
+	gate := func() (release func(), ok bool) {
+		if p.Concurrency == nil {
+			return func() {}, true
+		}
+		if p.OwnKeys {
+			// The policy's own key, which its rate limits did not use.
+			if key, res = ownKey, ownRes; res == keyReject {
+				decision = Rejected
+				writeProblem(rec, http.StatusBadRequest, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
+					Detail: "the request lacks a part of its client key: " + keyNames(p)})
+				return nil, false
+			}
+		}
+		if res == keySkip {
+			return func() {}, true
+		}
+		return h.concurrencyGate(rec, r, p, key, snap.rejection[p], &decision)
+	}
 	switch {
 	case !d.Allowed && p.Mode == config.Shadow:
 		decision = ShadowRejected
@@ -406,6 +431,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.log.Debug("shadow policy would delay", zap.String("policy", p.Name), zap.Duration("delay", d.Delay))
 	case d.Delay > 0:
 		decision = Queued
+		release, ok := gate()
+		if !ok {
+			// Refused a slot: give its place in the queue back.
+			gone, cancel := context.WithCancel(r.Context())
+			cancel()
+			p.Limiter.Wait(gone, d)
+			return
+		}
+		defer release()
+		gated = true
 		h.metrics.queued(p.Name, 1)
 		ctx, cancel := context.WithCancel(r.Context())
 		stop := context.AfterFunc(h.closing, cancel)
@@ -436,23 +471,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if shadowBanned && decision == Allowed {
 		decision = ShadowBanned
 	}
-	if p.Concurrency != nil {
-		if p.OwnKeys {
-			// The policy's own key, which its rate limits did not use.
-			if key, res = ownKey, ownRes; res == keyReject {
-				decision = Rejected
-				writeProblem(rec, http.StatusBadRequest, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
-					Detail: "the request lacks a part of its client key: " + keyNames(p)})
-				return
-			}
+	if !gated {
+		release, ok := gate()
+		if !ok {
+			return
 		}
-		if res != keySkip {
-			release, ok := h.concurrencyGate(rec, r, p, key, snap.rejection[p], &decision)
-			if !ok {
-				return
-			}
-			defer release()
-		}
+		defer release()
 	}
 	h.forward(rec, r, snap, p)
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net"
@@ -283,3 +284,57 @@ func upstreamOutcome(w *recorder) concurrency.Outcome {
 	}
 	return concurrency.Good
 }
+
+// Hijack takes over the client's connection for an upgrade (WebSocket)
+// and returns one whose reads start with what the server had already
+// read from it. net/http reads the request head through a buffer, and a
+// client that sends its first frame right behind the upgrade request (in
+// the same packet, or before the 101) has those bytes in that buffer, or
+// in the one byte of the server's background read, which Hijack puts back
+// there; httputil.ReverseProxy then copies from the bare connection and
+// never reads the buffer, so the frame was lost and the client waited
+// for an answer that never came. nginx forwards those bytes.
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(r.ResponseWriter).Hijack()
+	if err != nil || brw == nil || brw.Reader.Buffered() == 0 {
+		return c, brw, err
+	}
+	bc := &bufferedConn{Conn: c, br: brw.Reader}
+	if cw, ok := c.(closeWriter); ok {
+		// ReverseProxy half-closes the client's side when the upstream
+		// is done sending; keep that possible.
+		return &bufferedCloseWriteConn{bufferedConn: bc, cw: cw}, brw, nil
+	}
+	return bc, brw, nil
+}
+
+// bufferedConn is a hijacked connection whose reads return, first, the
+// bytes the server had buffered from it.
+type bufferedConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+// Read implements net.Conn: the buffered bytes first, then the
+// connection's.
+func (c *bufferedConn) Read(p []byte) (int, error) {
+	if c.br != nil {
+		if c.br.Buffered() > 0 {
+			return c.br.Read(p)
+		}
+		c.br = nil
+	}
+	return c.Conn.Read(p)
+}
+
+type closeWriter interface{ CloseWrite() error }
+
+// bufferedCloseWriteConn is a bufferedConn over a connection that can be
+// half-closed (TCP, TLS).
+type bufferedCloseWriteConn struct {
+	*bufferedConn
+	cw closeWriter
+}
+
+// CloseWrite shuts down the writing side of the connection.
+func (c *bufferedCloseWriteConn) CloseWrite() error { return c.cw.CloseWrite() }

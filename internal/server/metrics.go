@@ -45,6 +45,10 @@ func newMetrics(st *stores, reload func() *reloadStatus, backend string, access 
 			Help: "Keys dropped before their state was fresh, to stay within max_keys."}, func() float64 {
 			return float64(st.memory.Evictions())
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitproxy_store_spent_evictions_total", ConstLabels: labels,
+			Help: "Of the evictions, keys that had used up their limit: each gave a client its whole limit back."}, func() float64 {
+			return float64(st.memory.SpentEvictions())
+		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitproxy_config_reloads_total", ConstLabels: prometheus.Labels{"result": "success"},
 			Help: "Configuration reloads, by result."}, func() float64 { return float64(reload().Successes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitproxy_config_reloads_total", ConstLabels: prometheus.Labels{"result": "failure"},

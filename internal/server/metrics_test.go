@@ -69,6 +69,7 @@ match = { path_prefix = "/x" }`, 1)
 		`limitproxy_config_last_reload_successful 1`,
 		`limitproxy_store_keys{backend="memory"} 2`,
 		`limitproxy_store_evictions_total{backend="memory"} 0`,
+		`limitproxy_store_spent_evictions_total{backend="memory"} 0`,
 		`limitproxy_store_errors_total{backend="memory"} 0`,
 		`limitproxy_admin_unauthorized_total 1`,
 		`go_goroutines `,

@@ -172,6 +172,7 @@ func restartOnly(a, b *config.Config) []string {
 	check("server.idle_timeout", a.Server.IdleTimeout, b.Server.IdleTimeout)
 	check("server.shutdown_timeout", a.Server.ShutdownTimeout, b.Server.ShutdownTimeout)
 	check("server.max_header_bytes", a.Server.MaxHeaderBytes, b.Server.MaxHeaderBytes)
+	check("server.max_connections", a.Server.MaxConnections, b.Server.MaxConnections)
 	check("server.proxy_protocol", a.Server.ProxyProtocol, b.Server.ProxyProtocol)
 	check("server.h2c", a.Server.H2C, b.Server.H2C)
 	check("server.tls", a.Server.TLS, b.Server.TLS)

@@ -157,6 +157,13 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Server.Listen, err)
 	}
+	maxConns := cfg.Server.MaxConnections
+	if maxConns == 0 {
+		nofile := fileLimit()
+		maxConns = DefaultMaxConnections(nofile)
+		log.Info("connection bound derived from the file-descriptor limit", zap.Uint64("nofile", nofile), zap.Int("max_connections", maxConns))
+	}
+	ln = newLimitListener(ln, maxConns, cfg.Server.TLS == nil, log.Named("listener"))
 	defer ln.Close()
 	if cfg.Server.ProxyProtocol {
 		// Under TLS too: the PROXY header precedes the handshake. Who may

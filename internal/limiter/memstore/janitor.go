@@ -65,14 +65,27 @@ func (sh *shard) sweepLocked(cut int64) int {
 	return dropped
 }
 
-// evict makes room in a full shard for the key with hash h, by dropping,
-// among a few entries of the shard's largest table, the one that becomes
-// fresh first. If none of them is fresh, it first sweeps the whole shard
-// (at most once per shardSweepGap of request time, so a flood of new keys
-// does not turn every insert into a scan), since fresh keys may hide outside
-// the sample. Dropping an entry that was not fresh at now counts as an
-// eviction. It reports false if nothing could be dropped (every sampled
-// entry is a busy leaky-bucket queue). Requires sh.mu held.
+// evict makes room in a full shard for the key with hash h. It looks at
+// a few entries of the shard's largest table and drops, in this order of
+// preference:
+//
+//  1. an entry already fresh at now (forgetting it costs nothing; not an
+//     eviction);
+//  2. if none is, after sweeping the whole shard for fresh entries (at
+//     most once per shardSweepGap of request time, so a flood of new keys
+//     does not turn every insert into a scan), the entry that gives back
+//     the least when forgotten: the one with the most left of its limit,
+//     and of those the one that becomes fresh first.
+//
+// An entry that would refuse its next request (spent) is thus dropped only
+// when every entry sampled is spent too: a flood of new keys, each one
+// request in, never evicts a spent key, so a client cannot reset its own
+// limit by flooding the table with junk keys; to make a spent entry the
+// cheapest to forget, a flood must spend as much on each of its own keys.
+// Dropping an entry that was not fresh counts as an eviction, and a spent
+// one also as a spent eviction. It reports false if nothing could be
+// dropped (every sampled entry is a busy leaky-bucket queue). Requires
+// sh.mu held.
 func (s *Store) evict(sh *shard, h uint64, now int64) bool {
 	var best *tables
 	for _, t := range sh.tabs {
@@ -85,8 +98,10 @@ func (s *Store) evict(sh *shard, h uint64, now int64) bool {
 	}
 	size := best.size()
 	start := int(h % uint64(size))
+	var sample, sampleAt [evictSample]int64
+	n := 0
 	victim, victimAt := -1, int64(math.MaxInt64)
-	for p, seen := 0, 0; p < size && seen < evictSample; p++ {
+	for p := 0; p < size && n < evictSample; p++ {
 		i := start + p
 		if i >= size {
 			i -= size
@@ -95,22 +110,43 @@ func (s *Store) evict(sh *shard, h uint64, now int64) bool {
 		if hh == 0 || hh == h {
 			continue
 		}
-		seen++
-		if at := best.idleAt(i); at < victimAt {
+		at := best.idleAt(i)
+		if at == math.MaxInt64 {
+			continue // a busy queue: never dropped
+		}
+		if at <= now {
+			// Fresh: nothing is lost by forgetting it.
+			best.deleteAt(i)
+			sh.keys--
+			return true
+		}
+		sample[n], sampleAt[n] = int64(i), at
+		n++
+		if at < victimAt {
 			victim, victimAt = i, at
 		}
 	}
 	if victim < 0 {
 		return false
 	}
-	if victimAt > now && now >= sh.sweptAt+int64(shardSweepGap) {
+	if now >= sh.sweptAt+int64(shardSweepGap) {
 		sh.sweptAt = now
 		if sh.sweepLocked(now) > 0 {
 			return true
 		}
 	}
-	if victimAt > now {
-		s.evictions.Add(1)
+	// None fresh: the entry with the most left of its limit, the one
+	// becoming fresh first among equals.
+	victimLeft := int64(math.MinInt64)
+	for k, i := range sample[:n] {
+		left, at := best.left(int(i), now), sampleAt[k]
+		if left > victimLeft || left == victimLeft && at < victimAt {
+			victim, victimLeft, victimAt = int(i), left, at
+		}
+	}
+	s.evictions.Add(1)
+	if victimLeft < 0 {
+		s.spentEvictions.Add(1)
 	}
 	best.deleteAt(victim)
 	sh.keys--

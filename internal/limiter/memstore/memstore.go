@@ -79,7 +79,10 @@ type Store struct {
 	clock     func() time.Time
 	virtualQ  bool
 	evictions atomic.Int64
-	slots     [slotShards]slotCounts // concurrency limits' slots (slots.go)
+	// Evictions of entries that would have refused their key's next
+	// request.
+	spentEvictions atomic.Int64
+	slots          [slotShards]slotCounts // concurrency limits' slots (slots.go)
 }
 
 type shard struct {
@@ -452,6 +455,7 @@ func get[S any](tab *table[S], h uint64) *S {
 func add[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64) *S {
 	if sh.keys >= s.perShard && !s.evict(sh, h, now) {
 		s.evictions.Add(1)
+		s.spentEvictions.Add(1) // nothing remembered: a fresh state each time
 		return new(S)
 	}
 	i := tab.insert(h)
@@ -496,6 +500,53 @@ func (s *Store) Len() int {
 // Evictions returns how many keys have been dropped before their state was
 // fresh again, to stay within MaxKeys, since the store was created.
 func (s *Store) Evictions() int64 { return s.evictions.Load() }
+
+// SpentEvictions returns how many of Evictions were of keys that had used
+// up their limit (the entry would have refused the key's next request), or
+// new keys that could not be stored: each gave a client its whole limit
+// back. The memory store drops a spent entry only when every entry it
+// looked at was spent too, so this stays 0 under a flood of new keys unless
+// the flood spends its own keys as fully.
+func (s *Store) SpentEvictions() int64 { return s.spentEvictions.Load() }
+
+// left returns what the entry at position i of a limit's tables has left
+// of its limit at now (Unix ns) after a request of weight 1 (the
+// decision's Remaining), or -1 if it would refuse that request (the key
+// is spent). Requires the shard's lock; not for a busy leaky-bucket
+// queue.
+func (t *tables) left(i int, now int64) int64 {
+	lim := t.lim
+	at := time.Unix(0, now)
+	var d limiter.Decision
+	switch lim.Algorithm() {
+	case limiter.TokenBucket:
+		d = lim.PeekTokenBucket(&t.tb.slots[i].s, at, 1)
+	case limiter.FixedWindow:
+		d = lim.PeekFixedWindow(&t.fw.slots[i].s, at, 1)
+	case limiter.SlidingLog:
+		d = lim.PeekSlidingLog(&t.sl.slots[i].s, at, 1)
+	case limiter.LeakyBucket:
+		e := &t.lb.slots[i].s
+		var q *limiter.LeakyQueue
+		if e.q != nil {
+			q = &limiter.LeakyQueue{Gate: time.Unix(0, e.q.gateAt)}
+		}
+		d = lim.PeekLeakyBucket(&e.s, q, at, 1)
+	case limiter.SlidingWindow:
+		switch {
+		case len(t.sw2.slots) > 0:
+			d = lim.PeekSlidingWindow(view(&t.sw2.slots[i].s, lim), at, 1)
+		case len(t.sw8.slots) > 0:
+			d = lim.PeekSlidingWindow(view(&t.sw8.slots[i].s, lim), at, 1)
+		default:
+			d = lim.PeekSlidingWindow(view(&t.sw65.slots[i].s, lim), at, 1)
+		}
+	}
+	if !d.Allowed {
+		return -1
+	}
+	return d.Remaining
+}
 
 // idleAt returns when the entry at position i of a limit's tables becomes
 // fresh (Unix ns); math.MaxInt64 for an entry that must not be dropped (a
