@@ -152,3 +152,23 @@ func (s *stores) ready(ctx context.Context) error {
 	}
 	return nil
 }
+
+// CheckStore connects to the store cfg configures, as serving would, and
+// reports whether it decides as configured: the memory store always does;
+// Redis must answer within its timeout (on Cluster, every master must),
+// and one address must not be a Cluster node. For `limitproxy check
+// -connect`.
+func CheckStore(ctx context.Context, cfg config.Store) error {
+	if cfg.Backend != config.BackendRedis {
+		return nil
+	}
+	st, err := newStores(cfg, zap.NewNop(), time.Now)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	if err := st.ready(ctx); err != nil {
+		return fmt.Errorf("store.redis: %w", err)
+	}
+	return nil
+}
