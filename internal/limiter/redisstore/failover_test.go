@@ -53,7 +53,7 @@ func (r *run) end() []outcome {
 func traffic(t *testing.T, l *limiter.Limiter, hot string, cold []string) *run {
 	r := &run{stop: make(chan struct{})}
 	mu, wg, stop := &r.mu, &r.wg, r.stop
-	for g := range 4 {
+	for g := range 8 {
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				select {
@@ -61,8 +61,9 @@ func traffic(t *testing.T, l *limiter.Limiter, hot string, cold []string) *run {
 					return
 				default:
 				}
-				// Three goroutines on the hot key, one on the cold
-				// ones: a single breaker would open.
+				// Seven goroutines on the hot key, one on the cold
+				// ones: their failures come together, and a single
+				// breaker would open.
 				key, isHot := hot, true
 				if g == 0 {
 					key, isHot = cold[i%len(cold)], false
@@ -79,7 +80,7 @@ func traffic(t *testing.T, l *limiter.Limiter, hot string, cold []string) *run {
 					r.lastHot = o.at
 				}
 				mu.Unlock()
-				time.Sleep(2 * time.Millisecond) // about 1,500 decisions/s in all
+				time.Sleep(5 * time.Millisecond) // about 1,500 decisions/s in all
 			}
 		})
 	}
