@@ -2,7 +2,10 @@
 # Regenerates the "redis" section of BENCHMARKS.md: decisions per second and
 # p50/p99 latency of the Redis store against go-redis/redis_rate's Allow, on
 # one local redis-server that the benchmark starts, at concurrency 1 and 64,
-# in interleaved rounds. Installs redis-server when missing and root.
+# in interleaved rounds; and the CPU one decision costs limitproxy's process
+# with the memory store, the Redis store on one node and on a Cluster of
+# three masters (BenchmarkRedisCPU). Installs redis-server when missing and
+# root.
 #
 #   bench/redis.sh [ROUNDS]     (default 5; about 30 s a round)
 set -euo pipefail
@@ -28,7 +31,7 @@ done
   echo "the anchor is go-redis/redis_rate v10's Allow (GCRA). Medians over interleaved rounds with min–max; ratios within each round"
   echo "(of time per decision: 0.50× is twice the decisions per second)."
   echo
-  (cd bench && go run ./benchmd -anchor RedisC1=redis_rate -anchor RedisC64=redis_rate) <"$tmp/raw.txt"
+  (cd bench && go run ./benchmd -anchor RedisC1=redis_rate -anchor RedisC64=redis_rate -anchor RedisCPU=memory) <"$tmp/raw.txt"
   echo "<!-- redis:end -->"
 } >"$tmp/section.md"
 write_section redis "$tmp/section.md"

@@ -56,7 +56,9 @@ func exitCode(err error, stderr io.Writer) int {
 
 const usage = `usage:
   limitproxy -config PATH          serve until SIGINT/SIGTERM
-  limitproxy check -config PATH    validate a configuration and exit
+  limitproxy check -config PATH [-connect]
+                                   validate a configuration and exit; with -connect,
+                                   also connect to its store as serving would
   limitproxy health -config PATH   ask the admin listener of that configuration whether it serves (exit 0 if so)
   limitproxy replay -config PATH [-against PATH] [flags] LOG...
                                    replay access logs against a configuration (docs/replay.md)
@@ -68,11 +70,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
 		case "check":
-			path, err := configFlag("check", args[1:], stderr)
+			fs := flag.NewFlagSet("check", flag.ContinueOnError)
+			connect := fs.Bool("connect", false, "connect to the configured store")
+			path, err := parseConfigFlag(fs, args[1:])
 			if err != nil {
 				return err
 			}
-			return check(ctx, path, stdout)
+			return check(ctx, path, *connect, stdout)
 		case "health":
 			path, err := configFlag("health", args[1:], stderr)
 			if err != nil {
@@ -111,7 +115,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // configFlag parses "-config PATH", which is required.
 func configFlag(name string, args []string, stderr io.Writer) (string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	return parseConfigFlag(flag.NewFlagSet(name, flag.ContinueOnError), args)
+}
+
+// parseConfigFlag parses args with fs's flags and "-config PATH", which
+// is required.
+func parseConfigFlag(fs *flag.FlagSet, args []string) (string, error) {
 	fs.SetOutput(io.Discard)
 	path := fs.String("config", "", "configuration file")
 	if err := fs.Parse(args); err != nil {
@@ -127,9 +136,10 @@ func configFlag(name string, args []string, stderr io.Writer) (string, error) {
 }
 
 // check validates a file as `nginx -t` does: a one-line summary, or every
-// error as PATH:LINE:COL: message. It returns as soon as ctx is done
+// error as PATH:LINE:COL: message; with connect, it also connects to the
+// configured store (server.CheckStore). It returns as soon as ctx is done
 // (SIGINT, SIGTERM), whatever the file is doing.
-func check(ctx context.Context, path string, stdout io.Writer) error {
+func check(ctx context.Context, path string, connect bool, stdout io.Writer) error {
 	type loaded struct {
 		cfg *config.Config
 		err error
@@ -151,6 +161,12 @@ func check(ctx context.Context, path string, stdout io.Writer) error {
 	}
 	if _, err := policy.Compile(cfg, memstore.New(memstore.Options{MaxKeys: 1}), time.Now()); err != nil {
 		return err
+	}
+	if connect {
+		if err := server.CheckStore(ctx, cfg.Store); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		fmt.Fprintf(stdout, "%s: store: ok: %s answers\n", path, cfg.Store.Backend)
 	}
 	limits := 0
 	for _, p := range cfg.Policies {

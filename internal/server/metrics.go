@@ -37,6 +37,9 @@ func newMetrics(st *stores, reload func() *reloadStatus, backend string, access 
 			}
 			return float64(st.redis.Errors())
 		}),
+		&degradedCollector{st: st, desc: prometheus.NewDesc("limitproxy_store_degraded",
+			"1 while a Redis node's circuit breaker is open: decisions on the keys it holds follow on_error; 0 while it decides.",
+			[]string{"node"}, labels)},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitproxy_store_keys", ConstLabels: labels,
 			Help: "Client keys tracked in memory (the memory store, or Redis's on_error fallback)."}, func() float64 {
 			return float64(st.memory.Len())
@@ -62,4 +65,28 @@ func newMetrics(st *stores, reload func() *reloadStatus, backend string, access 
 		}),
 	)
 	return m
+}
+
+// degradedCollector reports limitproxy_store_degraded, one series per
+// Redis node the decisions used within the last 10s (on Cluster one per
+// master; a master replaced in a failover drops out), none with the
+// memory store.
+type degradedCollector struct {
+	st   *stores
+	desc *prometheus.Desc
+}
+
+func (c *degradedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *degradedCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.st.redis == nil {
+		return
+	}
+	for _, n := range c.st.redis.Nodes() {
+		v := 0.0
+		if n.Open {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, n.Node)
+	}
 }

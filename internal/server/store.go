@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -85,20 +86,19 @@ func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stor
 	// One address: a single node; several: Redis Cluster; master_name:
 	// Sentinel. Every call is bounded by the decision's context
 	// (store.redis.timeout), and never retried past it.
-	client := redis.NewUniversalClient(&redis.UniversalOptions{
+	client := redisstore.NewClient(redisstore.ClientOptions{
 		Addrs: rc.Addrs, MasterName: rc.MasterName, Username: rc.Username, Password: password, DB: rc.DB,
-		TLSConfig: tlsConfig, DialTimeout: max(rc.Timeout, time.Second), ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout,
-		ContextTimeoutEnabled: true, MaxRetries: -1,
+		TLS: tlsConfig, Timeout: rc.Timeout,
 	})
 	log = log.Named("redis")
 	routeRedisLogs(log)
 	rs, err := redisstore.New(client, redisstore.Options{
 		Prefix: rc.Prefix, Timeout: rc.Timeout, OnError: string(rc.OnError), Fallback: mem,
-		OnBreaker: func(open bool, err error) {
+		OnBreaker: func(node string, open bool, err error) {
 			if open {
-				log.Error("redis unreachable: decisions follow on_error until it answers again", zap.String("on_error", string(rc.OnError)), zap.Error(err))
+				log.Error("redis unreachable: decisions on its keys follow on_error until it answers again", zap.String("node", node), zap.String("on_error", string(rc.OnError)), zap.Error(err))
 			} else {
-				log.Info("redis reachable again: limits are shared again")
+				log.Info("redis reachable again: limits on its keys are shared again", zap.String("node", node))
 			}
 		},
 	})
@@ -106,7 +106,10 @@ func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stor
 		client.Close()
 		return nil, err
 	}
-	if err := rs.Ping(context.Background()); err != nil {
+	if err := rs.Verify(context.Background()); errors.Is(err, redisstore.ErrClusterNode) {
+		client.Close()
+		return nil, fmt.Errorf("store.redis.addrs: %w", err)
+	} else if err != nil {
 		log.Warn("redis does not answer at start-up; decisions follow on_error until it does", zap.Strings("addrs", rc.Addrs), zap.Error(err))
 	}
 	bans := redisstore.NewBans(client, redisstore.BanOptions{Prefix: rc.Prefix, Timeout: rc.Timeout, Clock: clock})
@@ -152,14 +155,36 @@ func routeRedisLogs(log *zap.Logger) {
 	}
 }
 
-// ready reports whether the store can decide: always for memory; for
-// Redis, when it answers a PING within its timeout.
+// ready reports whether the store decides as configured: always for
+// memory; for Redis, when it answers within its timeout (on Cluster every
+// master does), no node's circuit breaker is open (decisions follow
+// on_error there), and one address is not a Cluster node.
 func (s *stores) ready(ctx context.Context) error {
 	if s.redis == nil {
 		return nil
 	}
-	if err := s.redis.Ping(ctx); err != nil {
+	if err := s.redis.Ready(ctx); err != nil {
 		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+// CheckStore connects to the store cfg configures, as serving would, and
+// reports whether it decides as configured: the memory store always does;
+// Redis must answer within its timeout (on Cluster, every master must),
+// and one address must not be a Cluster node. For `limitproxy check
+// -connect`.
+func CheckStore(ctx context.Context, cfg config.Store) error {
+	if cfg.Backend != config.BackendRedis {
+		return nil
+	}
+	st, err := newStores(cfg, zap.NewNop(), time.Now)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	if err := st.ready(ctx); err != nil {
+		return fmt.Errorf("store.redis: %w", err)
 	}
 	return nil
 }

@@ -24,8 +24,8 @@ import (
 type batcher struct {
 	c       redis.UniversalClient
 	timeout time.Duration
-	slack   int  // the script's TTL slack in ms (see decide.lua)
-	cluster bool // one EVALSHA per decision (keys in different slots)
+	slack   int                  // the script's TTL slack in ms (see decide.lua)
+	cluster *redis.ClusterClient // nil unless Redis Cluster
 
 	mu       sync.Mutex
 	pending  []*call
@@ -122,18 +122,8 @@ func (b *batcher) flush(calls []*call) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
-	if b.cluster {
-		cmds := b.pipeline(ctx, calls, false)
-		for _, cmd := range cmds {
-			if isNoScript(cmd.Err()) {
-				cmds = b.pipeline(ctx, calls, true)
-				break
-			}
-		}
-		for i, c := range calls {
-			c.res, c.err = cmds[i].Int64Slice()
-			close(c.done)
-		}
+	if b.cluster != nil {
+		b.flushCluster(ctx, calls)
 		return
 	}
 	keys, args := b.join(calls)
@@ -154,6 +144,44 @@ func (b *batcher) flush(calls []*call) {
 		}
 		close(c.done)
 	}
+}
+
+// flushCluster sends calls as one pipeline per master (by the client's
+// slot map), all at once: go-redis fails every command of a pipeline
+// whose retry outlives its context, so one dead master would otherwise
+// fail the decisions of the healthy ones sent with it.
+func (b *batcher) flushCluster(ctx context.Context, calls []*call) {
+	byNode := map[*redis.Client][]*call{}
+	var unknown []*call
+	for _, c := range calls {
+		m, err := b.cluster.MasterForKey(ctx, c.keys[0])
+		if err != nil {
+			unknown = append(unknown, c)
+			continue
+		}
+		byNode[m] = append(byNode[m], c)
+	}
+	var wg sync.WaitGroup
+	send := func(calls []*call) {
+		cmds := b.pipeline(ctx, calls, false)
+		for _, cmd := range cmds {
+			if isNoScript(cmd.Err()) {
+				cmds = b.pipeline(ctx, calls, true)
+				break
+			}
+		}
+		for i, c := range calls {
+			c.res, c.err = cmds[i].Int64Slice()
+			close(c.done)
+		}
+	}
+	for _, group := range byNode {
+		wg.Go(func() { send(group) })
+	}
+	if len(unknown) > 0 {
+		wg.Go(func() { send(unknown) })
+	}
+	wg.Wait()
 }
 
 func isNoScript(err error) bool {

@@ -38,7 +38,8 @@ func (s *Store) Charge(ctx context.Context, limits []limiter.Limit, keys limiter
 			return limiter.Decision{}, err
 		}
 	}
-	ok, probe := s.breaker.allow(now)
+	br := s.guard(ctx, keys.For(0), now)
+	ok, probe := br.allow(now)
 	if !ok {
 		return s.degradedCharge(ctx, limits, keys, now, reservedAt, n,
 			fmt.Errorf("%w: redis: circuit breaker open", limiter.ErrStoreUnavailable))
@@ -46,13 +47,10 @@ func (s *Store) Charge(ctx context.Context, limits []limiter.Limit, keys limiter
 	d, err := s.charge(ctx, limits, keys, now, reservedAt, n)
 	if err != nil && !errors.Is(err, limiter.ErrStoreUnavailable) {
 		// A parameter the store cannot take: not Redis's fault.
-		s.breaker.done(now, probe, nil)
+		br.done(now, probe, nil)
 		return d, err
 	}
-	s.breaker.done(now, probe, err)
-	if err != nil {
-		s.errors.Add(1)
-		s.lastErr.Store(&err)
+	if s.failed(ctx, br, now, probe, err) {
 		return s.degradedCharge(ctx, limits, keys, now, reservedAt, n, err)
 	}
 	return d, nil
@@ -70,7 +68,7 @@ func (s *Store) degradedCharge(ctx context.Context, limits []limiter.Limit, keys
 
 // charge runs the script's charge.
 func (s *Store) charge(ctx context.Context, limits []limiter.Limit, clientKeys limiter.Keys, now, reservedAt time.Time, n int64) (limiter.Decision, error) {
-	if _, one := clientKeys.Single(); s.batch.cluster && !one {
+	if _, one := clientKeys.Single(); s.cluster != nil && !one {
 		return limiter.Decision{}, ErrClusterKeys
 	}
 	n = max(-maxChargeUnits, min(n, maxChargeUnits))

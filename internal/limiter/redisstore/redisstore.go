@@ -73,9 +73,11 @@ type Options struct {
 	// BreakFor is how long the breaker stays open before it lets one
 	// decision through as a probe; 0 means 1s.
 	BreakFor time.Duration
-	// OnBreaker, if not nil, is called when the breaker opens (open true,
-	// with the error that opened it) or closes again.
-	OnBreaker func(open bool, err error)
+	// OnBreaker, if not nil, is called when a node's breaker opens (open
+	// true, with the error that opened it) or closes again. Each Cluster
+	// master has a breaker of its own (node is its address); a single node
+	// or Sentinel's master has one.
+	OnBreaker func(node string, open bool, err error)
 	// Lease is how long a concurrency limit's slot is held without
 	// renewal (slots.go); 0 means DefaultLease.
 	Lease time.Duration
@@ -89,10 +91,13 @@ type Store struct {
 	caller   bool
 	onError  string
 	fallback limiter.Store
-	breaker  *breaker
+	breakers *breakers
 	batch    *batcher
-	args     sync.Map     // a limit's Binding → string, its encoded parameters
-	nargs    atomic.Int64 // entries in args
+	cluster  *redis.ClusterClient // nil unless Redis Cluster
+	single   string               // the address of a single-node client, else ""
+	name     string               // the node of a client that is not Cluster
+	args     sync.Map             // a limit's Binding → string, its encoded parameters
+	nargs    atomic.Int64         // entries in args
 	errors   atomic.Int64
 	lastErr  atomic.Pointer[error]
 	lease    time.Duration
@@ -131,16 +136,21 @@ func New(c redis.UniversalClient, o Options) (*Store, error) {
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
 	}
-	_, cluster := c.(*redis.ClusterClient)
-	return &Store{c: c, prefix: o.Prefix, timeout: o.Timeout, caller: o.CallerTime, onError: o.OnError, fallback: o.Fallback,
-		lease: o.Lease, leases: newLeases(),
-		breaker: &breaker{after: o.BreakAfter, pause: o.BreakFor, notify: o.OnBreaker},
-		batch:   &batcher{c: c, timeout: o.Timeout, slack: slack, cluster: cluster}}, nil
+	cc, _ := c.(*redis.ClusterClient)
+	s := &Store{c: c, prefix: o.Prefix, timeout: o.Timeout, caller: o.CallerTime, onError: o.OnError, fallback: o.Fallback,
+		lease: o.Lease, leases: newLeases(), cluster: cc, single: single(c), name: "sentinel",
+		breakers: &breakers{after: o.BreakAfter, pause: o.BreakFor, notify: o.OnBreaker},
+		batch:    &batcher{c: c, timeout: o.Timeout, slack: slack, cluster: cc}}
+	if s.single != "" {
+		s.name = s.single
+	}
+	return s, nil
 }
 
 // Errors returns how many decisions Redis failed to make (timeouts,
 // refused connections, script errors) since the store was created;
-// decisions the open breaker kept from Redis are not counted.
+// decisions an open breaker kept from Redis, and those whose caller left
+// before Redis answered, are not counted.
 func (s *Store) Errors() int64 { return s.errors.Load() }
 
 // LastError returns the last error Redis gave a decision, or nil.
@@ -151,14 +161,27 @@ func (s *Store) LastError() error {
 	return nil
 }
 
-// Degraded reports whether the breaker is open: decisions follow on_error.
-func (s *Store) Degraded() bool { return s.breaker.open() }
+// Degraded reports whether a node's breaker is open: decisions on its
+// keys follow on_error.
+func (s *Store) Degraded() bool {
+	for _, n := range s.breakers.states() {
+		if n.Open {
+			return true
+		}
+	}
+	return false
+}
 
 // Ping checks that Redis answers within the store's timeout.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	return s.c.Ping(ctx).Err()
+}
+
+// guard returns the breaker of the node holding clientKey's state.
+func (s *Store) guard(ctx context.Context, clientKey string, now time.Time) *breaker {
+	return s.breakers.get(s.node(ctx, clientKey), now)
 }
 
 // exact is the largest integer a double holds exactly.
@@ -329,27 +352,26 @@ func appendKey(b []byte, prefix, clientKey, name string) []byte {
 // Decide implements limiter.Store. When Redis cannot decide in time, or the
 // breaker is open, it follows on_error and returns no error.
 func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
-	ok, probe := s.breaker.allow(now)
+	br := s.guard(ctx, keys.For(0), now)
+	ok, probe := br.allow(now)
 	if !ok {
-		return s.degraded(ctx, limits, keys, now, n)
+		return s.degraded(ctx, br, limits, keys, now, n)
 	}
 	d, err := s.decide(ctx, limits, keys, now, n)
 	if err != nil && !errors.Is(err, limiter.ErrStoreUnavailable) {
 		// A parameter the store cannot take: not Redis's fault.
-		s.breaker.done(now, probe, nil)
+		br.done(now, probe, nil)
 		return d, err
 	}
-	s.breaker.done(now, probe, err)
-	if err != nil {
-		s.errors.Add(1)
-		s.lastErr.Store(&err)
-		return s.degraded(ctx, limits, keys, now, n)
+	if s.failed(ctx, br, now, probe, err) {
+		return s.degraded(ctx, br, limits, keys, now, n)
 	}
 	return d, nil
 }
 
-// degraded decides without Redis, per on_error.
-func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
+// degraded decides without Redis, per on_error; br is the breaker of the
+// key's node.
+func (s *Store) degraded(ctx context.Context, br *breaker, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
 	switch s.onError {
 	case "local":
 		d, err := s.fallback.Decide(ctx, limits, keys, now, n)
@@ -359,7 +381,7 @@ func (s *Store) degraded(ctx context.Context, limits []limiter.Limit, keys limit
 		q := quota(limits[0])
 		return limiter.Decision{Allowed: true, Degraded: true, Limit: q, Remaining: q, ResetAt: now}, nil
 	}
-	retry := max(time.Second, s.breaker.retryAt().Sub(now))
+	retry := max(time.Second, br.retryAt().Sub(now))
 	return limiter.Decision{RetryAfter: retry, Degraded: true, Limit: quota(limits[0]), ResetAt: now.Add(retry)}, nil
 }
 
@@ -412,7 +434,7 @@ func (s *Store) decide(ctx context.Context, limits []limiter.Limit, keys limiter
 
 // run runs the script; dry decides without writing.
 func (s *Store) run(ctx context.Context, limits []limiter.Limit, clientKeys limiter.Keys, now time.Time, n int64, dry bool) (limiter.Decision, error) {
-	if _, one := clientKeys.Single(); s.batch.cluster && !one {
+	if _, one := clientKeys.Single(); s.cluster != nil && !one {
 		return limiter.Decision{}, ErrClusterKeys
 	}
 	keys := make([]string, len(limits))

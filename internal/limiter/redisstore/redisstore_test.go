@@ -78,7 +78,7 @@ func TestOutage(t *testing.T) {
 			var events []bool
 			var mu sync.Mutex
 			store, err := redisstore.New(c, redisstore.Options{Timeout: 50 * time.Millisecond, OnError: mode, Fallback: memstore.New(memstore.Options{}),
-				BreakAfter: 3, BreakFor: 300 * time.Millisecond, OnBreaker: func(open bool, err error) {
+				BreakAfter: 3, BreakFor: 300 * time.Millisecond, OnBreaker: func(_ string, open bool, err error) {
 					mu.Lock()
 					events = append(events, open)
 					mu.Unlock()

@@ -83,15 +83,13 @@ func (s *Store) slotKey(name, clientKey string) string {
 // fallback store (counted on this instance alone), "allow" lets the
 // request through holding nothing, "deny" refuses it.
 func (s *Store) Take(ctx context.Context, name, key string, limit int64, now time.Time) (limiter.Slot, bool, error) {
-	ok, probe := s.breaker.allow(now)
+	br := s.guard(ctx, key, now)
+	ok, probe := br.allow(now)
 	if ok {
 		sl, taken, err := s.take(ctx, name, key, limit)
-		s.breaker.done(now, probe, err)
-		if err == nil {
+		if !s.failed(ctx, br, now, probe, err) {
 			return sl, taken, nil
 		}
-		s.errors.Add(1)
-		s.lastErr.Store(&err)
 	}
 	switch s.onError {
 	case "local":

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/limitproxy/limitproxy/internal/limiter/redisstore/redistest"
+)
+
+// TestCheckConnect: `check -connect` connects to the configured Redis as
+// serving would: a Redis that answers passes; one that does not, and a
+// Redis Cluster node given as the one address (a single-node client that
+// would take every MOVED for an outage), fail, named. Without -connect
+// the file alone is checked.
+func TestCheckConnect(t *testing.T) {
+	single := redistest.Start(t)
+	dead := redistest.Start(t)
+	dead.Kill()
+	cluster := redistest.Cluster(t)
+	file := func(addrs ...string) string {
+		path := filepath.Join(t.TempDir(), "c.toml")
+		q := make([]string, len(addrs))
+		for i, a := range addrs {
+			q[i] = fmt.Sprintf("%q", a)
+		}
+		text := fmt.Sprintf(`[server]
+listen = "127.0.0.1:0"
+[store]
+backend = "redis"
+[store.redis]
+addrs = [%s]
+timeout = "200ms"
+[[upstream]]
+name = "app"
+targets = ["http://127.0.0.1:1"]
+[[policy]]
+name = "p"
+upstream = "app"
+  [[policy.limits]]
+  algorithm = "fixed_window"
+  limit = 1
+  window = "1h"
+`, strings.Join(q, ", "))
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		out  string
+	}{
+		{"single", []string{"-connect", "-config", file(single.Addr())}, 0, "store: ok: redis answers"},
+		{"cluster", []string{"-config", file(cluster...), "-connect"}, 0, "store: ok: redis answers"},
+		{"down", []string{"-config", file(dead.Addr()), "-connect"}, 1, "store.redis: redis: dial tcp " + dead.Addr()},
+		{"one cluster node", []string{"-config", file(cluster[0]), "-connect"}, 1, "store.redis.addrs: redis at " + cluster[0] + " is a Redis Cluster node"},
+		{"no connect", []string{"-config", file(cluster[0])}, 0, "ok: 1 policies"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), append([]string{"check"}, c.args...), &stdout, &stderr)
+		code := exitCode(err, &stderr)
+		text := stdout.String()
+		if err != nil {
+			text = err.Error()
+		}
+		if code != c.code || !strings.Contains(text, c.out) {
+			t.Errorf("%s: exit %d, %q; want exit %d with %q", c.name, code, text, c.code, c.out)
+		}
+	}
+}
