@@ -13,15 +13,15 @@ cd "$(dirname "$0")/.."
 rounds=${1:-5}
 raw=$(mktemp)
 trap 'rm -f "$raw" "$raw".*' EXIT
-go test -c -o "$raw.replay" ./internal/replay
-go test -c -o "$raw.proxy" ./internal/proxy
-go test -c -o "$raw.server" ./internal/server
+go test -c -o "$raw.replay" ./cmd/limitproxy/internal/replay
+go test -c -o "$raw.proxy" ./proxy
+go test -c -o "$raw.server" ./cmd/limitproxy/internal/server
 for i in $(seq 1 "$rounds"); do
   echo "# round $i" >>"$raw"
   echo "round $i of $rounds" >&2
-  (cd internal/replay && "$raw.replay" -test.run '^$' -test.bench 'BenchmarkReplay' -test.benchtime 3x) >>"$raw"
-  (cd internal/proxy && "$raw.proxy" -test.run '^$' -test.bench 'BenchmarkTopObserve' -test.benchmem) >>"$raw"
-  (cd internal/server && "$raw.server" -test.run '^$' -test.bench 'BenchmarkForwarded$' -test.benchtime 20000x -test.benchmem) >>"$raw"
+  (cd cmd/limitproxy/internal/replay && "$raw.replay" -test.run '^$' -test.bench 'BenchmarkReplay' -test.benchtime 3x) >>"$raw"
+  (cd proxy && "$raw.proxy" -test.run '^$' -test.bench 'BenchmarkTopObserve' -test.benchmem) >>"$raw"
+  (cd cmd/limitproxy/internal/server && "$raw.server" -test.run '^$' -test.bench 'BenchmarkForwarded$' -test.benchtime 20000x -test.benchmem) >>"$raw"
 done
 # The top lists' share of a forwarded request, per round: an admitted
 # request's observation over the forwarded request's time (access log

@@ -27,14 +27,14 @@ if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
   pin=(taskset -c 1) wrkcpu=(-wrk-cpu 0 -own-cpu 0)
   placement="the proxy being measured runs on CPU 1, a core of its own; wrk and the upstream (a Go server answering \"ok\") share CPU 0 (taskset), for every target alike"
 fi
-go test -c -o "$bin/proxy.test" ./internal/proxy
-go test -c -o "$bin/server.test" ./internal/server
+go test -c -o "$bin/proxy.test" ./proxy
+go test -c -o "$bin/server.test" ./cmd/limitproxy/internal/server
 overhead="$bin/overhead.txt" forwarded="$bin/forwarded.txt"
 for i in $(seq 1 "$rounds"); do
   echo "# round $i" >>"$overhead"
-  (cd internal/proxy && "$bin/proxy.test" -test.run '^$' -test.bench Overhead -test.benchmem) >>"$overhead"
+  (cd proxy && "$bin/proxy.test" -test.run '^$' -test.bench Overhead -test.benchmem) >>"$overhead"
   echo "# round $i" >>"$forwarded"
-  (cd internal/server && "$bin/server.test" -test.run '^$' -test.bench Forwarded -test.benchmem) >>"$forwarded"
+  (cd cmd/limitproxy/internal/server && "$bin/server.test" -test.run '^$' -test.bench Forwarded -test.benchmem) >>"$forwarded"
 done
 section="$bin/section.md"
 {
@@ -59,7 +59,7 @@ section="$bin/section.md"
   (cd bench && go run ./benchmd -anchor Overhead=bare) <"$overhead"
   echo
   echo "Allocations per forwarded request (issue 15's target: at most 60), by the whole server (\`BenchmarkForwarded\` in"
-  echo "internal/server/forward_bench_test.go, $rounds rounds): net/http's server, limitproxy's handler under a token bucket that never"
+  echo "cmd/limitproxy/internal/server/forward_bench_test.go, $rounds rounds): net/http's server, limitproxy's handler under a token bucket that never"
   echo "rejects, the upstream transport, metrics on, the access log off and on (to a writer that discards); one keep-alive"
   echo "connection over loopback from a raw-socket client to a raw-socket upstream, neither of which allocates per request,"
   echo "so allocs/op is the proxy's own. Its ns/op is a round trip on one connection, client and upstream included."

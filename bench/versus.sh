@@ -19,8 +19,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/limitproxy" ./cmd/limitproxy
 (cd bench && go build -o "$tmp/versus" ./versus)
-go test -count=1 -run '^(TestConformance|TestLeakyQueue)$/Boundary' -v ./internal/limiter/memstore >"$tmp/boundary-memory.txt"
-go test -count=1 -run '^(TestConformance|TestLeakyVirtual)$/Boundary' -v ./internal/limiter/redisstore >"$tmp/boundary-redis.txt"
+go test -count=1 -run '^(TestConformance|TestLeakyQueue)$/Boundary' -v ./limiter/memstore >"$tmp/boundary-memory.txt"
+go test -count=1 -run '^(TestConformance|TestLeakyVirtual)$/Boundary' -v ./limiter/redisstore >"$tmp/boundary-redis.txt"
 gen=() pin=() placement="the load generator, the upstream and the proxies share all $(nproc) cores"
 if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
   gen=(taskset -c 0) pin=(-pin 1)

@@ -17,5 +17,5 @@ if [ $check = 1 ]; then
     echo "build-static: $out needs shared libraries" >&2; exit 1
   fi
   "$out" version
-  "$out" check -config cmd/limitproxy/config.example.toml
+  "$out" check -config config.example.toml
 fi

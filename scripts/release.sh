@@ -19,7 +19,7 @@ for target in $targets; do
   mkdir "$stage/$name"
   GOOS=$os GOARCH=$arch CGO_ENABLED=0 go build -trimpath \
     -ldflags="-s -w -X main.version=$version" -o "$stage/$name/limitproxy" ./cmd/limitproxy
-  cp README.md LICENSE CHANGELOG.md cmd/limitproxy/config.example.toml "$stage/$name/"
+  cp README.md LICENSE CHANGELOG.md config.example.toml "$stage/$name/"
   tar -C "$stage" -czf "$out/$name.tar.gz" "$name"
   rm -rf "$stage"
   echo "$out/$name.tar.gz"

@@ -28,7 +28,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/limiter"
+	"github.com/limitproxy/limitproxy/limiter"
 )
 
 const (

@@ -14,8 +14,8 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/config"
-	"github.com/limitproxy/limitproxy/internal/proxy"
+	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy"
 )
 
 func main() {

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/limitproxy/limitproxy/internal/limiter"
-	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/memstore"
 )
 
 // The benchmarks measure one decision with its key lookup: the store's hash

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/limiter"
-	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
-	"github.com/limitproxy/limitproxy/internal/limiter/redisstore"
-	"github.com/limitproxy/limitproxy/internal/limiter/redisstore/redistest"
+	"github.com/limitproxy/limitproxy/internal/redistest"
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/limiter/redisstore"
 )
 
 // BenchmarkRedisCPU measures what a decision costs limitproxy's own

@@ -13,9 +13,9 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/limitproxy/limitproxy/internal/limiter"
-	"github.com/limitproxy/limitproxy/internal/limiter/redisstore"
-	"github.com/limitproxy/limitproxy/internal/limiter/redisstore/redistest"
+	"github.com/limitproxy/limitproxy/internal/redistest"
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/redisstore"
 )
 
 // BenchmarkRedisC1 and BenchmarkRedisC64 measure decisions against one

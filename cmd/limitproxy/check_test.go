@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitproxy/limitproxy/internal/limiter/redisstore/redistest"
+	"github.com/limitproxy/limitproxy/internal/redistest"
 )
 
 // TestCheckConnect: `check -connect` connects to the configured Redis as

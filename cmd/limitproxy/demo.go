@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,15 +9,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/config"
-	"github.com/limitproxy/limitproxy/internal/server"
+	"github.com/limitproxy/limitproxy"
+	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/server"
+	"github.com/limitproxy/limitproxy/policy/config"
 )
-
-// exampleConfig is config.example.toml, embedded so that `limitproxy demo`
-// runs from anywhere.
-//
-//go:embed config.example.toml
-var exampleConfig []byte
 
 // demoUpstream is where config.example.toml sends requests.
 const demoUpstream = "127.0.0.1:9000"
@@ -26,7 +20,7 @@ const demoUpstream = "127.0.0.1:9000"
 // demo starts an echo upstream on 127.0.0.1:9000 and the proxy with the
 // example configuration on :8080, and prints commands to try.
 func demo(ctx context.Context, stdout, stderr io.Writer) error {
-	cfg, err := config.Parse("config.example.toml", exampleConfig)
+	cfg, err := config.Parse("config.example.toml", limitproxy.ExampleConfig)
 	if err != nil {
 		return err
 	}

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitproxy/limitproxy/internal/config"
-	"github.com/limitproxy/limitproxy/internal/server"
+	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/server"
+	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // TestContainerHealth runs the container's configuration (deploy/

@@ -1,6 +1,6 @@
 // Command limitproxy is a reverse proxy that enforces rate limits in front
 // of HTTP upstreams. This is its command line (docs/cli.md); the server
-// itself is internal/server.
+// itself is cmd/limitproxy/internal/server.
 package main
 
 import (
@@ -18,10 +18,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/limitproxy/limitproxy/internal/config"
-	"github.com/limitproxy/limitproxy/internal/limiter/memstore"
-	"github.com/limitproxy/limitproxy/internal/policy"
-	"github.com/limitproxy/limitproxy/internal/server"
+	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/server"
+	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; without

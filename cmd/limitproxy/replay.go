@@ -8,8 +8,8 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/limitproxy/limitproxy/internal/replay"
-	"github.com/limitproxy/limitproxy/internal/replay/logread"
+	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/replay"
+	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/replay/logread"
 )
 
 const replayUsage = `usage: limitproxy replay -config NEW.toml [flags] LOG...

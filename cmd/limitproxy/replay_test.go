@@ -10,15 +10,15 @@ import (
 	"testing"
 )
 
-// TestReplayCommand runs `limitproxy replay` on internal/replay's
+// TestReplayCommand runs `limitproxy replay` on cmd/limitproxy/internal/replay's
 // end-to-end fixture (the counts are worked out in its e2e_test.go): exit
 // statuses as docs/cli.md says, flags before and after the logs.
 func TestReplayCommand(t *testing.T) {
 	const (
-		cfg   = "../../internal/replay/testdata/per-ip.toml"
-		cfg5  = "../../internal/replay/testdata/per-ip-5.toml"
-		log   = "../../internal/replay/testdata/burst.log"
-		wrong = "../../internal/replay/testdata/per-ip.toml" // not a log
+		cfg   = "internal/replay/testdata/per-ip.toml"
+		cfg5  = "internal/replay/testdata/per-ip-5.toml"
+		log   = "internal/replay/testdata/burst.log"
+		wrong = "internal/replay/testdata/per-ip.toml" // not a log
 	)
 	svg := t.TempDir()
 	for _, c := range []struct {
@@ -67,8 +67,8 @@ func TestReplayCommand(t *testing.T) {
 // else there; the plots' paths go to stderr.
 func TestReplayJSON(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"replay", "-json", "-svg", t.TempDir(), "-config", "../../internal/replay/testdata/per-ip.toml",
-		"../../internal/replay/testdata/burst.log"}, &stdout, &stderr)
+	err := run(context.Background(), []string{"replay", "-json", "-svg", t.TempDir(), "-config", "internal/replay/testdata/per-ip.toml",
+		"internal/replay/testdata/burst.log"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}

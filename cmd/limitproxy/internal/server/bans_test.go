@@ -1,0 +1,103 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/limitproxy/limitproxy/proxy"
+)
+
+// TestBansAPI, the whole server over loopback: a client over its limit is
+// banned (the third request is rejected, the fourth refused as banned,
+// with Retry-After for the ban); GET …/bans lists it at level 1; DELETE
+// lifts it (204), after which the list is empty and the client's next
+// rejection is a first offence again; lifting a key with no ban is 404.
+func TestBansAPI(t *testing.T) {
+	r := startFile(t, func(path, up string) {
+		text := configText(up, 2, "1/h", "") + "  [policy.ban]\n  duration = \"1h\"\n  escalation = 2\n"
+		os.WriteFile(path, []byte(text), 0o644)
+	})
+	get := func() (int, string) {
+		resp, err := http.Get(r.proxy + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	type ban struct {
+		Key   string
+		Level int64
+		Until string
+	}
+	list := func() []ban {
+		t.Helper()
+		resp, err := http.Get(r.admin + "/api/v1/policies/all/bans")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct{ Bans []ban }
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("list: %d %v", resp.StatusCode, err)
+		}
+		return out.Bans
+	}
+	lift := func(key string) int {
+		req, _ := http.NewRequest("DELETE", r.admin+"/api/v1/policies/all/bans/"+key, nil)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i, want := range []int{200, 200, 429} {
+		if code, _ := get(); code != want {
+			t.Fatalf("request %d: %d, want %d", i+1, code, want)
+		}
+	}
+	code, retry := get()
+	if code != 429 || !strings.HasPrefix(retry, "3") || len(retry) != 4 {
+		t.Fatalf("banned: %d Retry-After %q, want 429 with about 3600", code, retry)
+	}
+	// Listed hashed (SPEC §4: keys are hashed before they are stored).
+	if bs := list(); len(bs) != 1 || bs[0].Key != proxy.StoreKey("9:127.0.0.1;") || bs[0].Level != 1 {
+		t.Fatalf("bans %+v, want 127.0.0.1's hash at level 1", bs)
+	}
+	if c := lift("127.0.0.1"); c != 204 {
+		t.Fatalf("lift: %d, want 204", c)
+	}
+	if bs := list(); len(bs) != 0 {
+		t.Fatalf("bans after the lift %+v, want none", bs)
+	}
+	if c := lift("127.0.0.1"); c != 404 {
+		t.Fatalf("lifting again: %d, want 404", c)
+	}
+	if code, _ := get(); code != 429 {
+		t.Fatalf("after the lift: %d, want 429 from the limit (its quota is still spent)", code)
+	}
+	if bs := list(); len(bs) != 1 || bs[0].Level != 1 {
+		t.Fatalf("bans %+v, want a first offence again (the lift forgot the first)", bs)
+	}
+	if c := lift("_?hash=" + list()[0].Key); c != 204 {
+		t.Fatalf("lift by the listed hash: %d, want 204", c)
+	}
+	resp, err := http.Get(r.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`limitproxy_bans_total{policy="all"} 2`, `limitproxy_requests_total{decision="banned",policy="all"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

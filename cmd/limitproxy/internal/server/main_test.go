@@ -1,0 +1,70 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/limitproxy/limitproxy/policy/config"
+)
+
+// listening is where a server under test listens.
+type listening = Addrs
+
+// serve runs a server for cfg, read from path ("" for none), until ctx is
+// done, sending its addresses on ready once it accepts connections.
+func serve(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- listening) error {
+	return runServer(ctx, path, cfg, stderr, ready, "test")
+}
+
+// startServer parses src (a configuration file's text, named name in
+// errors) and runs a server for it until the test ends, when serve must
+// return nil; it returns the server's addresses once it accepts.
+func startServer(t *testing.T, name, src string) listening {
+	t.Helper()
+	cfg, err := config.Parse(name, []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan listening, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, "", cfg, io.Discard, ready) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	select {
+	case l := <-ready:
+		return l
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	return listening{}
+}
+
+// syncWriter is a log destination tests read while the server writes.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// TestMain sets what must hold for every test of the package before any
+// runs: Pebble (the ACME tests' CA) otherwise waits up to 15 s before each
+// validation, and reads this when a validator is made, so t.Setenv, which
+// would keep TestACME from running in parallel, is not used.
+func TestMain(m *testing.M) {
+	os.Setenv("PEBBLE_VA_NOSLEEP", "1")
+	os.Exit(m.Run())
+}

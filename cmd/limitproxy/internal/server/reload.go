@@ -1,0 +1,191 @@
+package server
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy"
+)
+
+// reloader applies a configuration file to the running proxy (docs/configuration.md):
+// read, parse, validate and compile completely, then swap atomically; on
+// any error the running policies stay and the error is recorded. Reloads
+// are serialised; status may be read at any time. Safe for concurrent use.
+type reloader struct {
+	path    string
+	stores  *stores
+	handler *proxy.Handler
+	level   zap.AtomicLevel
+	log     *zap.Logger
+	now     func() time.Time
+	started *config.Config // what the listeners, store and logs were built from
+
+	mu     sync.Mutex // one reload at a time
+	status atomic.Pointer[reloadStatus]
+}
+
+// reloadStatus is what the admin API reports. A new value replaces the old
+// after every attempt; values are never modified.
+type reloadStatus struct {
+	Config         *config.Config // in force
+	LoadedAt       time.Time      // when it came into force
+	LastAttempt    time.Time
+	LastTrigger    string
+	LastError      error // of the last attempt; nil if it succeeded
+	Successes      int64
+	Failures       int64
+	PendingRestart []string // settings changed in the file that need a restart
+}
+
+func newReloader(path string, cfg *config.Config, st *stores, h *proxy.Handler, level zap.AtomicLevel, log *zap.Logger, now func() time.Time) *reloader {
+	r := &reloader{path: path, stores: st, handler: h, level: level, log: log.Named("reload"), now: now, started: cfg}
+	r.status.Store(&reloadStatus{Config: cfg, LoadedAt: now(), LastAttempt: now(), LastTrigger: "start"})
+	return r
+}
+
+// Status returns the latest status.
+func (r *reloader) Status() *reloadStatus { return r.status.Load() }
+
+// reload re-reads the file. trigger names what asked ("file", "sighup",
+// "api") for the log. It returns the error that kept the file from being
+// applied, if any.
+func (r *reloader) reload(trigger string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.status.Load()
+	next := *old
+	next.LastAttempt, next.LastTrigger = r.now(), trigger
+
+	if r.path == "" {
+		err := fmt.Errorf("started from the embedded example configuration: there is no file to reload")
+		next.LastError = err
+		next.Failures++
+		r.status.Store(&next)
+		return err
+	}
+	cfg, err := config.LoadWith(r.path, LoadOptions())
+	var set *policy.Set
+	if err == nil {
+		set, err = policy.Compile(cfg, r.stores.decide, r.now())
+	}
+	if err != nil {
+		next.LastError = err
+		next.Failures++
+		r.status.Store(&next)
+		r.log.Error("policy reload rejected", zap.String("file", r.path), zap.String("trigger", trigger), zap.Error(err))
+		return err
+	}
+	next.LastError = nil
+	next.Successes++
+	if cfg.Hash == old.Config.Hash {
+		r.status.Store(&next)
+		r.log.Debug("config unchanged", zap.String("file", r.path), zap.String("trigger", trigger))
+		return nil
+	}
+
+	r.handler.Swap(set)
+	r.level.SetLevel(levelOf(cfg.Log.Level))
+	added, removed, changed := diffPolicies(old.Config, cfg)
+	// Released at once in memory; Redis keys expire by their TTL.
+	r.stores.memory.Forget(sortedKeys(removedLimits(old.Config, cfg))...)
+	next.Config, next.LoadedAt = cfg, r.now()
+	next.PendingRestart = restartOnly(r.started, cfg)
+	r.status.Store(&next)
+	r.log.Info("policy reloaded", zap.String("file", r.path), zap.String("trigger", trigger), zap.String("hash", cfg.Hash[:12]),
+		zap.Strings("added", added), zap.Strings("removed", removed), zap.Strings("changed", changed))
+	if len(next.PendingRestart) > 0 {
+		r.log.Warn("settings changed that require a restart; they are not applied", zap.Strings("requires_restart", next.PendingRestart))
+	}
+	return nil
+}
+
+// diffPolicies names the policies added, removed and changed (in any way
+// that shows in their description) from a to b.
+func diffPolicies(a, b *config.Config) (added, removed, changed []string) {
+	was := map[string]string{}
+	for _, p := range a.Policies {
+		was[p.Name] = p.Describe()
+	}
+	now := map[string]bool{}
+	for _, p := range b.Policies {
+		now[p.Name] = true
+		switch d, ok := was[p.Name]; {
+		case !ok:
+			added = append(added, p.Name)
+		case d != p.Describe():
+			changed = append(changed, p.Name)
+		}
+	}
+	for _, p := range a.Policies {
+		if !now[p.Name] {
+			removed = append(removed, p.Name)
+		}
+	}
+	return added, removed, changed
+}
+
+// removedLimits returns the state names of a's limits that b no longer has
+// (a policy removed, or a limit whose algorithm or window changed).
+func removedLimits(a, b *config.Config) map[string]bool {
+	keep := map[string]bool{}
+	for _, n := range b.LimitNames() {
+		keep[n] = true
+	}
+	gone := map[string]bool{}
+	for _, n := range a.LimitNames() {
+		if !keep[n] {
+			gone[n] = true
+		}
+	}
+	return gone
+}
+
+func sortedKeys(names map[string]bool) []string {
+	out := make([]string, 0, len(names))
+	for n := range names {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// restartOnly lists the settings of b that differ from those the process
+// started with and cannot change while it runs: the listeners, the server's
+// timeouts, TLS, the store, the admin listener and the log's format.
+func restartOnly(a, b *config.Config) []string {
+	var out []string
+	check := func(name string, x, y any) {
+		if !reflect.DeepEqual(x, y) {
+			out = append(out, name)
+		}
+	}
+	check("server.listen", a.Server.Listen, b.Server.Listen)
+	check("server.read_header_timeout", a.Server.ReadHeaderTimeout, b.Server.ReadHeaderTimeout)
+	check("server.idle_timeout", a.Server.IdleTimeout, b.Server.IdleTimeout)
+	check("server.shutdown_timeout", a.Server.ShutdownTimeout, b.Server.ShutdownTimeout)
+	check("server.max_header_bytes", a.Server.MaxHeaderBytes, b.Server.MaxHeaderBytes)
+	check("server.max_connections", a.Server.MaxConnections, b.Server.MaxConnections)
+	check("server.proxy_protocol", a.Server.ProxyProtocol, b.Server.ProxyProtocol)
+	check("server.h2c", a.Server.H2C, b.Server.H2C)
+	check("server.tls", a.Server.TLS, b.Server.TLS)
+	check("admin", a.Admin, b.Admin)
+	check("store", a.Store, b.Store)
+	check("log.format", a.Log.Format, b.Log.Format)
+	check("log.access", a.Log.Access, b.Log.Access)
+	return out
+}
+
+func (s *reloadStatus) lastError() string {
+	if s.LastError == nil {
+		return ""
+	}
+	return fmt.Sprint(s.LastError)
+}

@@ -1,0 +1,190 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/limiter/redisstore"
+	"github.com/limitproxy/limitproxy/policy/config"
+)
+
+// stores is what serve decides with: the store the policies are bound to,
+// and the memory store (the store itself, or Redis's on_error "local"
+// fallback), whose janitor serve runs and whose state reloads release.
+type stores struct {
+	decide limiter.Store
+	memory *memstore.Store
+	redis  *redisstore.Store // nil for the memory backend
+	// bans is the penalty box ([policy.ban]); run keeps it (the Redis
+	// mirror's subscription, the memory records' sweep) until ctx ends.
+	bans    limiter.Bans
+	runBans func(ctx context.Context)
+	// overrides are the per-key overrides; runOverrides keeps the Redis
+	// mirror current until ctx ends (nothing to do in memory).
+	overrides    limiter.Overrides
+	runOverrides func(ctx context.Context)
+	// persistence says where a stored override lives (see
+	// overridePersistence).
+	persistence func(ctx context.Context) (persisted bool, where string)
+	close       func()
+}
+
+// banSweep is how often the memory penalty box drops expired records
+// (they are never reported once expired; this frees their memory).
+const banSweep = time.Minute
+
+// newStores builds the [store] of cfg; clock is the one the limiters'
+// instants come from. A Redis that does not answer at start-up is not an
+// error: decisions follow on_error until it does, and the log says so.
+func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stores, error) {
+	mem := memstore.New(memstore.Options{MaxKeys: cfg.MaxKeys, Clock: clock})
+	if cfg.Backend != config.BackendRedis {
+		ov, err := memstore.NewOverrides(memstore.OverrideOptions{Path: cfg.OverridesFile})
+		if err != nil {
+			return nil, fmt.Errorf("store.overrides_file: %w", err)
+		}
+		bans := memstore.NewBans(memstore.BanOptions{})
+		return &stores{decide: mem, memory: mem, bans: bans, runBans: func(ctx context.Context) {
+			t := time.NewTicker(banSweep)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					bans.Sweep(clock())
+				}
+			}
+		}, overrides: ov, runOverrides: func(context.Context) {}, persistence: func(context.Context) (bool, string) {
+			if cfg.OverridesFile == "" {
+				return false, "memory"
+			}
+			return true, "file"
+		}, close: func() {}}, nil
+	}
+	rc := cfg.Redis
+	password := ""
+	if rc.PasswordEnv != "" {
+		if password = os.Getenv(rc.PasswordEnv); password == "" {
+			return nil, fmt.Errorf("store.redis.password_env: environment variable %s is empty or unset", rc.PasswordEnv)
+		}
+	}
+	var tlsConfig *tls.Config
+	if rc.TLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	// One address: a single node; several: Redis Cluster; master_name:
+	// Sentinel. Every call is bounded by the decision's context
+	// (store.redis.timeout), and never retried past it.
+	client := redisstore.NewClient(redisstore.ClientOptions{
+		Addrs: rc.Addrs, MasterName: rc.MasterName, Username: rc.Username, Password: password, DB: rc.DB,
+		TLS: tlsConfig, Timeout: rc.Timeout,
+	})
+	log = log.Named("redis")
+	routeRedisLogs(log)
+	rs, err := redisstore.New(client, redisstore.Options{
+		Prefix: rc.Prefix, Timeout: rc.Timeout, OnError: string(rc.OnError), Fallback: mem,
+		OnBreaker: func(node string, open bool, err error) {
+			if open {
+				log.Error("redis unreachable: decisions on its keys follow on_error until it answers again", zap.String("node", node), zap.String("on_error", string(rc.OnError)), zap.Error(err))
+			} else {
+				log.Info("redis reachable again: limits on its keys are shared again", zap.String("node", node))
+			}
+		},
+	})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	if err := rs.Verify(context.Background()); errors.Is(err, redisstore.ErrClusterNode) {
+		client.Close()
+		return nil, fmt.Errorf("store.redis.addrs: %w", err)
+	} else if err != nil {
+		log.Warn("redis does not answer at start-up; decisions follow on_error until it does", zap.Strings("addrs", rc.Addrs), zap.Error(err))
+	}
+	bans := redisstore.NewBans(client, redisstore.BanOptions{Prefix: rc.Prefix, Timeout: rc.Timeout, Clock: clock})
+	run := func(ctx context.Context) {
+		if err := bans.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("the penalty box's subscription to Redis stopped", zap.Error(err))
+		}
+	}
+	ov := redisstore.NewOverrides(client, redisstore.OverrideOptions{Prefix: rc.Prefix, Timeout: max(rc.Timeout, time.Second)})
+	runOv := func(ctx context.Context) {
+		if err := ov.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("the overrides' subscription to Redis stopped", zap.Error(err))
+		}
+	}
+	persistence := func(ctx context.Context) (bool, string) {
+		durable, how, err := ov.Persistence(ctx)
+		if err != nil {
+			how = "unknown"
+		}
+		return durable, "redis " + how
+	}
+	return &stores{decide: rs, memory: mem, redis: rs, bans: bans, runBans: run, overrides: ov, runOverrides: runOv,
+		persistence: persistence, close: func() { client.Close() }}, nil
+}
+
+// redisLogs routes go-redis's own log lines (connection-pool trouble,
+// cluster topology changes), which it writes with the standard logger by
+// default, through zap at warn level.
+type redisLogs struct{ log atomic.Pointer[zap.Logger] }
+
+func (r *redisLogs) Printf(_ context.Context, format string, v ...any) {
+	r.log.Load().Warn("go-redis: " + fmt.Sprintf(format, v...))
+}
+
+var redisLogger redisLogs
+
+// routeRedisLogs sends go-redis's log lines to log. go-redis has one
+// logger for the whole process (redis.SetLogger), so it is installed once
+// and points at the logger of the latest Redis store.
+func routeRedisLogs(log *zap.Logger) {
+	if redisLogger.log.Swap(log) == nil {
+		redis.SetLogger(&redisLogger)
+	}
+}
+
+// ready reports whether the store decides as configured: always for
+// memory; for Redis, when it answers within its timeout (on Cluster every
+// master does), no node's circuit breaker is open (decisions follow
+// on_error there), and one address is not a Cluster node.
+func (s *stores) ready(ctx context.Context) error {
+	if s.redis == nil {
+		return nil
+	}
+	if err := s.redis.Ready(ctx); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+// CheckStore connects to the store cfg configures, as serving would, and
+// reports whether it decides as configured: the memory store always does;
+// Redis must answer within its timeout (on Cluster, every master must),
+// and one address must not be a Cluster node. For `limitproxy check
+// -connect`.
+func CheckStore(ctx context.Context, cfg config.Store) error {
+	if cfg.Backend != config.BackendRedis {
+		return nil
+	}
+	st, err := newStores(cfg, zap.NewNop(), time.Now)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	if err := st.ready(ctx); err != nil {
+		return fmt.Errorf("store.redis: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package memstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter"
+)
+
+// Interface guard.
+var _ limiter.Charger = (*Store)(nil)
+
+// Charge implements limiter.Charger: every limit is charged through the
+// limiter's Charge… steps, under the locks of the keys' shards (taken in
+// index order, as Decide takes them), so that one Charge is atomic
+// against decisions and other charges on the same keys. It never returns
+// an error but for a limit that cannot be charged (a leaky bucket), and
+// then charges nothing. A refund to a key the store does not hold (fresh,
+// or dropped by the janitor) changes nothing and stores nothing. It does
+// not allocate, but for a sliding log whose ring grows.
+func (s *Store) Charge(_ context.Context, limits []limiter.Limit, keys limiter.Keys, now, reservedAt time.Time, n int64) (limiter.Decision, error) {
+	for i := range limits {
+		if err := limits[i].CheckCharge(); err != nil {
+			return limiter.Decision{}, err
+		}
+	}
+	var (
+		ids [limiter.MaxLimits]int32
+		hs  [limiter.MaxLimits]uint64
+		shs [limiter.MaxLimits]*shard
+	)
+	s.hashes(keys, hs[:len(limits)], shs[:len(limits)])
+	for i := range limits {
+		ids[i] = s.handle(&limits[i])
+	}
+	locked := s.lock(hs[:len(limits)])
+	var d limiter.Decision
+	for i := range limits {
+		d.Merge(i, s.charge(shs[i], ids[i], &limits[i], hs[i], now, reservedAt, n))
+	}
+	s.unlock(locked)
+	return d, nil
+}
+
+// charge applies one limit's charge to the key with hash h. A key absent
+// is a fresh state: a charge inserts it, a refund only reads a zero value.
+// Requires sh.mu held.
+func (s *Store) charge(sh *shard, id int32, lim *limiter.Limit, h uint64, now, reservedAt time.Time, n int64) limiter.Decision {
+	t := sh.tablesFor(id)
+	if t.lim != lim {
+		t.lim = lim // the janitor reads the latest parameters
+	}
+	ns := now.UnixNano()
+	switch lim.Algorithm() {
+	case limiter.TokenBucket:
+		st := get(&t.tb, h)
+		if st == nil {
+			if n <= 0 {
+				var fresh limiter.TokenBucketState
+				return lim.ChargeTokenBucket(&fresh, now, reservedAt, n)
+			}
+			st = add(s, sh, &t.tb, h, ns)
+		}
+		return lim.ChargeTokenBucket(st, now, reservedAt, n)
+	case limiter.FixedWindow:
+		st := get(&t.fw, h)
+		if st == nil {
+			if n <= 0 {
+				var fresh limiter.FixedWindowState
+				return lim.ChargeFixedWindow(&fresh, now, reservedAt, n)
+			}
+			st = add(s, sh, &t.fw, h, ns)
+		}
+		return lim.ChargeFixedWindow(st, now, reservedAt, n)
+	case limiter.SlidingLog:
+		st := get(&t.sl, h)
+		if st == nil {
+			if n <= 0 {
+				var fresh limiter.SlidingLogState
+				return lim.ChargeSlidingLog(&fresh, now, reservedAt, n)
+			}
+			st = add(s, sh, &t.sl, h, ns)
+		}
+		return lim.ChargeSlidingLog(st, now, reservedAt, n)
+	case limiter.SlidingWindow:
+		k := lim.SlidingWindowCounters()
+		switch {
+		case k <= 2:
+			return chargeWindow(s, sh, &t.sw2, lim, h, now, reservedAt, ns, n)
+		case k <= 8:
+			return chargeWindow(s, sh, &t.sw8, lim, h, now, reservedAt, ns, n)
+		default:
+			return chargeWindow(s, sh, &t.sw65, lim, h, now, reservedAt, ns, n)
+		}
+	}
+	return limiter.Decision{} // unreachable: CheckCharge refused the rest
+}
+
+// chargeWindow is charge for sliding windows, whose states differ only in
+// how many counters they hold inline.
+func chargeWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *limiter.Limit, h uint64, now, reservedAt time.Time, ns, n int64) limiter.Decision {
+	st := get(tab, h)
+	if st == nil {
+		if n <= 0 {
+			var fresh S
+			return lim.ChargeSlidingWindow(view(&fresh, lim), now, reservedAt, n)
+		}
+		st = add(s, sh, tab, h, ns)
+	}
+	return lim.ChargeSlidingWindow(view(st, lim), now, reservedAt, n)
+}

@@ -1,0 +1,64 @@
+package memstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter"
+)
+
+var _ limiter.Slots = (*Store)(nil)
+
+// slotShards is how many locks the slot counts are spread over.
+const slotShards = 32
+
+// slotCounts are the slots held per (limit, key): entries leave the map
+// when their count returns to 0, so it holds no more entries than
+// requests in flight.
+type slotCounts struct {
+	mu sync.Mutex
+	n  map[slotKey]int64
+}
+
+type slotKey struct{ name, key string }
+
+// Take implements limiter.Slots.
+func (s *Store) Take(_ context.Context, name, key string, limit int64, _ time.Time) (limiter.Slot, bool, error) {
+	sh := &s.slots[s.hash(key)%slotShards]
+	k := slotKey{name, key}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.n[k] >= limit {
+		return limiter.Slot{}, false, nil
+	}
+	if sh.n == nil {
+		sh.n = map[slotKey]int64{}
+	}
+	sh.n[k]++
+	return limiter.Slot{Name: name, Key: key, ID: 1}, true, nil
+}
+
+// Give implements limiter.Slots.
+func (s *Store) Give(sl limiter.Slot) {
+	if sl.ID == 0 {
+		return
+	}
+	sh := &s.slots[s.hash(sl.Key)%slotShards]
+	k := slotKey{sl.Name, sl.Key}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if n := sh.n[k]; n > 1 {
+		sh.n[k] = n - 1
+	} else {
+		delete(sh.n, k)
+	}
+}
+
+// SlotsHeld returns the slots held for (name, key) now.
+func (s *Store) SlotsHeld(name, key string) int64 {
+	sh := &s.slots[s.hash(key)%slotShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.n[slotKey{name, key}]
+}

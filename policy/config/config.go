@@ -1,0 +1,476 @@
+package config
+
+import (
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter"
+)
+
+// Config is a validated configuration file, with every default applied
+// (see defaults.go). It holds no live objects: the policy package compiles
+// it. It is immutable once Parse returns it, and safe to share.
+type Config struct {
+	File      string // path it was read from
+	Hash      string // SHA-256 of the file, hex
+	Server    Server
+	Admin     Admin
+	Log       Log
+	Store     Store
+	Upstreams []Upstream
+	Policies  []Policy
+}
+
+// Server is [server].
+type Server struct {
+	Listen            string
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	ShutdownTimeout   time.Duration
+	MaxHeaderBytes    int
+	// MaxConnections bounds the proxy listener's open client connections;
+	// 0 means derived at start from the process's file-descriptor limit
+	// (see DefaultMaxConnections in package server).
+	MaxConnections int
+	// TrustedProxies are the peers whose ClientIPHeader is believed;
+	// empty: none, every request is keyed by its peer's address.
+	TrustedProxies []netip.Prefix
+	// ClientIPHeader is the one request header (canonical name) that
+	// carries the client address behind a trusted proxy: a list walked
+	// from the right (X-Forwarded-For, the default; a named header such
+	// as X-Real-IP or CF-Connecting-IP), or RFC 7239 Forwarded, whose
+	// elements' for= values make the list. No other forwarding header
+	// changes a client address. "" (a Server not made by Parse) means
+	// X-Forwarded-For.
+	ClientIPHeader string
+	// TrustedHops, when above zero, picks the client address as the
+	// TrustedHops-th element from the right of ClientIPHeader (Envoy's
+	// xff_num_trusted_hops): the number of proxies in front, the peer
+	// included, that each append to the header. Fewer elements, or that
+	// element not an address: the peer's address. Zero walks past the
+	// elements inside TrustedProxies instead.
+	TrustedHops      int
+	IPv6Prefix       int         // bits of an IPv6 client address that make its key
+	RateLimitHeaders HeadersMode // which rate-limit fields responses carry
+	// AmbiguousKeyParts is what becomes of a request whose keyed cookie or
+	// query parameter is repeated or malformed: refused with 400, or
+	// forwarded with only the value it was keyed by.
+	AmbiguousKeyParts AmbiguousMode
+	// UnderscoresInHeaders forwards request headers whose names hold an
+	// underscore; by default they are dropped, as nginx does.
+	UnderscoresInHeaders bool
+	// ClientBodyTimeout is the time allowed between two reads of a
+	// request body; SendTimeout between two writes of a response to the
+	// client (nginx's client_body_timeout and send_timeout).
+	ClientBodyTimeout, SendTimeout time.Duration
+	// ProxyProtocol makes the proxy listener read a PROXY protocol (v1
+	// or v2) header, before TLS, from peers in ProxyProtocolFrom: they
+	// must send one, and the address it carries becomes the connection's
+	// remote address; a header from any other peer is refused. A LOCAL or
+	// UNKNOWN header keeps the sender as the peer, and no forwarding
+	// header of that connection is believed.
+	ProxyProtocol bool
+	// ProxyProtocolFrom are the peers that may (and must) send a PROXY
+	// header; unset, TrustedProxies.
+	ProxyProtocolFrom []netip.Prefix
+	// H2C makes the plain-text proxy listener accept HTTP/2 with prior
+	// knowledge as well as HTTP/1.1 (gRPC clients without TLS). With TLS,
+	// HTTP/2 is negotiated by ALPN whatever it says.
+	H2C bool
+	TLS *TLS // nil: plain HTTP
+}
+
+// TLS is [server.tls].
+type TLS struct {
+	Mode                                                      TLSMode
+	Domains                                                   []string
+	Email, CA, CARoot, Storage, HTTPListen, CertFile, KeyFile string
+}
+
+// Admin is [admin].
+type Admin struct {
+	Listen   string // "" disables the admin listener
+	TokenEnv string
+	// RawTopKeys shows the top offenders' client keys as they are rather
+	// than hashed (GET /api/v1/top).
+	RawTopKeys bool
+	// AllowedHosts are the names, beyond an address or localhost, a
+	// request's Host may give to reach the admin listener: "name" (any
+	// port) or "name:port", in lower case without a trailing dot. Empty:
+	// none (the listen address and loopback names only).
+	AllowedHosts []string
+}
+
+// Log is [log].
+type Log struct {
+	Level  LogLevel
+	Format LogFormat
+	Access bool
+	// AccessReplay adds to the access log what `limitproxy replay` needs
+	// to decide each request again exactly: when it arrived, its client
+	// address, query, and the request headers the policies match or key
+	// on; and logs rejections at info level.
+	AccessReplay bool
+}
+
+// Store is [store].
+type Store struct {
+	Backend Backend
+	MaxKeys int
+	Redis   Redis
+	// OverridesFile is where the memory backend keeps the per-key
+	// overrides the admin API sets; "" keeps them in memory only.
+	OverridesFile string
+}
+
+// Redis is [store.redis].
+type Redis struct {
+	Addrs                             []string
+	MasterName, Username, PasswordEnv string
+	DB                                int
+	TLS                               bool
+	Timeout                           time.Duration
+	Prefix                            string
+	OnError                           OnError
+}
+
+// Upstream is one [[upstream]].
+type Upstream struct {
+	Name         string
+	Targets      []*url.URL
+	Timeout      time.Duration // to response headers
+	PreserveHost bool
+	MaxFails     int
+	FailTimeout  time.Duration
+	// Upgrades are the protocols (lower case) a client may upgrade to
+	// through this upstream; any other Upgrade is removed from the
+	// forwarded request. Default ["websocket"].
+	Upgrades []string
+	// AllowTrace lets TRACE requests through; otherwise they get 405.
+	AllowTrace bool
+	// Protocol is how requests are forwarded to http:// targets:
+	// HTTP/1.1, or HTTP/2 with prior knowledge (h2c, for gRPC backends
+	// without TLS). https:// targets negotiate by ALPN.
+	Protocol UpstreamProtocol
+	// Buffering reads a request's whole body before an upstream
+	// connection is taken (nginx's proxy_request_buffering). false says
+	// that the upstream takes streamed request bodies (gRPC client
+	// streams): only then does a body reach it while it arrives. No
+	// request header changes this.
+	Buffering bool
+	// MaxBodyBytes is the largest request body forwarded; larger ones get
+	// 413.
+	MaxBodyBytes int64
+	// MinBodyRate is the slowest a request body, buffered or streamed,
+	// may arrive, in bytes per second averaged over RateWindow; a slower
+	// one gets 408. Time the proxy is not waiting for the client (an
+	// upstream taking a streamed body slowly) does not count. 0: no
+	// minimum, only ClientBodyTimeout between two reads.
+	MinBodyRate int64
+	// RateWindow is the averaging window of MinBodyRate, and the grace a
+	// body has before the rate applies: a client that sends nothing is cut
+	// RateWindow after its last full-rate moment.
+	RateWindow time.Duration
+	// MaxStreamsPerKey is the most requests of one client key whose bodies
+	// stream to this upstream at once (with Buffering off); one more gets
+	// 429 with Retry-After. At least 1.
+	MaxStreamsPerKey int
+	// Concurrency limits the requests in flight to the upstream, all its
+	// targets together; nil: no limit.
+	Concurrency *Concurrency
+}
+
+// Concurrency is an upstream's [upstream.concurrency]: a fixed limit on
+// the requests in flight (HAProxy's maxconn) or an adaptive one, with a
+// queue in front (docs/concurrency.md).
+type Concurrency struct {
+	// Limit is the fixed limit; with Adaptive, the limit to start from.
+	Limit int
+	// Adaptive learns the limit, between MinLimit and MaxLimit, from the
+	// latency and errors of the upstream's answers.
+	Adaptive           bool
+	MinLimit, MaxLimit int
+	// Queue is the most requests waiting for a slot, MaxWait the longest
+	// one waits (then 503).
+	Queue   int
+	MaxWait time.Duration
+	// FairShare hands slots round-robin to the client keys waiting.
+	FairShare bool
+	// Mode is Enforce or Shadow (decide and count, never hold or shed).
+	Mode Mode
+	// Classes are the priority classes, highest first, DefaultClass among
+	// them (last unless listed elsewhere); nil: none, every request alike.
+	Classes []Class
+}
+
+// Class is a priority class of an upstream's concurrency limit.
+type Class struct {
+	Name string
+	// Reserve is the share of the limit, from 0 to below 1, kept for the
+	// class's requests alone.
+	Reserve float64
+}
+
+// DefaultClass is the class of the requests of a policy that names none.
+const DefaultClass = "default"
+
+// MaxClasses is the most priority classes an upstream may have.
+const MaxClasses = 16
+
+// UpstreamProtocol is an upstream's protocol setting.
+type UpstreamProtocol string
+
+// The upstream protocols.
+const (
+	ProtocolHTTP1 UpstreamProtocol = "http1" // HTTP/1.1 to http:// targets
+	ProtocolH2C   UpstreamProtocol = "h2c"   // HTTP/2 with prior knowledge to http:// targets
+)
+
+// Mode is a policy's mode.
+type Mode string
+
+// The modes.
+const (
+	Enforce Mode = "enforce"
+	Shadow  Mode = "shadow" // decide and count, never reject or delay
+)
+
+// OnMissing says what a policy (or a limit with a key of its own) does
+// with a request that lacks a key part.
+type OnMissing string
+
+// The on_missing behaviours (docs/configuration.md).
+const (
+	MissingShared OnMissing = "shared" // the absent part is one shared value
+	MissingIP     OnMissing = "ip"     // key the request by its client IP instead
+	MissingSkip   OnMissing = "skip"   // the limits keyed so do not count the request, as nginx does for an empty key
+	MissingReject OnMissing = "reject" // answer 400
+)
+
+// Policy is one validated [[policy]], not yet bound to a store.
+type Policy struct {
+	Name      string
+	Index     int // position in the file
+	Upstream  string
+	Mode      Mode
+	Key       []KeyPart
+	OnMissing OnMissing
+	Match     Match
+	Limits    []limiter.Limit
+	// LimitKeys holds, for each of Limits, the key it counts requests
+	// under: the policy's Key and OnMissing, or the limit's own (or its
+	// shared limit's). OwnKeys is set when any differs from the policy's.
+	LimitKeys []LimitKey
+	OwnKeys   bool
+	Reject    Reject
+	// Concurrency limits the requests in flight per client key (the
+	// policy's Key); nil: none.
+	Concurrency *PolicyConcurrency
+	// Class is the index of the policy's priority class among its
+	// upstream's Concurrency.Classes, ClassName its name; 0 and "" when
+	// the upstream has no classes.
+	Class     int
+	ClassName string
+	// Charges holds, for each of Limits, when and how much it is
+	// charged, when that is not at once by the request's cost; nil when
+	// no limit of the policy reads the answer.
+	Charges []Charge
+	// Ban is the policy's penalty box; nil: none.
+	Ban *Ban
+}
+
+// Charge says how a limit that reads the upstream's answer is charged
+// (docs/response-limits.md). The zero Charge is an ordinary limit: the
+// request's cost, charged when it is admitted.
+type Charge struct {
+	// Count, if not nil, charges the limit only for answers it matches;
+	// every request is checked against the limit before it is forwarded
+	// (one over its limit is rejected), and charged the limit's cost (or
+	// its CostFrom) when its answer matches.
+	Count *CountRule
+	// CostFrom is the response header (or, with Trailer, trailer) whose
+	// value, a whole number, is the request's cost; "" for none.
+	CostFrom string
+	Trailer  bool
+	// Estimate is the cost reserved before the request is forwarded when
+	// CostFrom is set (at least 1): the configured value, and the
+	// fallback of EstimateHeader and EstimateAverage.
+	Estimate int64
+	// EstimateHeader is a request header whose value is the estimate;
+	// "" for none.
+	EstimateHeader string
+	// EstimateAverage reserves the running average of the key's costs.
+	EstimateAverage bool
+}
+
+// Deferred reports whether c charges after the answer rather than at
+// admission.
+func (c Charge) Deferred() bool { return c.Count != nil || c.CostFrom != "" }
+
+// CountRule is a limit's count: which answers it charges. Every condition
+// given must hold.
+type CountRule struct {
+	// Status are the statuses counted; empty: any.
+	Status []StatusRange
+	// Header is a response header that must be present; "": none.
+	Header string
+}
+
+// Matches reports whether an answer with status and header hdr counts.
+func (c *CountRule) Matches(status int, hdr http.Header) bool {
+	if len(c.Status) > 0 {
+		in := false
+		for _, r := range c.Status {
+			if status >= r.Lo && status <= r.Hi {
+				in = true
+				break
+			}
+		}
+		if !in {
+			return false
+		}
+	}
+	return c.Header == "" || len(hdr.Values(c.Header)) > 0
+}
+
+// StatusRange is a status (Lo == Hi) or a class such as 4xx (400–499).
+type StatusRange struct{ Lo, Hi int }
+
+// Ban is a policy's [policy.ban]: a client key that a limit of the policy
+// rejects is refused for Duration without reaching the upstream; each new
+// offence within ForgetAfter of the last multiplies the ban by Escalation,
+// up to MaxDuration.
+type Ban struct {
+	Duration    time.Duration
+	Escalation  int64 // ≥ 1; 1: every ban lasts Duration
+	MaxDuration time.Duration
+	ForgetAfter time.Duration
+	Status      int  // 429 or 403
+	Shadow      bool // count and log bans, never refuse a request for one
+}
+
+// PolicyConcurrency is a policy's [policy.concurrency]: at most Limit
+// requests of one client key in flight at once (nginx's limit_conn,
+// Traefik's inFlightReq), up to Queue more waiting at most MaxWait for
+// one to end; the rest get the policy's reject status.
+type PolicyConcurrency struct {
+	Limit   int64
+	Queue   int
+	MaxWait time.Duration
+}
+
+// LimitKey is the client key one limit counts requests under.
+type LimitKey struct {
+	Parts     []KeyPart
+	OnMissing OnMissing
+}
+
+// Equal reports whether k and o build the same key from every request.
+func (k LimitKey) Equal(o LimitKey) bool {
+	if k.OnMissing != o.OnMissing || len(k.Parts) != len(o.Parts) {
+		return false
+	}
+	for i := range k.Parts {
+		if k.Parts[i] != o.Parts[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// String describes k as the configuration writes it, e.g.
+// "[ip header:X-Api-Key] on_missing=shared".
+func (k LimitKey) String() string {
+	parts := make([]string, len(k.Parts))
+	for i, p := range k.Parts {
+		parts[i] = p.String()
+	}
+	return "[" + strings.Join(parts, " ") + "] on_missing=" + string(k.OnMissing)
+}
+
+// Reject is [policy.reject]: what a rejected request gets.
+type Reject struct {
+	Status      int
+	Body        string // "" means the problem+json body of docs/responses.md
+	ContentType string
+}
+
+// HeadersMode is [server] rate_limit_headers: which rate-limit fields
+// responses carry.
+type HeadersMode string
+
+// The rate_limit_headers modes.
+const (
+	HeadersDraft  HeadersMode = "draft"  // IETF draft-10 RateLimit-Policy and RateLimit
+	HeadersLegacy HeadersMode = "legacy" // X-RateLimit-Limit, -Remaining, -Reset
+	HeadersBoth   HeadersMode = "both"
+	HeadersNone   HeadersMode = "none"
+)
+
+// AmbiguousMode is [server] ambiguous_key_parts: what becomes of a
+// request whose keyed cookie or query parameter appears more than once,
+// or is malformed, so that upstreams could read another value than the
+// one the request was keyed by.
+type AmbiguousMode string
+
+// The ambiguous_key_parts modes.
+const (
+	// AmbiguousReject answers such a request 400.
+	AmbiguousReject AmbiguousMode = "reject"
+	// AmbiguousRewrite keys it by the last well-formed value and forwards
+	// the request with that value only: every other occurrence of the
+	// cookie or parameter is removed from the Cookie fields or the query.
+	AmbiguousRewrite AmbiguousMode = "rewrite"
+)
+
+// TLSMode is [server.tls] mode.
+type TLSMode string
+
+// The TLS modes.
+const (
+	TLSACME  TLSMode = "acme"  // certificates obtained and renewed by certmagic
+	TLSFiles TLSMode = "files" // certificate and key files, reloaded when they change
+)
+
+// LogLevel is [log] level.
+type LogLevel string
+
+// The log levels.
+const (
+	LevelDebug LogLevel = "debug"
+	LevelInfo  LogLevel = "info"
+	LevelWarn  LogLevel = "warn"
+	LevelError LogLevel = "error"
+)
+
+// LogFormat is [log] format.
+type LogFormat string
+
+// The log formats.
+const (
+	FormatJSON    LogFormat = "json"
+	FormatConsole LogFormat = "console"
+)
+
+// Backend is [store] backend.
+type Backend string
+
+// The store backends.
+const (
+	BackendMemory Backend = "memory" // embedded, in this process
+	BackendRedis  Backend = "redis"
+)
+
+// OnError is [store.redis] on_error: what a decision does when Redis does
+// not answer in time.
+type OnError string
+
+// The on_error behaviours.
+const (
+	OnErrorLocal OnError = "local" // decide with the in-memory store
+	OnErrorAllow OnError = "allow"
+	OnErrorDeny  OnError = "deny"
+)

@@ -1,0 +1,218 @@
+package config
+
+import (
+	"fmt"
+	"net/textproto"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/limitproxy/limitproxy/limiter"
+)
+
+// LimitNames returns the state names of every limit of every policy (see
+// limiter.StateNames).
+func (c *Config) LimitNames() []string {
+	var names []string
+	for _, p := range c.Policies {
+		names = append(names, limiter.StateNames(p.Name, p.Limits...)...)
+	}
+	return names
+}
+
+// Describe returns a one-line description of p that changes whenever
+// anything p does changes; reloads compare descriptions to report which
+// policies changed.
+func (p *Policy) Describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "upstream=%s mode=%s key=[", p.Upstream, p.Mode)
+	for i, k := range p.Key {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(k.String())
+	}
+	fmt.Fprintf(&b, "] on_missing=%s match={%s} limits=[", p.OnMissing, p.Match.String())
+	pk := LimitKey{Parts: p.Key, OnMissing: p.OnMissing}
+	for i, l := range p.Limits {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(l.String())
+		if i < len(p.LimitKeys) && !p.LimitKeys[i].Equal(pk) {
+			b.WriteString(" key=" + p.LimitKeys[i].String())
+		}
+	}
+	fmt.Fprintf(&b, "] reject=%d", p.Reject.Status)
+	if p.Reject.Body != "" {
+		fmt.Fprintf(&b, " %q %q", p.Reject.ContentType, p.Reject.Body)
+	}
+	return b.String()
+}
+
+// Upstream returns the upstream named name.
+func (c *Config) Upstream(name string) (Upstream, bool) {
+	for _, u := range c.Upstreams {
+		if u.Name == name {
+			return u, true
+		}
+	}
+	return Upstream{}, false
+}
+
+// Match is a validated match table (docs/configuration.md): every condition given must
+// hold. A policy without a match table, or with an empty one, has All set.
+// The policy package compiles it into the matcher the data path runs.
+type Match struct {
+	All        bool
+	Hosts      []string // lower case, no trailing dot; "*.example.com" matches sub-domains
+	Methods    []string
+	Path       string // exact, when HasPath
+	HasPath    bool
+	PathPrefix string
+	PathRegex  *regexp.Regexp // nil: none
+	Headers    []HeaderMatch  // sorted by name
+}
+
+// HeaderMatch is one condition of a match table's headers.
+type HeaderMatch struct {
+	Name  string // canonical
+	Value string
+	Any   bool // "*": present with any value
+}
+
+// String describes m's conditions, e.g. "methods=[POST] path=/login".
+func (m *Match) String() string {
+	if m.All {
+		return "all"
+	}
+	var parts []string
+	if len(m.Hosts) > 0 {
+		parts = append(parts, fmt.Sprintf("hosts=%v", m.Hosts))
+	}
+	if len(m.Methods) > 0 {
+		parts = append(parts, fmt.Sprintf("methods=%v", m.Methods))
+	}
+	if m.HasPath {
+		parts = append(parts, "path="+m.Path)
+	}
+	if m.PathPrefix != "" {
+		parts = append(parts, "path_prefix="+m.PathPrefix)
+	}
+	if m.PathRegex != nil {
+		parts = append(parts, "path_regex="+m.PathRegex.String())
+	}
+	for _, h := range m.Headers {
+		parts = append(parts, fmt.Sprintf("header %s=%q", h.Name, h.Value))
+	}
+	return strings.Join(parts, " ")
+}
+
+// HostName returns a Host header value without its :port (and an IPv6
+// literal without its brackets): what host matching and the "host" key part
+// compare.
+func HostName(host string) string {
+	if strings.HasPrefix(host, "[") {
+		if i := strings.Index(host, "]"); i > 0 {
+			return host[1:i]
+		}
+		return host
+	}
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.Count(host, ":") == 1 {
+		return host[:i]
+	}
+	return host
+}
+
+func canonicalHeader(name string) string { return textproto.CanonicalMIMEHeaderKey(name) }
+
+func sortHeaders(h []HeaderMatch) {
+	sort.Slice(h, func(i, j int) bool { return h[i].Name < h[j].Name })
+}
+
+// validToken reports whether s is an HTTP token (RFC 9110 §5.6.2).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// KeyKind is the kind of one part of a client key (docs/configuration.md).
+type KeyKind uint8
+
+// The key parts.
+const (
+	KeyIP     KeyKind = iota + 1 // the client address (trusted proxies considered)
+	KeyHeader                    // header:NAME
+	KeyQuery                     // query:NAME
+	KeyCookie                    // cookie:NAME
+	KeyHost                      // the Host, lower case, without port
+	KeyMethod
+	KeyPath
+)
+
+// KeyPart is one element of a policy's key list.
+type KeyPart struct {
+	Kind KeyKind
+	Name string // for header (canonical), query and cookie
+}
+
+// String returns the part as the key list writes it, e.g. "header:X-Api-Key".
+func (k KeyPart) String() string {
+	switch k.Kind {
+	case KeyIP:
+		return "ip"
+	case KeyHeader:
+		return "header:" + k.Name
+	case KeyQuery:
+		return "query:" + k.Name
+	case KeyCookie:
+		return "cookie:" + k.Name
+	case KeyHost:
+		return "host"
+	case KeyMethod:
+		return "method"
+	case KeyPath:
+		return "path"
+	}
+	return "?"
+}
+
+// parseKeyPart parses one element of a key list: ip, host, method, path,
+// header:NAME, query:NAME or cookie:NAME.
+func parseKeyPart(s string) (KeyPart, error) {
+	switch s {
+	case "ip":
+		return KeyPart{Kind: KeyIP}, nil
+	case "host":
+		return KeyPart{Kind: KeyHost}, nil
+	case "method":
+		return KeyPart{Kind: KeyMethod}, nil
+	case "path":
+		return KeyPart{Kind: KeyPath}, nil
+	}
+	kind, name, ok := strings.Cut(s, ":")
+	if ok && name != "" {
+		switch kind {
+		case "header":
+			if !validToken(name) {
+				return KeyPart{}, fmt.Errorf("%q: %q is not a header name", s, name)
+			}
+			return KeyPart{Kind: KeyHeader, Name: canonicalHeader(name)}, nil
+		case "query":
+			return KeyPart{Kind: KeyQuery, Name: name}, nil
+		case "cookie":
+			if !validToken(name) {
+				return KeyPart{}, fmt.Errorf("%q: %q is not a cookie name", s, name)
+			}
+			return KeyPart{Kind: KeyCookie, Name: name}, nil
+		}
+	}
+	return KeyPart{}, fmt.Errorf("%q is not a key part (want ip, host, method, path, header:NAME, query:NAME or cookie:NAME)", s)
+}

@@ -1,0 +1,154 @@
+package config
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/redisstore"
+)
+
+var update = flag.Bool("update", false, "rewrite the .golden files of testdata/policy/invalid")
+
+// TestInvalid runs every file of testdata/policy/invalid and compares the
+// errors, every one with its position, to the file's .golden.
+func TestInvalid(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/policy/invalid/*.toml")
+	if len(files) == 0 {
+		t.Fatal("no invalid test files")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			// With the Redis store's own checks, as the server passes
+			// them (config itself does not import the store).
+			_, err := LoadWith(f, Options{StoreChecks: map[Backend]func(limiter.Limit) error{BackendRedis: redisstore.Check}})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			got := strings.ReplaceAll(err.Error(), "../../testdata/policy/invalid/", "") + "\n"
+			golden := strings.TrimSuffix(f, ".toml") + ".golden"
+			if *update {
+				os.WriteFile(golden, []byte(got), 0o644)
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("errors:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
+// TestValid loads every valid file and the example configuration.
+func TestValid(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/policy/valid/*.toml")
+	files = append(files, "../../config.example.toml")
+	for _, f := range files {
+		cfg, err := Load(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if len(cfg.Policies) == 0 || len(cfg.Hash) != 64 {
+			t.Errorf("%s: %d policies, hash %q", f, len(cfg.Policies), cfg.Hash)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load("../../testdata/policy/valid/minimal.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Server
+	if s.Listen != ":8080" || s.ReadHeaderTimeout != 5*time.Second || s.ShutdownTimeout != 30*time.Second ||
+		s.MaxHeaderBytes != 65536 || s.IPv6Prefix != 64 || s.RateLimitHeaders != "draft" {
+		t.Errorf("server defaults: %+v", s)
+	}
+	p := cfg.Policies[0]
+	if p.Mode != Enforce || p.OnMissing != MissingShared || len(p.Key) != 1 || p.Key[0].Kind != KeyIP || !p.Match.All {
+		t.Errorf("policy defaults: %+v", p)
+	}
+	if tb := p.Limits[0].TokenBucket(); tb.Burst != 100 {
+		t.Errorf("token bucket burst default = %d, want one period of the rate (100)", tb.Burst)
+	}
+	if p.Reject.Status != 429 {
+		t.Errorf("reject status default = %d", p.Reject.Status)
+	}
+	if u := cfg.Upstreams[0]; !u.Buffering || u.MinBodyRate != 1024 || u.RateWindow != 20*time.Second || u.MaxStreamsPerKey != 16 {
+		t.Errorf("upstream body defaults: buffering %v, min_body_rate %d, body_rate_window %v, max_streams_per_key %d",
+			u.Buffering, u.MinBodyRate, u.RateWindow, u.MaxStreamsPerKey)
+	}
+}
+
+// TestDefaultMaxWait: without max_wait, a leaky bucket lets its whole
+// queue wait whatever its cost — queue 5 at cost 2 and 10/s is 6 requests
+// of 200ms — and the interval is rounded up as the bucket spaces requests
+// (3/s: 333,333,334ns), so the last waiter is never cut off by rounding.
+func TestDefaultMaxWait(t *testing.T) {
+	for _, c := range []struct {
+		limit string
+		want  time.Duration
+	}{
+		{`rate = "10/s"
+  queue = 5
+  cost = 2`, 1200 * time.Millisecond},
+		{`rate = "10/s"
+  queue = 5`, 600 * time.Millisecond},
+		{`rate = "3/s"
+  queue = 3`, 4 * 333_333_334},
+		{`rate = "10/s"
+  queue = 5
+  cost = 2
+  max_wait = "1s"`, time.Second},
+	} {
+		f := filepath.Join(t.TempDir(), "c.toml")
+		os.WriteFile(f, []byte(`[[upstream]]
+name = "u"
+targets = ["http://127.0.0.1:1"]
+[[policy]]
+name = "p"
+upstream = "u"
+  [[policy.limits]]
+  algorithm = "leaky_bucket"
+  `+c.limit+"\n"), 0o644)
+		cfg, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Policies[0].Limits[0].LeakyBucket().MaxWait; got != c.want {
+			t.Errorf("%s: max_wait %v, want %v", c.limit, got, c.want)
+		}
+	}
+}
+
+// TestClasses: classes keep their order, highest first; "default" stays
+// where it is listed, or comes last; each policy gets its class's index.
+func TestClasses(t *testing.T) {
+	cfg, err := Load("../../testdata/policy/valid/classes.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Upstreams[0].Concurrency.Classes, []Class{{"checkout", 0.2}, {"default", 0}, {"bulk", 0}}; !slices.Equal(got, want) {
+		t.Errorf("shop's classes %v, want %v", got, want)
+	}
+	if got, want := cfg.Upstreams[1].Concurrency.Classes, []Class{{"interactive", 0.25}, {"default", 0}}; !slices.Equal(got, want) {
+		t.Errorf("legacy's classes %v, want %v", got, want)
+	}
+	for i, want := range []struct {
+		class int
+		name  string
+	}{{0, "checkout"}, {2, "bulk"}, {1, "default"}, {1, "default"}} {
+		if p := cfg.Policies[i]; p.Class != want.class || p.ClassName != want.name {
+			t.Errorf("policy %s: class %d %q, want %d %q", p.Name, p.Class, p.ClassName, want.class, want.name)
+		}
+	}
+}

@@ -1,0 +1,338 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter"
+)
+
+// The value types of the configuration. Each decodes itself from TOML
+// (UnmarshalTOML) and, instead of failing the whole decode, records what was
+// wrong with it, so that one pass over a file finds every bad value; Parse
+// then reports them all, each at its key's file:line:col. Set reports
+// whether the key was present at all.
+
+// Value is a configuration value of a plain TOML type: string, int64 or
+// bool. The zero value is an absent key.
+type Value[T string | int64 | bool] struct {
+	V   T
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (v *Value[T]) UnmarshalTOML(data any) error {
+	v.Set = true
+	x, ok := data.(T)
+	if !ok {
+		v.err = fmt.Errorf("must be %s, not %s", kindOf(v.V), describe(data))
+		return nil
+	}
+	v.V = x
+	return nil
+}
+
+// Or returns the value, or def when the key is absent.
+func (v Value[T]) Or(def T) T {
+	if !v.Set {
+		return def
+	}
+	return v.V
+}
+
+func kindOf(x any) string {
+	switch x.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case bool:
+		return "true or false"
+	}
+	return fmt.Sprintf("%T", x)
+}
+
+// describe names a decoded TOML value for an error message.
+func describe(data any) string {
+	switch d := data.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", d)
+	case int64:
+		return fmt.Sprintf("the integer %d", d)
+	case float64:
+		return fmt.Sprintf("the number %v", d)
+	case bool:
+		return fmt.Sprintf("%v", d)
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a %T", data)
+}
+
+// Strings is an array of strings. The zero value is an absent key.
+type Strings struct {
+	V   []string
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (s *Strings) UnmarshalTOML(data any) error {
+	s.Set = true
+	arr, ok := data.([]any)
+	if !ok {
+		s.err = fmt.Errorf("must be an array of strings, not %s", describe(data))
+		return nil
+	}
+	s.V = make([]string, 0, len(arr))
+	for i, e := range arr {
+		str, ok := e.(string)
+		if !ok {
+			s.err = fmt.Errorf("element %d must be a string, not %s", i, describe(e))
+			return nil
+		}
+		s.V = append(s.V, str)
+	}
+	return nil
+}
+
+// Duration is a length of time written as a string with a unit ("250ms",
+// "1m", "1h30m"). A bare integer is an error: TOML would have it read as
+// nanoseconds, which is never what was meant.
+type Duration struct {
+	D   time.Duration
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (d *Duration) UnmarshalTOML(data any) error {
+	d.Set = true
+	switch v := data.(type) {
+	case string:
+		x, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			d.err = fmt.Errorf("%q is not a duration (write e.g. \"250ms\", \"30s\", \"1m\")", v)
+		case x < 0:
+			d.err = fmt.Errorf("%q is negative", v)
+		default:
+			d.D = x
+		}
+	case int64:
+		d.err = fmt.Errorf("bare integer %d: durations are strings with a unit, e.g. \"%ds\"", v, v)
+	default:
+		d.err = fmt.Errorf("must be a duration string such as \"30s\", not %s", describe(data))
+	}
+	return nil
+}
+
+// Or returns the duration, or def when the key is absent.
+func (d Duration) Or(def time.Duration) time.Duration {
+	if !d.Set {
+		return def
+	}
+	return d.D
+}
+
+// rateValue is a rate written "N/s", "N/m", "N/h", "N/d" or "N/<duration>"
+// ("30/5m" is 30 per 5 minutes), kept exactly as written.
+type rateValue struct {
+	limiter.Rate
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (r *rateValue) UnmarshalTOML(data any) error {
+	r.Set = true
+	s, ok := data.(string)
+	if !ok {
+		r.err = fmt.Errorf("must be a string such as \"10/s\", not %s", describe(data))
+		return nil
+	}
+	r.Rate, r.err = parseRate(s)
+	return nil
+}
+
+// errBadRate is wrapped by parseRate's errors.
+var errBadRate = errors.New("bad rate")
+
+// parseRate parses "N/s", "N/m", "N/h", "N/d" or "N/<duration>".
+func parseRate(s string) (limiter.Rate, error) {
+	num, per, ok := strings.Cut(s, "/")
+	if !ok {
+		return limiter.Rate{}, fmt.Errorf("%w %q: write N/s, N/m, N/h, N/d or N/<duration> such as \"30/5m\"", errBadRate, s)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 {
+		return limiter.Rate{}, fmt.Errorf("%w %q: the count before / must be a whole number above zero", errBadRate, s)
+	}
+	var d time.Duration
+	switch per = strings.TrimSpace(per); per {
+	case "s":
+		d = time.Second
+	case "m":
+		d = time.Minute
+	case "h":
+		d = time.Hour
+	case "d":
+		d = 24 * time.Hour
+	default:
+		d, err = time.ParseDuration(per)
+		if err != nil || d <= 0 {
+			return limiter.Rate{}, fmt.Errorf("%w %q: the period after / must be s, m, h, d or a positive duration such as 5m", errBadRate, s)
+		}
+	}
+	r := limiter.Rate{N: n, Per: d}
+	if n > limiter.MaxCount {
+		return limiter.Rate{}, fmt.Errorf("%w %q: at most %d per period", errBadRate, s, limiter.MaxCount)
+	}
+	return r, nil
+}
+
+// cidrs is a list of networks in CIDR notation; a bare address means just
+// that address (a /32 or /128).
+type cidrs struct {
+	V   []netip.Prefix
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (c *cidrs) UnmarshalTOML(data any) error {
+	var s Strings
+	s.UnmarshalTOML(data)
+	c.Set, c.err = true, s.err
+	for i, v := range s.V {
+		p, err := parsePrefix(v)
+		if err != nil {
+			c.err = fmt.Errorf("element %d: %v", i, err)
+			return nil
+		}
+		c.V = append(c.V, p)
+	}
+	return nil
+}
+
+// parsePrefix parses "10.0.0.0/8", "2001:db8::/32" or a single address.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR such as \"10.0.0.0/8\"", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an address or CIDR", s)
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+}
+
+// valueError returns the error recorded by a decoded value, if any.
+func valueError(v any) error {
+	switch v := v.(type) {
+	case *Value[string]:
+		return v.err
+	case *Value[int64]:
+		return v.err
+	case *Value[bool]:
+		return v.err
+	case *Strings:
+		return v.err
+	case *Duration:
+		return v.err
+	case *rateValue:
+		return v.err
+	case *cidrs:
+		return v.err
+	case *share:
+		return v.err
+	case *statuses:
+		return v.err
+	}
+	return nil
+}
+
+// share is a fraction of a whole: a TOML float from 0 to below 1, 0, or
+// a string such as "20%".
+type share struct {
+	V   float64
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (s *share) UnmarshalTOML(data any) error {
+	s.Set = true
+	switch v := data.(type) {
+	case float64:
+		s.V = v
+	case int64:
+		s.V = float64(v)
+	case string:
+		pct, ok := strings.CutSuffix(strings.TrimSpace(v), "%")
+		f, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
+		if !ok || err != nil {
+			s.err = fmt.Errorf("%q: write a fraction such as 0.2 or a percentage such as \"20%%\"", v)
+			return nil
+		}
+		s.V = f / 100
+	default:
+		s.err = fmt.Errorf("must be a fraction such as 0.2 or a string such as \"20%%\", not %s", describe(data))
+		return nil
+	}
+	if math.IsNaN(s.V) || s.V < 0 || s.V >= 1 {
+		s.err = fmt.Errorf("%v: must be from 0 to below 1 (a share of the limit)", data)
+	}
+	return nil
+}
+
+// statuses is a list of response statuses: codes (401) and classes
+// ("4xx"), each as a range [Lo, Hi].
+type statuses struct {
+	V   []StatusRange
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (s *statuses) UnmarshalTOML(data any) error {
+	s.Set = true
+	arr, ok := data.([]any)
+	if !ok {
+		s.err = fmt.Errorf("must be an array of statuses such as [401, 403] or [\"5xx\"], not %s", describe(data))
+		return nil
+	}
+	for i, e := range arr {
+		switch v := e.(type) {
+		case int64:
+			if v < 100 || v > 599 {
+				s.err = fmt.Errorf("element %d: %d is not an HTTP status (100..599)", i, v)
+				return nil
+			}
+			s.V = append(s.V, StatusRange{int(v), int(v)})
+		case string:
+			if len(v) != 3 || v[0] < '1' || v[0] > '5' || strings.ToLower(v[1:]) != "xx" {
+				s.err = fmt.Errorf("element %d: %q: write a status (401) or a class (\"4xx\")", i, v)
+				return nil
+			}
+			lo := int(v[0]-'0') * 100
+			s.V = append(s.V, StatusRange{lo, lo + 99})
+		default:
+			s.err = fmt.Errorf("element %d must be a status (401) or a class (\"4xx\"), not %s", i, describe(e))
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,1043 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/limitproxy/limitproxy/limiter"
+)
+
+// envName is what an environment variable's name may be.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// nameRE is what a policy name may be: it is quoted in RateLimit headers
+// (a Structured Field string) and used as a metric label.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// oneOf reports v at key unless it is one of allowed.
+func oneOf[T ~string](c *collector, key string, v T, allowed ...T) {
+	q := make([]string, len(allowed))
+	for i, a := range allowed {
+		if v == a {
+			return
+		}
+		q[i] = strconv.Quote(string(a))
+	}
+	c.add(key, "%q is not one of %s", v, strings.Join(q, ", "))
+}
+
+// validate applies defaults and checks everything that involves more than
+// one value, section by section. Errors go to c; the Config is meaningful
+// only if there are none.
+func validate(raw *rawFile, c *collector, o Options) *Config {
+	cfg := &Config{
+		Server: validateServer(&raw.Server, c),
+		Admin:  validateAdmin(&raw.Admin, c),
+		Log:    validateLog(&raw.Log, c),
+		Store:  validateStore(&raw.Store, c),
+	}
+	upstreams := map[string]int{}
+	for i := range raw.Upstream {
+		cfg.Upstreams = append(cfg.Upstreams, validateUpstream(&raw.Upstream[i], fmt.Sprintf("upstream[%d]", i), upstreams, i, c))
+	}
+	check := o.StoreChecks[cfg.Store.Backend]
+	shared := validateShared(raw.Shared, check, c)
+	cfg.Policies = validatePolicies(raw.Policy, upstreams, shared, check, c)
+	for i := range cfg.Policies {
+		resolveClass(&cfg.Policies[i], &raw.Policy[i], cfg.Upstreams, upstreams, c)
+	}
+	if r := cfg.Store.Redis; cfg.Store.Backend == BackendRedis && len(r.Addrs) > 1 && r.MasterName == "" {
+		// Redis Cluster decides a request with one script call, whose keys
+		// must share a hash slot: one client key per policy.
+		for i, p := range cfg.Policies {
+			for j, lk := range p.LimitKeys {
+				if !lk.Equal(p.LimitKeys[0]) {
+					c.add(fmt.Sprintf("policy[%d].limits[%d]", i, j), "counts under key %s, limits[0] under %s: on Redis Cluster (several store.redis.addrs) the limits of one policy must share one key", lk, p.LimitKeys[0])
+					break
+				}
+			}
+		}
+	}
+	return cfg
+}
+
+// validateAdmin checks [admin].
+func validateAdmin(a *rawAdmin, c *collector) Admin {
+	adm := Admin{Listen: a.Listen.Or(DefaultAdminListen), TokenEnv: a.TokenEnv.V, RawTopKeys: a.TopKeys.V == "raw"}
+	oneOf(c, "admin.top_keys", a.TopKeys.Or("hashed"), "hashed", "raw")
+	for i, h := range a.Hosts.V {
+		n, err := AdminHost(h)
+		if err != nil {
+			c.add("admin.allowed_hosts", "element %d: %v", i, err)
+			continue
+		}
+		adm.AllowedHosts = append(adm.AllowedHosts, n)
+	}
+	return adm
+}
+
+// AdminHost checks one [admin] allowed_hosts entry, a host name with or
+// without a port as a request's Host gives it ("admin.internal",
+// "admin.internal:9091"), and returns it in lower case without a trailing
+// dot. An IP address is allowed too (any address is always accepted).
+func AdminHost(s string) (string, error) {
+	bad := func(why string) (string, error) {
+		return "", fmt.Errorf("%q %s (give a name as a request's Host does: \"admin.internal\" or \"admin.internal:9091\")", s, why)
+	}
+	switch {
+	case s == "":
+		return bad("is empty")
+	case strings.Contains(s, "://") || strings.ContainsAny(s, "/?#@"):
+		return bad("is a URL, not a host")
+	case strings.Contains(s, "*"):
+		return bad("is a wildcard: each name must be listed")
+	}
+	host, port := s, ""
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		host, port = h, p
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port != strconv.Itoa(n) {
+			return bad("has a port that is not 1-65535")
+		}
+	} else if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		host = s[1 : len(s)-1]
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.Is6() && !strings.HasPrefix(s, "[") {
+			return bad("is an IPv6 address without brackets")
+		}
+		return strings.ToLower(s), nil
+	}
+	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	if !hostNameRE.MatchString(name) || len(name) > 253 {
+		return bad("is not a host name")
+	}
+	if port != "" {
+		return name + ":" + port, nil
+	}
+	return name, nil
+}
+
+// hostNameRE is a DNS name: dot-separated labels of letters, digits and
+// hyphens, 1 to 63 characters, not beginning or ending with a hyphen
+// (underscores are accepted, as resolvers do).
+var hostNameRE = regexp.MustCompile(`^([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*$`)
+
+// validateServer checks [server] and [server.tls].
+func validateServer(s *rawServer, c *collector) Server {
+	srv := Server{
+		Listen:               s.Listen.Or(DefaultListen),
+		ReadHeaderTimeout:    s.ReadHeaderTimeout.Or(DefaultReadHeaderTimeout),
+		IdleTimeout:          s.IdleTimeout.Or(DefaultIdleTimeout),
+		ShutdownTimeout:      s.ShutdownTimeout.Or(DefaultShutdownTimeout),
+		MaxHeaderBytes:       int(s.MaxHeaderBytes.Or(DefaultMaxHeaderBytes)),
+		MaxConnections:       int(s.MaxConnections.Or(0)),
+		TrustedProxies:       s.TrustedProxies.V,
+		ClientIPHeader:       http.CanonicalHeaderKey(s.ClientIPHeader.Or(DefaultClientIPHeader)),
+		TrustedHops:          int(s.TrustedHops.V),
+		ProxyProtocolFrom:    s.ProxyProtocolFrom.V,
+		IPv6Prefix:           int(s.IPv6Prefix.Or(DefaultIPv6Prefix)),
+		RateLimitHeaders:     HeadersMode(s.RateLimitHeaders.Or(string(DefaultRateLimitHeaders))),
+		AmbiguousKeyParts:    AmbiguousMode(s.AmbiguousKeyParts.Or(string(DefaultAmbiguousKeyParts))),
+		UnderscoresInHeaders: s.Underscores.V,
+		ClientBodyTimeout:    s.ClientBodyTimeout.Or(DefaultClientBodyTimeout),
+		SendTimeout:          s.SendTimeout.Or(DefaultSendTimeout),
+		ProxyProtocol:        s.ProxyProtocol.V,
+		H2C:                  s.H2C.V,
+	}
+	if !s.ProxyProtocolFrom.Set {
+		srv.ProxyProtocolFrom = srv.TrustedProxies
+	}
+	switch {
+	case s.ProxyProtocolFrom.Set && !srv.ProxyProtocol && s.ProxyProtocolFrom.err == nil:
+		c.add("server.proxy_protocol_from", "is set but proxy_protocol is not true")
+	case srv.ProxyProtocol && len(srv.ProxyProtocolFrom) == 0 && s.ProxyProtocolFrom.Set && s.ProxyProtocolFrom.err == nil:
+		c.add("server.proxy_protocol_from", "is empty: no peer could send a PROXY header")
+	case srv.ProxyProtocol && len(srv.ProxyProtocolFrom) == 0 && s.ProxyProtocolFrom.err == nil && s.TrustedProxies.err == nil:
+		// Only the listed peers may send a PROXY header: with none, no
+		// connection could use it.
+		c.add("server.proxy_protocol", "requires proxy_protocol_from (or trusted_proxies, its default): only peers listed there may send a PROXY header")
+	}
+	if h := s.ClientIPHeader; h.Set && h.err == nil {
+		switch {
+		case !validHeaderName(h.V):
+			c.add("server.client_ip_header", "%q is not a header name", h.V)
+		case strings.Contains(h.V, "_") && !s.Underscores.V:
+			c.add("server.client_ip_header", "%q holds an underscore: such headers are dropped unless underscores_in_headers = true", h.V)
+		case hopByHop(h.V):
+			c.add("server.client_ip_header", "%q is a hop-by-hop or framing header, never a client address", h.V)
+		}
+	}
+	if n := s.TrustedHops.V; s.TrustedHops.Set && s.TrustedHops.err == nil {
+		switch {
+		case n < 0 || n > MaxTrustedHops:
+			c.add("server.trusted_hops", "%d is outside 0..%d", n, MaxTrustedHops)
+		case n > 0 && len(srv.TrustedProxies) == 0 && s.TrustedProxies.err == nil:
+			c.add("server.trusted_hops", "requires trusted_proxies: the header is read only from the peers listed there (for balancers whose addresses are not known, their network)")
+		}
+	}
+	if srv.ClientBodyTimeout <= 0 && s.ClientBodyTimeout.err == nil {
+		c.add("server.client_body_timeout", "must be greater than zero")
+	}
+	if srv.SendTimeout <= 0 && s.SendTimeout.err == nil {
+		c.add("server.send_timeout", "must be greater than zero")
+	}
+	if srv.Listen == "" {
+		c.add("server.listen", "must not be empty")
+	}
+	if n := s.MaxHeaderBytes.V; s.MaxHeaderBytes.Set && s.MaxHeaderBytes.err == nil && (n < 1024 || n > 16<<20) {
+		c.add("server.max_header_bytes", "%d is outside 1024..16777216", n)
+	}
+	if n := s.MaxConnections.V; s.MaxConnections.Set && s.MaxConnections.err == nil && (n < 0 || n > 1<<30) {
+		c.add("server.max_connections", "%d is outside 0..1073741824 (0: derived from the file-descriptor limit)", n)
+	}
+	if n := s.IPv6Prefix.V; s.IPv6Prefix.Set && s.IPv6Prefix.err == nil && (n < 1 || n > 128) {
+		c.add("server.ipv6_prefix", "%d is outside 1..128", n)
+	}
+	oneOf(c, "server.rate_limit_headers", srv.RateLimitHeaders, HeadersDraft, HeadersLegacy, HeadersBoth, HeadersNone)
+	oneOf(c, "server.ambiguous_key_parts", srv.AmbiguousKeyParts, AmbiguousReject, AmbiguousRewrite)
+	if t := s.TLS; t != nil {
+		srv.TLS = &TLS{
+			Mode: TLSMode(t.Mode.V), Domains: t.Domains.V, Email: t.Email.V,
+			CA: t.CA.Or(DefaultACMECA), CARoot: t.CARoot.V,
+			Storage: t.Storage.Or(DefaultACMEStorage), HTTPListen: t.HTTPListen.Or(DefaultHTTPListen),
+			CertFile: t.CertFile.V, KeyFile: t.KeyFile.V,
+		}
+		oneOf(c, "server.tls.mode", srv.TLS.Mode, TLSACME, TLSFiles)
+		switch srv.TLS.Mode {
+		case TLSFiles:
+			if t.CertFile.V == "" {
+				c.add("server.tls.cert_file", "is required when mode = \"files\"")
+			}
+			if t.KeyFile.V == "" {
+				c.add("server.tls.key_file", "is required when mode = \"files\"")
+			}
+			if !t.HTTPListen.Set {
+				srv.TLS.HTTPListen = "" // no redirect listener unless asked for
+			}
+		case TLSACME:
+			if len(t.Domains.V) == 0 {
+				c.add("server.tls.domains", "at least one domain is required when mode = \"acme\"")
+			}
+		}
+	}
+	return srv
+}
+
+// validateLog checks [log].
+func validateLog(l *rawLog, c *collector) Log {
+	lg := Log{
+		Level:  LogLevel(l.Level.Or(string(DefaultLogLevel))),
+		Format: LogFormat(l.Format.Or(string(DefaultLogFormat))),
+		Access: l.Access.Or(DefaultLogAccess), AccessReplay: l.Replay.V,
+	}
+	oneOf(c, "log.level", lg.Level, LevelDebug, LevelInfo, LevelWarn, LevelError)
+	oneOf(c, "log.format", lg.Format, FormatJSON, FormatConsole)
+	return lg
+}
+
+// validateStore checks [store] and [store.redis].
+func validateStore(st *rawStore, c *collector) Store {
+	s := Store{Backend: Backend(st.Backend.Or(string(DefaultBackend))), MaxKeys: int(st.MaxKeys.Or(DefaultMaxKeys)),
+		OverridesFile: st.OvFile.Or(DefaultOverridesFile)}
+	oneOf(c, "store.backend", s.Backend, BackendMemory, BackendRedis)
+	if st.MaxKeys.Set && st.MaxKeys.err == nil && st.MaxKeys.V < 1 {
+		c.add("store.max_keys", "must be at least 1")
+	}
+	r := &st.Redis
+	s.Redis = Redis{
+		Addrs: r.Addrs.V, MasterName: r.MasterName.V, Username: r.Username.V, PasswordEnv: r.PasswordEnv.V,
+		DB: int(r.DB.V), TLS: r.TLS.V, Timeout: r.Timeout.Or(DefaultRedisTimeout),
+		Prefix: r.Prefix.Or(DefaultRedisPrefix), OnError: OnError(r.OnError.Or(string(DefaultOnError))),
+	}
+	if !r.Addrs.Set {
+		s.Redis.Addrs = []string{DefaultRedisAddr}
+	}
+	oneOf(c, "store.redis.on_error", s.Redis.OnError, OnErrorLocal, OnErrorAllow, OnErrorDeny)
+	if s.Backend != BackendRedis {
+		return s
+	}
+	rc := &s.Redis
+	if len(rc.Addrs) == 0 && r.Addrs.err == nil {
+		c.add("store.redis.addrs", "at least one address is required")
+	}
+	if rc.Timeout <= 0 && r.Timeout.err == nil {
+		c.add("store.redis.timeout", "must be greater than zero")
+	}
+	switch {
+	case rc.DB < 0:
+		c.add("store.redis.db", "%d: a database number is 0 or more", rc.DB)
+	case rc.DB > 0 && len(rc.Addrs) > 1 && rc.MasterName == "":
+		c.add("store.redis.db", "%d: Redis Cluster (several addrs) has only database 0", rc.DB)
+	}
+	if rc.PasswordEnv != "" && !envName.MatchString(rc.PasswordEnv) {
+		c.add("store.redis.password_env", "%q is not an environment variable name (the password itself never goes in the file)", rc.PasswordEnv)
+	}
+	return s
+}
+
+// validateUpstream checks one [[upstream]], at index i and path key;
+// names maps the names seen so far to their index.
+func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c *collector) Upstream {
+	up := Upstream{
+		Name: u.Name.V, Timeout: u.Timeout.Or(DefaultUpstreamTimeout), PreserveHost: u.PreserveHost.V,
+		MaxFails: int(u.MaxFails.Or(DefaultMaxFails)), FailTimeout: u.FailTimeout.Or(DefaultFailTimeout),
+		Upgrades: DefaultUpgrades, AllowTrace: u.AllowTrace.V, Protocol: UpstreamProtocol(u.Protocol.Or(string(DefaultUpstreamProtocol))),
+		Buffering: u.Buffering.Or(DefaultRequestBuffering), MaxBodyBytes: u.MaxBodyBytes.Or(DefaultMaxBodyBytes),
+		MinBodyRate: u.MinBodyRate.Or(DefaultMinBodyRate), RateWindow: u.RateWindow.Or(DefaultBodyRateWindow),
+		MaxStreamsPerKey: int(u.MaxStreams.Or(DefaultMaxStreamsPerKey)),
+	}
+	switch prev, dup := names[up.Name]; {
+	case up.Name == "":
+		c.add(key+".name", "is required")
+	case dup:
+		c.add(key+".name", "upstream %q duplicates upstream[%d]", up.Name, prev)
+	default:
+		names[up.Name] = i
+	}
+	if len(u.Targets.V) == 0 && u.Targets.err == nil {
+		c.add(key+".targets", "at least one target URL is required")
+	}
+	for j, t := range u.Targets.V {
+		target, err := url.Parse(t)
+		if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
+			c.add(key+".targets", "element %d: %q is not an http:// or https:// URL with a host", j, t)
+			continue
+		}
+		up.Targets = append(up.Targets, target)
+	}
+	if up.Timeout <= 0 && u.Timeout.Set {
+		c.add(key+".timeout", "must be greater than zero")
+	}
+	oneOf(c, key+".protocol", up.Protocol, ProtocolHTTP1, ProtocolH2C)
+	if up.Protocol == ProtocolH2C {
+		for j, t := range up.Targets {
+			if t.Scheme != "http" {
+				c.add(key+".protocol", "h2c is HTTP/2 without TLS, for http:// targets; targets element %d is %s (https:// negotiates HTTP/2 by ALPN)", j, t)
+			}
+		}
+	}
+	if u.Upgrades.Set {
+		up.Upgrades = nil
+		for j, proto := range u.Upgrades.V {
+			if !validToken(strings.SplitN(proto, "/", 2)[0]) || strings.Count(proto, "/") > 1 {
+				c.add(key+".upgrades", "element %d: %q is not a protocol name (RFC 9110 §7.8), such as \"websocket\"", j, proto)
+				continue
+			}
+			up.Upgrades = append(up.Upgrades, strings.ToLower(proto))
+		}
+	}
+	if u.MaxBodyBytes.Set && u.MaxBodyBytes.err == nil && up.MaxBodyBytes < 1 {
+		c.add(key+".max_body_bytes", "must be at least 1")
+	}
+	if u.MinBodyRate.Set && u.MinBodyRate.err == nil && (up.MinBodyRate < 0 || up.MinBodyRate > 1<<30) {
+		c.add(key+".min_body_rate", "%d: must be from 0 (no minimum) to 1073741824 bytes a second", up.MinBodyRate)
+	}
+	if up.RateWindow <= 0 && u.RateWindow.err == nil {
+		c.add(key+".body_rate_window", "must be greater than zero")
+	}
+	if u.MaxStreams.Set && u.MaxStreams.err == nil && (u.MaxStreams.V < 1 || u.MaxStreams.V > 1_000_000) {
+		c.add(key+".max_streams_per_key", "%d: must be from 1 to 1000000", u.MaxStreams.V)
+	}
+	if u.MaxFails.Set && u.MaxFails.V < 0 {
+		c.add(key+".max_fails", "must not be negative (0 turns passive health checks off)")
+	}
+	if u.Concurrency != nil {
+		up.Concurrency = validateConcurrency(u.Concurrency, key+".concurrency", c)
+	}
+	return up
+}
+
+// validateConcurrency checks an [upstream.concurrency] at key.
+func validateConcurrency(r *rawConcurrency, key string, c *collector) *Concurrency {
+	cc := &Concurrency{
+		Limit: int(r.Limit.V), Adaptive: r.Adaptive.V,
+		MinLimit: int(r.MinLimit.Or(DefaultMinLimit)), MaxLimit: int(r.MaxLimit.Or(DefaultMaxLimit)),
+		Queue: int(r.Queue.Or(DefaultConcQueue)), MaxWait: r.MaxWait.Or(DefaultConcMaxWait),
+		FairShare: r.FairShare.Or(true), Mode: Mode(r.Mode.Or(string(Enforce))),
+	}
+	oneOf(c, key+".mode", cc.Mode, Enforce, Shadow)
+	switch {
+	case !cc.Adaptive && !r.Limit.Set:
+		c.add(key, "set limit (the most requests in flight) or adaptive = true")
+	case r.Limit.Set && (r.Limit.V < 1 || r.Limit.V > 1_000_000):
+		c.add(key+".limit", "%d: must be from 1 to 1000000", r.Limit.V)
+	}
+	if !cc.Adaptive {
+		for _, k := range []struct {
+			name string
+			set  bool
+		}{{"min_limit", r.MinLimit.Set}, {"max_limit", r.MaxLimit.Set}} {
+			if k.set {
+				c.add(key+"."+k.name, "applies to an adaptive limit only (adaptive = true)")
+			}
+		}
+	} else {
+		if cc.MinLimit < 1 {
+			c.add(key+".min_limit", "%d: must be at least 1", cc.MinLimit)
+		}
+		if cc.MaxLimit < cc.MinLimit || cc.MaxLimit > 1_000_000 {
+			c.add(key+".max_limit", "%d: must be from min_limit (%d) to 1000000", cc.MaxLimit, cc.MinLimit)
+		}
+		if !r.Limit.Set {
+			cc.Limit = max(cc.MinLimit, min(cc.MaxLimit, DefaultAdaptiveStart))
+		} else if cc.Limit < cc.MinLimit || cc.Limit > cc.MaxLimit {
+			c.add(key+".limit", "%d: an adaptive limit starts between min_limit (%d) and max_limit (%d)", cc.Limit, cc.MinLimit, cc.MaxLimit)
+		}
+	}
+	if cc.Queue < 0 || cc.Queue > 1_000_000 {
+		c.add(key+".queue", "%d: must be from 0 to 1000000", cc.Queue)
+	}
+	if cc.MaxWait < 0 {
+		c.add(key+".max_wait", "must not be negative")
+	}
+	cc.Classes = validateClasses(r.Classes, key+".classes", c)
+	return cc
+}
+
+// validateClasses checks an [upstream.concurrency]'s classes, highest
+// first, and returns them with DefaultClass placed: where it is listed,
+// else last.
+func validateClasses(raws []rawClass, key string, c *collector) []Class {
+	if len(raws) == 0 {
+		return nil
+	}
+	if len(raws) > MaxClasses {
+		c.add(key, "%d classes; at most %d", len(raws), MaxClasses)
+	}
+	var out []Class
+	names := map[string]int{}
+	sum := 0.0
+	for i, r := range raws {
+		k := fmt.Sprintf("%s[%d]", key, i)
+		cl := Class{Name: r.Name.V, Reserve: r.Reserve.V}
+		switch prev, dup := names[cl.Name]; {
+		case cl.Name == "":
+			c.add(k+".name", "is required")
+		case !nameRE.MatchString(cl.Name):
+			c.add(k+".name", "%q: use letters, digits, '.', '_' and '-' (it appears in metrics)", cl.Name)
+		case dup:
+			c.add(k+".name", "class %q duplicates classes[%d]", cl.Name, prev)
+		default:
+			names[cl.Name] = i
+		}
+		if r.Reserve.err == nil {
+			sum += cl.Reserve
+		}
+		out = append(out, cl)
+	}
+	if sum >= 1 {
+		c.add(key, "the reserves add up to %.3g: they must leave a share of the limit unreserved (below 1)", sum)
+	}
+	if _, ok := names[DefaultClass]; !ok {
+		out = append(out, Class{Name: DefaultClass})
+	}
+	return out
+}
+
+// resolveClass checks p's class against its upstream's classes and sets
+// p.Class to its index; a policy without one is in DefaultClass.
+func resolveClass(p *Policy, r *rawPolicy, ups []Upstream, index map[string]int, c *collector) {
+	i, ok := index[p.Upstream]
+	if !ok || ups[i].Concurrency == nil {
+		if r.Class.Set {
+			c.add(fmt.Sprintf("policy[%d].class", p.Index), "upstream %q has no [upstream.concurrency], whose classes a policy's class names", p.Upstream)
+		}
+		return
+	}
+	classes := ups[i].Concurrency.Classes
+	if len(classes) == 0 {
+		if r.Class.Set && r.Class.V != DefaultClass {
+			c.add(fmt.Sprintf("policy[%d].class", p.Index), "unknown class %q: upstream %q's [upstream.concurrency] has no classes", r.Class.V, p.Upstream)
+		}
+		return
+	}
+	name := r.Class.Or(DefaultClass)
+	for j, cl := range classes {
+		if cl.Name == name {
+			p.Class, p.ClassName = j, name
+			return
+		}
+	}
+	c.add(fmt.Sprintf("policy[%d].class", p.Index), "unknown class %q: upstream %q has %s", name, p.Upstream, classNames(classes))
+}
+
+func classNames(cs []Class) string {
+	var b strings.Builder
+	for _, cl := range cs {
+		if cl.Name == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(cl.Name))
+	}
+	return b.String()
+}
+
+// validatePolicies checks every [[policy]]; upstreams are the names of the
+// upstreams, and check, if not nil, the store's own check of each limit.
+func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) []Policy {
+	if len(raws) == 0 {
+		c.add("policy", "at least one [[policy]] is required")
+	}
+	var out []Policy
+	names := map[string]int{}
+	catchAll := -1
+	for i, p := range raws {
+		key := fmt.Sprintf("policy[%d]", i)
+		spec := Policy{
+			Name: p.Name.V, Index: i, Upstream: p.Upstream.V,
+			Mode: Mode(p.Mode.Or(string(DefaultMode))), OnMissing: OnMissing(p.OnMissing.Or(string(DefaultOnMissing))),
+		}
+		switch prev, dup := names[spec.Name]; {
+		case spec.Name == "":
+			c.add(key+".name", "is required")
+		case !nameRE.MatchString(spec.Name):
+			c.add(key+".name", "%q: use letters, digits, '.', '_' and '-' (it appears in headers, metrics and logs)", spec.Name)
+		case dup:
+			c.add(key+".name", "policy %q duplicates policy[%d]", spec.Name, prev)
+		default:
+			names[spec.Name] = i
+		}
+		switch _, ok := upstreams[spec.Upstream]; {
+		case spec.Upstream == "":
+			c.add(key+".upstream", "is required")
+		case !ok:
+			c.add(key+".upstream", "unknown upstream %q", spec.Upstream)
+		}
+		oneOf(c, key+".mode", spec.Mode, Enforce, Shadow)
+		oneOf(c, key+".on_missing", spec.OnMissing, MissingShared, MissingIP, MissingSkip, MissingReject)
+		keyParts := []string{"ip"}
+		if p.Key.Set {
+			keyParts = p.Key.V
+		}
+		for j, part := range keyParts {
+			kp, err := parseKeyPart(part)
+			if err != nil {
+				c.add(key+".key", "element %d: %v", j, err)
+				continue
+			}
+			spec.Key = append(spec.Key, kp)
+		}
+		spec.Match = compileMatch(p.Match, key+".match", c)
+		if catchAll >= 0 {
+			c.add(key, "policy %q can never match: policy[%d] %q before it matches every request", spec.Name, catchAll, raws[catchAll].Name.V)
+		} else if spec.Match.All {
+			catchAll = i
+		}
+		pk := LimitKey{Parts: spec.Key, OnMissing: spec.OnMissing}
+		if p.Conc != nil {
+			spec.Concurrency = validatePolicyConc(p.Conc, key+".concurrency", c)
+		}
+		if len(p.Limits) > 0 || spec.Concurrency == nil {
+			spec.Limits, spec.LimitKeys, spec.Charges = compilePolicyLimits(p.Limits, key, pk, shared, check, c)
+		}
+		for _, lk := range spec.LimitKeys {
+			if !lk.Equal(pk) {
+				spec.OwnKeys = true
+			}
+		}
+		spec.Reject = Reject{Status: DefaultRejectStatus, ContentType: DefaultRejectContentType}
+		if rj := p.Reject; rj != nil {
+			spec.Reject.Status = int(rj.Status.Or(DefaultRejectStatus))
+			if spec.Reject.Status < 400 || spec.Reject.Status > 599 {
+				c.add(key+".reject.status", "%d is not an HTTP error status (400..599)", spec.Reject.Status)
+			}
+			spec.Reject.Body = rj.Body.V
+			if rj.Body.Set {
+				spec.Reject.ContentType = rj.ContentType.Or(DefaultCustomContentType)
+			} else if rj.ContentType.Set {
+				c.add(key+".reject.content_type", "is set but body is not")
+			}
+		}
+		if p.Ban != nil {
+			spec.Ban = validateBan(p.Ban, spec, key+".ban", c)
+		}
+		out = append(out, spec)
+	}
+	return out
+}
+
+// validateBan checks a [policy.ban] at key of policy p.
+func validateBan(r *rawBan, p Policy, key string, c *collector) *Ban {
+	b := &Ban{
+		Duration: r.Duration.D, Escalation: r.Escalation.Or(1), Status: int(r.Status.Or(DefaultRejectStatus)),
+		Shadow: Mode(r.Mode.Or(string(p.Mode))) == Shadow,
+	}
+	if len(p.Limits) == 0 {
+		c.add(key, "a ban follows a rejection by one of the policy's [[policy.limits]], and it has none")
+	}
+	for i, lk := range p.LimitKeys {
+		if len(lk.Parts) == 0 {
+			c.add(key, "limits[%d] counts every client under one key (key = []): a ban of that key would refuse everyone", i)
+			break
+		}
+	}
+	oneOf(c, key+".mode", Mode(r.Mode.Or(string(p.Mode))), Enforce, Shadow)
+	switch {
+	case !r.Duration.Set:
+		c.add(key+".duration", "is required: how long a key that goes over a limit is refused")
+	case r.Duration.err == nil && b.Duration <= 0:
+		c.add(key+".duration", "must be above zero")
+	}
+	if r.Escalation.err == nil && (b.Escalation < 1 || b.Escalation > 1000) {
+		c.add(key+".escalation", "%d: must be from 1 (every ban as long) to 1000", b.Escalation)
+	}
+	b.MaxDuration = b.Duration
+	if b.Escalation > 1 {
+		b.MaxDuration = max(b.Duration, DefaultBanMax)
+	}
+	if r.MaxDuration.Set {
+		b.MaxDuration = r.MaxDuration.D
+		if r.MaxDuration.err == nil && r.Duration.err == nil && b.MaxDuration < b.Duration {
+			c.add(key+".max_duration", "%v is shorter than duration (%v)", b.MaxDuration, b.Duration)
+		}
+	}
+	b.ForgetAfter = r.ForgetAfter.Or(DefaultBanForget)
+	if b.Status != http.StatusTooManyRequests && b.Status != http.StatusForbidden {
+		c.add(key+".status", "%d: a ban answers 429 or 403", b.Status)
+	}
+	return b
+}
+
+// sharedLimit is a validated [[shared_limit]].
+type sharedLimit struct {
+	index int
+	limit limiter.Limit // Shared under its name
+	key   LimitKey
+}
+
+// defaultSharedKey is a shared limit's key when it sets none: per client
+// address, as an nginx zone is most often keyed.
+var defaultSharedKey = LimitKey{Parts: []KeyPart{{Kind: KeyIP}}, OnMissing: MissingShared}
+
+// validateShared checks every [[shared_limit]]: a name, a limit, and the
+// key it counts under (its own, ["ip"] by default), and returns them by
+// name. check, if not nil, is the store's own check of each limit.
+func validateShared(raws []rawLimit, check func(limiter.Limit) error, c *collector) map[string]sharedLimit {
+	out := map[string]sharedLimit{}
+	for i, r := range raws {
+		key := fmt.Sprintf("shared_limit[%d]", i)
+		name := r.Name.V
+		valid := false
+		switch prev, dup := out[name]; {
+		case name == "":
+			c.add(key+".name", "is required")
+		case !nameRE.MatchString(name):
+			c.add(key+".name", "%q: use letters, digits, '.', '_' and '-' (it appears in logs and the admin API)", name)
+		case dup:
+			c.add(key+".name", "shared limit %q duplicates shared_limit[%d]", name, prev.index)
+		default:
+			valid = true
+		}
+		if r.Shared.Set {
+			c.add(key+".shared", "is a key of [[policy.limits]], which use a shared limit")
+		}
+		for _, field := range chargeFields(&r) {
+			c.add(key+"."+field, "is a key of a policy's own [[policy.limits]]: a shared limit is charged as the request is admitted")
+		}
+		lk := limitKey(&r, defaultSharedKey, key, c)
+		lim, ok := compileLimit(&r, key, check, c)
+		if valid && ok {
+			out[name] = sharedLimit{index: i, limit: lim.Shared(name), key: lk}
+		}
+	}
+	return out
+}
+
+// limitKey returns the key a limit counts under: def, or what the limit's
+// own key and on_missing set.
+func limitKey(r *rawLimit, def LimitKey, key string, c *collector) LimitKey {
+	lk := def
+	if r.Key.Set {
+		lk.Parts = nil
+		for j, part := range r.Key.V {
+			kp, err := parseKeyPart(part)
+			if err != nil {
+				c.add(key+".key", "element %d: %v", j, err)
+				continue
+			}
+			lk.Parts = append(lk.Parts, kp)
+		}
+	}
+	if r.OnMissing.Set {
+		lk.OnMissing = OnMissing(r.OnMissing.V)
+		oneOf(c, key+".on_missing", lk.OnMissing, MissingShared, MissingIP, MissingSkip, MissingReject)
+	}
+	return lk
+}
+
+// validatePolicyConc checks a [policy.concurrency] at key.
+func validatePolicyConc(r *rawPolicyConc, key string, c *collector) *PolicyConcurrency {
+	pc := &PolicyConcurrency{Limit: r.Limit.V, Queue: int(r.Queue.V), MaxWait: r.MaxWait.Or(DefaultConcMaxWait)}
+	switch {
+	case !r.Limit.Set:
+		c.add(key+".limit", "is required: the most requests of one client in flight")
+	case r.Limit.V < 1 || r.Limit.V > 1_000_000:
+		c.add(key+".limit", "%d: must be from 1 to 1000000", r.Limit.V)
+	}
+	if r.Queue.V < 0 || r.Queue.V > 1_000_000 {
+		c.add(key+".queue", "%d: must be from 0 to 1000000", r.Queue.V)
+	}
+	if pc.MaxWait < 0 {
+		c.add(key+".max_wait", "must not be negative")
+	}
+	return pc
+}
+
+// compilePolicyLimits validates a policy's [[policy.limits]], each its own
+// limit or a use of a [[shared_limit]], and returns them with the key each
+// counts under (policyKey unless it sets its own).
+func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) ([]limiter.Limit, []LimitKey, []Charge) {
+	if len(raws) == 0 {
+		c.add(policyKey+".limits", "at least one [[policy.limits]] (or a [policy.concurrency]) is required")
+		return nil, nil, nil
+	}
+	if len(raws) > limiter.MaxLimits {
+		c.add(policyKey+".limits", "%d limits; at most %d per policy", len(raws), limiter.MaxLimits)
+	}
+	var (
+		out      []limiter.Limit
+		keys     []LimitKey
+		charges  []Charge
+		deferred bool
+		leaky    = -1
+		uses     = map[string]int{}
+	)
+	for i := range raws {
+		r := &raws[i]
+		key := fmt.Sprintf("%s.limits[%d]", policyKey, i)
+		if r.Name.Set {
+			c.add(key+".name", "is a key of [[shared_limit]]; a policy's limit uses one with shared = \"NAME\"")
+		}
+		var (
+			lim limiter.Limit
+			lk  LimitKey
+		)
+		if r.Shared.Set {
+			name := r.Shared.V
+			for field, set := range setFields(r) {
+				if set && field != "shared" {
+					c.add(key+"."+field, "is set with shared: a shared limit's parameters and key are its [[shared_limit]]'s")
+				}
+			}
+			sh, ok := shared[name]
+			switch prev, twice := uses[name]; {
+			case !ok:
+				c.add(key+".shared", "no [[shared_limit]] is called %q", name)
+				continue
+			case twice:
+				c.add(key+".shared", "shared limit %q is limits[%d] already", name, prev)
+				continue
+			}
+			uses[name] = i
+			lim, lk = sh.limit, sh.key
+		} else {
+			lk = limitKey(r, pk, key, c)
+			var ok bool
+			if lim, ok = compileLimit(r, key, check, c); !ok {
+				continue
+			}
+		}
+		ch := compileCharge(r, lim.Algorithm(), key, c)
+		if q, _ := lim.Quota(); ch.CostFrom != "" && r.Estimate.Set && ch.Estimate > q {
+			c.add(key+".estimate", "%d is above the limit's quota (%d): no request could ever be admitted", ch.Estimate, q)
+		}
+		deferred = deferred || ch.Deferred()
+		if lim.Algorithm() == limiter.LeakyBucket {
+			if leaky >= 0 {
+				at := key + ".algorithm"
+				if r.Shared.Set {
+					at = key + ".shared"
+				}
+				c.add(at, "a policy may have one leaky_bucket (a request waits in one queue); limits[%d] is one already", leaky)
+			}
+			leaky = i
+		}
+		out = append(out, lim)
+		keys = append(keys, lk)
+		charges = append(charges, ch)
+	}
+	if !deferred {
+		charges = nil
+	}
+	return out, keys, charges
+}
+
+// compileCharge validates the keys of a limit that make it read the
+// answer: count, cost_from, estimate and estimate_from.
+func compileCharge(r *rawLimit, alg limiter.Algorithm, key string, c *collector) Charge {
+	var ch Charge
+	if r.Shared.Set {
+		for _, field := range chargeFields(r) {
+			c.add(key+"."+field, "is set with shared: a shared limit is charged as the request is admitted")
+		}
+		return ch
+	}
+	if cr := r.Count; cr != nil {
+		ch.Count = &CountRule{Status: cr.Status.V, Header: cr.Header.V}
+		switch {
+		case !cr.Status.Set && !cr.Header.Set:
+			c.add(key+".count", "give status (e.g. [401, \"5xx\"]) or header (a response header that marks a counted answer), or both")
+		case cr.Status.Set && cr.Status.err == nil && len(cr.Status.V) == 0:
+			c.add(key+".count.status", "is empty: no answer would ever count")
+		}
+		if cr.Header.Set && !validHeaderName(cr.Header.V) {
+			c.add(key+".count.header", "%q is not a header name", cr.Header.V)
+		}
+		ch.Count.Header = http.CanonicalHeaderKey(ch.Count.Header)
+	}
+	if r.CostFrom.Set {
+		kind, name, _ := strings.Cut(r.CostFrom.V, ":")
+		switch {
+		case kind != "header" && kind != "trailer" || !validHeaderName(name):
+			c.add(key+".cost_from", "%q: write \"header:NAME\" or \"trailer:NAME\" (the response header or trailer holding the cost)", r.CostFrom.V)
+		default:
+			ch.CostFrom, ch.Trailer = http.CanonicalHeaderKey(name), kind == "trailer"
+		}
+		if r.Cost.Set {
+			c.add(key+".cost", "is set with cost_from: the answer gives the cost")
+		}
+	}
+	ch.Estimate = r.Estimate.Or(1)
+	if r.Estimate.Set && r.Estimate.err == nil && (r.Estimate.V < 1 || r.Estimate.V > limiter.MaxCount) {
+		c.add(key+".estimate", "%d: must be from 1 to %d", r.Estimate.V, limiter.MaxCount)
+	}
+	if r.EstimateFrom.Set {
+		switch kind, name, _ := strings.Cut(r.EstimateFrom.V, ":"); {
+		case r.EstimateFrom.V == "average":
+			ch.EstimateAverage = true
+		case kind == "header" && validHeaderName(name):
+			ch.EstimateHeader = http.CanonicalHeaderKey(name)
+		default:
+			c.add(key+".estimate_from", "%q: write \"average\" (the key's running average) or \"header:NAME\" (a request header)", r.EstimateFrom.V)
+		}
+	}
+	if !r.CostFrom.Set {
+		for _, field := range chargeFields(r) {
+			if field == "estimate" || field == "estimate_from" {
+				c.add(key+"."+field, "applies with cost_from only (the estimate reserved until the answer gives the cost)")
+			}
+		}
+	}
+	if ch.Deferred() && alg == limiter.LeakyBucket {
+		at := key + ".count"
+		if r.Count == nil {
+			at = key + ".cost_from"
+		}
+		c.add(at, "a leaky_bucket schedules each request as it is admitted; charge after the answer with another algorithm")
+	}
+	return ch
+}
+
+// chargeFields returns the keys of a limit that make it read the answer
+// that are present, in the file's documented order.
+func chargeFields(r *rawLimit) []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"count", r.Count != nil}, {"cost_from", r.CostFrom.Set}, {"estimate", r.Estimate.Set}, {"estimate_from", r.EstimateFrom.Set}} {
+		if f.set {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
+// validHeaderName reports whether s is an HTTP field name (an RFC 9110
+// token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(s[i])) && !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i]|0x20 && s[i]|0x20 <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// setFields reports which keys of a limit table are present.
+func setFields(r *rawLimit) map[string]bool {
+	return map[string]bool{
+		"name": r.Name.Set, "shared": r.Shared.Set, "key": r.Key.Set, "on_missing": r.OnMissing.Set,
+		"algorithm": r.Algorithm.Set, "rate": r.Rate.Set, "burst": r.Burst.Set, "limit": r.Limit.Set,
+		"window": r.Window.Set, "slots": r.Slots.Set, "queue": r.Queue.Set, "max_wait": r.MaxWait.Set,
+		"delay": r.Delay.Set, "cost": r.Cost.Set,
+	}
+}
+
+// compileLimit validates one limit's algorithm and parameters through the
+// limiter's constructors, after checking that it sets only what its
+// algorithm takes, then applies check (the store's own) if not nil.
+func compileLimit(r *rawLimit, key string, check func(limiter.Limit) error, c *collector) (limiter.Limit, bool) {
+	if !r.Algorithm.Set {
+		c.add(key+".algorithm", "is required")
+		return limiter.Limit{}, false
+	}
+	alg, err := limiter.ParseAlgorithm(r.Algorithm.V)
+	if err != nil {
+		c.add(key+".algorithm", "%v", err)
+		return limiter.Limit{}, false
+	}
+	takes := map[limiter.Algorithm][]string{
+		limiter.TokenBucket:   {"rate", "burst", "cost"},
+		limiter.LeakyBucket:   {"rate", "queue", "max_wait", "delay", "cost"},
+		limiter.FixedWindow:   {"limit", "window", "cost"},
+		limiter.SlidingLog:    {"limit", "window", "cost"},
+		limiter.SlidingWindow: {"limit", "window", "slots", "cost"},
+	}[alg]
+	present := setFields(r)
+	bad := false
+	for _, field := range []string{"rate", "burst", "limit", "window", "slots", "queue", "max_wait", "delay"} {
+		if present[field] && !contains(takes, field) {
+			c.add(key+"."+field, "is not a parameter of %s (it takes %s)", alg, strings.Join(takes, ", "))
+			bad = true
+		}
+	}
+	var required []string
+	switch alg {
+	case limiter.TokenBucket, limiter.LeakyBucket:
+		required = []string{"rate"}
+	default:
+		required = []string{"limit", "window"}
+	}
+	for _, field := range required {
+		if !present[field] {
+			c.add(key+"."+field, "is required for %s", alg)
+			bad = true
+		}
+	}
+	if r.Cost.Set && r.Cost.err == nil && r.Cost.V < 1 {
+		// Absent means 1; a cost written as 0 would make the limit
+		// admit everything, and a negative one would refill it.
+		c.add(key+".cost", "%d: must be at least 1", r.Cost.V)
+		bad = true
+	}
+	if bad || valueErrors(r) {
+		return limiter.Limit{}, false
+	}
+	var lim limiter.Limit
+	switch alg {
+	case limiter.TokenBucket:
+		// Default burst: one period's worth of the rate ("10/s" → 10).
+		lim, err = limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: r.Rate.Rate, Burst: r.Burst.Or(r.Rate.N), Cost: r.Cost.V})
+	case limiter.LeakyBucket:
+		p := limiter.LeakyBucketParams{Rate: r.Rate.Rate, Queue: r.Queue.V, Delay: r.Delay.V, Cost: r.Cost.V}
+		// Default max_wait: the time the full queue takes to drain at
+		// the limit's cost, so that only queue bounds the wait.
+		p.MaxWait = r.MaxWait.Or(p.DrainTime())
+		lim, err = limiter.NewLeakyBucket(p)
+	case limiter.FixedWindow:
+		lim, err = limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: r.Limit.V, Window: r.Window.D, Cost: r.Cost.V})
+	case limiter.SlidingLog:
+		lim, err = limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: r.Limit.V, Window: r.Window.D, Cost: r.Cost.V})
+	case limiter.SlidingWindow:
+		lim, err = limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: r.Limit.V, Window: r.Window.D, Slots: int(r.Slots.Or(DefaultSlots)), Cost: r.Cost.V})
+	}
+	if err == nil && check != nil {
+		err = check(lim)
+	}
+	if err != nil {
+		if pe, ok := err.(*limiter.ParamError); ok {
+			c.add(key+"."+pe.Field, "%s", pe.Msg)
+		} else {
+			c.add(key, "%v", err)
+		}
+		return limiter.Limit{}, false
+	}
+	return lim, true
+}
+
+// valueErrors reports whether any value of a limit failed to decode (those
+// errors are reported already).
+func valueErrors(r *rawLimit) bool {
+	return r.Algorithm.err != nil || r.Rate.err != nil || r.Burst.err != nil || r.Limit.err != nil ||
+		r.Window.err != nil || r.Slots.err != nil || r.Queue.err != nil || r.MaxWait.err != nil || r.Cost.err != nil ||
+		r.Delay.err != nil || r.Key.err != nil || r.OnMissing.err != nil || r.Name.err != nil || r.Shared.err != nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// compileMatch validates a match table. A policy without one, or with an
+// empty one, matches every request.
+func compileMatch(m *rawMatch, key string, c *collector) Match {
+	if m == nil {
+		return Match{All: true}
+	}
+	var mt Match
+	for i, h := range m.Hosts.V {
+		// As requests' hosts are compared: lower case, without the
+		// trailing dot of a fully qualified name.
+		h = strings.TrimSuffix(strings.ToLower(h), ".")
+		if h == "" || strings.Contains(h[1:], "*") || (strings.HasPrefix(h, "*") && !strings.HasPrefix(h, "*.")) {
+			c.add(key+".hosts", "element %d: %q is not a host name or a wildcard such as \"*.example.com\"", i, h)
+			continue
+		}
+		mt.Hosts = append(mt.Hosts, h)
+	}
+	for i, meth := range m.Methods.V {
+		if meth == "" || strings.ToUpper(meth) != meth || strings.ContainsAny(meth, " \t/") {
+			c.add(key+".methods", "element %d: %q is not an HTTP method in upper case", i, meth)
+			continue
+		}
+		mt.Methods = append(mt.Methods, meth)
+	}
+	if m.Path.Set {
+		if !strings.HasPrefix(m.Path.V, "/") {
+			c.add(key+".path", "%q must start with /", m.Path.V)
+		}
+		mt.Path, mt.HasPath = m.Path.V, true
+	}
+	if m.PathPrefix.Set {
+		if !strings.HasPrefix(m.PathPrefix.V, "/") {
+			c.add(key+".path_prefix", "%q must start with /", m.PathPrefix.V)
+		}
+		mt.PathPrefix = m.PathPrefix.V
+	}
+	if m.PathRegex.Set {
+		re, err := regexp.Compile(m.PathRegex.V)
+		if err != nil {
+			c.add(key+".path_regex", "%q is not a valid RE2 expression: %v", m.PathRegex.V, err)
+		}
+		mt.PathRegex = re
+	}
+	for name, v := range m.Headers {
+		if !validToken(name) {
+			c.add(key+".headers."+name, "%q is not a header name", name)
+			continue
+		}
+		mt.Headers = append(mt.Headers, HeaderMatch{Name: canonicalHeader(name), Value: v.V, Any: v.V == "*"})
+	}
+	sortHeaders(mt.Headers)
+	mt.All = len(mt.Hosts) == 0 && len(mt.Methods) == 0 && !mt.HasPath && mt.PathPrefix == "" && mt.PathRegex == nil && len(mt.Headers) == 0
+	return mt
+}
+
+// hopByHop reports whether name (any case) is a header that a proxy
+// removes or that frames the message, which therefore can never carry a
+// client address to limitproxy.
+func hopByHop(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Proxy-Authorization", "Proxy-Authenticate", "Content-Length", "Host":
+		return true
+	}
+	return false
+}

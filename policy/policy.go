@@ -1,0 +1,180 @@
+// Package policy is a configuration compiled for the data path: each
+// policy's match table turned into a matcher and its limits bound to a
+// store, in a Set that never changes once built. The proxy holds the
+// current Set in an atomic pointer and uses one Set for the whole of a
+// request; a reload compiles a new one.
+package policy
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/policy/config"
+)
+
+// Set is a compiled configuration: matchers built, limits bound to the
+// store. A Set never changes after Compile returns it, and is safe for
+// concurrent use.
+type Set struct {
+	Config   *config.Config
+	Policies []*Policy
+	LoadedAt time.Time
+	index    *index
+}
+
+// Policy is a compiled policy: its validated configuration, its matcher
+// and its limits bound to a store.
+type Policy struct {
+	config.Policy
+	// Limiter decides the policy's rate limits; nil when it has none
+	// (only a [policy.concurrency]).
+	Limiter *limiter.Limiter
+	// Slots holds the in-flight counts of its [policy.concurrency]; nil
+	// without one.
+	Slots limiter.Slots
+	// Deferred holds, for each of Limits that reads the upstream's answer
+	// (Charges), a Limiter of that limit alone; nil for the others, and
+	// nil when no limit reads the answer.
+	Deferred []*limiter.Limiter
+	matcher  matcher
+}
+
+// Compile binds every policy of c to store. Limit state is keyed by policy
+// name and algorithm (see limiter.New), so compiling a new Config against
+// the same store keeps the counters of unchanged limits.
+func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error) {
+	if store == nil {
+		return nil, fmt.Errorf("compile %s: no store", c.File)
+	}
+	s := &Set{Config: c, LoadedAt: now}
+	for _, spec := range c.Policies {
+		p := &Policy{Policy: spec}
+		if len(spec.Limits) > 0 || spec.Concurrency == nil {
+			l, err := limiter.New(store, spec.Name, spec.Limits...)
+			if err != nil {
+				return nil, fmt.Errorf("compile policy %q: %w", spec.Name, err)
+			}
+			p.Limiter = l
+			for i, ch := range spec.Charges {
+				if ch.Deferred() {
+					if p.Deferred == nil {
+						p.Deferred = make([]*limiter.Limiter, len(spec.Limits))
+					}
+					p.Deferred[i] = l.Only(i)
+				}
+			}
+		}
+		if spec.Concurrency != nil {
+			slots, ok := store.(limiter.Slots)
+			if !ok {
+				return nil, fmt.Errorf("compile policy %q: the store does not hold concurrency slots", spec.Name)
+			}
+			p.Slots = slots
+		}
+		p.matcher = newMatcher(&p.Match)
+		s.Policies = append(s.Policies, p)
+	}
+	s.index = newIndex(s.Policies)
+	return s, nil
+}
+
+// Match returns the first policy whose match table holds for r (policies
+// are tried in file order). r must be in its canonical form (see proxy):
+// host in lower case without trailing dot, path normalized.
+func (s *Set) Match(r *http.Request) (*Policy, bool) {
+	if s.index == nil || len(s.Policies) <= smallSet {
+		return s.scan(r)
+	}
+	var buf [64]int
+	for _, i := range s.index.candidates(r, buf[:0]) {
+		if p := s.Policies[i]; p.matcher.matches(r) {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// smallSet is the number of policies up to which trying each in turn is
+// as quick as asking the index.
+const smallSet = 8
+
+// scan is Match without the index: every policy in file order.
+func (s *Set) scan(r *http.Request) (*Policy, bool) {
+	for _, p := range s.Policies {
+		if p.matcher.matches(r) {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// matcher is a compiled match table: every condition given must hold.
+type matcher struct {
+	all     bool
+	hosts   []string // lower case; "*.example.com" matches sub-domains
+	methods []string
+	path    string
+	hasPath bool
+	prefix  string
+	m       *config.Match // regexp and headers
+}
+
+func newMatcher(m *config.Match) matcher {
+	return matcher{all: m.All, hosts: m.Hosts, methods: m.Methods, path: m.Path, hasPath: m.HasPath, prefix: m.PathPrefix, m: m}
+}
+
+// matches reports whether r satisfies every condition of m.
+func (m *matcher) matches(r *http.Request) bool {
+	if m.all {
+		return true
+	}
+	if len(m.hosts) > 0 && !matchHost(m.hosts, r.Host) {
+		return false
+	}
+	if len(m.methods) > 0 && !contains(m.methods, r.Method) {
+		return false
+	}
+	path := r.URL.Path
+	if m.hasPath && path != m.path {
+		return false
+	}
+	if m.prefix != "" && !strings.HasPrefix(path, m.prefix) {
+		return false
+	}
+	if re := m.m.PathRegex; re != nil && !re.MatchString(path) {
+		return false
+	}
+	for _, h := range m.m.Headers {
+		vs, ok := r.Header[h.Name]
+		if !ok || !h.Any && !contains(vs, h.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+func matchHost(patterns []string, host string) bool {
+	host = strings.ToLower(config.HostName(host))
+	for _, p := range patterns {
+		if suffix, ok := strings.CutPrefix(p, "*"); ok {
+			if strings.HasSuffix(host, suffix) && len(host) > len(suffix) {
+				return true
+			}
+		} else if host == p {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,83 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/policy"
+)
+
+// The penalty box ([policy.ban], docs/response-limits.md): a key that a
+// limit of its policy rejects is banned, and its requests are refused
+// without reaching the limits or the upstream until the ban ends.
+
+// banned reports whether a key r is counted under by p is banned at now:
+// key, or with OwnKeys any of keys.
+func (h *Handler) banned(p *policy.Policy, key string, keys []string, now time.Time) (limiter.Ban, bool) {
+	if empty(h.bans) {
+		return limiter.Ban{}, false
+	}
+	if !p.OwnKeys {
+		return h.bans.Banned(p.Name, StoreKey(key), now)
+	}
+	for i, k := range keys {
+		if k == limiter.SkipKey || (i > 0 && k == keys[i-1]) {
+			continue
+		}
+		if b, ok := h.bans.Banned(p.Name, StoreKey(k), now); ok {
+			return b, true
+		}
+	}
+	return limiter.Ban{}, false
+}
+
+// offend bans the key of the limit that rejected a request of p (d), and
+// returns the ban if it was recorded.
+func (h *Handler) offend(ctx context.Context, p *policy.Policy, key string, keys []string, d limiter.Decision, now time.Time) (limiter.Ban, bool) {
+	k := key
+	if p.OwnKeys && d.Index >= 0 {
+		k = keys[d.Index]
+	}
+	if k == limiter.SkipKey {
+		return limiter.Ban{}, false
+	}
+	b := p.Ban
+	ban, err := h.bans.Ban(ctx, p.Name, StoreKey(k), limiter.BanParams{Duration: b.Duration, Factor: b.Escalation, Max: b.MaxDuration, Memory: b.ForgetAfter}, now)
+	if err != nil {
+		h.log.Warn("banning a key failed", zap.String("policy", p.Name), zap.Error(err))
+		return limiter.Ban{}, false
+	}
+	h.metrics.banned(p.Name)
+	h.log.Info("key banned", zap.String("policy", p.Name), zap.Int64("level", ban.Level), zap.Time("until", ban.Until), zap.Bool("shadow", b.Shadow))
+	return ban, true
+}
+
+// refuseBanned answers a request of a banned key: the ban's status (429
+// with Retry-After until the ban ends, or 403) and a problem+json body.
+func (h *Handler) refuseBanned(w *recorder, p *policy.Policy, b limiter.Ban, now time.Time) {
+	status := p.Ban.Status
+	if w.grpc {
+		// RESOURCE_EXHAUSTED with the ban's pushback (429), as a rate
+		// limit's rejection, or PERMISSION_DENIED (403): never
+		// UNAVAILABLE, which clients retry at once.
+		w.grpcStatus = status
+		if status == http.StatusForbidden {
+			writeGRPCStatus(w, grpcPermissionDenied, "banned: policy "+p.Name)
+			return
+		}
+		w.Header().Set("Grpc-Retry-Pushback-Ms", strconv.FormatInt(int64((max(b.Until.Sub(now), 0)+time.Millisecond-1)/time.Millisecond), 10))
+		writeGRPCStatus(w, grpcResourceExhausted, "banned: policy "+p.Name)
+		return
+	}
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(b.Until.Sub(now)), 10))
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeProblem(w, status, problem{Type: "about:blank", Title: http.StatusText(status), Status: status,
+		Detail: "this client went over a limit of policy " + p.Name + " and is refused until " + b.Until.UTC().Format(time.RFC3339)})
+}

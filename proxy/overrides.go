@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/policy"
+)
+
+// Per-key overrides (docs/admin-api.md): a client with an override in the
+// store (limiter.Overrides) is decided by the limiter its override
+// describes (policy.OverrideLimiter), compiled once per override and
+// policy set, and answered with that limiter's RateLimit figures.
+
+// overrideEntry is one compiled override.
+type overrideEntry struct {
+	setAt time.Time // the override's, to notice a replacement
+	l     *limiter.Limiter
+	view  *policy.Policy // the policy with the override's limits, for the RateLimit fields
+}
+
+// overrideKey names an entry: the policy (of one set) and the client.
+type overrideKey struct {
+	p   *policy.Policy
+	key string
+}
+
+// overrideCache holds the compiled overrides of the set in force; a new
+// set starts an empty one. Its entries are at most the overrides in use.
+type overrideCache struct {
+	m atomic.Pointer[sync.Map] // overrideKey → *overrideEntry
+}
+
+func (c *overrideCache) reset() { c.m.Store(&sync.Map{}) }
+
+// overridden returns the limiter and the policy view key of p is decided
+// by when it has an override; ok false when it has none (or the override
+// cannot apply: logged, and the policy's own limits decide).
+func (h *Handler) overridden(p *policy.Policy, key string) (*limiter.Limiter, *policy.Policy, bool) {
+	if empty(h.overrides) {
+		return nil, nil, false
+	}
+	o, ok := h.overrides.Get(p.Name, StoreKey(key))
+	if !ok {
+		return nil, nil, false
+	}
+	m := h.ovCache.m.Load()
+	k := overrideKey{p, key}
+	if v, ok := m.Load(k); ok {
+		if e := v.(*overrideEntry); e.setAt.Equal(o.SetAt) {
+			return e.l, e.view, e.l != nil
+		}
+	}
+	e := &overrideEntry{setAt: o.SetAt}
+	l, err := p.OverrideLimiter(p.Limiter.Store(), o)
+	if chk, ok := p.Limiter.Store().(interface{ Check(limiter.Limit) error }); ok && err == nil {
+		// Limits the store cannot decide (the Redis store's exact
+		// arithmetic has bounds; a reload may have changed what a scale
+		// multiplies) would fail every decision open.
+		for _, lim := range l.Limits() {
+			if err = chk.Check(lim); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		h.log.Warn("an override cannot apply; the policy's limits decide", zap.String("policy", p.Name), zap.Error(err))
+	} else {
+		view := *p
+		view.Limits = l.Limits()
+		e.l, e.view = l, &view
+	}
+	m.Store(k, e)
+	return e.l, e.view, e.l != nil
+}

@@ -1,0 +1,113 @@
+package proxy
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/policy/config"
+)
+
+// With [log] access_replay, each access-log line carries what `limitproxy
+// replay` needs to decide its request again exactly (docs/replay.md):
+// received, the instant its limits decided at; client, its client
+// address; target, its request-target as received; and h:NAME for each
+// request header the policies match or key on (their field lines joined
+// by "\n", which no field value holds). Target and header values are
+// escaped reversibly (escapeReplay): the log is UTF-8, and a client's
+// bytes that are not would otherwise be replaced, merging keys a replay
+// must keep apart.
+
+// replayFields are one request's, captured as it arrives (before the key
+// headers are pinned to one value).
+type replayFields struct {
+	received time.Time
+	client   string
+	target   string
+	headers  []zap.Field
+}
+
+// replayHeaders are the request headers set's policies read: match
+// headers, key parts (Cookie for cookie parts), estimate headers.
+func replayHeaders(set *policy.Set) []string {
+	var names []string
+	add := func(n string) {
+		if n = http.CanonicalHeaderKey(n); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	parts := func(ps []config.KeyPart) {
+		for _, kp := range ps {
+			switch kp.Kind {
+			case config.KeyHeader:
+				add(kp.Name)
+			case config.KeyCookie:
+				add("Cookie")
+			}
+		}
+	}
+	for _, p := range set.Policies {
+		for _, h := range p.Match.Headers {
+			add(h.Name)
+		}
+		parts(p.Key)
+		for _, lk := range p.LimitKeys {
+			parts(lk.Parts)
+		}
+		for _, ch := range p.Charges {
+			if ch.EstimateHeader != "" {
+				add(ch.EstimateHeader)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// captureReplay returns r's replay fields, arrived at start.
+func captureReplay(r *http.Request, names []string, s *config.Server, start time.Time) *replayFields {
+	f := &replayFields{received: start, target: escapeReplay(r.RequestURI)}
+	if a, ok := clientIP(r, s); ok {
+		f.client = a.String()
+	}
+	for _, n := range names {
+		if vs := r.Header[n]; len(vs) > 0 {
+			f.headers = append(f.headers, zap.String("h:"+n, escapeReplay(strings.Join(vs, "\n"))))
+		}
+	}
+	return f
+}
+
+// fields appends f's access-log fields to fs.
+func (f *replayFields) fields(fs []zap.Field) []zap.Field {
+	fs = append(fs, zap.String("received", f.received.UTC().Format(time.RFC3339Nano)), zap.String("client", f.client), zap.String("target", f.target))
+	return append(fs, f.headers...)
+}
+
+// escapeReplay writes s so that UTF-8 holds it and it can be read back
+// byte for byte: each '%' as %25, each byte of an invalid UTF-8 sequence
+// as %XX; the rest as it is. (The common case, valid and without '%',
+// costs nothing.)
+func escapeReplay(s string) string {
+	if utf8.ValidString(s) && !strings.Contains(s, "%") {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case s[i] == '%' || r == utf8.RuneError && n == 1:
+			b = append(b, '%', hex[s[i]>>4], hex[s[i]&15])
+		default:
+			b = append(b, s[i:i+n]...)
+		}
+		i += n
+	}
+	return string(b)
+}

@@ -1,0 +1,88 @@
+package proxy
+
+import (
+	"net/http"
+	"sync"
+
+	"github.com/limitproxy/limitproxy/policy/config"
+)
+
+// StreamRefused is the decision (access log, metrics) of a request whose
+// body would have streamed to its upstream while its client key already
+// streamed max_streams_per_key: 429 with Retry-After, never forwarded.
+const StreamRefused = "stream_refused"
+
+// streamRetryAfter is the Retry-After of a refused stream, in seconds:
+// one of the key's streams must end first, which the proxy cannot foresee.
+const streamRetryAfter = "1"
+
+// streamCounts counts the requests streaming their bodies to each upstream,
+// per client key. An entry lives while its key streams, so the map holds
+// at most as many entries as there are streamed requests in flight. It
+// lives in the Handler, not in an upstream's pool, so that a reload never
+// resets what a client holds. Safe for concurrent use; the zero value is
+// ready.
+type streamCounts struct {
+	mu sync.Mutex
+	n  map[streamKey]int
+}
+
+type streamKey struct{ upstream, key string }
+
+// acquire takes one of limit places for k; ok is false when all are taken.
+// release gives it back, once.
+func (s *streamCounts) acquire(k streamKey, limit int) (release func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[k] >= limit {
+		return nil, false
+	}
+	if s.n == nil {
+		s.n = map[streamKey]int{}
+	}
+	s.n[k]++
+	return sync.OnceFunc(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.n[k]--; s.n[k] <= 0 {
+			delete(s.n, k)
+		}
+	}), true
+}
+
+// admitStream bounds the requests of one client key whose bodies stream
+// to the upstream u at once. A request that buffers, or has no body, is
+// not counted. The key is the policy's client key (w.key); a request
+// without one (key = [], a key part skipped) is counted under its
+// client's address, so that a shared key does not make the bound a
+// global one. Beyond the bound the request is refused here — 429 with
+// Retry-After, RESOURCE_EXHAUSTED for a gRPC call — and ok is false.
+func (h *Handler) admitStream(w *recorder, r *http.Request, u *config.Upstream, lim bodyLimits, s *config.Server) (release func(), ok bool) {
+	if lim.buffer || !hasBody(r) {
+		return func() {}, true
+	}
+	key := w.key
+	if key == "" {
+		if a, ok := clientIP(r, s); ok {
+			key = "addr " + a.String()
+		}
+	} else {
+		key = "key " + key
+	}
+	release, ok = h.streams.acquire(streamKey{u.Name, key}, u.MaxStreamsPerKey)
+	if ok {
+		return release, true
+	}
+	w.streamRefused = true
+	w.Header().Set("Retry-After", streamRetryAfter)
+	const detail = "this client streams max_streams_per_key request bodies to the upstream already; retry when one ends"
+	if w.grpc {
+		w.grpcStatus = http.StatusTooManyRequests
+		w.Header().Set("Grpc-Retry-Pushback-Ms", streamRetryAfter+"000")
+		writeGRPCStatus(w, grpcResourceExhausted, "Too Many Requests: "+detail)
+		return nil, false
+	}
+	writeProblem(w, http.StatusTooManyRequests, problem{Type: "about:blank", Title: http.StatusText(http.StatusTooManyRequests),
+		Status: http.StatusTooManyRequests, Detail: detail})
+	return nil, false
+}
