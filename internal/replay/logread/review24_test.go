@@ -39,3 +39,29 @@ func TestReview24ClientVarLiveRules(t *testing.T) {
 		}
 	}
 }
+
+// TestReview24ClientVarTrustedHops: NginxOptions.TrustedHops is [server]
+// trusted_hops: the N-th element from the right, whatever its address;
+// the peer with fewer elements or a non-address there.
+func TestReview24ClientVarTrustedHops(t *testing.T) {
+	const format = `$remote_addr "$http_x_forwarded_for" [$time_iso8601] "$request"`
+	for _, tt := range []struct {
+		xff  string
+		hops int
+		want string
+	}{
+		{"1.1.1.1, 203.0.113.7, 10.0.0.9", 1, "10.0.0.9"},
+		{"1.1.1.1, 203.0.113.7, 10.0.0.9", 2, "203.0.113.7"},
+		{"1.1.1.1, 203.0.113.7, 10.0.0.9", 3, "1.1.1.1"},
+		{"1.1.1.1, 203.0.113.7, 10.0.0.9", 4, "10.0.0.2"},
+		{"junk, 10.0.0.9", 2, "10.0.0.2"},
+		{"1.1.1.1", 0, "1.1.1.1"},
+	} {
+		o := logread.NginxOptions{LogFormat: format, ClientVar: "$http_x_forwarded_for", TrustedHops: tt.hops,
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+		r := readOne(t, `10.0.0.2 "`+tt.xff+`" [2026-11-22T18:46:44+00:00] "GET /x HTTP/1.1"`, o)
+		if r.Client != netip.MustParseAddr(tt.want) {
+			t.Errorf("X-Forwarded-For %q, trusted_hops %d: Client %v, want %s", tt.xff, tt.hops, r.Client, tt.want)
+		}
+	}
+}
