@@ -56,13 +56,34 @@ func resolveClient(r *http.Request, s *config.Server, chain []netip.Addr) (clien
 		return client, peer, chain, true
 	}
 	name := headerName(s)
-	vs := r.Header[name]
+	client, chain = walkHeader(peer, r.Header[name], name == "Forwarded", s.TrustedProxies, s.TrustedHops, chain)
+	return client, peer, chain, true
+}
+
+// ClientFromHeader returns the client named by the field lines of a
+// client-address header named header ("X-Forwarded-For", "Forwarded",
+// any other a list of addresses) that a trusted peer sent, by the rules
+// the live proxy keys requests by (resolveClient): walked from the right
+// past trusted, or with hops > 0 the hops-th element from the right; peer
+// when the lines name no client. The replay's log reader uses it, so
+// that a logged list is read as the proxy would read it. Safe for
+// concurrent use.
+func ClientFromHeader(peer netip.Addr, lines []string, header string, trusted []netip.Prefix, hops int) netip.Addr {
+	client, _ := walkHeader(peer, lines, http.CanonicalHeaderKey(header) == "Forwarded", trusted, hops, nil)
+	return client
+}
+
+// walkHeader is resolveClient's reading of the client-address header
+// lines vs behind the trusted peer; see there. The trusted hops found are
+// appended to chain (when not nil), left to right.
+func walkHeader(peer netip.Addr, vs []string, forwarded bool, trusted []netip.Prefix, trustedHops int, chain []netip.Addr) (client netip.Addr, hops []netip.Addr) {
+	client = peer
 	if len(vs) == 0 {
-		return client, peer, chain, true
+		return client, chain
 	}
-	it := elements{lines: vs, forwarded: name == "Forwarded"}
+	it := elements{lines: vs, forwarded: forwarded}
 	collect, start := chain != nil, len(chain)
-	if s.TrustedHops > 0 {
+	if trustedHops > 0 {
 		for n := 1; ; n++ {
 			v, more := it.next()
 			if !more {
@@ -70,7 +91,7 @@ func resolveClient(r *http.Request, s *config.Server, chain []netip.Addr) (clien
 				break
 			}
 			a, err := parseHop(v)
-			if n == s.TrustedHops {
+			if n == trustedHops {
 				if err == nil {
 					client = a
 				}
@@ -100,7 +121,7 @@ func resolveClient(r *http.Request, s *config.Server, chain []netip.Addr) (clien
 				chain = append(chain, client)
 			}
 			client, walked = a, true
-			if !isTrusted(a, s.TrustedProxies) {
+			if !isTrusted(a, trusted) {
 				break
 			}
 		}
@@ -109,7 +130,7 @@ func resolveClient(r *http.Request, s *config.Server, chain []netip.Addr) (clien
 	for i, j := 0, len(c)-1; i < j; i, j = i+1, j-1 {
 		c[i], c[j] = c[j], c[i]
 	}
-	return client, peer, chain, true
+	return client, chain
 }
 
 // headerName returns s's client-address header: ClientIPHeader, or

@@ -196,8 +196,8 @@ func queryOccurrences(occ []occurrence, rawQuery, name string) []occurrence {
 // name n as name: compared without regard to ASCII case (nginx), after
 // percent-decoding with '+' as a space (Go, PHP, Werkzeug decode query
 // names, PHP cookie names too) or not (nginx), up to a '[' (PHP's
-// arrays), without surrounding white space, with '.' and ' ' read as '_'
-// (PHP).
+// arrays) or a NUL byte (PHP reads a name as a C string: k%00junk is k),
+// without surrounding white space, with '.' and ' ' read as '_' (PHP).
 func sameName(n, name string) bool {
 	if foldedEqual(n, name) {
 		return true
@@ -209,6 +209,9 @@ func sameName(n, name string) bool {
 }
 
 func foldedEqual(n, name string) bool {
+	if i := strings.IndexByte(n, 0); i >= 0 {
+		n = n[:i]
+	}
 	if i := strings.IndexByte(n, '['); i >= 0 {
 		n = n[:i]
 	}

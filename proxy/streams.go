@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 
+	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
@@ -52,22 +55,23 @@ func (s *streamCounts) acquire(k streamKey, limit int) (release func(), ok bool)
 
 // admitStream bounds the requests of one client key whose bodies stream
 // to the upstream u at once. A request that buffers, or has no body, is
-// not counted. The key is the policy's client key (w.key); a request
-// without one (key = [], a key part skipped) is counted under its
-// client's address, so that a shared key does not make the bound a
-// global one. Beyond the bound the request is refused here — 429 with
-// Retry-After, RESOURCE_EXHAUSTED for a gRPC call — and ok is false.
+// not counted. The key is the policy's client key (w.key); a key that
+// names no client — none (key = [], a key part skipped), a limit's skip
+// marker, or one with a part missing under on_missing = "shared", which
+// every client lacking that part shares — is counted with its client's
+// address, so that one client cannot take the places of all the others
+// (the bound is never a global one). Beyond the bound the request is
+// refused here — 429 with Retry-After, RESOURCE_EXHAUSTED for a gRPC call
+// — and ok is false.
 func (h *Handler) admitStream(w *recorder, r *http.Request, u *config.Upstream, lim bodyLimits, s *config.Server) (release func(), ok bool) {
 	if lim.buffer || !hasBody(r) {
 		return func() {}, true
 	}
-	key := w.key
-	if key == "" {
+	key := "key " + w.key
+	if w.key == "" || w.key == limiter.SkipKey || !completeKey(w.key) {
 		if a, ok := clientIP(r, s); ok {
-			key = "addr " + a.String()
+			key += " addr " + a.String()
 		}
-	} else {
-		key = "key " + key
 	}
 	release, ok = h.streams.acquire(streamKey{u.Name, key}, u.MaxStreamsPerKey)
 	if ok {
@@ -85,4 +89,26 @@ func (h *Handler) admitStream(w *recorder, r *http.Request, u *config.Upstream, 
 	writeProblem(w, http.StatusTooManyRequests, problem{Type: "about:blank", Title: http.StatusText(http.StatusTooManyRequests),
 		Status: http.StatusTooManyRequests, Detail: detail})
 	return nil, false
+}
+
+// completeKey reports whether key, as keyOf builds it, has every part
+// present: only length-prefixed values, no "-;" that a missing part
+// writes under on_missing = "shared" (an "ip=" key of on_missing = "ip"
+// names its client too).
+func completeKey(key string) bool {
+	if strings.HasPrefix(key, "ip=") {
+		return true
+	}
+	for key != "" {
+		i := strings.IndexByte(key, ':')
+		if i <= 0 {
+			return false
+		}
+		n, err := strconv.Atoi(key[:i])
+		if err != nil || n < 0 || i+1+n >= len(key) || key[i+1+n] != ';' {
+			return false
+		}
+		key = key[i+2+n:]
+	}
+	return true
 }

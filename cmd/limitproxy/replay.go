@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/replay"
 	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/replay/logread"
+	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 const replayUsage = `usage: limitproxy replay -config NEW.toml [flags] LOG...
@@ -20,6 +21,7 @@ const replayUsage = `usage: limitproxy replay -config NEW.toml [flags] LOG...
   -client-var VAR     the variable holding the client address, e.g. $http_x_forwarded_for (default $remote_addr)
   -xff HOW            rightmost | leftmost: which address of a list is the client's (default rightmost, past -trusted)
   -trusted CIDRS      proxies in front of nginx, comma-separated, walked past in an address list
+  -trusted-hops N     rightmost: take the N-th address from the right instead, as [server] trusted_hops (default 0: walk past -trusted)
   -slack D            how far out of time order lines may be and still replay in order (default 5s)
   -top N              keys in each list (default 10)
   -raw-keys           show client keys as they are instead of hashed
@@ -49,6 +51,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&o.Read.Nginx.ClientVar, "client-var", "", "")
 	fs.DurationVar(&o.Slack, "slack", 0, "")
 	fs.IntVar(&o.Top, "top", replay.DefaultTop, "")
+	fs.IntVar(&o.Read.Nginx.TrustedHops, "trusted-hops", 0, "")
 	fs.BoolVar(&o.RawKeys, "raw-keys", false, "")
 	// Flags may come after the logs too: parse, take the arguments up to
 	// the next flag as logs, parse again.
@@ -72,6 +75,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError{"replay: no access log given\n" + replayUsage}
 	case o.Top < 1:
 		return usageError{fmt.Sprintf("replay: -top %d: must be at least 1", o.Top)}
+	case o.Read.Nginx.TrustedHops < 0 || o.Read.Nginx.TrustedHops > config.MaxTrustedHops:
+		return usageError{fmt.Sprintf("replay: -trusted-hops %d: must be 0 to %d", o.Read.Nginx.TrustedHops, config.MaxTrustedHops)}
 	}
 	switch *format {
 	case "auto", "":

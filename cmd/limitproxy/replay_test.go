@@ -42,6 +42,7 @@ func TestReplayCommand(t *testing.T) {
 		{[]string{"replay", "-config", cfg, "-xff", "middle", log}, 2, `-xff "middle"`, "", ""},
 		{[]string{"replay", "-config", cfg, "-trusted", "10.0.0.0/8,bogus", log}, 2, `-trusted "bogus"`, "", ""},
 		{[]string{"replay", "-config", cfg, "-top", "0", log}, 2, "-top 0", "", ""},
+		{[]string{"replay", "-config", cfg, "-trusted-hops", "33", log}, 2, "-trusted-hops 33", "", ""},
 		{[]string{"replay", "-config", cfg, "-nginx-format", "$a$b", log}, 2, "-nginx-format", "", ""},
 		{[]string{"replay", "-config", cfg, "-bogus", log}, 2, "flag provided but not defined", "", ""},
 	} {

@@ -8,21 +8,28 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/limitproxy/limitproxy/proxy"
 )
 
 // Pick says which address of a list (X-Forwarded-For) is the client's.
 type Pick uint8
 
 const (
-	// RightmostUntrusted, the zero value, walks the list from the right
-	// (the hop nearest the logging server) past the addresses inside
-	// NginxOptions.TrustedProxies and takes the first that is not one;
-	// with no trusted proxies, the rightmost address: the one the last
-	// proxy saw, which a client cannot forge. An element that is not an
-	// address stops the walk: the last address passed (a trusted proxy)
-	// is taken, or Peer if there was none. If every address is trusted,
-	// the leftmost is taken. This is how limitproxy's own ip key reads
-	// the header behind trusted_proxies.
+	// RightmostUntrusted, the zero value, reads the list by the rules the
+	// live proxy reads its client_ip_header by behind a trusted peer
+	// (proxy.ClientFromHeader): with NginxOptions.TrustedHops = 0, walked
+	// from the right (the hop nearest the logging server) past the
+	// addresses inside NginxOptions.TrustedProxies to the first that is
+	// not one; with no trusted proxies, the rightmost address: the one
+	// the last proxy saw, which a client cannot forge. An element that is
+	// not an address stops the walk: the last address passed (a trusted
+	// proxy) is taken, or Peer if there was none. If every address is
+	// trusted, the leftmost is taken. With TrustedHops = N > 0, the N-th
+	// element from the right, or Peer if there are fewer or it is not an
+	// address. $http_forwarded is read as RFC 7239 Forwarded (each
+	// element's for=, commas inside quotes kept), any other variable as a
+	// comma-separated list of addresses.
 	RightmostUntrusted Pick = iota
 	// Leftmost takes the first element that is an address: the client's
 	// own claim, which anyone can forge by sending the header. Use it
@@ -51,22 +58,29 @@ type NginxOptions struct {
 	// TrustedProxies are the addresses RightmostUntrusted walks past:
 	// the load balancers and proxies in front of the logging server.
 	TrustedProxies []netip.Prefix
+	// TrustedHops, when > 0, makes RightmostUntrusted take the
+	// TrustedHops-th element from the right instead, as [server]
+	// trusted_hops does live (Envoy's xff_num_trusted_hops): the number
+	// of proxies in front of the logging server that append to the list.
+	// 0 walks past TrustedProxies.
+	TrustedHops int
 }
 
 // NginxReader reads an nginx access log in a log_format (see Record for
 // what each variable becomes). Not safe for concurrent use.
 type NginxReader struct {
-	lines   *lines
-	st      Stats
-	f       *LogFormat
-	o       NginxOptions
-	client  int // the index in f.segs of ClientVar
-	single  bool
-	clk     clock
-	in      interner
-	fl      fields
-	scratch []Field // for Record.Header
-	extra   []Field // for Record.Extra
+	lines     *lines
+	st        Stats
+	f         *LogFormat
+	o         NginxOptions
+	client    int // the index in f.segs of ClientVar
+	single    bool
+	forwarded bool // ClientVar is $http_forwarded
+	clk       clock
+	in        interner
+	fl        fields
+	scratch   []Field // for Record.Header
+	extra     []Field // for Record.Extra
 }
 
 // NewNginxReader returns a reader of an nginx access log from r. name is
@@ -95,6 +109,7 @@ func NewNginxReader(r io.Reader, name string, o Options) (*NginxReader, error) {
 		if s.v.name == cv {
 			nr.client = i
 			nr.single = s.v.kind == varRemoteAddr || s.v.kind == varRealIPRemoteAddr
+			nr.forwarded = cv == "http_forwarded"
 			break
 		}
 	}
@@ -350,7 +365,7 @@ func (r *NginxReader) finish(rec *Record, v *values) string {
 	case c == "" || c == "-":
 		rec.Client = rec.Peer
 	default:
-		a, ok := pick(c, r.o.ForwardedFor, r.o.TrustedProxies, rec.Peer)
+		a, ok := pick(c, r.o.ForwardedFor, r.forwarded, r.o.TrustedProxies, r.o.TrustedHops, rec.Peer)
 		if !ok {
 			return fmt.Sprintf("$%s: %q has no IP address", r.f.segs[r.client].v.name, c)
 		}
@@ -359,9 +374,10 @@ func (r *NginxReader) finish(rec *Record, v *values) string {
 	return ""
 }
 
-// pick chooses the client of an address list (see Pick). ok is false if
-// there is none and peer is not valid either.
-func pick(list string, how Pick, trusted []netip.Prefix, peer netip.Addr) (netip.Addr, bool) {
+// pick chooses the client of an address list (see Pick), an RFC 7239
+// Forwarded one if forwarded. ok is false if there is none and peer is
+// not valid either.
+func pick(list string, how Pick, forwarded bool, trusted []netip.Prefix, hops int, peer netip.Addr) (netip.Addr, bool) {
 	if how == Leftmost {
 		for rest := list; rest != ""; {
 			var el string
@@ -372,28 +388,12 @@ func pick(list string, how Pick, trusted []netip.Prefix, peer netip.Addr) (netip
 		}
 		return peer, peer.IsValid()
 	}
-	client := peer
-	for rest := list; rest != ""; {
-		var el string
-		if i := strings.LastIndexByte(rest, ','); i >= 0 {
-			el, rest = rest[i+1:], rest[:i]
-		} else {
-			el, rest = rest, ""
-		}
-		if strings.TrimSpace(el) == "" {
-			continue
-		}
-		a, ok := parseHop(el)
-		if !ok {
-			// An unknown or obfuscated hop: the trusted proxy that
-			// reported it is the best we know.
-			break
-		}
-		client = a
-		if !isTrusted(a, trusted) {
-			break
-		}
+	header := "X-Forwarded-For"
+	if forwarded {
+		header = "Forwarded"
 	}
+	lines := [1]string{list}
+	client := proxy.ClientFromHeader(peer, lines[:], header, trusted, hops)
 	return client, client.IsValid()
 }
 
@@ -414,15 +414,6 @@ func parseHop(el string) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
-}
-
-func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // requestLine splits a request line, "GET /path?q HTTP/1.1", as nginx
