@@ -279,16 +279,6 @@ func peerOnly(ctx context.Context) bool {
 	return f != nil && f()
 }
 
-// clientAddressHeaders are the request headers, besides X-Forwarded-For
-// and Forwarded, in which proxies and CDNs commonly pass a client
-// address, and which upstream frameworks read. A request's own are
-// rewritten to the client it was keyed by (setForwarded).
-var clientAddressHeaders = [...]string{
-	"X-Real-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Client-Ip",
-	"X-Cluster-Client-Ip", "Client-Ip", "X-Original-Forwarded-For", "X-Forwarded", "Forwarded-For",
-	"X-Appengine-User-Ip", "X-Azure-Clientip",
-}
-
 // setForwarded writes the forwarding headers of pr.Out so that each names
 // the client pr.In was keyed by (resolveClient over s), whichever an
 // upstream reads:
@@ -300,7 +290,7 @@ var clientAddressHeaders = [...]string{
 //     the same addresses as for= elements (no other parameter is kept).
 //   - the configured header, if another: the client and the trusted hops,
 //     as X-Forwarded-For but without the peer.
-//   - each of clientAddressHeaders pr.In carries: the client.
+//   - each of config.ClientAddressHeaders pr.In carries: the client.
 //   - X-Forwarded-Host and X-Forwarded-Proto as httputil's SetXForwarded
 //     sets them.
 //
@@ -327,7 +317,7 @@ func setForwarded(pr *httputil.ProxyRequest, s *config.Server) {
 		delete(h, "X-Forwarded-For")
 		delete(h, "Forwarded")
 		delete(h, name)
-		for _, n := range clientAddressHeaders {
+		for _, n := range config.ClientAddressHeaders {
 			delete(h, n)
 		}
 		return
@@ -382,7 +372,7 @@ func setForwarded(pr *httputil.ProxyRequest, s *config.Server) {
 		h["Forwarded"] = []string{b.String()}
 	}
 	var one []string
-	for _, n := range clientAddressHeaders {
+	for _, n := range config.ClientAddressHeaders {
 		if _, ok := h[n]; ok && n != name {
 			if one == nil {
 				one = []string{client.String()}

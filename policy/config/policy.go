@@ -184,6 +184,35 @@ func (k KeyPart) String() string {
 	return "?"
 }
 
+// ClientAddressHeaders are the request headers, besides X-Forwarded-For
+// and Forwarded, in which proxies and CDNs commonly pass a client address
+// and which upstream frameworks read (canonical names). The proxy
+// rewrites a request's own to the client it was keyed by, so none of
+// them, nor X-Forwarded-For, Forwarded or the configured client_ip_header,
+// may be a header: key part: key by ip instead.
+var ClientAddressHeaders = [...]string{
+	"X-Real-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Client-Ip",
+	"X-Cluster-Client-Ip", "Client-Ip", "X-Original-Forwarded-For", "X-Forwarded", "Forwarded-For",
+	"X-Appengine-User-Ip", "X-Azure-Clientip",
+}
+
+// isClientAddressHeader reports whether name (canonical) is
+// X-Forwarded-For, Forwarded or one of ClientAddressHeaders.
+func isClientAddressHeader(name string) bool {
+	if name == "X-Forwarded-For" || name == "Forwarded" {
+		return true
+	}
+	for _, h := range ClientAddressHeaders {
+		if h == name {
+			return true
+		}
+	}
+	return false
+}
+
+// errClientAddressKey explains why a client-address header is no key part.
+const errClientAddressKey = "is a client-address header, which the proxy rewrites to the client on its way upstream, so a key on it would not be what the upstream reads: key by \"ip\" and name the header in [server] client_ip_header"
+
 // parseKeyPart parses one element of a key list: ip, host, method, path,
 // header:NAME, query:NAME or cookie:NAME.
 func parseKeyPart(s string) (KeyPart, error) {
@@ -203,6 +232,9 @@ func parseKeyPart(s string) (KeyPart, error) {
 		case "header":
 			if !validToken(name) {
 				return KeyPart{}, fmt.Errorf("%q: %q is not a header name", s, name)
+			}
+			if h := canonicalHeader(name); isClientAddressHeader(h) {
+				return KeyPart{}, fmt.Errorf("%q: %s %s", s, h, errClientAddressKey)
 			}
 			return KeyPart{Kind: KeyHeader, Name: canonicalHeader(name)}, nil
 		case "query":

@@ -51,6 +51,7 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 	cfg.Policies = validatePolicies(raw.Policy, upstreams, shared, check, c)
 	for i := range cfg.Policies {
 		resolveClass(&cfg.Policies[i], &raw.Policy[i], cfg.Upstreams, upstreams, c)
+		checkClientHeaderKey(&cfg.Policies[i], cfg.Server.ClientIPHeader, c)
 	}
 	if r := cfg.Store.Redis; cfg.Store.Backend == BackendRedis && len(r.Addrs) > 1 && r.MasterName == "" {
 		// Redis Cluster decides a request with one script call, whose keys
@@ -479,6 +480,33 @@ func classNames(cs []Class) string {
 		b.WriteString(strconv.Quote(cl.Name))
 	}
 	return b.String()
+}
+
+// checkClientHeaderKey refuses a header: key part of p, or of one of its
+// limits, that names the configured client_ip_header when that is not one
+// of the well-known client-address headers parseKeyPart refuses anyway.
+func checkClientHeaderKey(p *Policy, header string, c *collector) {
+	if isClientAddressHeader(header) {
+		return
+	}
+	bad := func(parts []KeyPart) bool {
+		for _, kp := range parts {
+			if kp.Kind == KeyHeader && kp.Name == header {
+				return true
+			}
+		}
+		return false
+	}
+	if bad(p.Key) {
+		c.add(fmt.Sprintf("policy[%d].key", p.Index), "\"header:%s\": %s %s", header, header, errClientAddressKey)
+		return
+	}
+	for j, lk := range p.LimitKeys {
+		if bad(lk.Parts) {
+			c.add(fmt.Sprintf("policy[%d].limits[%d].key", p.Index, j), "\"header:%s\": %s %s", header, header, errClientAddressKey)
+			return
+		}
+	}
 }
 
 // validatePolicies checks every [[policy]]; upstreams are the names of the
