@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -80,6 +82,8 @@ func validateServer(s *rawServer, c *collector) Server {
 		UnderscoresInHeaders: s.Underscores.V,
 		ClientBodyTimeout:    s.ClientBodyTimeout.Or(DefaultClientBodyTimeout),
 		SendTimeout:          s.SendTimeout.Or(DefaultSendTimeout),
+		TempDir:              s.TempDir.Or(os.TempDir()),
+		ResponseBufferBudget: s.RespBudget.Or(DefaultResponseBufferBudget),
 		ProxyProtocol:        s.ProxyProtocol.V,
 		H2C:                  s.H2C.V,
 	}
@@ -96,6 +100,12 @@ func validateServer(s *rawServer, c *collector) Server {
 	}
 	if srv.Listen == "" {
 		c.add("server.listen", "must not be empty")
+	}
+	if s.TempDir.Set && s.TempDir.err == nil && !filepath.IsAbs(srv.TempDir) {
+		c.add("server.temp_dir", "%q is not an absolute path", srv.TempDir)
+	}
+	if s.RespBudget.Set && s.RespBudget.err == nil && srv.ResponseBufferBudget < 0 {
+		c.add("server.response_buffer_budget", "must not be negative (0 keeps every buffered answer on disk)")
 	}
 	if n := s.MaxHeaderBytes.V; s.MaxHeaderBytes.Set && s.MaxHeaderBytes.err == nil && (n < 1024 || n > 16<<20) {
 		c.add("server.max_header_bytes", "%d is outside 1024..16777216", n)
@@ -192,6 +202,9 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 		MaxFails: int(u.MaxFails.Or(DefaultMaxFails)), FailTimeout: u.FailTimeout.Or(DefaultFailTimeout),
 		Upgrades: DefaultUpgrades, AllowTrace: u.AllowTrace.V, Protocol: UpstreamProtocol(u.Protocol.Or(string(DefaultUpstreamProtocol))),
 		Buffering: u.Buffering.Or(DefaultRequestBuffering), MaxBodyBytes: u.MaxBodyBytes.Or(DefaultMaxBodyBytes),
+		ResponseBuffering:    u.RespBuffering.Or(DefaultResponseBuffering),
+		ResponseBufferMemory: u.RespMemory.Or(DefaultResponseBufferMemory),
+		ResponseBufferFile:   u.RespFile.Or(DefaultResponseBufferFile),
 	}
 	switch prev, dup := names[up.Name]; {
 	case up.Name == "":
@@ -235,6 +248,12 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 	}
 	if u.MaxBodyBytes.Set && u.MaxBodyBytes.err == nil && up.MaxBodyBytes < 1 {
 		c.add(key+".max_body_bytes", "must be at least 1")
+	}
+	if u.RespMemory.Set && u.RespMemory.err == nil && up.ResponseBufferMemory < 0 {
+		c.add(key+".response_buffer_memory", "must not be negative (0 keeps a buffered answer on disk)")
+	}
+	if u.RespFile.Set && u.RespFile.err == nil && up.ResponseBufferFile < 0 {
+		c.add(key+".response_buffer_file", "must not be negative (0: no file; past memory the answer streams)")
 	}
 	if u.MaxFails.Set && u.MaxFails.V < 0 {
 		c.add(key+".max_fails", "must not be negative (0 turns passive health checks off)")

@@ -131,6 +131,7 @@ type bodyLimits struct {
 	buffer  bool          // read it all before forwarding
 	max     int64         // bytes
 	timeout time.Duration // between two reads
+	dir     string        // where a body too large for memory is spooled; "": os.TempDir()
 }
 
 // prepareBody readies r's body for forwarding under lim: refuses at once a
@@ -171,7 +172,7 @@ func prepareBody(w http.ResponseWriter, r *http.Request, lim bodyLimits) (cleanu
 		setBody(r, int64(len(buf)), func() io.ReadCloser { return io.NopCloser(bytes.NewReader(buf)) })
 		return func() {}, nil
 	}
-	f, ferr := os.CreateTemp("", "limitproxy-body-*")
+	f, ferr := os.CreateTemp(lim.dir, "limitproxy-body-*")
 	if ferr != nil {
 		return func() {}, &clientBodyError{http.StatusInternalServerError, ferr}
 	}
