@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"os"
 	"strings"
@@ -158,15 +157,11 @@ func buffers(resp *http.Response) bool {
 	case resp.Request != nil && (resp.Request.Method == http.MethodHead || isGRPC(resp.Request)):
 		return false
 	}
-	ct := resp.Header.Get("Content-Type")
-	if ct == "" {
-		return true
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		mt = strings.ToLower(strings.TrimSpace(ct))
-	}
-	return mt != "text/event-stream" && !strings.HasPrefix(mt, "application/grpc")
+	// The media type, without parameters, compared without allocating.
+	mt, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
+	mt = strings.TrimSpace(mt)
+	const grpc = "application/grpc"
+	return !strings.EqualFold(mt, "text/event-stream") && !(len(mt) >= len(grpc) && strings.EqualFold(mt[:len(grpc)], grpc))
 }
 
 // buffer makes resp's body a buffered one (ModifyResponse of an upstream
