@@ -14,11 +14,16 @@ ARG VERSION=dev
 RUN scripts/build-static.sh /out/limitproxy "$VERSION"
 # The directory the default storage for ACME certificates lives in.
 RUN mkdir -p /out/var/lib/limitproxy && chown 65532:65532 /out/var/lib/limitproxy
+# [server] temp_dir's default, os.TempDir(): request bodies over 64 KiB and
+# buffered answers past their memory are spooled there. The start fails
+# without a writable one.
+RUN mkdir -p /out/tmp && chmod 1777 /out/tmp
 
 FROM scratch
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/limitproxy /limitproxy
 COPY --from=build --chown=65532:65532 /out/var/lib/limitproxy /var/lib/limitproxy
+COPY --from=build /out/tmp /tmp
 COPY deploy/container.toml /etc/limitproxy/config.toml
 # Non-root, numerically (there is no /etc/passwd in scratch).
 USER 65532:65532

@@ -157,6 +157,7 @@ type bodyLimits struct {
 	timeout time.Duration // between two reads
 	minRate int64         // bytes a second over window; 0: none
 	window  time.Duration
+	dir     string // where a body too large for memory is spooled; "": os.TempDir()
 }
 
 // limitsFor returns the body limits of a request to the upstream u. Only
@@ -216,7 +217,7 @@ func prepareBody(w http.ResponseWriter, r *http.Request, lim bodyLimits) (cleanu
 		setBody(r, int64(len(buf)), func() io.ReadCloser { return io.NopCloser(bytes.NewReader(buf)) })
 		return func() {}, nil
 	}
-	f, ferr := os.CreateTemp("", "limitproxy-body-*")
+	f, ferr := os.CreateTemp(lim.dir, "limitproxy-body-*")
 	if ferr != nil {
 		return func() {}, &clientBodyError{http.StatusInternalServerError, ferr}
 	}

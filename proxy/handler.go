@@ -46,6 +46,7 @@ type Handler struct {
 	log     *zap.Logger
 	acc     *zap.Logger  // access log; nil when off
 	buffers *bufferPool  // ReverseProxy's copy buffers, shared by every upstream
+	resp    *respBuffers // response buffering's budget and temp_dir (respbuf.go)
 	metrics *Metrics     // nil: none
 	bans    limiter.Bans // the penalty box; nil: none
 	// averages are the running averages of the costs answers reported,
@@ -112,12 +113,15 @@ func New(set *policy.Set, o Options) *Handler {
 	if o.Metrics != nil {
 		o.Metrics.handler.Store(h)
 	}
+	if h.log == nil {
+		h.log = zap.NewNop()
+	}
+	// temp_dir and response_buffer_budget are the process's: a reload
+	// does not change them.
+	h.resp = newRespBuffers(h.buffers, set.Config.Server.TempDir, set.Config.Server.ResponseBufferBudget, h.log)
 	h.closing, h.closeQueues = context.WithCancel(context.Background())
 	if h.now == nil {
 		h.now = MonotonicClock()
-	}
-	if h.log == nil {
-		h.log = zap.NewNop()
 	}
 	if o.AccessLog {
 		h.acc = o.AccessLogger
@@ -151,7 +155,7 @@ func (h *Handler) Swap(set *policy.Set) {
 				continue
 			}
 		}
-		s.pools[u.Name] = newPool(u, srv, h.buffers, h.log, h.now)
+		s.pools[u.Name] = newPool(u, srv, h.buffers, h.resp, h.log, h.now)
 	}
 	h.top.sync(set)
 	h.ovCache.reset()
@@ -184,6 +188,7 @@ func sameUpstream(a, b config.Upstream) bool {
 		a.AllowTrace != b.AllowTrace || a.Buffering != b.Buffering || a.MaxBodyBytes != b.MaxBodyBytes ||
 		a.MinBodyRate != b.MinBodyRate || a.RateWindow != b.RateWindow || a.MaxStreamsPerKey != b.MaxStreamsPerKey ||
 		a.Protocol != b.Protocol || !slices.Equal(a.Upgrades, b.Upgrades) ||
+		a.ResponseBuffering != b.ResponseBuffering || a.ResponseBufferMemory != b.ResponseBufferMemory || a.ResponseBufferFile != b.ResponseBufferFile ||
 		!sameConcurrency(a.Concurrency, b.Concurrency) {
 		return false
 	}
@@ -493,6 +498,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 	pool := snap.pools[p.Upstream]
 	w.upstream = p.Upstream
 	lim := limitsFor(&pool.cfg, &snap.set.Config.Server)
+	lim.dir = h.resp.dir // temp_dir needs a restart: the one the server started with
 	release, ok := h.admitStream(w, r, &pool.cfg, lim, &snap.set.Config.Server)
 	if !ok {
 		return
@@ -518,7 +524,13 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 			return
 		}
 		w.clock = h.now
-		defer func() { ticket.Release(upstreamOutcome(w), w.headerAt.Sub(w.sentAt)) }()
+		w.slot.hold(ticket)
+		// Given back here when the exchange ends, unless the response
+		// buffer gave it back when the upstream was done (respbuf.go).
+		defer func() { w.slot.release(upstreamOutcome(w), w.headerAt.Sub(w.sentAt)) }()
+		if pool.cfg.ResponseBuffering {
+			r = r.WithContext(context.WithValue(r.Context(), recorderKey{}, w))
+		}
 	}
 	t := pool.pick()
 	begin := h.now()
@@ -629,6 +641,7 @@ type recorder struct {
 	// when the response head was written (by clock).
 	clock            func() time.Time
 	sentAt, headerAt time.Time
+	slot             slotHold // the upstream slot held, if any
 }
 
 func (r *recorder) WriteHeader(code int) {

@@ -86,7 +86,7 @@ func newRoundTripper(cfg config.Upstream) roundTripper {
 	return newSyncTransport(tr, cfg.Timeout)
 }
 
-func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPool, log *zap.Logger, now func() time.Time) *pool {
+func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPool, resp *respBuffers, log *zap.Logger, now func() time.Time) *pool {
 	tr := newRoundTripper(cfg)
 	p := &pool{cfg: cfg, srv: srv, transport: tr, now: now}
 	if c := cfg.Concurrency; c != nil {
@@ -118,8 +118,11 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 			},
 			Transport:  tr,
 			BufferPool: buffers,
-			ModifyResponse: func(*http.Response) error {
+			ModifyResponse: func(res *http.Response) error {
 				t.fails.Store(0)
+				if cfg.ResponseBuffering {
+					return resp.buffer(res, &cfg)
+				}
 				return nil
 			},
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

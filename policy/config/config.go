@@ -66,6 +66,15 @@ type Server struct {
 	// request body; SendTimeout between two writes of a response to the
 	// client (nginx's client_body_timeout and send_timeout).
 	ClientBodyTimeout, SendTimeout time.Duration
+	// TempDir is where request bodies and responses that do not fit in
+	// memory are spooled, in files unlinked as soon as they are made. It
+	// must exist and be writable (checked at start). Default
+	// os.TempDir(): $TMPDIR, else /tmp.
+	TempDir string
+	// ResponseBufferBudget bounds, in bytes, the memory all buffered
+	// responses hold at once, every upstream together; past it they spill
+	// to TempDir.
+	ResponseBufferBudget int64
 	// ProxyProtocol makes the proxy listener read a PROXY protocol (v1
 	// or v2) header, before TLS, from peers in ProxyProtocolFrom: they
 	// must send one, and the address it carries becomes the connection's
@@ -178,6 +187,17 @@ type Upstream struct {
 	// stream to this upstream at once (with Buffering off); one more gets
 	// 429 with Retry-After. At least 1.
 	MaxStreamsPerKey int
+	// ResponseBuffering reads the upstream's answer as fast as it comes,
+	// into memory (up to ResponseBufferMemory bytes) and then into an
+	// unlinked file in [server] temp_dir (up to ResponseBufferFile bytes),
+	// so that the upstream connection and its concurrency slot are freed
+	// when the upstream is done rather than when the client is (nginx's
+	// proxy_buffering). Answers that must stream are never buffered.
+	ResponseBuffering bool
+	// ResponseBufferMemory and ResponseBufferFile are a buffered answer's
+	// bounds in bytes, in memory and on disk; past both, the rest is
+	// passed on as the client takes it.
+	ResponseBufferMemory, ResponseBufferFile int64
 	// Concurrency limits the requests in flight to the upstream, all its
 	// targets together; nil: no limit.
 	Concurrency *Concurrency

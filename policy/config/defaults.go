@@ -54,10 +54,18 @@ const (
 	DefaultMinBodyRate      = 1024
 	DefaultBodyRateWindow   = 20 * time.Second
 	DefaultMaxStreamsPerKey = 16
-	DefaultMode             = Enforce
-	DefaultOnMissing        = MissingShared
-	DefaultUpstreamProtocol = ProtocolHTTP1
-	DefaultRejectStatus     = 429
+	// A buffered answer: 64 KiB in memory (nginx's proxy_buffers 8 8k
+	// plus proxy_buffer_size, and what a request body keeps in memory),
+	// then up to 1 GiB on disk (nginx's proxy_max_temp_file_size).
+	// All buffered answers together hold at most 64 MiB of memory.
+	DefaultResponseBuffering    = true
+	DefaultResponseBufferMemory = 64 << 10
+	DefaultResponseBufferFile   = 1 << 30
+	DefaultResponseBufferBudget = 64 << 20
+	DefaultMode                 = Enforce
+	DefaultOnMissing            = MissingShared
+	DefaultUpstreamProtocol     = ProtocolHTTP1
+	DefaultRejectStatus         = 429
 	// DefaultBanMax is how long an escalating ban may grow; DefaultBanForget
 	// how long an offence is remembered for escalation.
 	DefaultBanMax            = 24 * time.Hour

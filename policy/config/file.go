@@ -45,6 +45,8 @@ type (
 		Underscores       Value[bool]   `toml:"underscores_in_headers"`
 		ClientBodyTimeout Duration      `toml:"client_body_timeout"`
 		SendTimeout       Duration      `toml:"send_timeout"`
+		TempDir           Value[string] `toml:"temp_dir"`
+		RespBudget        Value[int64]  `toml:"response_buffer_budget"`
 		ProxyProtocol     Value[bool]   `toml:"proxy_protocol"`
 		H2C               Value[bool]   `toml:"h2c"`
 		TLS               *rawTLS       `toml:"tls"`
@@ -90,21 +92,24 @@ type (
 		OnError     Value[string] `toml:"on_error"`
 	}
 	rawUpstream struct {
-		Name         Value[string]   `toml:"name"`
-		Targets      Strings         `toml:"targets"`
-		Timeout      Duration        `toml:"timeout"`
-		PreserveHost Value[bool]     `toml:"preserve_host"`
-		MaxFails     Value[int64]    `toml:"max_fails"`
-		FailTimeout  Duration        `toml:"fail_timeout"`
-		Upgrades     Strings         `toml:"upgrades"`
-		Buffering    Value[bool]     `toml:"request_buffering"`
-		MaxBodyBytes Value[int64]    `toml:"max_body_bytes"`
-		MinBodyRate  Value[int64]    `toml:"min_body_rate"`
-		RateWindow   Duration        `toml:"body_rate_window"`
-		MaxStreams   Value[int64]    `toml:"max_streams_per_key"`
-		AllowTrace   Value[bool]     `toml:"allow_trace"`
-		Protocol     Value[string]   `toml:"protocol"`
-		Concurrency  *rawConcurrency `toml:"concurrency"`
+		Name          Value[string]   `toml:"name"`
+		Targets       Strings         `toml:"targets"`
+		Timeout       Duration        `toml:"timeout"`
+		PreserveHost  Value[bool]     `toml:"preserve_host"`
+		MaxFails      Value[int64]    `toml:"max_fails"`
+		FailTimeout   Duration        `toml:"fail_timeout"`
+		Upgrades      Strings         `toml:"upgrades"`
+		Buffering     Value[bool]     `toml:"request_buffering"`
+		MaxBodyBytes  Value[int64]    `toml:"max_body_bytes"`
+		MinBodyRate   Value[int64]    `toml:"min_body_rate"`
+		RateWindow    Duration        `toml:"body_rate_window"`
+		MaxStreams    Value[int64]    `toml:"max_streams_per_key"`
+		RespBuffering Value[bool]     `toml:"response_buffering"`
+		RespMemory    Value[int64]    `toml:"response_buffer_memory"`
+		RespFile      Value[int64]    `toml:"response_buffer_file"`
+		AllowTrace    Value[bool]     `toml:"allow_trace"`
+		Protocol      Value[string]   `toml:"protocol"`
+		Concurrency   *rawConcurrency `toml:"concurrency"`
 	}
 	rawConcurrency struct {
 		Limit     Value[int64]  `toml:"limit"`

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -148,6 +150,8 @@ func validateServer(s *rawServer, c *collector) Server {
 		UnderscoresInHeaders: s.Underscores.V,
 		ClientBodyTimeout:    s.ClientBodyTimeout.Or(DefaultClientBodyTimeout),
 		SendTimeout:          s.SendTimeout.Or(DefaultSendTimeout),
+		TempDir:              s.TempDir.Or(os.TempDir()),
+		ResponseBufferBudget: s.RespBudget.Or(DefaultResponseBufferBudget),
 		ProxyProtocol:        s.ProxyProtocol.V,
 		H2C:                  s.H2C.V,
 	}
@@ -190,6 +194,12 @@ func validateServer(s *rawServer, c *collector) Server {
 	}
 	if srv.Listen == "" {
 		c.add("server.listen", "must not be empty")
+	}
+	if s.TempDir.Set && s.TempDir.err == nil && !filepath.IsAbs(srv.TempDir) {
+		c.add("server.temp_dir", "%q is not an absolute path", srv.TempDir)
+	}
+	if s.RespBudget.Set && s.RespBudget.err == nil && srv.ResponseBufferBudget < 0 {
+		c.add("server.response_buffer_budget", "must not be negative (0 keeps every buffered answer on disk)")
 	}
 	if n := s.MaxHeaderBytes.V; s.MaxHeaderBytes.Set && s.MaxHeaderBytes.err == nil && (n < 1024 || n > 16<<20) {
 		c.add("server.max_header_bytes", "%d is outside 1024..16777216", n)
@@ -291,7 +301,10 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 		Upgrades: DefaultUpgrades, AllowTrace: u.AllowTrace.V, Protocol: UpstreamProtocol(u.Protocol.Or(string(DefaultUpstreamProtocol))),
 		Buffering: u.Buffering.Or(DefaultRequestBuffering), MaxBodyBytes: u.MaxBodyBytes.Or(DefaultMaxBodyBytes),
 		MinBodyRate: u.MinBodyRate.Or(DefaultMinBodyRate), RateWindow: u.RateWindow.Or(DefaultBodyRateWindow),
-		MaxStreamsPerKey: int(u.MaxStreams.Or(DefaultMaxStreamsPerKey)),
+		MaxStreamsPerKey:     int(u.MaxStreams.Or(DefaultMaxStreamsPerKey)),
+		ResponseBuffering:    u.RespBuffering.Or(DefaultResponseBuffering),
+		ResponseBufferMemory: u.RespMemory.Or(DefaultResponseBufferMemory),
+		ResponseBufferFile:   u.RespFile.Or(DefaultResponseBufferFile),
 	}
 	switch prev, dup := names[up.Name]; {
 	case up.Name == "":
@@ -344,6 +357,12 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 	}
 	if u.MaxStreams.Set && u.MaxStreams.err == nil && (u.MaxStreams.V < 1 || u.MaxStreams.V > 1_000_000) {
 		c.add(key+".max_streams_per_key", "%d: must be from 1 to 1000000", u.MaxStreams.V)
+	}
+	if u.RespMemory.Set && u.RespMemory.err == nil && up.ResponseBufferMemory < 0 {
+		c.add(key+".response_buffer_memory", "must not be negative (0 keeps a buffered answer on disk)")
+	}
+	if u.RespFile.Set && u.RespFile.err == nil && up.ResponseBufferFile < 0 {
+		c.add(key+".response_buffer_file", "must not be negative (0: no file; past memory the answer streams)")
 	}
 	if u.MaxFails.Set && u.MaxFails.V < 0 {
 		c.add(key+".max_fails", "must not be negative (0 turns passive health checks off)")

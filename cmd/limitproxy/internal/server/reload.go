@@ -175,6 +175,8 @@ func restartOnly(a, b *config.Config) []string {
 	check("server.max_connections", a.Server.MaxConnections, b.Server.MaxConnections)
 	check("server.proxy_protocol", a.Server.ProxyProtocol, b.Server.ProxyProtocol)
 	check("server.h2c", a.Server.H2C, b.Server.H2C)
+	check("server.temp_dir", a.Server.TempDir, b.Server.TempDir)
+	check("server.response_buffer_budget", a.Server.ResponseBufferBudget, b.Server.ResponseBufferBudget)
 	check("server.tls", a.Server.TLS, b.Server.TLS)
 	check("admin", a.Admin, b.Admin)
 	check("store", a.Store, b.Store)

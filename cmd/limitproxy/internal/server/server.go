@@ -138,6 +138,9 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 	defer access.Close()
 	accessLog := newLogger(cfg.Log, level, zapcore.AddSync(access)).Named("access")
 
+	if err := proxy.CheckTempDir(cfg.Server.TempDir); err != nil {
+		return err
+	}
 	now := proxy.MonotonicClock()
 	st, err := newStores(cfg.Store, log, now)
 	if err != nil {
