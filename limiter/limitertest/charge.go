@@ -14,13 +14,13 @@ import (
 	"github.com/limitproxy/limitproxy/limiter"
 )
 
-// RunCharge checks charging after the fact (limiter.Charger, issue 17):
+// RunCharge checks charging after the fact (driver.Charger):
 // debt and its Retry-After for every algorithm, refunds capped at a fresh
 // key's state and doing nothing once the reservation has left the window,
 // the debt bound, random interleavings of decisions and charges against
 // the models of model.go, concurrent charges losing no unit, and
 // reserve-then-reconcile ending as if the true cost had been decided.
-// newStore's stores must implement limiter.Charger. All instants are
+// newStore's stores must implement driver.Charger. All instants are
 // exact; nothing sleeps.
 func RunCharge(t *testing.T, newStore NewStore, o Options) {
 	t.Run("Debt", func(t *testing.T) { chargeDebt(t, newStore, o) })
