@@ -1,74 +1,48 @@
-// Package limiter holds limitproxy's five rate-limiting algorithms and the
-// Store interface that keeps their per-client state.
+// Package limiter decides whether a request may pass under rate limits,
+// exactly, with the time passed in: five algorithms, any number of limits
+// per policy, and a Store that keeps each client key's state in this
+// process (limiter/memstore) or on Redis (limiter/redisstore).
 //
-// A Limiter is one policy's limits bound to a Store. Allow(ctx, key, now, n)
-// decides a request from one client key at an instant the caller passes in:
-// nothing in this package reads the clock, holds a lock or starts a timer,
-// so every algorithm is a step over a small state, tested with exact
-// instants. (The leaky bucket's step decides who may wait and until when;
-// the Store keeps the queue itself, its FIFO and its release timer, and
-// Limiter.Wait waits there.) A request is admitted only if every limit of
-// the policy admits it, and a rejected request consumes nothing from any of
-// them; the Store makes that atomic per key.
+//	lim, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Burst: 20})
+//	l, _ := limiter.New(memstore.New(memstore.Options{}), "api", lim)
+//	d, err := l.Allow(ctx, clientIP, time.Now(), 1)
+//	if err == nil && d.Allowed { err = l.Wait(ctx, d) } // waits only in a leaky bucket's queue
 //
 // # Algorithms (docs/algorithms.md)
 //
-//	algorithm       admits a request of cost c at t iff            memory per key (memstore)
-//	token_bucket    the bucket (burst b, refill r) holds ≥ c         16 B state, 24 B slot
-//	leaky_bucket    fewer than queue wait and the wait ≤ max_wait    16 B; +~150 B and a timer while
-//	                (then waits its turn on a 1/r schedule)          requests wait, +~100 B a waiter
-//	fixed_window    count in floor(t/W) + c ≤ limit                  16 B state, 24 B slot
-//	sliding_log     units admitted in (t−W, t] + c ≤ limit           8 B per unit in the window
-//	sliding_window  weighted estimate over `slots` slots + c ≤ limit 8+4·(slots+1) B state
+//	algorithm       admits a request of cost c at t iff              memory per key (memstore)
+//	token_bucket    the bucket (burst b, refill r) holds ≥ c          16 B
+//	leaky_bucket    fewer than Queue wait and the wait ≤ MaxWait      16 B; ~150 B and a timer while
+//	                (then it waits its turn on a 1/r schedule)        requests wait, ~100 B a waiter
+//	fixed_window    count in window ⌊t/W⌋ + c ≤ limit                 16 B
+//	sliding_log     units admitted in (t−W, t] + c ≤ limit            8 B per unit in the window
+//	sliding_window  weighted estimate over Slots slots + c ≤ limit    8 + 4·(Slots+1) B
 //
-// Decisions are exact: time is integer nanoseconds and counts are
-// integers. The token bucket counts billionths of a token and advances its
-// clock only by whole periods in which it earns a whole number of them,
-// carrying the rest, so its content is always the exact rational value of
-// the definition; the sliding window compares its weighted estimate in 128
-// bits. The conformance suite in limitertest checks every decision against
-// naive models written from docs/algorithms.md with big.Rat arithmetic.
+// Decisions are exact: time is integer nanoseconds, counts are integers,
+// and the conformance suite (limiter/limitertest) checks every decision of
+// every store against models written with big.Rat arithmetic. A request
+// is admitted only if every limit of its Limiter admits it, and a
+// rejected request consumes nothing from any of them. RetryAfter is the
+// exact time until the same request would pass; a request larger than a
+// limit's capacity gets Never.
 //
-// Retry-After (Decision.RetryAfter) is the exact time until the same
-// request would be admitted if nothing else arrived, rounded up to the
-// nanosecond; the proxy rounds it up to whole seconds. A request whose
-// weight times cost exceeds a limit's capacity is rejected with Never.
+// Nothing in this package reads the clock, starts a goroutine or holds a
+// lock across calls. Each key's state remembers the latest instant it has
+// seen, and an earlier instant counts as that one, so callers that read
+// the clock concurrently need not serialise. State is keyed by the
+// limits' names (see New), so a Limiter rebuilt with new numbers under
+// the same policy name keeps its clients' counters.
 //
-// # Charging after the fact
+// Costs: every limit has a Cost per request (TokenBucketParams.Cost, …),
+// Allow takes a weight n that multiplies it, and Limiter.Charge charges
+// or refunds units after the fact, for costs known only from a response.
 //
-// A Store that implements Charger (both stores do) can also charge a
-// limit after the request was decided, for costs known only from the
-// answer (issue 17): reserve an estimate with Allow, then Limiter.Charge
-// the difference, or refund it, when the answer has ended. A charge is
-// never refused: past the quota the key goes into debt, which later
-// requests wait out (a bucket's content below zero, a window's count
-// above its limit), bounded at one capacity of debt; a refund gives back
-// what the reservation still counts, never past a fresh key's state. The
-// leaky bucket cannot be charged. Charger gives each algorithm's rules.
+// Packages for other roles: limiter/driver is the contract a Store
+// implements (the algorithms' steps and state); limiter/perkey holds the
+// per-client features stores offer beside limits (bans, overrides,
+// concurrency slots).
 //
-// # Time going backwards
-//
-// Each key's state remembers the latest instant it has seen, and an earlier
-// instant is treated as that one: a token bucket credits no refill (and
-// never credits the same interval twice), a window counts the request in
-// the newest window or slot it has seen, a sliding log treats it as its
-// newest entry's instant. Concurrent requests reach a key in an order that
-// can differ slightly from their clock readings; this rule makes that
-// harmless. It does mean a wall clock stepped back by an hour would hold a
-// busy key at its current state until the clock catches up, which is why
-// the proxy passes a monotonic-derived instant.
-//
-// # State across reloads
-//
-// A Store keys state by (limit name, client key). New names each limit from
-// its policy name, its algorithm and its ordinal among that policy's limits
-// of that algorithm, plus, for fixed and sliding windows, the time grid
-// (window, slots). So a reload that keeps a policy's name and a limit's
-// algorithm keeps its counters and applies the new numbers from the next
-// request: a token bucket keeps its tokens, clamped to a smaller burst (and
-// the time since its last request is credited at the new rate); a raised
-// window limit admits more at once. A changed algorithm, or a window whose
-// length or slots changed, starts fresh, since counts on one grid mean
-// nothing on another. State nobody uses any more becomes fresh with time
-// and is dropped by the store.
+// Stability: the module is v0. This package's names and their meaning are
+// what v1 will keep; limiter/driver and limiter/perkey may still change
+// between minor versions, as stores and the proxy need.
 package limiter

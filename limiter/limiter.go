@@ -5,302 +5,155 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
+
+	"github.com/limitproxy/limitproxy/limiter/driver"
 )
 
-// Algorithm names one of the five algorithms of docs/algorithms.md. The zero value is
-// not an algorithm.
-type Algorithm uint8
+// Store keeps the per-key state of limits and applies requests to it
+// atomically: memstore.New (in this process) and redisstore.New (shared
+// by every instance) return one. Create one Store per process and let it
+// outlive reloads: state is keyed by each limit's Name and the client
+// key, so a new Limiter built with the same names finds the same state.
+// Callers never call its methods: a Limiter does. Its contract, for
+// writing another store, is driver.Store; limitertest.Run checks one.
+// Implementations are safe for concurrent use.
+type Store = driver.Store
 
-// The algorithms, with the names the configuration uses for them.
-const (
-	TokenBucket   Algorithm = iota + 1 // "token_bucket"
-	LeakyBucket                        // "leaky_bucket"
-	FixedWindow                        // "fixed_window"
-	SlidingLog                         // "sliding_log"
-	SlidingWindow                      // "sliding_window"
+// Errors a Limiter returns. Compare with errors.Is: a store wraps
+// ErrStoreUnavailable with its cause.
+var (
+	// ErrStoreUnavailable is wrapped by the errors of a Store that could
+	// not decide in time (Redis unreachable, a deadline passed); the
+	// Decision is then the zero value, and the caller applies its own
+	// rule (fail open, fail closed, a local fallback).
+	ErrStoreUnavailable = driver.ErrStoreUnavailable
+	// ErrRejected is returned by Limiter.Wait for a rejected Decision.
+	ErrRejected = errors.New("limiter: request rejected")
+	// ErrNoCharger is returned by Limiter.Charge when the Limiter's Store
+	// cannot charge after the fact (it does not implement driver.Charger).
+	ErrNoCharger = errors.New("limiter: the store cannot charge after the fact")
 )
 
-var algorithmNames = [...]string{
-	TokenBucket:   "token_bucket",
-	LeakyBucket:   "leaky_bucket",
-	FixedWindow:   "fixed_window",
-	SlidingLog:    "sliding_log",
-	SlidingWindow: "sliding_window",
-}
+// Never is the RetryAfter of a request that no wait can admit: its weight
+// times a limit's cost exceeds that limit's capacity.
+const Never = driver.Never
 
-// ErrUnknownAlgorithm is returned by ParseAlgorithm for a name that is not
-// one of the five algorithms.
-var ErrUnknownAlgorithm = errors.New("unknown algorithm")
+// SkipKey, as a key of AllowKeys or ChargeKeys, leaves that limit out:
+// it neither counts the request nor can reject it (a limit whose key the
+// request lacks). Client keys are never this string.
+const SkipKey = "\x00skip"
 
-// String returns the configuration name of a, e.g. "token_bucket".
-func (a Algorithm) String() string {
-	if a == 0 || int(a) >= len(algorithmNames) {
-		return "algorithm(" + strconv.Itoa(int(a)) + ")"
-	}
-	return algorithmNames[a]
-}
+// MaxLimits is the most limits one Limiter may have.
+const MaxLimits = driver.MaxLimits
 
-// ParseAlgorithm returns the algorithm with configuration name s.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for a, name := range algorithmNames {
-		if a != 0 && name == s {
-			return Algorithm(a), nil
-		}
-	}
-	return 0, fmt.Errorf("%w %q (want token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)", ErrUnknownAlgorithm, s)
-}
-
-// Rate is N events per Per, kept exactly as written ("30/5m" is {30, 5m}),
-// so that no rounding happens before the algorithms see it. The zero value
-// is not a valid rate: "unlimited" is not a rate.
-type Rate struct {
-	N   int64
-	Per time.Duration
-}
-
-// maxRateN bounds N so that N·1e9 fits in an int64 (token arithmetic is done
-// in billionths of a token).
-const maxRateN = 1_000_000_000
-
-func (r Rate) validate() error {
-	switch {
-	case r.N <= 0:
-		return errors.New("must be greater than zero")
-	case r.N > maxRateN:
-		return fmt.Errorf("%d events per period is above the maximum of %d", r.N, maxRateN)
-	case r.Per <= 0:
-		return errors.New("period must be greater than zero")
-	}
-	return nil
-}
-
-// String formats r as the configuration writes it, e.g. "10/1s".
-func (r Rate) String() string { return strconv.FormatInt(r.N, 10) + "/" + r.Per.String() }
-
-// interval is the time one unit of r takes, rounded up to the nanosecond, so
-// that events spaced by interval never exceed r.
-func (r Rate) interval() int64 { return ceilDiv(int64(r.Per), r.N) }
-
-// Decision is the outcome of one request against one limit or, as returned by
-// Limiter.Allow, against every limit of a policy. It is a plain value; the
-// zero Decision is a rejection with no figures.
+// Decision is the outcome of one request against every limit of a
+// Limiter. It is a plain value, never nil; the zero Decision is a
+// rejection with no figures. When several limits decide, Limit,
+// Remaining, ResetAt and Next describe the most restrictive one (a
+// rejecting one first, then the least Remaining, then the latest
+// ResetAt), at position Index.
 type Decision struct {
-	// Allowed reports whether the request is admitted (possibly after Delay).
-	// A Charge is never refused: its Decision is always allowed.
+	// Allowed reports whether the request is admitted (possibly after
+	// Delay). A Charge is never refused: its Decision is always allowed.
 	Allowed bool
-	// Capped reports that a Charge could not apply all its units because a
-	// limit reached its debt bound (see Charger); false for Allow. (A bool
-	// beside Allowed fits in the padding: the size does not change.)
+	// Capped reports that a Charge could not apply all its units because
+	// a limit reached its debt bound (one capacity); false for Allow.
 	Capped bool
 	// Degraded reports that the store could not decide and followed its
-	// on_error rule instead (the Redis store without Redis): the request
-	// was not measured against the shared limit. Also in the padding.
+	// own fallback rule instead (the Redis store without Redis): the
+	// request was not measured against the shared state.
 	Degraded bool
-	// Index is the position, among the limiter's limits, of the limit that
-	// Limit, Remaining, ResetAt and Next describe: the most restrictive
-	// one. (An int32 beside Allowed keeps a Decision at 11 words: a word
-	// more cost decisions about 40 ns, BenchmarkHotKey.)
+	// Index is the position, among the Limiter's limits, of the limit
+	// that Limit, Remaining, ResetAt and Next describe; -1 when AllowKeys
+	// skipped every limit.
 	Index int32
-	// Delay is how long an admitted request waits in a leaky-bucket queue
-	// before it may be forwarded; 0 for the other algorithms. With the memory
-	// store it is an upper bound: waiters ahead that leave make it shorter.
-	// Use Limiter.Wait rather than sleeping for Delay.
+	// Delay is how long an admitted request waits in a leaky-bucket
+	// queue before it may go on; 0 for the other algorithms. With the
+	// memory store it is an upper bound: waiters ahead that leave make it
+	// shorter. Call Limiter.Wait rather than sleeping for Delay.
 	Delay time.Duration
-	// RetryAfter is, for a rejected request, the time after which the same
-	// request would be admitted if nothing else arrived; 0 when allowed.
+	// RetryAfter is, for a rejected request, the time after which the
+	// same request would be admitted if nothing else arrived (exact, to
+	// the nanosecond rounded up; Never if no wait can); 0 when allowed.
 	RetryAfter time.Duration
-	// Limit is the quota of the limit these figures describe: burst,
-	// limit per window, or queue size for the leaky bucket.
+	// Limit is the quota of the limit these figures describe: its burst,
+	// its limit per window, or a leaky bucket's Queue+1+Delay.
 	Limit int64
-	// Remaining is how many more requests of cost 1 that limit would admit
-	// now, after this request.
+	// Remaining is how many more requests of cost 1 that limit would
+	// admit now, after this request.
 	Remaining int64
-	// ResetAt is when that limit is back to its fresh state (Remaining ==
-	// Limit) if nothing else arrives.
+	// ResetAt is when that limit is back to its fresh state (Remaining
+	// == Limit) if nothing else arrives.
 	ResetAt time.Time
 	// Next is how long after the decision's instant that limit makes
-	// more quota available — Remaining grows by at least one — if nothing
-	// else arrives: the draft-10 meaning of the RateLimit field's t. For a
-	// rejection it is never longer than RetryAfter. 0 when nothing more
-	// can become available (Remaining == Limit), or at once.
+	// more quota available (Remaining grows by at least one) if nothing
+	// else arrives: the t of the draft RateLimit header. For a rejection
+	// it is never longer than RetryAfter; 0 when nothing more can become
+	// available (Remaining == Limit).
 	Next time.Duration
-	// Ticket identifies the place of a request queued by a Store that
-	// keeps a real queue (the memory store); 0 for none. Limiter.Wait
-	// hands it back to the Store.
+	// Ticket is the place of a request queued by a Store that keeps a
+	// real queue (the memory store's leaky bucket); 0 for none.
+	// Limiter.Wait hands it back to the Store.
 	Ticket uint64
 }
 
-// Merge folds d2, the decision of the limit at index i, into d, the decision
-// of a policy whose limits 0..i-1 were merged before. A Store calls it once
-// per limit, in order, starting from the zero Decision. The result is allowed
-// only if every limit allowed, and Capped if any limit's was; RetryAfter is
-// the longest of the rejecting limits'; the figures are those of the most
-// restrictive limit (a rejecting one first, then the least Remaining, then
-// the latest ResetAt).
-func (d *Decision) Merge(i int, d2 Decision) {
-	if i == 0 {
-		*d = d2
-		d.Index = 0
-		return
-	}
-	d.Fold(i, d2)
-}
-
-// Fold folds d2, the decision of the limit at index i, into d, a decision
-// already made of other limits, whatever their order: Merge without its
-// start from the zero Decision at index 0.
-func (d *Decision) Fold(i int, d2 Decision) {
-	d2.Index = int32(i)
-	allowed := d.Allowed && d2.Allowed
-	capped := d.Capped || d2.Capped
-	degraded := d.Degraded || d2.Degraded
-	retry := max(d.RetryAfter, d2.RetryAfter)
-	delay := max(d.Delay, d2.Delay)
-	ticket := d.Ticket
-	if d2.Ticket != 0 {
-		ticket = d2.Ticket
-	}
-	if moreRestrictive(d2, *d) {
-		*d = d2
-	}
-	d.Allowed, d.RetryAfter, d.Delay, d.Ticket, d.Capped, d.Degraded = allowed, retry, delay, ticket, capped, degraded
-	if !allowed {
-		d.Delay, d.Ticket = 0, 0
-	}
-}
-
-func moreRestrictive(a, b Decision) bool {
-	if a.Allowed != b.Allowed {
-		return !a.Allowed
-	}
-	if a.Remaining != b.Remaining {
-		return a.Remaining < b.Remaining
-	}
-	return a.ResetAt.After(b.ResetAt)
-}
-
-// ErrRejected is returned by Limiter.Wait for a rejected request.
-var ErrRejected = errors.New("limiter: request rejected")
-
-// Limiter is one policy's limits bound to a Store: the unit the proxy asks
-// "may this request pass?". A Limiter is immutable and safe for concurrent
-// use; a reload builds a new one, and state carries over through the Store
-// because it is keyed by the limits' names (see New).
+// Limiter is one policy's limits bound to a Store: the unit a server asks
+// "may this request pass?". Build it with New. A Limiter is immutable and
+// safe for concurrent use; a reload builds a new one, and state carries
+// over through the Store because it is keyed by the limits' names. The
+// zero Limiter is not usable.
 type Limiter struct {
 	store  Store
-	policy string
-	limits []Limit
+	limits []driver.Limit // bound, as the Store sees them
+	pub    []Limit        // the same, as Limits returns them
 }
 
-// MaxLimits is the most limits one Limiter (one policy) may have.
-const MaxLimits = 16
-
-// New binds limits, in order, to store under the policy name policy. Each
-// limit's state lives in the store under a name made of the policy name, the
+// New binds limits, in order, to store under the policy name policy, so
+// that a request is admitted only if every limit admits it. Each limit's
+// state lives in the store under a name made of the policy name, the
 // algorithm and the limit's ordinal among the policy's limits of that
-// algorithm, so that a reload which keeps a policy's name and a limit's
+// algorithm: a reload which keeps a policy's name and a limit's
 // algorithm keeps that limit's counters, and a changed algorithm starts
-// fresh; a shared limit (Limit.Shared) lives under its share's name
-// instead, the same in every policy that uses it. At most one leaky bucket
-// is allowed, since a request can wait in only one queue, and a share at
-// most once.
+// fresh. A shared limit (Limit.Shared) lives under its share's name
+// instead, the same in every policy that uses it. It allows 1 to
+// MaxLimits limits, at most one leaky bucket (a request waits in one
+// queue) and a share at most once.
 func New(store Store, policy string, limits ...Limit) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("limiter: nil store")
 	}
-	if len(limits) == 0 {
-		return nil, errors.New("limiter: no limits")
-	}
-	if len(limits) > MaxLimits {
-		return nil, fmt.Errorf("limiter: %d limits in one policy; at most %d", len(limits), MaxLimits)
-	}
-	var seen [len(algorithmNames)]int
-	leaky := false
-	ls := make([]Limit, len(limits))
-	for i, l := range limits {
-		if l.alg == 0 {
-			return nil, fmt.Errorf("limiter: limit %d was not built by a New… constructor", i)
-		}
-		if l.alg == LeakyBucket {
-			if leaky {
-				return nil, errors.New("limiter: more than one leaky_bucket in one policy")
-			}
-			leaky = true
-		}
-		for j := range i {
-			if l.share != "" && ls[j].share == l.share {
-				return nil, fmt.Errorf("limiter: shared limit %q twice in one policy", l.share)
-			}
-		}
-		l.name = stateName(policy, &l, seen[l.alg])
-		l.id = stateID(l.name)
-		l.binding = bindings.Add(1)
-		if l.share == "" {
-			seen[l.alg]++
-		}
-		ls[i] = l
-	}
-	return &Limiter{store: store, policy: policy, limits: ls}, nil
-}
-
-// StateNames returns the names New gives limits' state for policy, in
-// order, without binding them to a Store (a reload uses it to find the state
-// of limits that are gone).
-func StateNames(policy string, limits ...Limit) []string {
-	var seen [len(algorithmNames)]int
-	names := make([]string, len(limits))
+	ds := make([]driver.Limit, len(limits))
 	for i := range limits {
-		names[i] = stateName(policy, &limits[i], seen[limits[i].alg])
-		if limits[i].share == "" {
-			seen[limits[i].alg]++
-		}
+		ds[i] = limits[i].d
 	}
-	return names
+	bound, err := driver.Bind(policy, ds)
+	if err != nil {
+		return nil, err
+	}
+	pub := make([]Limit, len(bound))
+	for i := range bound {
+		pub[i] = Limit{d: bound[i]}
+	}
+	return &Limiter{store: store, limits: bound, pub: pub}, nil
 }
 
-// stateName builds the Store name of a limit. The policy name is
-// length-prefixed so that no policy name can collide with another's limits;
-// a shared limit's name is its share's, after "=", which no length prefix
-// starts with, so that every policy using it finds the same state. The
-// window algorithms' names also carry their time grid (window, and slots),
-// because counts kept on one grid mean nothing on another: changing a
-// fixed or sliding window's length or slots starts it fresh.
-func stateName(policy string, l *Limit, ordinal int) string {
-	var name string
-	if l.share != "" {
-		name = "=" + strconv.Itoa(len(l.share)) + ":" + l.share + "/" + l.alg.String()
-	} else {
-		name = strconv.Itoa(len(policy)) + ":" + policy + "/" + l.alg.String() + "/" + strconv.Itoa(ordinal)
-	}
-	switch l.alg {
-	case FixedWindow:
-		name += "/" + strconv.FormatInt(int64(l.fw.Window), 10)
-	case SlidingWindow:
-		name += "/" + strconv.FormatInt(int64(l.sw.Window), 10) + "/" + strconv.Itoa(l.sw.Slots)
-	}
-	return name
-}
-
-// Allow decides a request of weight n (normally 1; each limit multiplies it
-// by its own cost) from client key at instant now, against every limit of
-// l at once: the request is admitted only if every limit admits it, and a
-// rejected request consumes nothing from any limit. The key may be any
-// string; stores hash it. An error means the store could not decide (see
-// ErrStoreUnavailable); the Decision is then the zero value.
+// Allow decides a request of weight n (normally 1; each limit multiplies
+// it by its own cost) from client key at instant now, against every
+// limit of l at once: the request is admitted only if every limit admits
+// it, and a rejected request consumes nothing from any limit. now is the
+// caller's clock: nothing in this package reads one, and an instant
+// earlier than one a key has seen counts as that one. The key may be any
+// string. An error means the store could not decide (ErrStoreUnavailable)
+// and the Decision is the zero value. If the Decision has a Delay or a
+// Ticket, call Wait before going on.
 func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64) (Decision, error) {
 	if n <= 0 {
 		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
 	}
-	return l.store.Decide(ctx, l.limits, OneKey(key), now, n)
+	d, err := l.store.Decide(ctx, l.limits, driver.OneKey(key), now, n)
+	return Decision(d), err
 }
-
-// SkipKey, as a key of AllowKeys, leaves that limit out of the decision:
-// it neither counts the request nor can reject it (a limit whose key the
-// request lacks, with on_missing "skip"). Client keys are never this
-// string.
-const SkipKey = "\x00skip"
 
 // AllowKeys is Allow with a client key per limit: limit i counts the
 // request under keys[i] (a policy limited per address and per API key at
@@ -315,11 +168,12 @@ func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n
 		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
 	}
 	if !slices.Contains(keys, SkipKey) {
-		return l.store.Decide(ctx, l.limits, PerLimit(keys), now, n)
+		d, err := l.store.Decide(ctx, l.limits, driver.PerLimit(keys), now, n)
+		return Decision(d), err
 	}
 	// Decide the others; Index back to l's numbering.
 	var idx [MaxLimits]int32
-	lims := make([]Limit, 0, len(l.limits))
+	lims := make([]driver.Limit, 0, len(l.limits))
 	ks := make([]string, 0, len(l.limits))
 	for i, k := range keys {
 		if k != SkipKey {
@@ -331,32 +185,35 @@ func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n
 	if len(lims) == 0 {
 		return Decision{Allowed: true, Index: -1}, nil
 	}
-	d, err := l.store.Decide(ctx, lims, PerLimit(ks), now, n)
+	d, err := l.store.Decide(ctx, lims, driver.PerLimit(ks), now, n)
 	d.Index = idx[d.Index]
-	return d, err
+	return Decision(d), err
 }
 
-// Peek returns the decision Allow would return for key at now, without
-// changing any state.
+// Peek returns the decision Allow(ctx, key, now, 1) would return, without
+// changing any state: a view of one client. A leaky bucket's Decision
+// then holds no place in its queue.
 func (l *Limiter) Peek(ctx context.Context, key string, now time.Time) (Decision, error) {
-	return l.store.Peek(ctx, l.limits, OneKey(key), now, 1)
+	d, err := l.store.Peek(ctx, l.limits, driver.OneKey(key), now, 1)
+	return Decision(d), err
 }
 
-// PeekKeys returns the decision AllowKeys would return for keys at now
-// (no key may be SkipKey), without changing any state.
-func (l *Limiter) PeekKeys(ctx context.Context, keys []string, now time.Time) (Decision, error) {
-	if len(keys) != len(l.limits) {
-		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
+// PeekN is Peek for a request of weight n: what Allow(ctx, key, now, n)
+// would decide, changing nothing.
+func (l *Limiter) PeekN(ctx context.Context, key string, now time.Time, n int64) (Decision, error) {
+	if n <= 0 {
+		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
 	}
-	return l.store.Peek(ctx, l.limits, PerLimit(keys), now, 1)
+	d, err := l.store.Peek(ctx, l.limits, driver.OneKey(key), now, n)
+	return Decision(d), err
 }
 
-// Wait blocks until a request admitted by Allow may be forwarded: at once
-// for a Decision without Delay, when its place in the memory store's
-// leaky-bucket queue is released, or after Delay for a store whose queue is
-// virtual. If ctx ends first, the request leaves the queue (those behind
-// it move up) and Wait returns ctx's error; the request must then not be
-// forwarded. A rejected Decision returns ErrRejected.
+// Wait blocks until a request admitted by Allow may go on: at once for a
+// Decision without Delay, when its place in the memory store's
+// leaky-bucket queue is released, or after Delay for a store whose queue
+// is virtual (Redis). If ctx ends first, the request leaves the queue
+// (those behind it move up) and Wait returns ctx's error; the request
+// must then not go on. A rejected Decision returns ErrRejected.
 func (l *Limiter) Wait(ctx context.Context, d Decision) error {
 	if !d.Allowed {
 		return ErrRejected
@@ -364,16 +221,108 @@ func (l *Limiter) Wait(ctx context.Context, d Decision) error {
 	if d.Delay <= 0 && d.Ticket == 0 {
 		return nil
 	}
-	return l.store.Wait(ctx, d)
+	return l.store.Wait(ctx, driver.Decision(d))
 }
 
-// Reset forgets key's state for every limit of l.
+// Reset forgets key's state for every limit of l, so that its next
+// request is a fresh key's ("unblock this client"). Requests already
+// waiting in a leaky-bucket queue keep their places.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return l.store.Reset(ctx, l.limits, key)
 }
 
-// Policy returns the policy name l was built with.
-func (l *Limiter) Policy() string { return l.policy }
+// Charge charges (n > 0) or refunds (n < 0) n units, in the limits' own
+// units (their Cost is not applied), to every limit of l for client key,
+// at instant now, for a request whose reservation was made at reservedAt
+// (Allow's instant): reserve an estimate with Allow, then charge the
+// difference once the true cost is known. A charge is never refused:
+// past the quota the key goes into debt, which its later requests wait
+// out, bounded at one capacity (Capped reports units dropped at that
+// bound); a refund gives back only what the reservation still counts.
+// driver.Charger gives each algorithm's rules. The Decision is always
+// allowed and says the state after the charge. An error means nothing was
+// charged: ErrNoCharger, a leaky bucket among the limits (it cannot be
+// charged after the fact), or a store that could not be reached.
+func (l *Limiter) Charge(ctx context.Context, key string, now, reservedAt time.Time, n int64) (Decision, error) {
+	c, err := l.charger()
+	if err != nil {
+		return Decision{}, err
+	}
+	d, err := c.Charge(ctx, l.limits, driver.OneKey(key), now, reservedAt, n)
+	return Decision(d), err
+}
 
-// Limits returns l's limits, in order. The slice must not be modified.
-func (l *Limiter) Limits() []Limit { return l.limits }
+// ChargeKeys is Charge with a client key per limit, as AllowKeys: limit i
+// is charged under keys[i], or not at all if keys[i] is SkipKey.
+// len(keys) must be len(Limits()). With every limit skipped it returns an
+// allowed Decision with no figures and Index -1.
+func (l *Limiter) ChargeKeys(ctx context.Context, keys []string, now, reservedAt time.Time, n int64) (Decision, error) {
+	if len(keys) != len(l.limits) {
+		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
+	}
+	c, err := l.charger()
+	if err != nil {
+		return Decision{}, err
+	}
+	if !slices.Contains(keys, SkipKey) {
+		d, err := c.Charge(ctx, l.limits, driver.PerLimit(keys), now, reservedAt, n)
+		return Decision(d), err
+	}
+	var idx [MaxLimits]int32
+	lims := make([]driver.Limit, 0, len(l.limits))
+	ks := make([]string, 0, len(l.limits))
+	for i, k := range keys {
+		if k != SkipKey {
+			idx[len(lims)] = int32(i)
+			lims = append(lims, l.limits[i])
+			ks = append(ks, k)
+		}
+	}
+	if len(lims) == 0 {
+		return Decision{Allowed: true, Index: -1}, nil
+	}
+	d, err := c.Charge(ctx, lims, driver.PerLimit(ks), now, reservedAt, n)
+	d.Index = idx[d.Index]
+	return Decision(d), err
+}
+
+func (l *Limiter) charger() (driver.Charger, error) {
+	c, ok := l.store.(driver.Charger)
+	if !ok {
+		return nil, ErrNoCharger
+	}
+	return c, nil
+}
+
+// Only returns a Limiter of limit i of l alone, bound to the same state
+// (a limit charged at another moment than the others of its policy). Its
+// Decisions' Index is 0.
+func (l *Limiter) Only(i int) *Limiter {
+	return &Limiter{store: l.store, limits: l.limits[i : i+1 : i+1], pub: l.pub[i : i+1 : i+1]}
+}
+
+// Limits returns l's limits, bound (their Name is set), in order. The
+// slice must not be modified.
+func (l *Limiter) Limits() []Limit { return l.pub }
+
+// Store returns the store l's limits are bound to.
+func (l *Limiter) Store() Store { return l.store }
+
+// Degraded reports whether l's store cannot decide now and follows its
+// fallback rule (the Redis store with its breaker open); false for a
+// store that always decides.
+func (l *Limiter) Degraded() bool {
+	d, ok := l.store.(interface{ Degraded() bool })
+	return ok && d.Degraded()
+}
+
+// Fold folds d2, the decision of the limit at position i, into d, for a
+// caller that decides a request's limits separately (several Limiters,
+// or Only) and answers with one Decision: the result is allowed only if
+// both are, RetryAfter and Delay are the longest, and the figures are the
+// most restrictive limit's (d2's with Index i if it is that one).
+func (d *Decision) Fold(i int, d2 Decision) {
+	dd := driver.Decision(*d)
+	dd.Fold(i, driver.Decision(d2))
+	*d = Decision(dd)
+}

@@ -6,11 +6,12 @@ import (
 	"math"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // Per-key overrides (docs/admin-api.md, …/overrides/{key}): one client of
 // a policy decided under other limits than the policy's, set live through
-// the admin API and kept in the store (limiter.Overrides).
+// the admin API and kept in the store (perkey.Overrides).
 
 // Overridable reports why p's clients cannot have overrides, or nil: an
 // override replaces the limits of a policy whose limits all count the
@@ -32,7 +33,7 @@ func (p *Policy) Overridable() error {
 // carries on: a client's counters are the same before and after), its
 // shared limits as they are; with Limits, those limits in place of all of
 // p's, their state apart from the policy's own.
-func (p *Policy) OverrideLimiter(store limiter.Store, o limiter.Override) (*limiter.Limiter, error) {
+func (p *Policy) OverrideLimiter(store limiter.Store, o perkey.Override) (*limiter.Limiter, error) {
 	if err := p.Overridable(); err != nil {
 		return nil, err
 	}
@@ -79,23 +80,23 @@ func scaled(n int64, s float64) int64 {
 func scaleLimit(l limiter.Limit, s float64) (limiter.Limit, error) {
 	switch l.Algorithm() {
 	case limiter.TokenBucket:
-		p := l.TokenBucket()
+		p := l.Params().(limiter.TokenBucketParams)
 		p.Rate.N, p.Burst = scaled(p.Rate.N, s), scaled(p.Burst, s)
 		return limiter.NewTokenBucket(p)
 	case limiter.LeakyBucket:
-		p := l.LeakyBucket()
+		p := l.Params().(limiter.LeakyBucketParams)
 		p.Rate.N = scaled(p.Rate.N, s)
 		return limiter.NewLeakyBucket(p)
 	case limiter.FixedWindow:
-		p := l.FixedWindow()
+		p := l.Params().(limiter.FixedWindowParams)
 		p.Limit = scaled(p.Limit, s)
 		return limiter.NewFixedWindow(p)
 	case limiter.SlidingLog:
-		p := l.SlidingLog()
+		p := l.Params().(limiter.SlidingLogParams)
 		p.Limit = min(scaled(p.Limit, s), limiter.MaxSlidingLogLimit)
 		return limiter.NewSlidingLog(p)
 	case limiter.SlidingWindow:
-		p := l.SlidingWindow()
+		p := l.Params().(limiter.SlidingWindowParams)
 		p.Limit = scaled(p.Limit, s)
 		return limiter.NewSlidingWindow(p)
 	}
@@ -105,7 +106,7 @@ func scaleLimit(l limiter.Limit, s float64) (limiter.Limit, error) {
 // SpecLimit builds the limit an override's spec describes, with the
 // configuration's defaults: burst one period of the rate, a leaky
 // bucket's max_wait its queue's drain time, one slot, cost 1.
-func SpecLimit(s limiter.LimitSpec) (limiter.Limit, error) {
+func SpecLimit(s perkey.LimitSpec) (limiter.Limit, error) {
 	switch s.Algorithm {
 	case limiter.TokenBucket:
 		burst := s.Burst

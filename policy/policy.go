@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
@@ -34,7 +35,7 @@ type Policy struct {
 	Limiter *limiter.Limiter
 	// Slots holds the in-flight counts of its [policy.concurrency]; nil
 	// without one.
-	Slots limiter.Slots
+	Slots perkey.Slots
 	// Deferred holds, for each of Limits that reads the upstream's answer
 	// (Charges), a Limiter of that limit alone; nil for the others, and
 	// nil when no limit reads the answer.
@@ -68,7 +69,7 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 			}
 		}
 		if spec.Concurrency != nil {
-			slots, ok := store.(limiter.Slots)
+			slots, ok := store.(perkey.Slots)
 			if !ok {
 				return nil, fmt.Errorf("compile policy %q: the store does not hold concurrency slots", spec.Name)
 			}

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy"
 )
 
@@ -18,9 +19,9 @@ import (
 
 // banned reports whether a key r is counted under by p is banned at now:
 // key, or with OwnKeys any of keys.
-func (h *Handler) banned(p *policy.Policy, key string, keys []string, now time.Time) (limiter.Ban, bool) {
+func (h *Handler) banned(p *policy.Policy, key string, keys []string, now time.Time) (perkey.Ban, bool) {
 	if empty(h.bans) {
-		return limiter.Ban{}, false
+		return perkey.Ban{}, false
 	}
 	if !p.OwnKeys {
 		return h.bans.Banned(p.Name, StoreKey(key), now)
@@ -33,24 +34,24 @@ func (h *Handler) banned(p *policy.Policy, key string, keys []string, now time.T
 			return b, true
 		}
 	}
-	return limiter.Ban{}, false
+	return perkey.Ban{}, false
 }
 
 // offend bans the key of the limit that rejected a request of p (d), and
 // returns the ban if it was recorded.
-func (h *Handler) offend(ctx context.Context, p *policy.Policy, key string, keys []string, d limiter.Decision, now time.Time) (limiter.Ban, bool) {
+func (h *Handler) offend(ctx context.Context, p *policy.Policy, key string, keys []string, d limiter.Decision, now time.Time) (perkey.Ban, bool) {
 	k := key
 	if p.OwnKeys && d.Index >= 0 {
 		k = keys[d.Index]
 	}
 	if k == limiter.SkipKey {
-		return limiter.Ban{}, false
+		return perkey.Ban{}, false
 	}
 	b := p.Ban
-	ban, err := h.bans.Ban(ctx, p.Name, StoreKey(k), limiter.BanParams{Duration: b.Duration, Factor: b.Escalation, Max: b.MaxDuration, Memory: b.ForgetAfter}, now)
+	ban, err := h.bans.Ban(ctx, p.Name, StoreKey(k), perkey.BanParams{Duration: b.Duration, Factor: b.Escalation, Max: b.MaxDuration, Memory: b.ForgetAfter}, now)
 	if err != nil {
 		h.log.Warn("banning a key failed", zap.String("policy", p.Name), zap.Error(err))
-		return limiter.Ban{}, false
+		return perkey.Ban{}, false
 	}
 	h.metrics.banned(p.Name)
 	h.log.Info("key banned", zap.String("policy", p.Name), zap.Int64("level", ban.Level), zap.Time("until", ban.Until), zap.Bool("shadow", b.Shadow))
@@ -59,7 +60,7 @@ func (h *Handler) offend(ctx context.Context, p *policy.Policy, key string, keys
 
 // refuseBanned answers a request of a banned key: the ban's status (429
 // with Retry-After until the ban ends, or 403) and a problem+json body.
-func (h *Handler) refuseBanned(w *recorder, p *policy.Policy, b limiter.Ban, now time.Time) {
+func (h *Handler) refuseBanned(w *recorder, p *policy.Policy, b perkey.Ban, now time.Time) {
 	status := p.Ban.Status
 	if w.grpc {
 		// RESOURCE_EXHAUSTED with the ban's pushback (429), as a rate

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy/config"
 
 	"github.com/limitproxy/limitproxy/limiter"
@@ -52,7 +53,7 @@ type Evaluator struct {
 // a store of its own (the memory store with VirtualQueues, so that a
 // leaky bucket's queue follows the virtual clock), with bans as its
 // penalty box (nil: none).
-func NewEvaluator(set *policy.Set, bans limiter.Bans) *Evaluator {
+func NewEvaluator(set *policy.Set, bans perkey.Bans) *Evaluator {
 	e := &Evaluator{}
 	e.h = New(set, Options{Bans: bans, Now: func() time.Time { return e.now }})
 	e.srv = set.Config.Server

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
@@ -48,7 +49,7 @@ type Handler struct {
 	buffers *bufferPool  // ReverseProxy's copy buffers, shared by every upstream
 	resp    *respBuffers // response buffering's budget and temp_dir (respbuf.go)
 	metrics *Metrics     // nil: none
-	bans    limiter.Bans // the penalty box; nil: none
+	bans    perkey.Bans  // the penalty box; nil: none
 	// averages are the running averages of the costs answers reported,
 	// for estimate_from = "average".
 	averages costAverages
@@ -56,7 +57,7 @@ type Handler struct {
 	streams  streamCounts // requests streaming their bodies, per upstream and key
 	// overrides are the per-key overrides (nil: none), ovCache their
 	// compiled limiters.
-	overrides limiter.Overrides
+	overrides perkey.Overrides
 	ovCache   overrideCache
 
 	// closing is done once CloseQueues is called: requests still waiting
@@ -90,9 +91,9 @@ type Options struct {
 	Metrics *Metrics
 	// Bans is the store's penalty box, for policies with a [policy.ban];
 	// nil: such policies ban nobody.
-	Bans limiter.Bans
+	Bans perkey.Bans
 	// Overrides are the per-key overrides the admin API sets; nil: none.
-	Overrides limiter.Overrides
+	Overrides perkey.Overrides
 	// Now is the clock the limiters see. nil means a clock that follows
 	// the wall clock at start-up and then the monotonic clock, so it never
 	// steps back when the wall clock is corrected.
@@ -384,7 +385,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.top.observe(p, k, d, start)
 	}
-	var ban limiter.Ban
+	var ban perkey.Ban
 	banned := false
 	if !d.Allowed && !d.Degraded && !shadowBanned && p.Ban != nil && h.bans != nil {
 		// Over a limit: an offence. (Not a rejection made without the

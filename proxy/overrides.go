@@ -12,7 +12,7 @@ import (
 )
 
 // Per-key overrides (docs/admin-api.md): a client with an override in the
-// store (limiter.Overrides) is decided by the limiter its override
+// store (perkey.Overrides) is decided by the limiter its override
 // describes (policy.OverrideLimiter), compiled once per override and
 // policy set, and answered with that limiter's RateLimit figures.
 

@@ -22,6 +22,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/redistest"
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/limiter/redisstore"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
@@ -34,7 +35,7 @@ var rlStores = []string{"memory", "redis"}
 // rlBackend is a store and its penalty box, for one or more handlers.
 type rlBackend struct {
 	store limiter.Store
-	bans  limiter.Bans
+	bans  perkey.Bans
 	addr  string // Redis's; "" for the memory store
 }
 

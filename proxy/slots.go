@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
@@ -36,7 +37,7 @@ const slotPoll = 20 * time.Millisecond
 // key's queue (at most Queue others, at most MaxWait) if need be. It
 // reports false when none could be had; err is ctx's when the client
 // left while waiting.
-func (h *Handler) takeSlot(ctx context.Context, p *policy.Policy, key string) (limiter.Slot, bool, error) {
+func (h *Handler) takeSlot(ctx context.Context, p *policy.Policy, key string) (perkey.Slot, bool, error) {
 	pc := p.Concurrency
 	qk := slotQueueKey{p.Name, key}
 	h.slotq.mu.Lock()
@@ -48,7 +49,7 @@ func (h *Handler) takeSlot(ctx context.Context, p *policy.Policy, key string) (l
 		}
 	}
 	if pc.Queue == 0 || pc.MaxWait <= 0 {
-		return limiter.Slot{}, false, nil
+		return perkey.Slot{}, false, nil
 	}
 	me := make(chan struct{}, 1)
 	h.slotq.mu.Lock()
@@ -57,7 +58,7 @@ func (h *Handler) takeSlot(ctx context.Context, p *policy.Policy, key string) (l
 	}
 	if len(h.slotq.q[qk]) >= pc.Queue {
 		h.slotq.mu.Unlock()
-		return limiter.Slot{}, false, nil
+		return perkey.Slot{}, false, nil
 	}
 	h.slotq.q[qk] = append(h.slotq.q[qk], me)
 	h.slotq.mu.Unlock()
@@ -80,9 +81,9 @@ func (h *Handler) takeSlot(ctx context.Context, p *policy.Policy, key string) (l
 		case <-me:
 		case <-poll.C:
 		case <-deadline.C:
-			return limiter.Slot{}, false, nil
+			return perkey.Slot{}, false, nil
 		case <-ctx.Done():
-			return limiter.Slot{}, false, ctx.Err()
+			return perkey.Slot{}, false, ctx.Err()
 		}
 	}
 }
@@ -109,7 +110,7 @@ func (h *Handler) leaveSlotQueue(qk slotQueueKey, me chan struct{}) {
 }
 
 // giveSlot gives s back to p's store and wakes the head of key's queue.
-func (h *Handler) giveSlot(p *policy.Policy, key string, s limiter.Slot) {
+func (h *Handler) giveSlot(p *policy.Policy, key string, s perkey.Slot) {
 	p.Slots.Give(s)
 	h.slotq.mu.Lock()
 	if q := h.slotq.q[slotQueueKey{p.Name, key}]; len(q) > 0 {

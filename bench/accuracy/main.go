@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/driver"
 )
 
 const (
@@ -77,11 +78,12 @@ var traces = []trace{
 }
 
 // run returns each request's decision.
-func run(lim limiter.Limit, ts []int64, base time.Time) []bool {
+func run(l limiter.Limit, ts []int64, base time.Time) []bool {
+	lim := l.Driver() // the steps, as a store applies them
 	out := make([]bool, len(ts))
 	switch lim.Algorithm() {
 	case limiter.SlidingLog:
-		var s limiter.SlidingLogState
+		var s driver.SlidingLogState
 		for i, t := range ts {
 			out[i] = lim.StepSlidingLog(&s, base.Add(time.Duration(t)), 1).Allowed
 		}
@@ -89,7 +91,7 @@ func run(lim limiter.Limit, ts []int64, base time.Time) []bool {
 		var slot int64
 		counts := make([]uint32, lim.SlidingWindowCounters())
 		for i, t := range ts {
-			out[i] = lim.StepSlidingWindow(limiter.SlidingWindowState{Slot: &slot, Counts: counts}, base.Add(time.Duration(t)), 1).Allowed
+			out[i] = lim.StepSlidingWindow(driver.SlidingWindowState{Slot: &slot, Counts: counts}, base.Add(time.Duration(t)), 1).Allowed
 		}
 	}
 	return out

@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // NewBans makes a penalty box for one subtest. It may register cleanups on
 // t.
-type NewBans func(t *testing.T) limiter.Bans
+type NewBans func(t *testing.T) perkey.Bans
 
-// RunBans checks a penalty box (limiter.Bans) with exact instants: the
+// RunBans checks a penalty box (perkey.Bans) with exact instants: the
 // levels and durations of escalating bans (one level per ban, however many
 // offences), the memory window, the
 // instant a ban ends, time going backwards, Lift, policies and keys kept
@@ -36,7 +36,7 @@ func RunBans(t *testing.T, newBans NewBans) {
 // banStep is one offence and what it must give.
 type banStep struct {
 	at    time.Duration // after banT0
-	p     limiter.BanParams
+	p     perkey.BanParams
 	level int64
 	since time.Duration // after banT0
 	until time.Duration // after banT0
@@ -47,11 +47,11 @@ var banT0 = time.Unix(0, base)
 
 // doubling is the suite's escalating ban: 1m, 2m, 4m, then 5m; an offence
 // remembered for an hour.
-var doubling = limiter.BanParams{Duration: time.Minute, Factor: 2, Max: 5 * time.Minute, Memory: time.Hour}
+var doubling = perkey.BanParams{Duration: time.Minute, Factor: 2, Max: 5 * time.Minute, Memory: time.Hour}
 
 // runSteps applies steps to one key and checks each record, and that the
 // key is banned just before its Until and not at it.
-func runSteps(t *testing.T, bans limiter.Bans, policy, key string, steps []banStep) {
+func runSteps(t *testing.T, bans perkey.Bans, policy, key string, steps []banStep) {
 	t.Helper()
 	ctx := context.Background()
 	for i, s := range steps {
@@ -59,7 +59,7 @@ func runSteps(t *testing.T, bans limiter.Bans, policy, key string, steps []banSt
 		if err != nil {
 			t.Fatalf("step %d: Ban(%v): %v", i, s.at, err)
 		}
-		want := limiter.Ban{Policy: policy, Key: key, Level: s.level, Since: banT0.Add(s.since), Until: banT0.Add(s.until),
+		want := perkey.Ban{Policy: policy, Key: key, Level: s.level, Since: banT0.Add(s.since), Until: banT0.Add(s.until),
 			Expires: banT0.Add(max(s.until, s.since+s.p.Memory))}
 		if !sameBan(got, want) {
 			t.Fatalf("step %d: Ban(%v) = %s, want %s", i, s.at, show(got), show(want))
@@ -73,13 +73,13 @@ func runSteps(t *testing.T, bans limiter.Bans, policy, key string, steps []banSt
 	}
 }
 
-func sameBan(a, b limiter.Ban) bool {
+func sameBan(a, b perkey.Ban) bool {
 	return a.Policy == b.Policy && a.Key == b.Key && a.Level == b.Level && a.Since.Equal(b.Since) && a.Until.Equal(b.Until) &&
 		a.Expires.Equal(b.Expires)
 }
 
-func show(b limiter.Ban) string {
-	if b == (limiter.Ban{}) {
+func show(b perkey.Ban) string {
+	if b == (perkey.Ban{}) {
 		return "{}"
 	}
 	at := func(x time.Time) string { return "t0+" + x.Sub(banT0).String() }
@@ -91,8 +91,8 @@ func show(b limiter.Ban) string {
 // an offence while banned changes nothing (escalation counts bans, not
 // offences); a reload to a milder ban applies from the next ban; an
 // earlier instant, within the running ban, changes nothing either.
-func runBanEscalation(t *testing.T, bans limiter.Bans) {
-	mild := limiter.BanParams{Duration: time.Minute, Factor: 1, Max: time.Minute, Memory: time.Hour}
+func runBanEscalation(t *testing.T, bans perkey.Bans) {
+	mild := perkey.BanParams{Duration: time.Minute, Factor: 1, Max: time.Minute, Memory: time.Hour}
 	runSteps(t, bans, "p", "k", []banStep{
 		{at: 0, p: doubling, level: 1, since: 0, until: time.Minute},
 		{at: 30 * time.Second, p: doubling, level: 1, since: 0, until: time.Minute}, // while banned
@@ -108,7 +108,7 @@ func runBanEscalation(t *testing.T, bans limiter.Bans) {
 		{at: 13 * time.Minute, p: doubling, level: 6, since: 13 * time.Minute, until: 18 * time.Minute},
 	})
 	// A huge factor saturates at Max instead of overflowing.
-	huge := limiter.BanParams{Duration: time.Second, Factor: 1 << 62, Max: 1000 * time.Hour, Memory: 3000 * time.Hour}
+	huge := perkey.BanParams{Duration: time.Second, Factor: 1 << 62, Max: 1000 * time.Hour, Memory: 3000 * time.Hour}
 	runSteps(t, bans, "p", "huge", []banStep{
 		{at: 0, p: huge, level: 1, since: 0, until: time.Second},
 		{at: time.Second, p: huge, level: 2, since: time.Second, until: time.Second + 1000*time.Hour},
@@ -119,7 +119,7 @@ func runBanEscalation(t *testing.T, bans limiter.Bans) {
 // runBanMemory: an offence counts towards the next only within Memory of
 // it (less than Memory before), and a record is forgotten at its Expires,
 // the later of Until and the latest offence + Memory.
-func runBanMemory(t *testing.T, bans limiter.Bans) {
+func runBanMemory(t *testing.T, bans perkey.Bans) {
 	// Remembered an hour: the offence 1h − 1ms later escalates, the one
 	// exactly 1h after its predecessor does not.
 	runSteps(t, bans, "p", "a", []banStep{
@@ -129,7 +129,7 @@ func runBanMemory(t *testing.T, bans limiter.Bans) {
 	})
 	// A memory shorter than the ban: offences during the ban change
 	// nothing, and the ban after it is a first one again.
-	short := limiter.BanParams{Duration: 10 * time.Minute, Factor: 2, Max: time.Hour, Memory: time.Minute}
+	short := perkey.BanParams{Duration: 10 * time.Minute, Factor: 2, Max: time.Hour, Memory: time.Minute}
 	runSteps(t, bans, "p", "b", []banStep{
 		{at: 0, p: short, level: 1, since: 0, until: 10 * time.Minute},
 		{at: 30 * time.Second, p: short, level: 1, since: 0, until: 10 * time.Minute},
@@ -137,7 +137,7 @@ func runBanMemory(t *testing.T, bans limiter.Bans) {
 		{at: 10 * time.Minute, p: short, level: 1, since: 10 * time.Minute, until: 20 * time.Minute},
 	})
 	// No memory: every ban is a first one.
-	none := limiter.BanParams{Duration: time.Minute, Factor: 2, Max: time.Hour}
+	none := perkey.BanParams{Duration: time.Minute, Factor: 2, Max: time.Hour}
 	runSteps(t, bans, "p", "c", []banStep{
 		{at: 0, p: none, level: 1, since: 0, until: time.Minute},
 		{at: 0, p: none, level: 1, since: 0, until: time.Minute},
@@ -150,7 +150,7 @@ func runBanMemory(t *testing.T, bans limiter.Bans) {
 	if _, ok := bans.Banned("p", "d", banT0.Add(30*time.Minute)); ok {
 		t.Fatal("banned at banT0+30m, after its 1m ban")
 	}
-	if l, err := bans.List(ctx, "p", banT0.Add(30*time.Minute), 10); err != nil || slices.ContainsFunc(l, func(b limiter.Ban) bool { return b.Key == "d" }) {
+	if l, err := bans.List(ctx, "p", banT0.Add(30*time.Minute), 10); err != nil || slices.ContainsFunc(l, func(b perkey.Ban) bool { return b.Key == "d" }) {
 		t.Fatalf("List at banT0+30m = %v, %v; an ended ban is not in force", l, err)
 	}
 	if b := mustBan(t, bans, "p", "e", doubling, banT0); b.Level != 1 {
@@ -162,7 +162,7 @@ func runBanMemory(t *testing.T, bans limiter.Bans) {
 	// A record remembered 2m (a reload since raised the memory to 1h):
 	// gone at t0+10m, so the offence then is a first one, although it is
 	// within the new memory of the old offence.
-	brief := limiter.BanParams{Duration: time.Minute, Factor: 2, Max: time.Hour, Memory: 2 * time.Minute}
+	brief := perkey.BanParams{Duration: time.Minute, Factor: 2, Max: time.Hour, Memory: 2 * time.Minute}
 	mustBan(t, bans, "p", "f", brief, banT0)
 	if b := mustBan(t, bans, "p", "f", doubling, banT0.Add(10*time.Minute)); b.Level != 1 {
 		t.Fatalf("offence of f after its record expired: %s, want level 1", show(b))
@@ -171,7 +171,7 @@ func runBanMemory(t *testing.T, bans limiter.Bans) {
 
 // runBanLift: Lift ends the ban and forgets the level; lifting a key
 // without a record reports false.
-func runBanLift(t *testing.T, bans limiter.Bans) {
+func runBanLift(t *testing.T, bans perkey.Bans) {
 	ctx := context.Background()
 	for i := range 3 {
 		mustBan(t, bans, "p", "k", doubling, banT0.Add(time.Duration(i)*time.Second))
@@ -199,7 +199,7 @@ func runBanLift(t *testing.T, bans limiter.Bans) {
 
 // runBanApart: the same key under two policies, and two keys under one
 // policy, have records of their own.
-func runBanApart(t *testing.T, bans limiter.Bans) {
+func runBanApart(t *testing.T, bans perkey.Bans) {
 	ctx := context.Background()
 	mustBan(t, bans, "p1", "k", doubling, banT0)
 	mustBan(t, bans, "p1", "k", doubling, banT0.Add(time.Minute))
@@ -227,9 +227,9 @@ func runBanApart(t *testing.T, bans limiter.Bans) {
 
 // runBanList: the bans in force, longest first, per policy or all,
 // bounded.
-func runBanList(t *testing.T, bans limiter.Bans) {
+func runBanList(t *testing.T, bans perkey.Bans) {
 	ctx := context.Background()
-	one := limiter.BanParams{Duration: time.Minute, Factor: 1, Max: time.Minute, Memory: time.Hour}
+	one := perkey.BanParams{Duration: time.Minute, Factor: 1, Max: time.Minute, Memory: time.Hour}
 	mustBan(t, bans, "a", "k1", one, banT0)                     // until 1m
 	mustBan(t, bans, "a", "k2", one, banT0.Add(2*time.Minute))  // until 3m
 	mustBan(t, bans, "b", "k1", one, banT0.Add(time.Minute))    // until 2m
@@ -274,10 +274,10 @@ func runBanList(t *testing.T, bans limiter.Bans) {
 // before the first ban is seen) bans it once, at level 1, every offence
 // answered with that one ban; a burst after the ban ends bans once more,
 // at level 2. Banned runs beside them.
-func runBanConcurrent(t *testing.T, bans limiter.Bans) {
+func runBanConcurrent(t *testing.T, bans perkey.Bans) {
 	for round, at := range []time.Duration{0, time.Minute} {
-		got := BanBurst(t, []limiter.Bans{bans}, "p", "k", doubling, banT0.Add(at), 16, 8)
-		want := limiter.Ban{Policy: "p", Key: "k", Level: int64(round + 1), Since: banT0.Add(at),
+		got := BanBurst(t, []perkey.Bans{bans}, "p", "k", doubling, banT0.Add(at), 16, 8)
+		want := perkey.Ban{Policy: "p", Key: "k", Level: int64(round + 1), Since: banT0.Add(at),
 			Until: banT0.Add(at + doubling.DurationAt(int64(round+1))), Expires: banT0.Add(at + doubling.Memory)}
 		for _, b := range got {
 			if !sameBan(b, want) {
@@ -294,10 +294,10 @@ func runBanConcurrent(t *testing.T, bans limiter.Bans) {
 // once, spread over the stores (several instances of one shared store)
 // round robin by worker, calling Banned beside them, and returns what
 // each Ban returned. Every offence must succeed.
-func BanBurst(t testing.TB, stores []limiter.Bans, policy, key string, p limiter.BanParams, now time.Time, workers, each int) []limiter.Ban {
+func BanBurst(t testing.TB, stores []perkey.Bans, policy, key string, p perkey.BanParams, now time.Time, workers, each int) []perkey.Ban {
 	t.Helper()
 	ctx := context.Background()
-	out := make(chan limiter.Ban, workers*each)
+	out := make(chan perkey.Ban, workers*each)
 	var wg sync.WaitGroup
 	for w := range workers {
 		bans := stores[w%len(stores)]
@@ -315,7 +315,7 @@ func BanBurst(t testing.TB, stores []limiter.Bans, policy, key string, p limiter
 	}
 	wg.Wait()
 	close(out)
-	var got []limiter.Ban
+	var got []perkey.Ban
 	for b := range out {
 		got = append(got, b)
 	}
@@ -326,8 +326,8 @@ func BanBurst(t testing.TB, stores []limiter.Bans, policy, key string, p limiter
 }
 
 // runBanParams: invalid parameters are refused and record nothing.
-func runBanParams(t *testing.T, bans limiter.Bans) {
-	for _, p := range []limiter.BanParams{
+func runBanParams(t *testing.T, bans perkey.Bans) {
+	for _, p := range []perkey.BanParams{
 		{},
 		{Duration: time.Minute, Factor: 0, Max: time.Minute},
 		{Duration: time.Minute, Factor: 2, Max: time.Second},
@@ -343,7 +343,7 @@ func runBanParams(t *testing.T, bans limiter.Bans) {
 	}
 }
 
-func mustBan(t *testing.T, bans limiter.Bans, policy, key string, p limiter.BanParams, now time.Time) limiter.Ban {
+func mustBan(t *testing.T, bans perkey.Bans, policy, key string, p perkey.BanParams, now time.Time) perkey.Ban {
 	t.Helper()
 	b, err := bans.Ban(context.Background(), policy, key, p, now)
 	if err != nil {

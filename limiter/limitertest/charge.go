@@ -14,13 +14,13 @@ import (
 	"github.com/limitproxy/limitproxy/limiter"
 )
 
-// RunCharge checks charging after the fact (limiter.Charger, issue 17):
+// RunCharge checks charging after the fact (driver.Charger):
 // debt and its Retry-After for every algorithm, refunds capped at a fresh
 // key's state and doing nothing once the reservation has left the window,
 // the debt bound, random interleavings of decisions and charges against
 // the models of model.go, concurrent charges losing no unit, and
 // reserve-then-reconcile ending as if the true cost had been decided.
-// newStore's stores must implement limiter.Charger. All instants are
+// newStore's stores must implement driver.Charger. All instants are
 // exact; nothing sleeps.
 func RunCharge(t *testing.T, newStore NewStore, o Options) {
 	t.Run("Debt", func(t *testing.T) { chargeDebt(t, newStore, o) })
@@ -450,8 +450,8 @@ func chargeReconcile(t *testing.T, newStore NewStore) {
 				for k := range 60 {
 					at := time.Unix(0, now+int64(k)*int64(c.gap)/3)
 					for _, n := range []int64{1, 7, 300} {
-						a, err1 := store.Peek(ctx, l.Limits(), limiter.OneKey("reserve"), at, n)
-						b, err2 := store.Peek(ctx, l.Limits(), limiter.OneKey("direct"), at, n)
+						a, err1 := l.PeekN(ctx, "reserve", at, n)
+						b, err2 := l.PeekN(ctx, "direct", at, n)
 						if err1 != nil || err2 != nil {
 							t.Fatal(err1, err2)
 						}
@@ -548,10 +548,11 @@ func chargeKeys(t *testing.T, newStore NewStore, o Options) {
 	if d, err := withLeaky.ChargeKeys(ctx, []string{limiter.SkipKey, limiter.SkipKey}, now, now, 4); err != nil || !d.Allowed || d.Index != -1 {
 		t.Fatalf("ChargeKeys with every limit skipped: %+v, %v", d, err)
 	}
-	if err := tb.CheckCharge(); err != nil {
+	tbd, lbd := tb.Driver(), lb.Driver()
+	if err := tbd.CheckCharge(); err != nil {
 		t.Errorf("CheckCharge(token bucket) = %v", err)
 	}
-	if err := lb.CheckCharge(); err == nil {
+	if err := lbd.CheckCharge(); err == nil {
 		t.Error("CheckCharge(leaky bucket) = nil")
 	}
 }

@@ -29,11 +29,11 @@ type model interface {
 }
 
 // chargeModel is a model that can also be charged after the fact
-// (limiter.Charger): charge applies units (signed, the limit's own units)
+// (driver.Charger): charge applies units (signed, the limit's own units)
 // at now for a request reserved at reservedAt, and returns the state
 // after it, as a Charge's Decision gives it (always allowed, no
 // Retry-After), and whether the debt bound capped it. Every model writes
-// the rules of limiter.Charger as plainly as it can.
+// the rules of driver.Charger as plainly as it can.
 type chargeModel interface {
 	model
 	charge(now, reservedAt, units int64) (result, bool)

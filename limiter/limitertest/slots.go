@@ -7,23 +7,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
-// RunSlots checks a store's concurrency-limit slots (limiter.Slots):
+// RunSlots checks a store's concurrency-limit slots (perkey.Slots):
 // limit slots per key and limit name, no more; a slot given back is
 // taken again; keys and names count apart; and many goroutines taking and
 // giving on a few keys never hold more than the limit at once, and leave
 // every slot free at the end. newStore's store must implement
-// limiter.Slots.
+// perkey.Slots.
 func RunSlots(t *testing.T, newStore NewStore) {
-	store, ok := newStore(t).(limiter.Slots)
+	store, ok := newStore(t).(perkey.Slots)
 	if !ok {
-		t.Fatal("the store does not implement limiter.Slots")
+		t.Fatal("the store does not implement perkey.Slots")
 	}
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)
-	take := func(name, key string, limit int64) (limiter.Slot, bool) {
+	take := func(name, key string, limit int64) (perkey.Slot, bool) {
 		t.Helper()
 		s, ok, err := store.Take(ctx, name, key, limit, now)
 		if err != nil {
@@ -46,7 +46,7 @@ func RunSlots(t *testing.T, newStore NewStore) {
 	if _, ok := take("n", "k", 2); !ok {
 		t.Fatal("a slot given back was not taken again")
 	}
-	store.Give(limiter.Slot{}) // nothing
+	store.Give(perkey.Slot{}) // nothing
 
 	// Concurrent takers: never more than the limit held at once.
 	const limit, workers, rounds = 3, 16, 50

@@ -7,12 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/internal/expheap"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // Interface guard.
-var _ limiter.Bans = (*Bans)(nil)
+var _ perkey.Bans = (*Bans)(nil)
 
 // DefaultMaxBans is the bound on ban records used when BanOptions.MaxBans
 // is 0. A record costs about 150 bytes plus its policy name and key.
@@ -30,7 +30,7 @@ type BanOptions struct {
 	MaxBans int
 }
 
-// Bans is the in-memory penalty box (limiter.Bans), for one instance.
+// Bans is the in-memory penalty box (perkey.Bans), for one instance.
 // Create it with NewBans; it is safe for concurrent use, and needs no
 // goroutine.
 //
@@ -72,8 +72,8 @@ func (r *banRec) Expiry() int64  { return r.expires }
 func (r *banRec) Index() int     { return r.pos }
 func (r *banRec) SetIndex(i int) { r.pos = i }
 
-func (r *banRec) ban() limiter.Ban {
-	return limiter.Ban{Policy: r.k.policy, Key: r.k.key, Since: time.Unix(0, r.since), Until: time.Unix(0, r.until),
+func (r *banRec) ban() perkey.Ban {
+	return perkey.Ban{Policy: r.k.policy, Key: r.k.key, Since: time.Unix(0, r.since), Until: time.Unix(0, r.until),
 		Level: r.level, Expires: time.Unix(0, r.expires)}
 }
 
@@ -97,17 +97,17 @@ func (b *Bans) shard(key string) *banShard {
 	return &b.shards[maphash.String(b.seed, key)%uint64(len(b.shards))]
 }
 
-// Ban implements limiter.Bans. Its only error is for invalid params.
-func (b *Bans) Ban(_ context.Context, policy, key string, p limiter.BanParams, now time.Time) (limiter.Ban, error) {
+// Ban implements perkey.Bans. Its only error is for invalid params.
+func (b *Bans) Ban(_ context.Context, policy, key string, p perkey.BanParams, now time.Time) (perkey.Ban, error) {
 	if err := p.Validate(); err != nil {
-		return limiter.Ban{}, err
+		return perkey.Ban{}, err
 	}
 	k := banKey{policy, key}
 	sh := b.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	b.dropExpiredLocked(sh, now.UnixNano())
-	prev := limiter.Ban{Policy: policy, Key: key}
+	prev := perkey.Ban{Policy: policy, Key: key}
 	r := sh.recs[k]
 	if r != nil {
 		prev = r.ban()
@@ -128,24 +128,24 @@ func (b *Bans) Ban(_ context.Context, policy, key string, p limiter.BanParams, n
 	return next, nil
 }
 
-// Banned implements limiter.Bans.
-func (b *Bans) Banned(policy, key string, now time.Time) (limiter.Ban, bool) {
+// Banned implements perkey.Bans.
+func (b *Bans) Banned(policy, key string, now time.Time) (perkey.Ban, bool) {
 	if b.n.Load() == 0 {
-		return limiter.Ban{}, false
+		return perkey.Ban{}, false
 	}
 	sh := b.shard(key)
 	sh.mu.RLock()
 	r := sh.recs[banKey{policy, key}]
 	if r == nil || now.UnixNano() >= r.until {
 		sh.mu.RUnlock()
-		return limiter.Ban{}, false
+		return perkey.Ban{}, false
 	}
 	ban := r.ban()
 	sh.mu.RUnlock()
 	return ban, true
 }
 
-// Lift implements limiter.Bans. It never returns an error.
+// Lift implements perkey.Bans. It never returns an error.
 func (b *Bans) Lift(_ context.Context, policy, key string) (bool, error) {
 	sh := b.shard(key)
 	sh.mu.Lock()
@@ -158,13 +158,13 @@ func (b *Bans) Lift(_ context.Context, policy, key string) (bool, error) {
 	return true, nil
 }
 
-// List implements limiter.Bans. It never returns an error.
-func (b *Bans) List(_ context.Context, policy string, now time.Time, max int) ([]limiter.Ban, error) {
+// List implements perkey.Bans. It never returns an error.
+func (b *Bans) List(_ context.Context, policy string, now time.Time, max int) ([]perkey.Ban, error) {
 	if max < 1 {
 		return nil, nil
 	}
 	ns := now.UnixNano()
-	var out []limiter.Ban
+	var out []perkey.Ban
 	for i := range b.shards {
 		sh := &b.shards[i]
 		sh.mu.RLock()
@@ -175,7 +175,7 @@ func (b *Bans) List(_ context.Context, policy string, now time.Time, max int) ([
 		}
 		sh.mu.RUnlock()
 	}
-	limiter.SortBans(out)
+	perkey.SortBans(out)
 	return out[:min(len(out), max)], nil
 }
 

@@ -6,21 +6,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/limitertest"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 func TestBans(t *testing.T) {
-	limitertest.RunBans(t, func(t *testing.T) limiter.Bans { return memstore.NewBans(memstore.BanOptions{}) })
+	limitertest.RunBans(t, func(t *testing.T) perkey.Bans { return memstore.NewBans(memstore.BanOptions{}) })
 }
 
 // TestBansSmall: the suite again with one shard of 64 records.
 func TestBansSmall(t *testing.T) {
-	limitertest.RunBans(t, func(t *testing.T) limiter.Bans { return memstore.NewBans(memstore.BanOptions{MaxBans: 64}) })
+	limitertest.RunBans(t, func(t *testing.T) perkey.Bans { return memstore.NewBans(memstore.BanOptions{MaxBans: 64}) })
 }
 
-var banParams = limiter.BanParams{Duration: time.Minute, Factor: 2, Max: time.Hour, Memory: time.Hour}
+var banParams = perkey.BanParams{Duration: time.Minute, Factor: 2, Max: time.Hour, Memory: time.Hour}
 
 // TestBansBound floods a small box: it never holds more than MaxBans
 // records, a full shard evicts the record that expires soonest (not the
@@ -28,7 +28,7 @@ var banParams = limiter.BanParams{Duration: time.Minute, Factor: 2, Max: time.Ho
 func TestBansBound(t *testing.T) {
 	ctx := context.Background()
 	b := memstore.NewBans(memstore.BanOptions{MaxBans: 64}) // one shard
-	long := limiter.BanParams{Duration: time.Hour, Factor: 2, Max: 2 * time.Hour, Memory: 2 * time.Hour}
+	long := perkey.BanParams{Duration: time.Hour, Factor: 2, Max: 2 * time.Hour, Memory: 2 * time.Hour}
 	// Offence i at t0+i s: record i is banned until t0+1h+i s, and
 	// expires at t0+2h+i s.
 	for i := range 64 {

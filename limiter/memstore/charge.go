@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/driver"
 )
 
 // Interface guard.
-var _ limiter.Charger = (*Store)(nil)
+var _ driver.Charger = (*Store)(nil)
 
-// Charge implements limiter.Charger: every limit is charged through the
+// Charge implements driver.Charger: every limit is charged through the
 // limiter's Charge… steps, under the locks of the keys' shards (taken in
 // index order, as Decide takes them), so that one Charge is atomic
 // against decisions and other charges on the same keys. It never returns
@@ -18,10 +19,10 @@ var _ limiter.Charger = (*Store)(nil)
 // then charges nothing. A refund to a key the store does not hold (fresh,
 // or dropped by the janitor) changes nothing and stores nothing. It does
 // not allocate, but for a sliding log whose ring grows.
-func (s *Store) Charge(_ context.Context, limits []limiter.Limit, keys limiter.Keys, now, reservedAt time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Charge(_ context.Context, limits []driver.Limit, keys driver.Keys, now, reservedAt time.Time, n int64) (driver.Decision, error) {
 	for i := range limits {
 		if err := limits[i].CheckCharge(); err != nil {
-			return limiter.Decision{}, err
+			return driver.Decision{}, err
 		}
 	}
 	var (
@@ -34,7 +35,7 @@ func (s *Store) Charge(_ context.Context, limits []limiter.Limit, keys limiter.K
 		ids[i] = s.handle(&limits[i])
 	}
 	locked := s.lock(hs[:len(limits)])
-	var d limiter.Decision
+	var d driver.Decision
 	for i := range limits {
 		d.Merge(i, s.charge(shs[i], ids[i], &limits[i], hs[i], now, reservedAt, n))
 	}
@@ -45,7 +46,7 @@ func (s *Store) Charge(_ context.Context, limits []limiter.Limit, keys limiter.K
 // charge applies one limit's charge to the key with hash h. A key absent
 // is a fresh state: a charge inserts it, a refund only reads a zero value.
 // Requires sh.mu held.
-func (s *Store) charge(sh *shard, id int32, lim *limiter.Limit, h uint64, now, reservedAt time.Time, n int64) limiter.Decision {
+func (s *Store) charge(sh *shard, id int32, lim *driver.Limit, h uint64, now, reservedAt time.Time, n int64) driver.Decision {
 	t := sh.tablesFor(id)
 	if t.lim != lim {
 		t.lim = lim // the janitor reads the latest parameters
@@ -56,7 +57,7 @@ func (s *Store) charge(sh *shard, id int32, lim *limiter.Limit, h uint64, now, r
 		st := get(&t.tb, h)
 		if st == nil {
 			if n <= 0 {
-				var fresh limiter.TokenBucketState
+				var fresh driver.TokenBucketState
 				return lim.ChargeTokenBucket(&fresh, now, reservedAt, n)
 			}
 			st = add(s, sh, &t.tb, h, ns)
@@ -66,7 +67,7 @@ func (s *Store) charge(sh *shard, id int32, lim *limiter.Limit, h uint64, now, r
 		st := get(&t.fw, h)
 		if st == nil {
 			if n <= 0 {
-				var fresh limiter.FixedWindowState
+				var fresh driver.FixedWindowState
 				return lim.ChargeFixedWindow(&fresh, now, reservedAt, n)
 			}
 			st = add(s, sh, &t.fw, h, ns)
@@ -76,7 +77,7 @@ func (s *Store) charge(sh *shard, id int32, lim *limiter.Limit, h uint64, now, r
 		st := get(&t.sl, h)
 		if st == nil {
 			if n <= 0 {
-				var fresh limiter.SlidingLogState
+				var fresh driver.SlidingLogState
 				return lim.ChargeSlidingLog(&fresh, now, reservedAt, n)
 			}
 			st = add(s, sh, &t.sl, h, ns)
@@ -93,12 +94,12 @@ func (s *Store) charge(sh *shard, id int32, lim *limiter.Limit, h uint64, now, r
 			return chargeWindow(s, sh, &t.sw65, lim, h, now, reservedAt, ns, n)
 		}
 	}
-	return limiter.Decision{} // unreachable: CheckCharge refused the rest
+	return driver.Decision{} // unreachable: CheckCharge refused the rest
 }
 
 // chargeWindow is charge for sliding windows, whose states differ only in
 // how many counters they hold inline.
-func chargeWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *limiter.Limit, h uint64, now, reservedAt time.Time, ns, n int64) limiter.Decision {
+func chargeWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *driver.Limit, h uint64, now, reservedAt time.Time, ns, n int64) driver.Decision {
 	st := get(tab, h)
 	if st == nil {
 		if n <= 0 {

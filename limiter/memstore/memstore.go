@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/driver"
 )
 
 // Interface guard.
@@ -101,10 +102,10 @@ type shard struct {
 // tables holds one limit's state in one shard. Only the table of the
 // limit's algorithm (and, for sliding windows, its slot count) is used.
 type tables struct {
-	lim  *limiter.Limit // the parameters last used, for the janitor
-	tb   table[limiter.TokenBucketState]
-	fw   table[limiter.FixedWindowState]
-	sl   table[limiter.SlidingLogState]
+	lim  *driver.Limit // the parameters last used, for the janitor
+	tb   table[driver.TokenBucketState]
+	fw   table[driver.FixedWindowState]
+	sl   table[driver.SlidingLogState]
 	lb   table[leakyEntry]
 	sw2  table[swCounts2]
 	sw8  table[swCounts8]
@@ -183,7 +184,7 @@ func (sh *shard) tablesFor(id int32) *tables {
 }
 
 // Decide implements limiter.Store. It never returns an error.
-func (s *Store) Decide(_ context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Decide(_ context.Context, limits []driver.Limit, keys driver.Keys, now time.Time, n int64) (driver.Decision, error) {
 	if len(limits) == 1 {
 		// One limit: a rejection changes nothing that matters, so decide
 		// and commit in one pass.
@@ -205,12 +206,12 @@ func (s *Store) Decide(_ context.Context, limits []limiter.Limit, keys limiter.K
 		ids[i] = s.handle(&limits[i])
 	}
 	locked := s.lock(hs[:len(limits)])
-	var d limiter.Decision
+	var d driver.Decision
 	for i := range limits {
 		d.Merge(i, s.step(shs[i], ids[i], &limits[i], hs[i], now, n, false))
 	}
 	if d.Allowed {
-		d = limiter.Decision{}
+		d = driver.Decision{}
 		for i := range limits {
 			d.Merge(i, s.step(shs[i], ids[i], &limits[i], hs[i], now, n, true))
 		}
@@ -221,7 +222,7 @@ func (s *Store) Decide(_ context.Context, limits []limiter.Limit, keys limiter.K
 
 // hashes fills hs and shs with the hash and shard of each limit's key,
 // hashing one key once.
-func (s *Store) hashes(keys limiter.Keys, hs []uint64, shs []*shard) {
+func (s *Store) hashes(keys driver.Keys, hs []uint64, shs []*shard) {
 	if k, ok := keys.Single(); ok {
 		h := s.hash(k)
 		for i := range hs {
@@ -275,14 +276,14 @@ func (s *Store) shardIndex(h uint64) int {
 }
 
 // Peek implements limiter.Store: every limit decided without writing.
-func (s *Store) Peek(_ context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Peek(_ context.Context, limits []driver.Limit, keys driver.Keys, now time.Time, n int64) (driver.Decision, error) {
 	var (
 		hs  [limiter.MaxLimits]uint64
 		shs [limiter.MaxLimits]*shard
 	)
 	s.hashes(keys, hs[:len(limits)], shs[:len(limits)])
 	locked := s.lock(hs[:len(limits)])
-	var d limiter.Decision
+	var d driver.Decision
 	for i := range limits {
 		d.Merge(i, s.step(shs[i], s.handle(&limits[i]), &limits[i], hs[i], now, n, false))
 	}
@@ -291,7 +292,7 @@ func (s *Store) Peek(_ context.Context, limits []limiter.Limit, keys limiter.Key
 }
 
 // Reset implements limiter.Store.
-func (s *Store) Reset(_ context.Context, limits []limiter.Limit, key string) error {
+func (s *Store) Reset(_ context.Context, limits []driver.Limit, key string) error {
 	h := s.hash(key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
@@ -314,7 +315,7 @@ func (s *Store) Reset(_ context.Context, limits []limiter.Limit, key string) err
 }
 
 // handle returns the index of lim's tables: its state name's number.
-func (s *Store) handle(lim *limiter.Limit) int32 { return int32(lim.StateID()) }
+func (s *Store) handle(lim *driver.Limit) int32 { return int32(lim.StateID()) }
 
 // step applies one limit to the key with hash h. Without commit it only
 // reads. An absent key is a fresh state: read from a zero value, and
@@ -323,7 +324,7 @@ func (s *Store) handle(lim *limiter.Limit) int32 { return int32(lim.StateID()) }
 // The cases repeat one pattern with a different state type on purpose: a
 // helper taking the step as a closure cost about 10 ns a decision
 // (BenchmarkHotKey), an eighth of the whole.
-func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time.Time, n int64, commit bool) limiter.Decision {
+func (s *Store) step(sh *shard, id int32, lim *driver.Limit, h uint64, now time.Time, n int64, commit bool) driver.Decision {
 	t := sh.tablesFor(id)
 	if t.lim != lim {
 		t.lim = lim // the janitor reads the latest parameters
@@ -333,7 +334,7 @@ func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time
 	case limiter.TokenBucket:
 		st := get(&t.tb, h)
 		if st == nil {
-			var fresh limiter.TokenBucketState
+			var fresh driver.TokenBucketState
 			if d := lim.PeekTokenBucket(&fresh, now, n); !commit || !d.Allowed {
 				return d
 			}
@@ -346,7 +347,7 @@ func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time
 	case limiter.FixedWindow:
 		st := get(&t.fw, h)
 		if st == nil {
-			var fresh limiter.FixedWindowState
+			var fresh driver.FixedWindowState
 			if d := lim.PeekFixedWindow(&fresh, now, n); !commit || !d.Allowed {
 				return d
 			}
@@ -359,7 +360,7 @@ func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time
 	case limiter.SlidingLog:
 		st := get(&t.sl, h)
 		if st == nil {
-			var fresh limiter.SlidingLogState
+			var fresh driver.SlidingLogState
 			if d := lim.PeekSlidingLog(&fresh, now, n); !commit || !d.Allowed {
 				return d
 			}
@@ -378,8 +379,8 @@ func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time
 			}
 			st = add(s, sh, &t.lb, h, ns)
 		}
-		var q *limiter.LeakyQueue
-		var v limiter.LeakyQueue
+		var q *driver.LeakyQueue
+		var v driver.LeakyQueue
 		if st.q != nil && s.virtualQ {
 			st.q.advance(ns)
 		}
@@ -406,12 +407,12 @@ func (s *Store) step(sh *shard, id int32, lim *limiter.Limit, h uint64, now time
 			return stepWindow(s, sh, &t.sw65, lim, h, now, ns, n, commit)
 		}
 	}
-	return limiter.Decision{}
+	return driver.Decision{}
 }
 
 // stepWindow is step for sliding windows, whose states differ only in how
 // many counters they hold inline.
-func stepWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *limiter.Limit, h uint64, now time.Time, ns, n int64, commit bool) limiter.Decision {
+func stepWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *driver.Limit, h uint64, now time.Time, ns, n int64, commit bool) driver.Decision {
 	st := get(tab, h)
 	if st == nil {
 		var fresh S
@@ -427,15 +428,15 @@ func stepWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *
 }
 
 // view returns the limiter's view of an inline sliding-window state.
-func view[S swCounts2 | swCounts8 | swCounts65](st *S, lim *limiter.Limit) limiter.SlidingWindowState {
+func view[S swCounts2 | swCounts8 | swCounts65](st *S, lim *driver.Limit) driver.SlidingWindowState {
 	k := lim.SlidingWindowCounters()
 	switch st := any(st).(type) {
 	case *swCounts2:
-		return limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
+		return driver.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
 	case *swCounts8:
-		return limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
+		return driver.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
 	case *swCounts65:
-		return limiter.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
+		return driver.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
 	}
 	panic("unreachable")
 }
@@ -469,7 +470,7 @@ func add[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64) *S {
 // starts fresh.
 func (s *Store) Forget(names ...string) {
 	for _, name := range names {
-		id, ok := limiter.StateIDOf(name)
+		id, ok := driver.StateIDOf(name)
 		if !ok {
 			continue
 		}
@@ -517,7 +518,7 @@ func (s *Store) SpentEvictions() int64 { return s.spentEvictions.Load() }
 func (t *tables) left(i int, now int64) int64 {
 	lim := t.lim
 	at := time.Unix(0, now)
-	var d limiter.Decision
+	var d driver.Decision
 	switch lim.Algorithm() {
 	case limiter.TokenBucket:
 		d = lim.PeekTokenBucket(&t.tb.slots[i].s, at, 1)
@@ -527,9 +528,9 @@ func (t *tables) left(i int, now int64) int64 {
 		d = lim.PeekSlidingLog(&t.sl.slots[i].s, at, 1)
 	case limiter.LeakyBucket:
 		e := &t.lb.slots[i].s
-		var q *limiter.LeakyQueue
+		var q *driver.LeakyQueue
 		if e.q != nil {
-			q = &limiter.LeakyQueue{Gate: time.Unix(0, e.q.gateAt)}
+			q = &driver.LeakyQueue{Gate: time.Unix(0, e.q.gateAt)}
 		}
 		d = lim.PeekLeakyBucket(&e.s, q, at, 1)
 	case limiter.SlidingWindow:

@@ -18,11 +18,11 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // Interface guard.
-var _ limiter.Overrides = (*Overrides)(nil)
+var _ perkey.Overrides = (*Overrides)(nil)
 
 // DefaultMaxOverrides is the bound on overrides used when
 // OverrideOptions.MaxOverrides is 0. An override costs a few hundred
@@ -55,11 +55,11 @@ type OverrideOptions struct {
 	Path string
 	// MaxOverrides bounds the overrides held; 0 means
 	// DefaultMaxOverrides. A Set of a new key at the bound fails with
-	// limiter.ErrTooManyOverrides.
+	// perkey.ErrTooManyOverrides.
 	MaxOverrides int
 }
 
-// Overrides is the in-memory override store (limiter.Overrides), for one
+// Overrides is the in-memory override store (perkey.Overrides), for one
 // instance, persisted to a file. Create it with NewOverrides; it is safe
 // for concurrent use, and needs no goroutine.
 //
@@ -83,7 +83,7 @@ type OverrideOptions struct {
 // # File
 //
 // The file is UTF-8 JSON lines, mode 0600: a header, the snapshot (one
-// override per line in limiter.Override's JSON form, sorted by policy
+// override per line in perkey.Override's JSON form, sorted by policy
 // then key), then the journal, one change per line:
 //
 //	{"format":"limitproxy overrides","version":2,"count":2}
@@ -149,7 +149,7 @@ type ovKey struct{ policy, key string }
 
 // ovRec is an override and its line in the file (without the newline).
 type ovRec struct {
-	o    limiter.Override
+	o    perkey.Override
 	line []byte
 }
 
@@ -227,12 +227,12 @@ func (s *Overrides) shard(key string) *ovShard {
 	return &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
 }
 
-// Set implements limiter.Overrides. Beyond ErrInvalidOverride and
+// Set implements perkey.Overrides. Beyond ErrInvalidOverride and
 // ErrTooManyOverrides, its errors are the file's (the change is then not
 // applied); ctx is not used: the file is written to the end. If only the
 // directory's fsync fails, after the file was replaced, the change is
 // applied (the file has it) and the error says so.
-func (s *Overrides) Set(_ context.Context, o limiter.Override) error {
+func (s *Overrides) Set(_ context.Context, o perkey.Override) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -249,7 +249,7 @@ func (s *Overrides) Set(_ context.Context, o limiter.Override) error {
 	sh := s.shard(o.Key)
 	_, replace := sh.recs()[k]
 	if !replace && s.n.Load() >= int64(s.max) {
-		return fmt.Errorf("%w: the store holds %d, its bound", limiter.ErrTooManyOverrides, s.max)
+		return fmt.Errorf("%w: the store holds %d, its bound", perkey.ErrTooManyOverrides, s.max)
 	}
 	saved, err := s.saveLocked(k, r)
 	if !saved {
@@ -262,19 +262,19 @@ func (s *Overrides) Set(_ context.Context, o limiter.Override) error {
 	return err
 }
 
-// Get implements limiter.Overrides.
-func (s *Overrides) Get(policy, key string) (limiter.Override, bool) {
+// Get implements perkey.Overrides.
+func (s *Overrides) Get(policy, key string) (perkey.Override, bool) {
 	if s.n.Load() == 0 {
-		return limiter.Override{}, false
+		return perkey.Override{}, false
 	}
 	r := s.shard(key).recs()[ovKey{policy, key}]
 	if r == nil {
-		return limiter.Override{}, false
+		return perkey.Override{}, false
 	}
 	return r.o, true // r is never modified: a change replaces it
 }
 
-// Remove implements limiter.Overrides. Its errors are the file's, as
+// Remove implements perkey.Overrides. Its errors are the file's, as
 // Set's.
 func (s *Overrides) Remove(_ context.Context, policy, key string) (bool, error) {
 	k := ovKey{policy, key}
@@ -293,12 +293,12 @@ func (s *Overrides) Remove(_ context.Context, policy, key string) (bool, error) 
 	return true, err
 }
 
-// List implements limiter.Overrides. It never returns an error.
-func (s *Overrides) List(_ context.Context, policy string, max int) ([]limiter.Override, error) {
+// List implements perkey.Overrides. It never returns an error.
+func (s *Overrides) List(_ context.Context, policy string, max int) ([]perkey.Override, error) {
 	if max < 1 {
 		return nil, nil
 	}
-	var out []limiter.Override
+	var out []perkey.Override
 	for i := range s.shards {
 		for k, r := range s.shards[i].recs() {
 			if policy == "" || k.policy == policy {
@@ -306,7 +306,7 @@ func (s *Overrides) List(_ context.Context, policy string, max int) ([]limiter.O
 			}
 		}
 	}
-	limiter.SortOverrides(out)
+	perkey.SortOverrides(out)
 	out = out[:min(len(out), max)]
 	for i := range out {
 		out[i] = out[i].Clone()
@@ -452,10 +452,10 @@ func syncDir(dir string) error {
 }
 
 // encodeOverride returns o's line of the file.
-func encodeOverride(o limiter.Override) ([]byte, error) {
+func encodeOverride(o perkey.Override) ([]byte, error) {
 	b, err := o.MarshalJSON()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", limiter.ErrInvalidOverride, err)
+		return nil, fmt.Errorf("%w: %w", perkey.ErrInvalidOverride, err)
 	}
 	return b, nil
 }
@@ -612,8 +612,8 @@ func atEOF(br *bufio.Reader) bool {
 }
 
 // decodeLine reads an override's line and checks it.
-func decodeLine(b []byte) (limiter.Override, error) {
-	var o limiter.Override
+func decodeLine(b []byte) (perkey.Override, error) {
+	var o perkey.Override
 	if err := o.UnmarshalJSON(b); err != nil {
 		return o, err
 	}

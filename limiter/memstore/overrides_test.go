@@ -14,15 +14,16 @@ import (
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/limitertest"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // TestOverrides holds the memory override store to the conformance
 // suite: each subtest has a file of its own, and a restart is a new
 // store loading it.
 func TestOverrides(t *testing.T) {
-	limitertest.RunOverrides(t, func(t *testing.T) func() limiter.Overrides {
+	limitertest.RunOverrides(t, func(t *testing.T) func() perkey.Overrides {
 		path := filepath.Join(t.TempDir(), "overrides.jsonl")
-		return func() limiter.Overrides {
+		return func() perkey.Overrides {
 			s, err := memstore.NewOverrides(memstore.OverrideOptions{Path: path, MaxOverrides: limitertest.OverridesBound})
 			if err != nil {
 				t.Fatal(err)
@@ -43,16 +44,16 @@ func openOverrides(t testing.TB, path string) *memstore.Overrides {
 	return s
 }
 
-func mustSet(t testing.TB, s limiter.Overrides, o limiter.Override) {
+func mustSet(t testing.TB, s perkey.Overrides, o perkey.Override) {
 	t.Helper()
 	if err := s.Set(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 }
 
-var partner = limiter.Override{Policy: "api", Key: "partner-7", Scale: 10, Note: "gold <tier> & co", SetAt: t0}
+var partner = perkey.Override{Policy: "api", Key: "partner-7", Scale: 10, Note: "gold <tier> & co", SetAt: t0}
 
-var fixed = limiter.Override{Policy: "api", Key: "203.0.113.9", SetAt: t0.Add(1500 * time.Millisecond), Limits: []limiter.LimitSpec{
+var fixed = perkey.Override{Policy: "api", Key: "203.0.113.9", SetAt: t0.Add(1500 * time.Millisecond), Limits: []perkey.LimitSpec{
 	{Algorithm: limiter.TokenBucket, Rate: limiter.Rate{N: 500, Per: time.Second}, Burst: 1000},
 	{Algorithm: limiter.SlidingWindow, Limit: 100, Window: time.Minute, Slots: 6, Cost: 2},
 }}
@@ -125,7 +126,7 @@ func TestOverridesJournal(t *testing.T) {
 		b, _ := os.ReadFile(path)
 		return strings.Count(string(b), "\n")
 	}
-	o := limiter.Override{Policy: "api", Key: "k7", SetAt: t0}
+	o := perkey.Override{Policy: "api", Key: "k7", SetAt: t0}
 	for i := range 250 {
 		o.Scale = float64(i + 1)
 		mustSet(t, s, o)
@@ -170,7 +171,7 @@ func TestOverridesTornJournal(t *testing.T) {
 			if s.Len() != c.want {
 				t.Fatalf("%d overrides read, want %d", s.Len(), c.want)
 			}
-			mustSet(t, s, limiter.Override{Policy: "api", Key: "after", Scale: 2})
+			mustSet(t, s, perkey.Override{Policy: "api", Key: "after", Scale: 2})
 			s2 := openOverrides(t, path)
 			if _, ok := s2.Get("api", "after"); !ok || s2.Len() != c.want+1 {
 				t.Fatalf("after a change: %d overrides, \"after\" %v; want %d", s2.Len(), ok, c.want+1)
@@ -189,7 +190,7 @@ func TestOverridesTornJournal(t *testing.T) {
 // a symbolic link, which stays a link.
 func TestOverridesLoad(t *testing.T) {
 	dir := t.TempDir()
-	check := func(s *memstore.Overrides, o limiter.Override) {
+	check := func(s *memstore.Overrides, o perkey.Override) {
 		t.Helper()
 		got, ok := s.Get(o.Policy, o.Key)
 		g, _ := got.MarshalJSON()
@@ -340,7 +341,7 @@ func TestOverridesCrashLeftovers(t *testing.T) {
 	if _, ok := s.Get("api", "half"); ok {
 		t.Fatal("an override of the leftover was loaded")
 	}
-	mustSet(t, s, limiter.Override{Policy: "api", Key: "new", Scale: 2})
+	mustSet(t, s, perkey.Override{Policy: "api", Key: "new", Scale: 2})
 	if s2 := openOverrides(t, path); s2.Len() != 3 {
 		t.Fatalf("after a write beside the leftover: %d overrides, want 3", s2.Len())
 	}
@@ -389,7 +390,7 @@ func TestOverridesMemoryOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustSet(t, s, partner)
-	if err := s.Set(context.Background(), fixed); !errors.Is(err, limiter.ErrTooManyOverrides) {
+	if err := s.Set(context.Background(), fixed); !errors.Is(err, perkey.ErrTooManyOverrides) {
 		t.Fatalf("Set past the bound = %v", err)
 	}
 	if o, ok := s.Get(partner.Policy, partner.Key); !ok || o.Scale != 10 || s.Path() != "" {
@@ -444,7 +445,7 @@ func BenchmarkOverridesSet(b *testing.B) {
 			writeOverrides(b, path, n)
 			s := openOverrides(b, path)
 			ctx := context.Background()
-			o := limiter.Override{Policy: "api", Key: "k7", SetAt: t0}
+			o := perkey.Override{Policy: "api", Key: "k7", SetAt: t0}
 			o.Scale = 3
 			if err := s.Set(ctx, o); err != nil { // the compaction of version 1
 				b.Fatal(err)

@@ -5,19 +5,19 @@ import (
 	"math"
 	"time"
 
-	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/driver"
 )
 
 // The leaky bucket's real queue (docs/algorithms.md): per busy key a FIFO
 // of waiters and one timer that releases the head and re-arms itself; an
 // idle key holds nothing but its 8-byte state. The limiter decides who may
-// wait and for how long (limiter.Limit.StepLeakyBucket); the queue keeps
+// wait and for how long (driver.Limit.StepLeakyBucket); the queue keeps
 // the waiters, their places and the release schedule.
 
 // leakyEntry is a key's leaky-bucket state in a table: the limiter's state
 // and, once a request of the key has had to wait, its queue.
 type leakyEntry struct {
-	s limiter.LeakyBucketState
+	s driver.LeakyBucketState
 	q *leakyQueue
 }
 
@@ -69,9 +69,9 @@ type waiter struct {
 // view describes e's queue, which it has, to the limiter's step at
 // instant t (Unix ns), for a limit whose queue holds queue requests.
 // Requires sh.mu held.
-func (e *leakyEntry) view(t, queue int64) limiter.LeakyQueue {
+func (e *leakyEntry) view(t, queue int64) driver.LeakyQueue {
 	q := e.q
-	v := limiter.LeakyQueue{Busy: q.busy, Gate: time.Unix(0, q.gateAt), Waiting: q.n, Pending: time.Duration(q.pending)}
+	v := driver.LeakyQueue{Busy: q.busy, Gate: time.Unix(0, q.gateAt), Waiting: q.n, Pending: time.Duration(q.pending)}
 	if q.busy && q.n >= queue {
 		v.FreeAt = time.Unix(0, q.departure(max(q.gateAt, t), q.n-queue))
 	}
@@ -227,13 +227,13 @@ func (q *leakyQueue) unlink(w *waiter) {
 // idleAt returns when e equals a fresh key's state if nothing arrives (Unix
 // ns): math.MaxInt64 while its queue is busy (such a key must not be
 // forgotten), math.MinInt64 for a fresh one.
-func (e *leakyEntry) idleAt(lim *limiter.Limit) int64 {
-	var q *limiter.LeakyQueue
+func (e *leakyEntry) idleAt(lim *driver.Limit) int64 {
+	var q *driver.LeakyQueue
 	if e.q != nil {
 		if e.q.busy {
 			return math.MaxInt64
 		}
-		q = &limiter.LeakyQueue{Gate: time.Unix(0, e.q.gateAt)}
+		q = &driver.LeakyQueue{Gate: time.Unix(0, e.q.gateAt)}
 	}
 	at := lim.LeakyBucketReopensAt(&e.s, q)
 	if at.IsZero() {
@@ -245,7 +245,7 @@ func (e *leakyEntry) idleAt(lim *limiter.Limit) int64 {
 // Wait implements limiter.Store: for a Decision with a Ticket, until the
 // queue releases its request; for one with only a Delay (the Redis store's
 // fallback decides here), until the Delay has passed.
-func (s *Store) Wait(ctx context.Context, d limiter.Decision) error {
+func (s *Store) Wait(ctx context.Context, d driver.Decision) error {
 	if d.Ticket == 0 {
 		return sleep(ctx, d.Delay)
 	}

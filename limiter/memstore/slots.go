@@ -5,10 +5,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
-var _ limiter.Slots = (*Store)(nil)
+var _ perkey.Slots = (*Store)(nil)
 
 // slotShards is how many locks the slot counts are spread over.
 const slotShards = 32
@@ -23,24 +23,24 @@ type slotCounts struct {
 
 type slotKey struct{ name, key string }
 
-// Take implements limiter.Slots.
-func (s *Store) Take(_ context.Context, name, key string, limit int64, _ time.Time) (limiter.Slot, bool, error) {
+// Take implements perkey.Slots.
+func (s *Store) Take(_ context.Context, name, key string, limit int64, _ time.Time) (perkey.Slot, bool, error) {
 	sh := &s.slots[s.hash(key)%slotShards]
 	k := slotKey{name, key}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.n[k] >= limit {
-		return limiter.Slot{}, false, nil
+		return perkey.Slot{}, false, nil
 	}
 	if sh.n == nil {
 		sh.n = map[slotKey]int64{}
 	}
 	sh.n[k]++
-	return limiter.Slot{Name: name, Key: key, ID: 1}, true, nil
+	return perkey.Slot{Name: name, Key: key, ID: 1}, true, nil
 }
 
-// Give implements limiter.Slots.
-func (s *Store) Give(sl limiter.Slot) {
+// Give implements perkey.Slots.
+func (s *Store) Give(sl perkey.Slot) {
 	if sl.ID == 0 {
 		return
 	}

@@ -14,10 +14,11 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/internal/expheap"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // Interface guard.
-var _ limiter.Bans = (*Bans)(nil)
+var _ perkey.Bans = (*Bans)(nil)
 
 // DefaultMaxBans bounds the records of one policy on Redis, and of all
 // policies together in an instance's mirror, when BanOptions.MaxBans is 0.
@@ -51,7 +52,7 @@ type BanOptions struct {
 	Clock func() time.Time
 }
 
-// Bans is the penalty box on Redis (limiter.Bans), shared by every
+// Bans is the penalty box on Redis (perkey.Bans), shared by every
 // instance using the same Redis and prefix. Create it with NewBans, and
 // run Run for as long as it is used; it is safe for concurrent use.
 //
@@ -338,10 +339,10 @@ func (b *Bans) scriptKeys(policy string) []string {
 	return []string{b.seqKey, b.epochKey, b.policies, hash, byExpiry}
 }
 
-// Ban implements limiter.Bans: one script call.
-func (b *Bans) Ban(ctx context.Context, policy, key string, p limiter.BanParams, now time.Time) (limiter.Ban, error) {
+// Ban implements perkey.Bans: one script call.
+func (b *Bans) Ban(ctx context.Context, policy, key string, p perkey.BanParams, now time.Time) (perkey.Ban, error) {
 	if err := p.Validate(); err != nil {
-		return limiter.Ban{}, err
+		return perkey.Ban{}, err
 	}
 	args := []any{policy, key, now.UnixMilli(), ceilMillis(p.Memory), b.max, b.channel, newEpoch()}
 	for level := int64(1); ; level++ {
@@ -358,7 +359,7 @@ func (b *Bans) Ban(ctx context.Context, policy, key string, p limiter.BanParams,
 		err = fmt.Errorf("ban script replied %v", res)
 	}
 	if err != nil {
-		return limiter.Ban{}, b.fail(fmt.Errorf("%w: redis: ban: %w", limiter.ErrStoreUnavailable, err))
+		return perkey.Ban{}, b.fail(fmt.Errorf("%w: redis: ban: %w", limiter.ErrStoreUnavailable, err))
 	}
 	r := mirrorRec{k: banKey{policy, key}, level: res[0], since: res[1] * 1e6, until: res[2] * 1e6, expires: res[3] * 1e6,
 		seq: res[4], ver: res[5], ep: res[6]}
@@ -371,12 +372,12 @@ func (b *Bans) Ban(ctx context.Context, policy, key string, p limiter.BanParams,
 
 func ceilMillis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
-// Banned implements limiter.Bans, from the mirror.
-func (b *Bans) Banned(policy, key string, now time.Time) (limiter.Ban, bool) {
+// Banned implements perkey.Bans, from the mirror.
+func (b *Bans) Banned(policy, key string, now time.Time) (perkey.Ban, bool) {
 	return b.mirror.banned(policy, key, now.UnixNano())
 }
 
-// Lift implements limiter.Bans: one script call. It leaves a tombstone
+// Lift implements perkey.Bans: one script call. It leaves a tombstone
 // on Redis and in the mirrors until the lifted record would have expired
 // (see Bans). A record this instance holds but Redis lost counts as held.
 func (b *Bans) Lift(ctx context.Context, policy, key string) (bool, error) {
@@ -403,10 +404,10 @@ func (b *Bans) Lift(ctx context.Context, policy, key string) (bool, error) {
 	return true, nil
 }
 
-// List implements limiter.Bans. It reads Redis, not the mirror, so that
+// List implements perkey.Bans. It reads Redis, not the mirror, so that
 // the admin API shows what every instance enforces (HSCAN of each policy's
 // hash: a List of many records costs Redis no long pause).
-func (b *Bans) List(ctx context.Context, policy string, now time.Time, max int) ([]limiter.Ban, error) {
+func (b *Bans) List(ctx context.Context, policy string, now time.Time, max int) ([]perkey.Ban, error) {
 	if max < 1 {
 		return nil, nil
 	}
@@ -418,7 +419,7 @@ func (b *Bans) List(ctx context.Context, policy string, now time.Time, max int) 
 		}
 	}
 	ns := now.UnixNano()
-	var out []limiter.Ban
+	var out []perkey.Ban
 	for _, p := range policies {
 		err := b.scan(ctx, p, func(r *mirrorRec) {
 			if ns < r.until {
@@ -429,7 +430,7 @@ func (b *Bans) List(ctx context.Context, policy string, now time.Time, max int) 
 			return nil, b.fail(err)
 		}
 	}
-	limiter.SortBans(out)
+	perkey.SortBans(out)
 	return out[:min(len(out), max)], nil
 }
 
@@ -674,8 +675,8 @@ func (r *mirrorRec) Expiry() int64  { return r.expires }
 func (r *mirrorRec) Index() int     { return r.pos }
 func (r *mirrorRec) SetIndex(i int) { r.pos = i }
 
-func (r *mirrorRec) ban() limiter.Ban {
-	return limiter.Ban{Policy: r.k.policy, Key: r.k.key, Since: time.Unix(0, r.since), Until: time.Unix(0, r.until),
+func (r *mirrorRec) ban() perkey.Ban {
+	return perkey.Ban{Policy: r.k.policy, Key: r.k.key, Since: time.Unix(0, r.since), Until: time.Unix(0, r.until),
 		Level: r.level, Expires: time.Unix(0, r.expires)}
 }
 
@@ -695,16 +696,16 @@ func (m *mirror) shard(key string) *mirrorShard {
 	return &m.shards[maphash.String(m.seed, key)%uint64(len(m.shards))]
 }
 
-func (m *mirror) banned(policy, key string, now int64) (limiter.Ban, bool) {
+func (m *mirror) banned(policy, key string, now int64) (perkey.Ban, bool) {
 	if m.n.Load() == 0 {
-		return limiter.Ban{}, false
+		return perkey.Ban{}, false
 	}
 	sh := m.shard(key)
 	sh.mu.RLock()
 	r := sh.recs[banKey{policy, key}]
 	if r == nil || now >= r.until { // a tombstone's until is 0
 		sh.mu.RUnlock()
-		return limiter.Ban{}, false
+		return perkey.Ban{}, false
 	}
 	ban := r.ban()
 	sh.mu.RUnlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/redistest"
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/limitertest"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // These tests are in package redisstore to reach the mirror's test hooks
@@ -46,7 +47,7 @@ func client(t testing.TB, addr string) *redis.Client {
 // Run keeping the mirror: each subtest has a prefix of its own.
 func TestBans(t *testing.T) {
 	c := client(t, redistest.Start(t).Addr())
-	limitertest.RunBans(t, func(t *testing.T) limiter.Bans {
+	limitertest.RunBans(t, func(t *testing.T) perkey.Bans {
 		return startBans(t, c, BanOptions{Prefix: "lp:" + t.Name() + ":", Clock: epoch, Resync: time.Hour})
 	})
 }
@@ -58,7 +59,7 @@ func TestBansCluster(t *testing.T) {
 	addrs := redistest.Cluster(t)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
-	limitertest.RunBans(t, func(t *testing.T) limiter.Bans {
+	limitertest.RunBans(t, func(t *testing.T) perkey.Bans {
 		return startBans(t, c, BanOptions{Prefix: "lp:" + t.Name() + ":", Clock: epoch, Resync: time.Hour})
 	})
 	c2 := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[2:]})
@@ -68,7 +69,7 @@ func TestBansCluster(t *testing.T) {
 	checkShared(t, a, b)
 }
 
-var hourBan = limiter.BanParams{Duration: time.Hour, Factor: 2, Max: 24 * time.Hour, Memory: 24 * time.Hour}
+var hourBan = perkey.BanParams{Duration: time.Hour, Factor: 2, Max: 24 * time.Hour, Memory: 24 * time.Hour}
 
 // TestBansShared: two instances on one Redis, each with its own client:
 // a ban or a lift on one is seen by the other within a second (measured),
@@ -119,7 +120,7 @@ func checkShared(t *testing.T, a, b *Bans) {
 	// Offences of one key from both instances at once: one ban, level 1,
 	// on Redis and in both mirrors.
 	now := time.Now()
-	for _, ban := range limitertest.BanBurst(t, []limiter.Bans{a, b}, "p", "contested", hourBan, now, 16, 4) {
+	for _, ban := range limitertest.BanBurst(t, []perkey.Bans{a, b}, "p", "contested", hourBan, now, 16, 4) {
 		if ban.Level != 1 || !ban.Since.Equal(now.Truncate(time.Millisecond)) {
 			t.Fatalf("an offence of a burst on two instances: %+v, want level 1 since %v", ban, now)
 		}
@@ -343,7 +344,7 @@ func TestBansRedisExpiry(t *testing.T) {
 	b := startBans(t, c, BanOptions{Clock: epoch, Resync: time.Hour})
 	ctx := context.Background()
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	short := limiter.BanParams{Duration: time.Minute, Factor: 1, Max: time.Minute, Memory: 2 * time.Minute}
+	short := perkey.BanParams{Duration: time.Minute, Factor: 1, Max: time.Minute, Memory: 2 * time.Minute}
 	b.Ban(ctx, "p", "old", short, t0)
 	b.Ban(ctx, "p", "new", short, t0.Add(2*time.Minute)) // old expired at t0+2m
 	hash, byExpiry := b.policyKeys("p")

@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/driver"
 )
 
 // Interface guard.
-var _ limiter.Charger = (*Store)(nil)
+var _ driver.Charger = (*Store)(nil)
 
 // maxChargeUnits bounds the units one Charge sends: no limit applies more
 // than twice its capacity (limiter.MaxCount at most), and the bound keeps
 // the script's arithmetic on exact integers.
 const maxChargeUnits = 2*limiter.MaxCount + 1
 
-// Charge implements limiter.Charger in one round trip: decide.lua charges
+// Charge implements driver.Charger in one round trip: decide.lua charges
 // every limit (mode 2 of its per-decision flag) with the rules of the
 // limiter's Charge… steps, and reports their state, batched with the
 // decisions like any other (batch.go); on Redis Cluster the limits must
@@ -32,10 +33,10 @@ const maxChargeUnits = 2*limiter.MaxCount + 1
 // and the charge is lost: Charge returns the error (wrapping
 // limiter.ErrStoreUnavailable) for the caller to report. Failures count
 // in Errors and towards the breaker, as decisions' do.
-func (s *Store) Charge(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now, reservedAt time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Charge(ctx context.Context, limits []driver.Limit, keys driver.Keys, now, reservedAt time.Time, n int64) (driver.Decision, error) {
 	for i := range limits {
 		if err := limits[i].CheckCharge(); err != nil {
-			return limiter.Decision{}, err
+			return driver.Decision{}, err
 		}
 	}
 	br := s.guard(ctx, keys.For(0), now)
@@ -57,19 +58,19 @@ func (s *Store) Charge(ctx context.Context, limits []limiter.Limit, keys limiter
 }
 
 // degradedCharge charges without Redis, per on_error; err is why.
-func (s *Store) degradedCharge(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now, reservedAt time.Time, n int64, err error) (limiter.Decision, error) {
+func (s *Store) degradedCharge(ctx context.Context, limits []driver.Limit, keys driver.Keys, now, reservedAt time.Time, n int64, err error) (driver.Decision, error) {
 	if s.onError == "local" {
-		if c, ok := s.fallback.(limiter.Charger); ok {
+		if c, ok := s.fallback.(driver.Charger); ok {
 			return c.Charge(ctx, limits, keys, now, reservedAt, n)
 		}
 	}
-	return limiter.Decision{}, err
+	return driver.Decision{}, err
 }
 
 // charge runs the script's charge.
-func (s *Store) charge(ctx context.Context, limits []limiter.Limit, clientKeys limiter.Keys, now, reservedAt time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) charge(ctx context.Context, limits []driver.Limit, clientKeys driver.Keys, now, reservedAt time.Time, n int64) (driver.Decision, error) {
 	if _, one := clientKeys.Single(); s.cluster != nil && !one {
-		return limiter.Decision{}, ErrClusterKeys
+		return driver.Decision{}, ErrClusterKeys
 	}
 	n = max(-maxChargeUnits, min(n, maxChargeUnits))
 	at := int64(-1) // Redis's TIME
@@ -88,24 +89,24 @@ func (s *Store) charge(ctx context.Context, limits []limiter.Limit, clientKeys l
 	for i := range limits {
 		enc, err := s.encoded(&limits[i])
 		if err != nil {
-			return limiter.Decision{}, err
+			return driver.Decision{}, err
 		}
 		keys[i] = string(appendKey(buf[:0], s.prefix, clientKeys.For(i), limits[i].Name()))
 		args = append(args, enc)
 	}
 	res, err := s.batch.run(ctx, keys, args)
 	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
+		return driver.Decision{}, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
 	}
 	if len(res) != replyValues*len(limits)+1 {
-		return limiter.Decision{}, errors.New("redis: unexpected reply from the decide script's charge")
+		return driver.Decision{}, errors.New("redis: unexpected reply from the decide script's charge")
 	}
 	redisNow := res[len(res)-1]
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
-	var d limiter.Decision
+	var d driver.Decision
 	for i := range limits {
 		r := res[replyValues*i : replyValues*i+replyValues]
-		x := limiter.Decision{
+		x := driver.Decision{
 			Allowed:   true,
 			Capped:    r[1] == 1,
 			Remaining: r[2],

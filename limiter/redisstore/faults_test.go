@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitproxy/limitproxy/internal/redistest"
-	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // These tests lose Redis's data under two instances (each with its own
@@ -139,10 +139,10 @@ func onRedis(in instance) bool {
 		return false
 	}
 	has := func(key string) bool {
-		return slices.ContainsFunc(bans, func(b limiter.Ban) bool { return b.Key == key })
+		return slices.ContainsFunc(bans, func(b perkey.Ban) bool { return b.Key == key })
 	}
 	hasOv := func(key string) bool {
-		return slices.ContainsFunc(ovs, func(o limiter.Override) bool { return o.Key == key })
+		return slices.ContainsFunc(ovs, func(o perkey.Override) bool { return o.Key == key })
 	}
 	return has("old") && !has("lifted") && hasOv("partner") && !hasOv("removed")
 }

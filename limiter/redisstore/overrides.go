@@ -15,10 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // Interface guard.
-var _ limiter.Overrides = (*Overrides)(nil)
+var _ perkey.Overrides = (*Overrides)(nil)
 
 // DefaultMaxOverrides bounds the overrides on Redis, all policies
 // together, when OverrideOptions.MaxOverrides is 0.
@@ -38,7 +39,7 @@ type OverrideOptions struct {
 	Resync time.Duration
 	// MaxOverrides bounds the overrides on Redis, all policies together;
 	// 0 means DefaultMaxOverrides. A Set of a new key at the bound fails
-	// with limiter.ErrTooManyOverrides. Instances sharing a Redis should
+	// with perkey.ErrTooManyOverrides. Instances sharing a Redis should
 	// agree on it; each enforces its own at its Sets.
 	MaxOverrides int
 	// Clock, if not nil, gives the instants that version each write (see
@@ -46,7 +47,7 @@ type OverrideOptions struct {
 	Clock func() time.Time
 }
 
-// Overrides is the override store on Redis (limiter.Overrides), shared by
+// Overrides is the override store on Redis (perkey.Overrides), shared by
 // every instance using the same Redis and prefix. Create it with
 // NewOverrides, and run Run for as long as it is used; it is safe for
 // concurrent use.
@@ -62,7 +63,7 @@ type OverrideOptions struct {
 //	…o/1/seq    counter of changes
 //	…o/1/epoch  the counter's epoch (see follower)
 //
-// where JSON is the override's (limiter.Override.MarshalJSON), seq the
+// where JSON is the override's (perkey.Override.MarshalJSON), seq the
 // number of the change that wrote it and ver its version: the write's
 // instant (Clock, ms), at least one above the version it replaces, which
 // orders the writes of one key across epochs too (records of an earlier
@@ -259,8 +260,8 @@ return n
 // scriptKeys returns the KEYS of the scripts.
 func (s *Overrides) scriptKeys() []string { return []string{s.seqKey, s.epochKey, s.hash, s.tombs} }
 
-// Set implements limiter.Overrides: one script call.
-func (s *Overrides) Set(ctx context.Context, o limiter.Override) error {
+// Set implements perkey.Overrides: one script call.
+func (s *Overrides) Set(ctx context.Context, o perkey.Override) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -268,7 +269,7 @@ func (s *Overrides) Set(ctx context.Context, o limiter.Override) error {
 	o.SetAt = o.SetAt.UTC()
 	js, err := o.MarshalJSON()
 	if err != nil {
-		return fmt.Errorf("%w: %w", limiter.ErrInvalidOverride, err)
+		return fmt.Errorf("%w: %w", perkey.ErrInvalidOverride, err)
 	}
 	lens := strconv.Itoa(len(o.Policy)) + " " + strconv.Itoa(len(o.Key))
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -282,14 +283,14 @@ func (s *Overrides) Set(ctx context.Context, o limiter.Override) error {
 		return s.fail(fmt.Errorf("%w: redis: set override: %w", limiter.ErrStoreUnavailable, err))
 	}
 	if res[0] == 0 {
-		return fmt.Errorf("%w: Redis holds %d, the bound", limiter.ErrTooManyOverrides, s.max)
+		return fmt.Errorf("%w: Redis holds %d, the bound", perkey.ErrTooManyOverrides, s.max)
 	}
 	s.saw(res[2], res[0])
 	s.mirror.put(&ovEntry{k: ovKey{o.Policy, o.Key}, o: o, seq: res[0], ver: res[1], ep: res[2]})
 	return nil
 }
 
-// Remove implements limiter.Overrides: one script call. It leaves a
+// Remove implements perkey.Overrides: one script call. It leaves a
 // tombstone for TombstoneLife (see Overrides). An override this instance
 // holds but Redis lost counts as held.
 func (s *Overrides) Remove(ctx context.Context, policy, key string) (bool, error) {
@@ -316,21 +317,21 @@ func (s *Overrides) Remove(ctx context.Context, policy, key string) (bool, error
 	return true, nil
 }
 
-// Get implements limiter.Overrides, from the mirror.
-func (s *Overrides) Get(policy, key string) (limiter.Override, bool) {
+// Get implements perkey.Overrides, from the mirror.
+func (s *Overrides) Get(policy, key string) (perkey.Override, bool) {
 	return s.mirror.get(policy, key)
 }
 
-// List implements limiter.Overrides. It reads Redis, not the mirror, so
+// List implements perkey.Overrides. It reads Redis, not the mirror, so
 // that the admin API shows what every instance applies (an HSCAN: a List
 // of many overrides costs Redis no long pause).
-func (s *Overrides) List(ctx context.Context, policy string, max int) ([]limiter.Override, error) {
+func (s *Overrides) List(ctx context.Context, policy string, max int) ([]perkey.Override, error) {
 	if max < 1 {
 		return nil, nil
 	}
 	// HSCAN may return a field twice (Redis rehashing the hash during the
 	// scan).
-	found := map[ovKey]limiter.Override{}
+	found := map[ovKey]perkey.Override{}
 	err := s.scan(ctx, func(e *ovEntry) {
 		if !e.gone && (policy == "" || e.k.policy == policy) {
 			found[e.k] = e.o
@@ -340,7 +341,7 @@ func (s *Overrides) List(ctx context.Context, policy string, max int) ([]limiter
 		return nil, s.fail(err)
 	}
 	out := slices.Collect(maps.Values(found))
-	limiter.SortOverrides(out)
+	perkey.SortOverrides(out)
 	return out[:min(len(out), max)], nil
 }
 
@@ -409,8 +410,8 @@ func parseOvMessage(m string) (*ovEntry, error) {
 }
 
 // decodeOverride reads the JSON of the override of k, and checks it.
-func decodeOverride(k ovKey, js string) (limiter.Override, error) {
-	var o limiter.Override
+func decodeOverride(k ovKey, js string) (perkey.Override, error) {
+	var o perkey.Override
 	if err := o.UnmarshalJSON([]byte(js)); err != nil {
 		return o, err
 	}
@@ -583,7 +584,7 @@ type ovKey struct{ policy, key string }
 // that wrote it. It is never modified once in a map.
 type ovEntry struct {
 	k       ovKey
-	o       limiter.Override
+	o       perkey.Override
 	ver     int64 // orders the writes of k (see setOverrideScript)
 	ep, seq int64
 	gone    bool // a removal (a message's, or a tombstone)
@@ -604,13 +605,13 @@ func (m *ovMirror) shard(key string) *ovShard {
 	return &m.shards[maphash.String(m.seed, key)%uint64(len(m.shards))]
 }
 
-func (m *ovMirror) get(policy, key string) (limiter.Override, bool) {
+func (m *ovMirror) get(policy, key string) (perkey.Override, bool) {
 	if m.n.Load() == 0 {
-		return limiter.Override{}, false
+		return perkey.Override{}, false
 	}
 	e := (*m.shard(key).m.Load())[ovKey{policy, key}]
 	if e == nil || e.gone {
-		return limiter.Override{}, false
+		return perkey.Override{}, false
 	}
 	return e.o, true
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/redistest"
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/limitertest"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // These tests are in package redisstore to reach the mirror's test hooks
@@ -37,9 +38,9 @@ func startOverrides(t testing.TB, c redis.UniversalClient, o OverrideOptions) *O
 // its own client) on the same server and prefix.
 func TestOverrides(t *testing.T) {
 	addr := redistest.Start(t).Addr()
-	limitertest.RunOverrides(t, func(t *testing.T) func() limiter.Overrides {
+	limitertest.RunOverrides(t, func(t *testing.T) func() perkey.Overrides {
 		prefix := "lp:" + t.Name() + ":"
-		return func() limiter.Overrides {
+		return func() perkey.Overrides {
 			return startOverrides(t, client(t, addr), OverrideOptions{Prefix: prefix, MaxOverrides: limitertest.OverridesBound, Resync: time.Hour})
 		}
 	})
@@ -52,9 +53,9 @@ func TestOverridesCluster(t *testing.T) {
 	addrs := redistest.Cluster(t)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
-	limitertest.RunOverrides(t, func(t *testing.T) func() limiter.Overrides {
+	limitertest.RunOverrides(t, func(t *testing.T) func() perkey.Overrides {
 		prefix := "lp:" + t.Name() + ":"
-		return func() limiter.Overrides {
+		return func() perkey.Overrides {
 			return startOverrides(t, c, OverrideOptions{Prefix: prefix, MaxOverrides: limitertest.OverridesBound, Resync: time.Hour})
 		}
 	})
@@ -73,8 +74,8 @@ func TestOverridesShared(t *testing.T) {
 
 var ovT0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func ovScaled(key string, scale float64) limiter.Override {
-	return limiter.Override{Policy: "api", Key: key, Scale: scale, SetAt: ovT0}
+func ovScaled(key string, scale float64) perkey.Override {
+	return perkey.Override{Policy: "api", Key: key, Scale: scale, SetAt: ovT0}
 }
 
 // waitOv polls who's Get until it answers a scale of want (0 for no
@@ -127,7 +128,7 @@ func checkOvShared(t *testing.T, a, b *Overrides) {
 
 // rawOv writes an override behind the mirrors' backs: no change number, no
 // message.
-func rawOv(t *testing.T, c redis.UniversalClient, s *Overrides, o limiter.Override) {
+func rawOv(t *testing.T, c redis.UniversalClient, s *Overrides, o perkey.Override) {
 	t.Helper()
 	js, err := o.MarshalJSON()
 	if err != nil {

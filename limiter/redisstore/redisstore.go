@@ -40,6 +40,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/driver"
 )
 
 // Interface guard.
@@ -197,12 +198,12 @@ func (s *Store) Check(l limiter.Limit) error { return Check(l) }
 // stay below 2^53. The configuration calls it for every limit when the
 // store is Redis, so that a file that cannot work is refused at load.
 func Check(l limiter.Limit) error {
-	_, err := params(l)
+	_, err := params(l.Driver())
 	return err
 }
 
 // params returns the script's algorithm code and its four parameters for l.
-func params(l limiter.Limit) ([6]int64, error) {
+func params(l driver.Limit) ([6]int64, error) {
 	var p [6]int64
 	// Errors name the parameter at fault, so that a configuration file
 	// reports them at that key.
@@ -295,7 +296,7 @@ const maxEncoded = 4096
 // parameters, as six little-endian int64s), computed once per
 // binding: a Limiter's limits never change, and each has its own Binding,
 // which keys the cache.
-func (s *Store) encoded(l *limiter.Limit) (string, error) {
+func (s *Store) encoded(l *driver.Limit) (string, error) {
 	if v, ok := s.args.Load(l.Binding()); ok {
 		return v.(string), nil
 	}
@@ -351,7 +352,7 @@ func appendKey(b []byte, prefix, clientKey, name string) []byte {
 
 // Decide implements limiter.Store. When Redis cannot decide in time, or the
 // breaker is open, it follows on_error and returns no error.
-func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Decide(ctx context.Context, limits []driver.Limit, keys driver.Keys, now time.Time, n int64) (driver.Decision, error) {
 	br := s.guard(ctx, keys.For(0), now)
 	ok, probe := br.allow(now)
 	if !ok {
@@ -371,7 +372,7 @@ func (s *Store) Decide(ctx context.Context, limits []limiter.Limit, keys limiter
 
 // degraded decides without Redis, per on_error; br is the breaker of the
 // key's node.
-func (s *Store) degraded(ctx context.Context, br *breaker, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) degraded(ctx context.Context, br *breaker, limits []driver.Limit, keys driver.Keys, now time.Time, n int64) (driver.Decision, error) {
 	switch s.onError {
 	case "local":
 		d, err := s.fallback.Decide(ctx, limits, keys, now, n)
@@ -379,22 +380,22 @@ func (s *Store) degraded(ctx context.Context, br *breaker, limits []limiter.Limi
 		return d, err
 	case "allow":
 		q := quota(limits[0])
-		return limiter.Decision{Allowed: true, Degraded: true, Limit: q, Remaining: q, ResetAt: now}, nil
+		return driver.Decision{Allowed: true, Degraded: true, Limit: q, Remaining: q, ResetAt: now}, nil
 	}
 	retry := max(time.Second, br.retryAt().Sub(now))
-	return limiter.Decision{RetryAfter: retry, Degraded: true, Limit: quota(limits[0]), ResetAt: now.Add(retry)}, nil
+	return driver.Decision{RetryAfter: retry, Degraded: true, Limit: quota(limits[0]), ResetAt: now.Add(retry)}, nil
 }
 
 // Peek implements limiter.Store. It asks Redis, past the breaker, and
 // returns Redis's error rather than following on_error.
-func (s *Store) Peek(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) Peek(ctx context.Context, limits []driver.Limit, keys driver.Keys, now time.Time, n int64) (driver.Decision, error) {
 	return s.run(ctx, limits, keys, now, n, true)
 }
 
 // Wait implements limiter.Store: the queue is virtual, so a request waits
 // its Delay; one the in-memory fallback queued (on_error "local") waits
 // there.
-func (s *Store) Wait(ctx context.Context, d limiter.Decision) error {
+func (s *Store) Wait(ctx context.Context, d driver.Decision) error {
 	if d.Ticket != 0 && s.fallback != nil {
 		return s.fallback.Wait(ctx, d)
 	}
@@ -413,7 +414,7 @@ func (s *Store) Wait(ctx context.Context, d limiter.Decision) error {
 
 // Reset implements limiter.Store: it deletes the key's state for every
 // limit (one DEL; the keys share a hash tag, so also on Redis Cluster).
-func (s *Store) Reset(ctx context.Context, limits []limiter.Limit, key string) error {
+func (s *Store) Reset(ctx context.Context, limits []driver.Limit, key string) error {
 	keys := make([]string, len(limits))
 	var buf [256]byte
 	for i := range limits {
@@ -428,14 +429,14 @@ func (s *Store) Reset(ctx context.Context, limits []limiter.Limit, key string) e
 }
 
 // decide asks Redis.
-func (s *Store) decide(ctx context.Context, limits []limiter.Limit, keys limiter.Keys, now time.Time, n int64) (limiter.Decision, error) {
+func (s *Store) decide(ctx context.Context, limits []driver.Limit, keys driver.Keys, now time.Time, n int64) (driver.Decision, error) {
 	return s.run(ctx, limits, keys, now, n, false)
 }
 
 // run runs the script; dry decides without writing.
-func (s *Store) run(ctx context.Context, limits []limiter.Limit, clientKeys limiter.Keys, now time.Time, n int64, dry bool) (limiter.Decision, error) {
+func (s *Store) run(ctx context.Context, limits []driver.Limit, clientKeys driver.Keys, now time.Time, n int64, dry bool) (driver.Decision, error) {
 	if _, one := clientKeys.Single(); s.cluster != nil && !one {
-		return limiter.Decision{}, ErrClusterKeys
+		return driver.Decision{}, ErrClusterKeys
 	}
 	keys := make([]string, len(limits))
 	args := make([]any, 0, 1+len(limits))
@@ -452,7 +453,7 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, clientKeys limi
 	for i := range limits {
 		enc, err := s.encoded(&limits[i])
 		if err != nil {
-			return limiter.Decision{}, err
+			return driver.Decision{}, err
 		}
 		keys[i] = string(appendKey(buf[:0], s.prefix, clientKeys.For(i), limits[i].Name()))
 		args = append(args, enc)
@@ -461,17 +462,17 @@ func (s *Store) run(ctx context.Context, limits []limiter.Limit, clientKeys limi
 	// its deadline; ctx can only end the wait sooner.
 	res, err := s.batch.run(ctx, keys, args)
 	if err != nil {
-		return limiter.Decision{}, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
+		return driver.Decision{}, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
 	}
 	if len(res) != replyValues*len(limits)+1 {
-		return limiter.Decision{}, errors.New("redis: unexpected reply from the decide script")
+		return driver.Decision{}, errors.New("redis: unexpected reply from the decide script")
 	}
 	redisNow := res[len(res)-1]
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
-	var d limiter.Decision
+	var d driver.Decision
 	for i := range limits {
 		r := res[replyValues*i : replyValues*i+replyValues]
-		x := limiter.Decision{
+		x := driver.Decision{
 			Allowed:   r[0] == 1,
 			Remaining: r[2],
 			Delay:     us(r[4]),
@@ -505,7 +506,7 @@ const replyValues = 6
 var ErrClusterKeys = errors.New("redis: on Redis Cluster the limits of one policy must share one client key")
 
 // quota is the Limit a decision reports: burst, limit, or queue + 1.
-func quota(l limiter.Limit) int64 {
+func quota(l driver.Limit) int64 {
 	q, _ := l.Quota()
 	return q
 }

@@ -14,9 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
-var _ limiter.Slots = (*Store)(nil)
+var _ perkey.Slots = (*Store)(nil)
 
 // DefaultLease is how long a slot of a concurrency limit is held on Redis
 // without being renewed: an instance renews the slots it holds every
@@ -78,11 +79,11 @@ func (s *Store) slotKey(name, clientKey string) string {
 	return string(appendKey(buf[:0], s.prefix, clientKey, "c/"+name))
 }
 
-// Take implements limiter.Slots. When Redis cannot answer in time, or the
+// Take implements perkey.Slots. When Redis cannot answer in time, or the
 // breaker is open, it follows on_error: "local" takes the slot from the
 // fallback store (counted on this instance alone), "allow" lets the
 // request through holding nothing, "deny" refuses it.
-func (s *Store) Take(ctx context.Context, name, key string, limit int64, now time.Time) (limiter.Slot, bool, error) {
+func (s *Store) Take(ctx context.Context, name, key string, limit int64, now time.Time) (perkey.Slot, bool, error) {
 	br := s.guard(ctx, key, now)
 	ok, probe := br.allow(now)
 	if ok {
@@ -93,19 +94,19 @@ func (s *Store) Take(ctx context.Context, name, key string, limit int64, now tim
 	}
 	switch s.onError {
 	case "local":
-		if f, ok := s.fallback.(limiter.Slots); ok {
+		if f, ok := s.fallback.(perkey.Slots); ok {
 			sl, taken, err := f.Take(ctx, name, key, limit, now)
 			sl.Local = true
 			return sl, taken, err
 		}
 		fallthrough
 	case "allow":
-		return limiter.Slot{}, true, nil
+		return perkey.Slot{}, true, nil
 	}
-	return limiter.Slot{}, false, nil
+	return perkey.Slot{}, false, nil
 }
 
-func (s *Store) take(ctx context.Context, name, key string, limit int64) (limiter.Slot, bool, error) {
+func (s *Store) take(ctx context.Context, name, key string, limit int64) (perkey.Slot, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	l := s.leases
@@ -114,10 +115,10 @@ func (s *Store) take(ctx context.Context, name, key string, limit int64) (limite
 	k := s.slotKey(name, key)
 	n, err := takeScript.Run(ctx, s.c, []string{k}, s.lease.Milliseconds(), limit, member).Int64()
 	if err != nil {
-		return limiter.Slot{}, false, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
+		return perkey.Slot{}, false, fmt.Errorf("%w: redis: %w", limiter.ErrStoreUnavailable, err)
 	}
 	if n == 0 {
-		return limiter.Slot{}, false, nil
+		return perkey.Slot{}, false, nil
 	}
 	l.mu.Lock()
 	l.held[id] = heldSlot{key: k, member: member}
@@ -126,17 +127,17 @@ func (s *Store) take(ctx context.Context, name, key string, limit int64) (limite
 		go s.renew()
 	}
 	l.mu.Unlock()
-	return limiter.Slot{Name: name, Key: key, ID: id}, true, nil
+	return perkey.Slot{Name: name, Key: key, ID: id}, true, nil
 }
 
-// Give implements limiter.Slots. A slot Redis does not hear about in time
+// Give implements perkey.Slots. A slot Redis does not hear about in time
 // frees itself when its lease ends.
-func (s *Store) Give(sl limiter.Slot) {
+func (s *Store) Give(sl perkey.Slot) {
 	if sl.ID == 0 {
 		return
 	}
 	if sl.Local {
-		s.fallback.(limiter.Slots).Give(sl)
+		s.fallback.(perkey.Slots).Give(sl)
 		return
 	}
 	l := s.leases

@@ -7,15 +7,19 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/driver"
 )
 
 // LimitNames returns the state names of every limit of every policy (see
-// limiter.StateNames).
+// driver.StateNames).
 func (c *Config) LimitNames() []string {
 	var names []string
 	for _, p := range c.Policies {
-		names = append(names, limiter.StateNames(p.Name, p.Limits...)...)
+		ds := make([]driver.Limit, len(p.Limits))
+		for i, l := range p.Limits {
+			ds[i] = l.Driver()
+		}
+		names = append(names, driver.StateNames(p.Name, ds...)...)
 	}
 	return names
 }

@@ -77,7 +77,7 @@ func TestDefaults(t *testing.T) {
 	if p.Mode != Enforce || p.OnMissing != MissingShared || len(p.Key) != 1 || p.Key[0].Kind != KeyIP || !p.Match.All {
 		t.Errorf("policy defaults: %+v", p)
 	}
-	if tb := p.Limits[0].TokenBucket(); tb.Burst != 100 {
+	if tb := p.Limits[0].Params().(limiter.TokenBucketParams); tb.Burst != 100 {
 		t.Errorf("token bucket burst default = %d, want one period of the rate (100)", tb.Burst)
 	}
 	if p.Reject.Status != 429 {
@@ -124,7 +124,7 @@ upstream = "u"
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := cfg.Policies[0].Limits[0].LeakyBucket().MaxWait; got != c.want {
+		if got := cfg.Policies[0].Limits[0].Params().(limiter.LeakyBucketParams).MaxWait; got != c.want {
 			t.Errorf("%s: max_wait %v, want %v", c.limit, got, c.want)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/limiter/redisstore"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
@@ -33,7 +34,7 @@ import (
 // box), and GET /api/v1/top and …/policies/{policy}/top (top offenders).
 // With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
 // constant time.
-func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans limiter.Bans, overrides limiter.Overrides, persistence func(context.Context) (bool, string)) http.Handler {
+func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans perkey.Bans, overrides perkey.Overrides, persistence func(context.Context) (bool, string)) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	registerDashboard(mux) // GET /dashboard: dashboard.go
@@ -273,7 +274,7 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 		if !ok {
 			return
 		}
-		var o limiter.Override
+		var o perkey.Override
 		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&o); err != nil {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "body: " + err.Error()})
 			return
@@ -296,7 +297,7 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 			return
 		}
 		switch err := overrides.Set(req.Context(), o); {
-		case errors.Is(err, limiter.ErrTooManyOverrides):
+		case errors.Is(err, perkey.ErrTooManyOverrides):
 			writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error()})
 		case errors.Is(err, limiter.ErrStoreUnavailable):
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
@@ -477,7 +478,7 @@ const maxOverridesListed = 10000
 // overrideView is an override as the admin API shows it: its JSON form
 // (its key hashed, proxy.StoreKey), and whether its policy is in force (an override of a
 // policy since removed or renamed stays in the store, orphaned).
-func overrideView(o limiter.Override, inForce bool) map[string]any {
+func overrideView(o perkey.Override, inForce bool) map[string]any {
 	b, _ := json.Marshal(o)
 	var v map[string]any
 	json.Unmarshal(b, &v)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/limiter/redisstore"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
@@ -27,11 +28,11 @@ type stores struct {
 	redis  *redisstore.Store // nil for the memory backend
 	// bans is the penalty box ([policy.ban]); run keeps it (the Redis
 	// mirror's subscription, the memory records' sweep) until ctx ends.
-	bans    limiter.Bans
+	bans    perkey.Bans
 	runBans func(ctx context.Context)
 	// overrides are the per-key overrides; runOverrides keeps the Redis
 	// mirror current until ctx ends (nothing to do in memory).
-	overrides    limiter.Overrides
+	overrides    perkey.Overrides
 	runOverrides func(ctx context.Context)
 	// persistence says where a stored override lives (see
 	// overridePersistence).

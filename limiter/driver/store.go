@@ -1,4 +1,4 @@
-package limiter
+package driver
 
 import (
 	"context"
@@ -6,10 +6,12 @@ import (
 	"time"
 )
 
-// Store keeps the per-key state of limits and applies requests to it. It is
-// the one interface of this package: the memory store (limiter/memstore) and
-// the Redis store implement it, and the conformance suite in
-// limiter/limitertest holds both to the same decisions.
+// Store keeps the per-key state of limits and applies requests to it: the
+// interface limiter.Store names, and the one every store implements (the
+// memory store, limiter/memstore, and the Redis store); limitertest.Run
+// holds any implementation to the same decisions. A store may also
+// implement Charger, and the per-key interfaces of limiter/perkey beside
+// it, as separate values. Implementations are safe for concurrent use.
 //
 // A Store is created once per process and outlives reloads: a limit's state
 // is keyed by (Limit.Name, client key), so a new Limiter built with the same

@@ -1,4 +1,4 @@
-package limiter
+package perkey
 
 import (
 	"bytes"
@@ -12,9 +12,11 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/limitproxy/limitproxy/limiter"
 )
 
-// Overrides keeps live per-key overrides (issue 18): for one client key
+// Overrides keeps live per-key overrides: for one client key
 // under one policy, limits that replace the policy's own, set, listed and
 // removed through the admin API without a configuration edit (a partner's
 // tier, a client throttled harder). Each store package has an
@@ -110,10 +112,10 @@ type Override struct {
 // field is negative. The zero value is not valid (no algorithm).
 type LimitSpec struct {
 	// Algorithm is the limit's algorithm.
-	Algorithm Algorithm
+	Algorithm limiter.Algorithm
 	// Rate is the rate of a token or leaky bucket; the zero Rate when
 	// unused.
-	Rate Rate
+	Rate limiter.Rate
 	// Burst is a token bucket's capacity.
 	Burst int64
 	// Limit is a window's or a log's limit.
@@ -214,7 +216,7 @@ type specError struct{ field, msg string }
 
 // validate checks that l names an algorithm and has no negative field.
 func (l LimitSpec) validate() *specError {
-	if l.Algorithm == 0 || int(l.Algorithm) >= len(algorithmNames) {
+	if l.Algorithm < limiter.TokenBucket || l.Algorithm > limiter.SlidingWindow {
 		return &specError{"algorithm", l.Algorithm.String() + " is not one of the five algorithms"}
 	}
 	for _, f := range [...]struct {
@@ -305,7 +307,7 @@ func (o Override) MarshalJSON() ([]byte, error) {
 	for _, l := range o.Limits {
 		s := limitSpecJSON{Algorithm: l.Algorithm.String(), Burst: l.Burst, Limit: l.Limit, Slots: l.Slots,
 			Queue: l.Queue, Delay: l.Delay, Cost: l.Cost}
-		if l.Rate != (Rate{}) {
+		if l.Rate != (limiter.Rate{}) {
 			s.Rate = l.Rate.String()
 		}
 		if l.Window != 0 {
@@ -356,7 +358,7 @@ func (o *Override) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("override: limits[%d].%s: %w", i, name, err)
 		}
 		var err error
-		if l.Algorithm, err = ParseAlgorithm(s.Algorithm); err != nil {
+		if l.Algorithm, err = limiter.ParseAlgorithm(s.Algorithm); err != nil {
 			return field("algorithm", err)
 		}
 		if s.Rate != "" {
@@ -377,20 +379,20 @@ func (o *Override) UnmarshalJSON(b []byte) error {
 }
 
 // parseRate reads Rate.String's "N/period".
-func parseRate(s string) (Rate, error) {
+func parseRate(s string) (limiter.Rate, error) {
 	n, per, ok := strings.Cut(s, "/")
 	if !ok {
-		return Rate{}, fmt.Errorf("%q is not N/period", s)
+		return limiter.Rate{}, fmt.Errorf("%q is not N/period", s)
 	}
 	N, err := strconv.ParseInt(n, 10, 64)
 	if err != nil {
-		return Rate{}, fmt.Errorf("%q is not N/period", s)
+		return limiter.Rate{}, fmt.Errorf("%q is not N/period", s)
 	}
 	d, err := time.ParseDuration(per)
 	if err != nil {
-		return Rate{}, fmt.Errorf("%q is not N/period: %w", s, err)
+		return limiter.Rate{}, fmt.Errorf("%q is not N/period: %w", s, err)
 	}
-	return Rate{N: N, Per: d}, nil
+	return limiter.Rate{N: N, Per: d}, nil
 }
 
 // parseDuration reads time.Duration.String's form, "" for 0.

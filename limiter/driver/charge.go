@@ -1,16 +1,14 @@
-package limiter
+package driver
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
-	"slices"
 	"time"
 )
 
 // Charger is implemented by the Stores that can charge a limit after the
-// fact (issue 17, item 3: cost reported by the upstream). Both limitproxy
+// fact (a cost reported by the upstream). Both limitproxy
 // stores implement it beside Store; it is a separate interface so that a
 // Store need not. Implementations are safe for concurrent use.
 //
@@ -90,10 +88,6 @@ type Charger interface {
 	Charge(ctx context.Context, limits []Limit, keys Keys, now, reservedAt time.Time, n int64) (Decision, error)
 }
 
-// ErrNoCharger is returned by Limiter.Charge when the Limiter's Store does
-// not implement Charger.
-var ErrNoCharger = errors.New("limiter: the store cannot charge after the fact")
-
 // CheckCharge reports whether l can be charged after the fact (Charger):
 // a *ParamError for a leaky bucket, whose departures are scheduled as
 // requests are admitted, nil for the other algorithms.
@@ -105,64 +99,6 @@ func (l *Limit) CheckCharge() error {
 		return errors.New("limiter: limit was not built by a New… constructor")
 	}
 	return nil
-}
-
-// Charge charges (n > 0) or refunds (n < 0) n units, in the limits' own
-// units (their Cost is not applied), to every limit of l for client key,
-// at instant now, for a request whose reservation was made at reservedAt
-// (Allow's instant). See Charger for what it does to each algorithm. The
-// Decision is always allowed and says the state after the charge, for
-// rate-limit headers; Capped reports that a limit reached its debt bound.
-// An error means nothing was charged (ErrNoCharger, a leaky bucket among
-// the limits, or a store that could not be reached).
-func (l *Limiter) Charge(ctx context.Context, key string, now, reservedAt time.Time, n int64) (Decision, error) {
-	c, err := l.charger()
-	if err != nil {
-		return Decision{}, err
-	}
-	return c.Charge(ctx, l.limits, OneKey(key), now, reservedAt, n)
-}
-
-// ChargeKeys is Charge with a client key per limit, as AllowKeys: limit i
-// is charged under keys[i], or not at all if keys[i] is SkipKey (a limit
-// that is not charged after the fact, a leaky bucket among them).
-// len(keys) must be len(Limits()). With every limit skipped it returns an
-// allowed Decision with no figures and Index -1.
-func (l *Limiter) ChargeKeys(ctx context.Context, keys []string, now, reservedAt time.Time, n int64) (Decision, error) {
-	if len(keys) != len(l.limits) {
-		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
-	}
-	c, err := l.charger()
-	if err != nil {
-		return Decision{}, err
-	}
-	if !slices.Contains(keys, SkipKey) {
-		return c.Charge(ctx, l.limits, PerLimit(keys), now, reservedAt, n)
-	}
-	var idx [MaxLimits]int32
-	lims := make([]Limit, 0, len(l.limits))
-	ks := make([]string, 0, len(l.limits))
-	for i, k := range keys {
-		if k != SkipKey {
-			idx[len(lims)] = int32(i)
-			lims = append(lims, l.limits[i])
-			ks = append(ks, k)
-		}
-	}
-	if len(lims) == 0 {
-		return Decision{Allowed: true, Index: -1}, nil
-	}
-	d, err := c.Charge(ctx, lims, PerLimit(ks), now, reservedAt, n)
-	d.Index = idx[d.Index]
-	return d, err
-}
-
-func (l *Limiter) charger() (Charger, error) {
-	c, ok := l.store.(Charger)
-	if !ok {
-		return nil, ErrNoCharger
-	}
-	return c, nil
 }
 
 // chargeUnits returns |n|, at most bound. A Charge step never applies

@@ -1,4 +1,4 @@
-package limiter
+package driver
 
 import (
 	"testing"

@@ -1,8 +1,6 @@
-package limiter
+package driver
 
 import (
-	"context"
-	"errors"
 	"math"
 	"testing"
 	"time"
@@ -103,22 +101,5 @@ func TestChargeUnits(t *testing.T) {
 func TestDecisionSize(t *testing.T) {
 	if got := unsafe.Sizeof(Decision{}); got != 80 {
 		t.Errorf("a Decision is %d bytes, want 80", got)
-	}
-}
-
-// noCharger is a Store that cannot charge.
-type noCharger struct{ Store }
-
-// TestChargeNoCharger: a Limiter on a Store without Charger says so.
-func TestChargeNoCharger(t *testing.T) {
-	l, err := New(noCharger{}, "p", mustLimit(t)(NewFixedWindow(FixedWindowParams{Limit: 1, Window: time.Second})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Charge(context.Background(), "k", t0, t0, 1); !errors.Is(err, ErrNoCharger) {
-		t.Fatalf("Charge = %v, want ErrNoCharger", err)
-	}
-	if _, err := l.ChargeKeys(context.Background(), []string{"k"}, t0, t0, 1); !errors.Is(err, ErrNoCharger) {
-		t.Fatalf("ChargeKeys = %v, want ErrNoCharger", err)
 	}
 }
