@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Bans is the penalty box (issue 17): per policy, a client key that broke a
+// Bans is the penalty box: per policy, a client key that broke a
 // limit can be banned for a while, its requests answered without reaching
 // the upstream, and a key that offends again soon is banned longer. Each
 // store package has an implementation beside its Store: memstore.Bans

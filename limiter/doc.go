@@ -38,7 +38,7 @@
 //
 // A Store that implements Charger (both stores do) can also charge a
 // limit after the request was decided, for costs known only from the
-// answer (issue 17): reserve an estimate with Allow, then Limiter.Charge
+// answer (a cost the upstream reports): reserve an estimate with Allow, then Limiter.Charge
 // the difference, or refund it, when the answer has ended. A charge is
 // never refused: past the quota the key goes into debt, which later
 // requests wait out (a bucket's content below zero, a window's count

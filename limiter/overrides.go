@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 )
 
-// Overrides keeps live per-key overrides (issue 18): for one client key
+// Overrides keeps live per-key overrides: for one client key
 // under one policy, limits that replace the policy's own, set, listed and
 // removed through the admin API without a configuration edit (a partner's
 // tier, a client throttled harder). Each store package has an
