@@ -14,7 +14,7 @@ import (
 	"github.com/limitproxy/limitproxy/limiter"
 )
 
-// RunCharge checks charging after the fact (limiter.Charger, issue 17):
+// RunCharge checks charging after the fact (limiter.Charger):
 // debt and its Retry-After for every algorithm, refunds capped at a fresh
 // key's state and doing nothing once the reservation has left the window,
 // the debt bound, random interleavings of decisions and charges against
