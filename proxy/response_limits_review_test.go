@@ -438,7 +438,7 @@ func TestReview17CountBoundWithConcurrencyQueue(t *testing.T) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
-		time.Sleep(30 * time.Millisecond)
+		time.Sleep(30 * time.Millisecond) // requests overlap at the concurrency gate
 		w.WriteHeader(401)
 	}))
 	t.Cleanup(srv.Close)
