@@ -40,12 +40,12 @@ bench-versus:
 bench-openloop:
 	bench/openloop.sh 5 2s
 
-# Regenerates the capacity section of BENCHMARKS.md and docs/capacity-*.svg (issue 16):
+# Regenerates the capacity section of BENCHMARKS.md and docs/capacity-*.svg:
 # a backend of fixed capacity past it, no limit, a static limit, HAProxy maxconn and
 # limitproxy adaptive (about 8 minutes; installs haproxy when missing and root).
 bench-capacity:
 	bench/capacity.sh 8s 30s
 
-# Regenerates the replay and top-offenders section of BENCHMARKS.md (issue 18; about 2 minutes).
+# Regenerates the replay and top-offenders section of BENCHMARKS.md (about 2 minutes).
 bench-ops:
 	bench/ops.sh 5

@@ -58,7 +58,7 @@ section="$bin/section.md"
   echo
   (cd bench && go run ./benchmd -anchor Overhead=bare) <"$overhead"
   echo
-  echo "Allocations per forwarded request (issue 15's target: at most 60), by the whole server (\`BenchmarkForwarded\` in"
+  echo "Allocations per forwarded request (the target: at most 60), by the whole server (\`BenchmarkForwarded\` in"
   echo "cmd/limitproxy/internal/server/forward_bench_test.go, $rounds rounds): net/http's server, limitproxy's handler under a token bucket that never"
   echo "rejects, the upstream transport, metrics on, the access log off and on (to a writer that discards); one keep-alive"
   echo "connection over loopback from a raw-socket client to a raw-socket upstream, neither of which allocates per request,"

@@ -37,6 +37,16 @@
 // Allow takes a weight n that multiplies it, and Limiter.Charge charges
 // or refunds units after the fact, for costs known only from a response.
 //
+// A Store that implements driver.Charger (both stores do) can also charge a
+// limit after the request was decided, for costs known only from the
+// answer (a cost the upstream reports): reserve an estimate with Allow, then Limiter.Charge
+// the difference, or refund it, when the answer has ended. A charge is
+// never refused: past the quota the key goes into debt, which later
+// requests wait out (a bucket's content below zero, a window's count
+// above its limit), bounded at one capacity of debt; a refund gives back
+// what the reservation still counts, never past a fresh key's state. The
+// leaky bucket cannot be charged. driver.Charger gives each algorithm's rules.
+//
 // Packages for other roles: limiter/driver is the contract a Store
 // implements (the algorithms' steps and state); limiter/perkey holds the
 // per-client features stores offer beside limits (bans, overrides,

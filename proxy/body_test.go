@@ -119,7 +119,10 @@ func (e *bodyEnv) raw(t *testing.T, head string, body ...string) (*http.Response
 // cmd/limitproxy/internal/server does the same over HTTP/2).
 func TestSlowUploaders(t *testing.T) {
 	for _, ct := range []string{"", "Content-Type: application/grpc\r\n", "Content-Type: application/grpc+proto\r\n"} {
-		t.Run(strings.TrimSpace(ct), func(t *testing.T) { slowUploaders(t, ct) })
+		t.Run(strings.TrimSpace(ct), func(t *testing.T) {
+			t.Parallel() // each its own proxy and upstream; the time is the clients' pacing
+			slowUploaders(t, ct)
+		})
 	}
 }
 
@@ -129,10 +132,13 @@ func slowUploaders(t *testing.T, header string) {
 	var wg sync.WaitGroup
 	started := make(chan struct{})
 	statuses := make(chan int, clients)
+	var halfway sync.WaitGroup // every client halfway through its body
+	halfway.Add(clients)
 	for range clients {
 		wg.Go(func() {
 			c, err := net.Dial("tcp", e.addr)
 			if err != nil {
+				halfway.Done()
 				statuses <- 0
 				return
 			}
@@ -140,9 +146,12 @@ func slowUploaders(t *testing.T, header string) {
 			c.SetDeadline(time.Now().Add(30 * time.Second))
 			fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n", header, size)
 			<-started
-			for range size {
+			for i := range size {
+				if i == size/2 {
+					halfway.Done()
+				}
 				c.Write([]byte("x"))
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // a slow client on a real socket: the pacing is the test
 			}
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil {
@@ -155,8 +164,15 @@ func slowUploaders(t *testing.T, header string) {
 	}
 	close(started)
 	// While every client is still sending (each takes about a second),
-	// the upstream has no connection at all.
-	time.Sleep(500 * time.Millisecond)
+	// the upstream has no connection at all: sampled once every client is
+	// halfway through (a connection made earlier is counted in maxConns).
+	mid := make(chan struct{})
+	go func() { halfway.Wait(); close(mid) }()
+	select {
+	case <-mid:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the clients never got halfway through their bodies")
+	}
 	during := e.maxConns.Load()
 	wg.Wait()
 	close(statuses)
@@ -362,6 +378,6 @@ func TestSendTimeout(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 15s: %d of %d requests reached the upstream, %d still being served to clients that do not read", e.requests.Load(), clients, e.serving.Load())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polling a real connection's state: no event to wait on
 	}
 }

@@ -115,7 +115,7 @@ func TestRateWatch(t *testing.T) {
 				var err error
 				for err == nil {
 					_, err = tb.Read(buf)
-					time.Sleep(c.pause)
+					time.Sleep(c.pause) // a reader slow in real time on a real socket: the pause is the test
 				}
 				elapsed := time.Since(start) - c.pause
 				tb.Close()

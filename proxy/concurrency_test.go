@@ -51,7 +51,8 @@ func getAsync(addr, path string, header ...string) chan answer {
 	return ch
 }
 
-// waitFor polls cond every 5 ms until it holds, failing t after 5 s.
+// waitFor polls cond every 5 ms until it holds, failing t after 5 s: for
+// state the handler exposes without an event to wait on.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {

@@ -106,7 +106,7 @@ func TestCloseQueues(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the two requests never queued")
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // polling the gauge: the handler gives no event when a request queues
 	}
 	h.CloseQueues()
 	for range 2 {
@@ -164,7 +164,7 @@ func TestCutShortLogged(t *testing.T) {
 			}
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the access-log line comes after the client has its answer
 	}
 	t.Fatal("no access-log line")
 }

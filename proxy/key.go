@@ -209,8 +209,8 @@ func keyPart(r *http.Request, part config.KeyPart, s *config.Server) (string, bo
 // well-formed (keyparts.go).
 
 // firstHeaderValue returns the first value of the header name (canonical):
-// its first field line, up to the first comma outside double quotes (RFC
-// 9110 §5.3: several lines of a field are one comma-separated list), with
+// its first field line, up to the first comma outside double quotes (in
+// HTTP several lines of a field are one comma-separated list), with
 // surrounding white space trimmed. This is what Go's Header.Get and nginx's
 // $http_ variables give an upstream for a repeated header, and for a list
 // on one line the first element, so that appending ", junk" makes no new

@@ -26,14 +26,14 @@ var (
 )
 
 // normalizePath returns the canonical form of an escaped request path (as
-// sent on the request line, without the query), following RFC 3986 §6.2.2
-// and what nginx and Envoy do before routing:
+// sent on the request line, without the query), following RFC 3986's
+// syntax-based normalization and what nginx and Envoy do before routing:
 //
 //   - percent-encodings of unreserved characters (ALPHA DIGIT - . _ ~) are
 //     decoded, every other percent-encoding is kept with upper-case hex
 //     digits, and a byte that may not appear bare in a path (space, '"',
 //     '\\', a control or non-ASCII byte ...) is percent-encoded;
-//   - "." and ".." segments are resolved (RFC 3986 §5.2.4) and repeated
+//   - "." and ".." segments are resolved (RFC 3986's remove_dot_segments) and repeated
 //     slashes merged; a trailing slash is kept, since it names another
 //     resource.
 //
@@ -273,14 +273,14 @@ func unescapePath(s string) string {
 	return string(b)
 }
 
-// standardMethods are the methods of RFC 9110 §9 and RFC 5789 (PATCH).
+// standardMethods are the methods RFC 9110 defines and RFC 5789's PATCH.
 var standardMethods = [...]string{
 	http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
 	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace,
 }
 
 // caseVariant reports whether method differs from a standard method only
-// by case ("post", "Get"). Methods are case-sensitive (RFC 9110 §9.1), and
+// by case ("post", "Get"). Methods are case-sensitive (RFC 9110), and
 // such a request would be matched as a method no policy names while an
 // upstream that upper-cases methods (Flask, Werkzeug) serves it as the
 // standard one, so it is refused.

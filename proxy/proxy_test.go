@@ -309,7 +309,7 @@ func TestLeakyBucket(t *testing.T) {
 			ctx = cancelCtx
 		}
 		go send(seq, ctx)
-		time.Sleep(60 * time.Millisecond)
+		time.Sleep(60 * time.Millisecond) // the leaky queue runs on the real clock: spaced sends keep the queue order the send order
 	}
 	// 0 leaves at once; 1..4 fill the queue of 4 (2 then leaves); 5 and 6:
 	// 5 finds the queue full unless 2 has left already, 6 does.

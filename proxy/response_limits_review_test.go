@@ -1,12 +1,13 @@
 package proxy
 
-// Regression tests from the adversarial review of issue 17's change: each
+// Regression tests from the adversarial review of the limits that read the
+// answer (charges after the fact, bans, response-code limits): each
 // comment describes the defect the test was written to show; the test
 // asserts the behaviour since fixed (or, where the fix was to the
 // configuration's checks or the documentation, that).
 
-// Adversarial review of issue 17 (limits that read the answer, the
-// penalty box). Each test states the documented behaviour it checks; a
+// Adversarial review of the limits that read the answer and the penalty
+// box. Each test states the documented behaviour it checks; a
 // failure is a defect, not a flaky test.
 
 import (
@@ -253,7 +254,8 @@ upstream = "app"
 `
 
 // TestReview17CountIgnoresOnError: with the Redis store unreachable, a
-// policy with a count limit must follow on_error (SPEC §7; "deny" here:
+// policy with a count limit must follow on_error like every store call
+// (docs/redis.md; "deny" here:
 // reject). decideDeferred checks a count limit with PeekN, and the Redis
 // store's Peek "returns Redis's error rather than following on_error";
 // ServeHTTP then logs "limiter failed; request forwarded" and forwards.
@@ -436,7 +438,7 @@ func TestReview17CountBoundWithConcurrencyQueue(t *testing.T) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
-		time.Sleep(30 * time.Millisecond)
+		time.Sleep(30 * time.Millisecond) // requests overlap at the concurrency gate
 		w.WriteHeader(401)
 	}))
 	t.Cleanup(srv.Close)

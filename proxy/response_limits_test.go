@@ -123,7 +123,7 @@ type loginUpstream struct {
 }
 
 func (u *loginUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	time.Sleep(u.delay)
+	time.Sleep(u.delay) // a configured service time (real upstream over loopback)
 	client := r.Header.Get("X-Client")
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -514,7 +514,7 @@ func TestCostOvershoot(t *testing.T) {
 	for _, kind := range rlStores {
 		t.Run(kind, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond) // random service times: answers overtake one another
 				w.Header().Set("X-Cost", r.Header.Get("X-Want"))
 			}))
 			t.Cleanup(srv.Close)
@@ -549,7 +549,7 @@ func TestCostOvershoot(t *testing.T) {
 							// Let the requests in flight give back what
 							// their estimates held before trying again.
 							refused++
-							time.Sleep(10 * time.Millisecond)
+							time.Sleep(10 * time.Millisecond) // a back-off: the proxy gives no event when a reservation is given back
 						}
 					}
 				})

@@ -6,8 +6,8 @@ import (
 )
 
 // StoreKey is the form in which a client key is kept by the penalty box
-// and the per-key overrides (SPEC §4: keys are hashed before they are
-// stored): 32 hex digits of its SHA-256, the same on every instance and
+// and the per-key overrides (client keys are hashed before they are
+// stored, docs/security-model.md): 32 hex digits of its SHA-256, the same on every instance and
 // across restarts, so that a ban or an override found under it is the
 // key's, and an operator who names the client (the admin API takes the
 // raw key) finds it. SHA-256, unlike the limit stores' fast hash: a

@@ -23,8 +23,8 @@ import (
 // http.Transport runs two goroutines per connection and hands every
 // request and response between them and the caller; for a proxy in front
 // of one or a few hosts, that hand-off was a large share of the CPU a
-// forwarded request cost (issue 15's profile: scheduler and Transport
-// code about a quarter). Everything else — https, h2c, requests with a
+// forwarded request cost (in a CPU profile, scheduler and Transport code
+// were about a quarter). Everything else — https, h2c, requests with a
 // body or Expect, upgrades, CONNECT — goes to fallback, the http.Transport
 // it was built beside.
 //
@@ -419,7 +419,8 @@ func (t *syncTransport) addrOf(u *url.URL) string {
 	return a
 }
 
-// idempotent reports whether req may be sent twice (RFC 9110 §9.2.2),
+// idempotent reports whether req may be sent twice, its method being
+// idempotent (RFC 9110),
 // as http.Transport decides when it retries.
 func idempotent(req *http.Request) bool {
 	switch req.Method {

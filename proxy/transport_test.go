@@ -228,7 +228,7 @@ func TestSyncTransportReuse(t *testing.T) {
 	}
 	// Idle too long: closed, a new one dialed.
 	tr.idleTimeout = 50 * time.Millisecond
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // a real idle connection past idleTimeout (real clock in syncTransport)
 	observe(tr, "GET", url)
 	if n := u.conns.Load(); n != 3 {
 		t.Errorf("after idling past idleTimeout: %d connections, want 3", n)
@@ -319,7 +319,7 @@ func TestSyncTransportHeaderTimeout(t *testing.T) {
 	var n atomic.Int64
 	u := startRawUpstream(t, func(*http.Request) (string, bool) {
 		n.Add(1)
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // slower than the 100ms header timeout
 		return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false
 	})
 	tr := newSyncTransport(NewTransport(config.Upstream{Timeout: 5 * time.Second}), 100*time.Millisecond)
@@ -333,7 +333,7 @@ func TestSyncTransportHeaderTimeout(t *testing.T) {
 	if d := time.Since(start); d > 400*time.Millisecond {
 		t.Errorf("took %v, want about the 100ms timeout", d)
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // time for a second send, which must not come
 	if n.Load() != 1 {
 		t.Errorf("the request was sent %d times", n.Load())
 	}

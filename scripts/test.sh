@@ -10,7 +10,36 @@ cd "$(dirname "$0")/.."
 STATICCHECK_VERSION=v0.8.2 # staticcheck 2026.1.x, built for Go 1.26
 DEADCODE_VERSION=v0.52.0   # golang.org/x/tools
 
-step() { printf '\n== %s (at %ss)\n' "$*" "$SECONDS"; }
+# step announces a step and its start; at exit, a last line gives the
+# seconds each step took and the total (failed runs included).
+steps=()
+step_name=""
+step_start=0
+end_step() {
+  if [ -n "$step_name" ]; then
+    steps+=("$step_name: $((SECONDS - step_start))s")
+  fi
+}
+step() {
+  end_step
+  step_name="$*"
+  step_start=$SECONDS
+  printf '\n== %s (at %ss)\n' "$*" "$SECONDS"
+}
+summary() {
+  local rc=$?
+  end_step
+  local line="" s
+  for s in "${steps[@]}"; do
+    line+="${line:+; }$s"
+  done
+  if [ "$rc" = 0 ]; then
+    printf '\n== done in %ss: %s\n' "$SECONDS" "$line"
+  else
+    printf '\n== failed (exit %s) after %ss: %s\n' "$rc" "$SECONDS" "$line" >&2
+  fi
+}
+trap summary EXIT
 
 gobin=$(go env GOPATH)/bin
 export PATH="$gobin:$PATH"
@@ -106,6 +135,7 @@ fi
 
 step "go test -race"
 go test -race -count=1 ./...
+step "go test -race (bench/)"
 (cd bench && go test -race -count=1 ./...)
 
 # The Dockerfile's build step, checked here since no Docker engine runs

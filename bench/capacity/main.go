@@ -1,5 +1,5 @@
 // Command capacity measures how well a proxy protects a backend of fixed
-// capacity from overload (issue 16): an open-loop load at 0.5× to 10× the
+// capacity from overload: an open-loop load at 0.5× to 10× the
 // backend's capacity on 127.0.0.1, through
 //
 //   - limitproxy with a token bucket that never rejects ("no limit");

@@ -1,5 +1,5 @@
 // Package topk finds the heaviest keys of a stream in bounded memory: for
-// the admin API's top offenders (issue 18), the client keys a policy
+// the admin API's top offenders, the client keys a policy
 // rejects most (Sketch, Windowed) and the keys closest to their limits
 // (Gauge). It counts whatever keys it is given and reports them as given;
 // whether they are raw client keys or hashes is the caller's choice.

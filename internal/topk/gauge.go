@@ -26,7 +26,7 @@ type Reading struct {
 
 // Gauge keeps the K keys with the highest latest value, for a value each
 // key reports again and again, such as the fraction of its limit a client
-// has used at each decision (issue 18: the keys closest to their limits).
+// has used at each decision (the keys closest to their limits).
 // It ranks by each key's latest value, not its largest: a key whose value
 // falls moves down.
 //

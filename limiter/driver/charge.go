@@ -8,7 +8,7 @@ import (
 )
 
 // Charger is implemented by the Stores that can charge a limit after the
-// fact (a cost reported by the upstream). Both limitproxy
+// fact, for a cost the upstream reports in its answer. Both limitproxy
 // stores implement it beside Store; it is a separate interface so that a
 // Store need not. Implementations are safe for concurrent use.
 //

@@ -1,6 +1,8 @@
 package limitertest
 
 import (
+	"fmt"
+	"math"
 	"math/big"
 	"slices"
 	"time"
@@ -270,24 +272,27 @@ type swModel struct {
 	counts map[int64]int64 // slot index → units admitted in it
 }
 
-func (m *swModel) estimate(t int64) *big.Rat {
+// scaledEstimate returns the estimate at t times the slot length L, an
+// integer: L·(the counts of the slots wholly inside) + the oldest slot's
+// count·(the nanoseconds of it still inside). Exact, as a fraction over L
+// would be, without a big.Rat per step (the bisection of firstFit calls it
+// some fifty times a decision). It panics rather than overflow.
+func (m *swModel) scaledEstimate(t int64) int64 {
 	L := int64(m.p.Window) / int64(m.p.Slots)
 	j := floorDiv(t, L)
-	var est big.Rat
+	var sum int64
 	for i := j - int64(m.p.Slots) + 1; i <= j; i++ {
-		est.Add(&est, new(big.Rat).SetInt64(m.counts[i]))
+		sum += m.counts[i]
 	}
 	old := j - int64(m.p.Slots)
 	// Fraction of slot old = [old·L, (old+1)·L) inside (t−W, t].
 	inside := (old+1)*L - (t - int64(m.p.Window))
-	est.Add(&est, new(big.Rat).SetFrac64(m.counts[old]*inside, L))
-	return &est
+	return checkedAdd(checkedMul(sum, L), checkedMul(m.counts[old], inside))
 }
 
 func (m *swModel) fits(t, c int64) bool {
-	e := m.estimate(t)
-	e.Add(e, new(big.Rat).SetInt64(c))
-	return e.Cmp(new(big.Rat).SetInt64(m.p.Limit)) <= 0
+	L := int64(m.p.Window) / int64(m.p.Slots)
+	return checkedAdd(m.scaledEstimate(t), checkedMul(c, L)) <= checkedMul(m.p.Limit, L)
 }
 
 func (m *swModel) allow(now, c int64) result {
@@ -306,8 +311,9 @@ func (m *swModel) allow(now, c int64) result {
 }
 
 func (m *swModel) report(now int64, r result) result {
-	left := new(big.Rat).Sub(new(big.Rat).SetInt64(m.p.Limit), m.estimate(now))
-	r.remaining = max(0, floorRat(left))
+	L := int64(m.p.Window) / int64(m.p.Slots)
+	// floor(limit − estimate) = floor((limit·L − L·estimate) / L)
+	r.remaining = max(0, floorDiv(checkedMul(m.p.Limit, L)-m.scaledEstimate(now), L))
 	if r.remaining < m.p.Limit {
 		r.next = time.Duration(m.firstFit(now, r.remaining+1) - now)
 	}
@@ -358,6 +364,27 @@ func (m *swModel) firstFit(now, c int64) int64 {
 		}
 	}
 	return lo
+}
+
+// checkedMul and checkedAdd are a·b and a+b, panicking on overflow: a
+// model never answers from a wrapped number.
+func checkedMul(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	p := a * b
+	if p/b != a || (a == -1 && b == math.MinInt64) || (b == -1 && a == math.MinInt64) {
+		panic(fmt.Sprintf("limitertest: %d·%d overflows", a, b))
+	}
+	return p
+}
+
+func checkedAdd(a, b int64) int64 {
+	s := a + b
+	if (a > 0 && b > 0 && s < 0) || (a < 0 && b < 0 && s >= 0) {
+		panic(fmt.Sprintf("limitertest: %d+%d overflows", a, b))
+	}
+	return s
 }
 
 func floorDiv(a, b int64) int64 {

@@ -134,7 +134,8 @@ func sortHeaders(h []HeaderMatch) {
 	sort.Slice(h, func(i, j int) bool { return h[i].Name < h[j].Name })
 }
 
-// validToken reports whether s is an HTTP token (RFC 9110 §5.6.2).
+// validToken reports whether s is an HTTP token: one or more tchar, the
+// characters RFC 9110 allows in a method, a field name or a protocol name.
 func validToken(s string) bool {
 	if s == "" {
 		return false

@@ -340,7 +340,7 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 		up.Upgrades = nil
 		for j, proto := range u.Upgrades.V {
 			if !validToken(strings.SplitN(proto, "/", 2)[0]) || strings.Count(proto, "/") > 1 {
-				c.add(key+".upgrades", "element %d: %q is not a protocol name (RFC 9110 §7.8), such as \"websocket\"", j, proto)
+				c.add(key+".upgrades", "element %d: %q is not a protocol name of the Upgrade header (RFC 9110), such as \"websocket\"", j, proto)
 				continue
 			}
 			up.Upgrades = append(up.Upgrades, strings.ToLower(proto))

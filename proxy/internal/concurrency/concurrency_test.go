@@ -315,7 +315,7 @@ func p99(d []time.Duration) time.Duration {
 
 // TestAdaptiveLoads offers a backend of 8 workers at 50 ms (160/s) 0.5 to
 // 10 times its capacity through an adaptive limit with its defaults:
-// issue 16's goals, in simulated time — goodput at least 90% of what can
+// the adaptive limit's goals, in simulated time — goodput at least 90% of what can
 // be served, admitted p99 at most twice the unloaded one (50 ms), sheds
 // answered at once; past capacity, the limit stays within 2 of the knee.
 func TestAdaptiveLoads(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package replay is `limitproxy replay` (issue 18, docs/replay.md): it
+// Package replay is `limitproxy replay` (docs/replay.md): it
 // runs access logs through a configuration's policies — the proxy's own
 // canonical form, matcher, keys, penalty box and limits, through
 // proxy.Evaluator — on the logs' clock, and reports per policy what would

@@ -1,6 +1,7 @@
 package replay
 
-// Regression tests from the adversarial review of issue 18's change: each
+// Regression tests from the adversarial review of replay, the top
+// offenders and the per-key overrides: each
 // comment describes the defect the test was written to show; the test
 // asserts the behaviour since fixed.
 

@@ -65,7 +65,7 @@ func acmeRun(t *testing.T, viaHTTP, viaTLS bool) {
 		vaTLS = tlsPort
 	}
 	validator := va.New(quiet, vaHTTP, vaTLS, false, "", store)
-	front := wfe.New(quiet, store, validator, authority, nil, false, false, 3, 5)
+	front := wfe.New(quiet, store, validator, authority, nil, false, false, 0, 0) // no Retry-After: the client polls at its own pace
 	pebble := httptest.NewTLSServer(front.Handler())
 	defer pebble.Close()
 

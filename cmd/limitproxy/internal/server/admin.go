@@ -359,7 +359,8 @@ func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, to
 }
 
 // bearer returns the token of an Authorization field of the Bearer scheme,
-// whose name is case-insensitive (RFC 9110 §11.1): "bearer T" and "BEARER T"
+// whose name is case-insensitive, as every HTTP authentication scheme's
+// (RFC 9110): "bearer T" and "BEARER T"
 // are "Bearer T".
 func bearer(auth string) (string, bool) {
 	scheme, token, ok := strings.Cut(auth, " ")

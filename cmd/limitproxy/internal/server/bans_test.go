@@ -67,7 +67,8 @@ func TestBansAPI(t *testing.T) {
 	if code != 429 || !strings.HasPrefix(retry, "3") || len(retry) != 4 {
 		t.Fatalf("banned: %d Retry-After %q, want 429 with about 3600", code, retry)
 	}
-	// Listed hashed (SPEC §4: keys are hashed before they are stored).
+	// Listed hashed: client keys are hashed before they are stored
+	// (docs/security-model.md).
 	if bs := list(); len(bs) != 1 || bs[0].Key != proxy.StoreKey("9:127.0.0.1;") || bs[0].Level != 1 {
 		t.Fatalf("bans %+v, want 127.0.0.1's hash at level 1", bs)
 	}

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,7 +82,7 @@ key = []
 		if time.Now().After(deadline) {
 			t.Fatal("the two requests never queued")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polling a real server's gauge: no event to wait on
 	}
 	begin := time.Now()
 	stop()
@@ -127,13 +126,19 @@ func scrape(t *testing.T, admin string) string {
 // refused, and serve must return nil within the drain budget.
 func TestDrain(t *testing.T) {
 	t.Parallel()
-	var arrived atomic.Int64
+	// The upstream holds every request until release is closed: the
+	// requests are in flight when the stop comes, however slow the machine.
+	arrived := make(chan struct{}, 8)
+	release := make(chan struct{})
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		arrived.Add(1)
-		time.Sleep(300 * time.Millisecond) // a slow upstream: requests are in flight
+		arrived <- struct{}{}
+		<-release
 		w.Write([]byte("ok"))
 	}))
 	defer up.Close()
+	defer releaseAll()
 	cfg, err := config.Load("../../../../testdata/policy/valid/all_algorithms.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -171,12 +176,17 @@ func TestDrain(t *testing.T) {
 	}
 	// All four are in the proxy: two at the upstream, two queued.
 	waitMetric(t, "http://"+l.Admin.String(), `limitproxy_queue_depth{policy="lb"} 2`)
-	for arrived.Load() < 2 {
-		time.Sleep(5 * time.Millisecond)
+	for range 2 {
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the two requests never reached the upstream")
+		}
 	}
 	stop() // SIGTERM
 	// The listener closes at once; the dial that fails shows it (bounded).
 	refused := false
+	// (Polled: a listener's closing shows from outside only as a refused dial.)
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
@@ -188,6 +198,7 @@ func TestDrain(t *testing.T) {
 	if !refused {
 		t.Error("the proxy still accepts connections while draining")
 	}
+	releaseAll() // the upstream answers the requests in flight and those queued
 	wg.Wait()
 	close(statuses)
 	for s := range statuses {

@@ -127,7 +127,7 @@ func (r *rawClient) do() (int, error) {
 // access log and metrics as a production configuration has them but the
 // log discarded. The client and the upstream are raw sockets that allocate
 // nothing per request, so allocs/op is the proxy's allocations per
-// forwarded request (issue 15's target: at most 60).
+// forwarded request (the target: at most 60).
 //
 //	go test -run '^$' -bench Forwarded -benchmem ./cmd/limitproxy/internal/server
 func BenchmarkForwarded(b *testing.B) {

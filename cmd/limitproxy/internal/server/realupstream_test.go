@@ -91,7 +91,7 @@ func startProcess(t *testing.T, addr string, name string, args ...string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s did not listen on %s: %s", name, addr, out.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a real process: nothing to wait on but its port
 	}
 }
 
@@ -227,6 +227,7 @@ func TestBypassRealUpstreams(t *testing.T) {
 	}
 	for _, name := range []string{"nginx", "flask", "go"} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each its own upstream process and proxy: Flask's start-up overlaps the others
 			proxy := startProxyFor(t, upstreams[name](t))
 			req := func(line string, headers ...string) string {
 				return line + "\r\nHost: api.example.com\r\n" + strings.Join(append(headers, "Content-Length: 0", "Connection: close"), "\r\n") + "\r\n\r\n"

@@ -1,4 +1,4 @@
-// Package logread reads access logs for `limitproxy replay` (issue 18):
+// Package logread reads access logs for `limitproxy replay`:
 // limitproxy's own access log and nginx's, one Record per request, in file
 // order, and Merge puts several files in time order.
 //
