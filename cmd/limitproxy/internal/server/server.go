@@ -242,7 +242,7 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 				zap.String("listen", cfg.Admin.Listen))
 		}
 		defer adminLn.Close()
-		api := adminHandler(reload, st.ready, m, token, st.bans, st.overrides, st.persistence)
+		api := adminHandler(reload, st, m, token)
 		admin = &http.Server{
 			Handler:           newAdminGuard(cfg.Admin.Listen, cfg.Admin.AllowedHosts).wrap(api),
 			ReadHeaderTimeout: adminReadHeaderTimeout,
