@@ -147,8 +147,9 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 	for _, work := range p.workers() {
 		wg.Go(func() { work(workers) })
 	}
-	served := make(chan error, 3)
-	for _, serve := range p.servers() {
+	servers := p.servers()
+	served := make(chan error, len(servers)) // each sends once, never blocked
+	for _, serve := range servers {
 		wg.Go(func() { served <- serve() })
 	}
 	failed := p.serve(ctx, served, ready)
@@ -157,9 +158,9 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 }
 
 // process is one run of a Server: what runServer's steps build, in the
-// order they build it, and the releases they registered. Used by
-// runServer's goroutine alone, but for the reloader, which is safe for
-// concurrent use.
+// order they build it, and the releases they registered. runServer's
+// goroutine sets every field before it starts the goroutines that read
+// them, and none is set after.
 type process struct {
 	cfg     *config.Config // as started: what the listeners, store and logs are built from
 	path    string
