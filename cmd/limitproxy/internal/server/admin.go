@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -16,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
@@ -27,335 +27,441 @@ import (
 	"github.com/limitproxy/limitproxy/proxy"
 )
 
-// adminHandler serves docs/admin-api.md's admin API: GET /healthz, GET /readyz,
-// GET /metrics, GET /api/v1/config, POST /api/v1/reload, and GET and DELETE
-// /api/v1/policies/{policy}/keys/{key} (inspect or reset one client), and
-// GET /api/v1/policies/{policy}/bans and DELETE …/bans/{key} (the penalty
-// box), and GET /api/v1/top and …/policies/{policy}/top (top offenders).
-// With a token, /api/ requires "Authorization: Bearer TOKEN", compared in
-// constant time.
-func adminHandler(r *reloader, ready func(context.Context) error, m *metrics, token string, bans perkey.Bans, overrides perkey.Overrides, persistence func(context.Context) (bool, string)) http.Handler {
+// adminAPI is the admin listener's API (docs/admin-api.md), one method
+// per route: health and readiness, the configuration and its reload, one
+// client's state, the penalty box, the top offenders and the per-key
+// overrides. It reads the policies in force from the reloader's handler at
+// each request. Safe for concurrent use.
+type adminAPI struct {
+	reloader *reloader
+	stores   *stores
+	// hasher shows client keys in the top lists unless top_keys = "raw".
+	hasher *keyHasher
+}
+
+// adminHandler returns the admin listener's handler: the API's routes,
+// GET /metrics and the dashboard. With a token, every path under /api/
+// requires "Authorization: Bearer TOKEN" (requireToken).
+func adminHandler(r *reloader, st *stores, m *metrics, token string) http.Handler {
+	a := &adminAPI{reloader: r, stores: st, hasher: newKeyHasher()}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	registerDashboard(mux) // GET /dashboard: dashboard.go
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
-		// Ready once a configuration is in force (always, once serving)
-		// and the store answers (the memory store always does).
-		if err := ready(req.Context()); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
-	})
-	mux.HandleFunc("GET /api/v1/config", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, configView(r.Status()))
-	})
-	// One client's state: {key} is the raw value of the policy's key part
-	// (an IP, an API key...); for a policy with several parts, give each in
-	// order as ?part=…&part=… and any {key}.
-	clientKey := func(w http.ResponseWriter, req *http.Request) (*policy.Policy, string, bool) {
-		set := r.handler.Set()
-		var p *policy.Policy
-		for _, q := range set.Policies {
-			if q.Name == req.PathValue("policy") {
-				p = q
-			}
-		}
-		if p == nil {
-			writeJSON(w, http.StatusNotFound, map[string]any{"error": "no policy " + strconv.Quote(req.PathValue("policy"))})
-			return nil, "", false
-		}
-		if p.OwnKeys {
-			// Its limits count under different keys: one key names no
-			// single client of all of them.
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "policy " + strconv.Quote(p.Name) +
-				" has limits counted under keys of their own; the admin API inspects and resets clients only of policies whose limits share the policy's key"})
-			return nil, "", false
-		}
-		if p.Limiter == nil {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "policy " + strconv.Quote(p.Name) +
-				" has no rate limits, only a [policy.concurrency]: there is no quota to inspect or reset"})
-			return nil, "", false
-		}
-		values := []string{req.PathValue("key")}
-		if len(p.Key) != 1 {
-			values = req.URL.Query()["part"]
-		}
-		key, err := proxy.KeyFor(p, &set.Config.Server, values)
-		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
-			return nil, "", false
-		}
-		return p, key, true
-	}
-	mux.HandleFunc("GET /api/v1/policies/{policy}/keys/{key}", func(w http.ResponseWriter, req *http.Request) {
-		p, key, ok := clientKey(w, req)
-		if !ok {
-			return
-		}
-		now := r.now()
-		d, err := p.Limiter.Peek(req.Context(), key, now)
-		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
-			return
-		}
-		_, window := p.Limits[d.Index].Quota()
-		writeJSON(w, http.StatusOK, map[string]any{
-			"policy": p.Name, "next_request_allowed": d.Allowed,
-			"limit": d.Limit, "remaining": d.Remaining, "window_seconds": window.Seconds(),
-			"limiting": p.Limits[d.Index].String(), "reset_in_seconds": d.ResetAt.Sub(now).Seconds(),
-			"retry_after_seconds": d.RetryAfter.Seconds(), "next_quota_in_seconds": d.Next.Seconds(),
-		})
-	})
-	mux.HandleFunc("DELETE /api/v1/policies/{policy}/keys/{key}", func(w http.ResponseWriter, req *http.Request) {
-		p, key, ok := clientKey(w, req)
-		if !ok {
-			return
-		}
-		if err := p.Limiter.Reset(req.Context(), key); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	policyNamed := func(w http.ResponseWriter, name string) (*policy.Policy, bool) {
-		for _, q := range r.handler.Set().Policies {
-			if q.Name == name {
-				return q, true
-			}
-		}
-		writeJSON(w, http.StatusNotFound, map[string]any{"error": "no policy " + strconv.Quote(name)})
-		return nil, false
-	}
-	mux.HandleFunc("GET /api/v1/policies/{policy}/bans", func(w http.ResponseWriter, req *http.Request) {
-		p, ok := policyNamed(w, req.PathValue("policy"))
-		if !ok {
-			return
-		}
-		limit := maxBansListed
-		if v := req.URL.Query().Get("limit"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				writeJSON(w, http.StatusBadRequest, map[string]any{"error": "limit: " + strconv.Quote(v) + " is not a whole number above zero"})
-				return
-			}
-			limit = min(n, maxBansListed)
-		}
-		now := r.now()
-		list, err := bans.List(req.Context(), p.Name, now, limit)
-		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
-			return
-		}
-		out := make([]map[string]any, 0, len(list))
-		for _, b := range list {
-			out = append(out, map[string]any{
-				"key": b.Key, "level": b.Level,
-				"since": b.Since.UTC().Format(time.RFC3339Nano), "until": b.Until.UTC().Format(time.RFC3339Nano),
-				"until_in_seconds": b.Until.Sub(now).Seconds(),
-			})
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"policy": p.Name, "bans": out})
-	})
-	mux.HandleFunc("DELETE /api/v1/policies/{policy}/bans/{key}", func(w http.ResponseWriter, req *http.Request) {
-		p, ok := policyNamed(w, req.PathValue("policy"))
-		if !ok {
-			return
-		}
-		// The client named as for …/keys/{key}, or a key as the list
-		// shows it (hashed: a limit's own key, a key of several parts).
-		key := req.URL.Query().Get("hash")
-		if key == "" {
-			values := []string{req.PathValue("key")}
-			if len(p.Key) != 1 {
-				values = req.URL.Query()["part"]
-			}
-			raw, err := proxy.KeyFor(p, &r.handler.Set().Config.Server, values)
-			if err != nil {
-				writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
-				return
-			}
-			key = proxy.StoreKey(raw)
-		}
-		lifted, err := bans.Lift(req.Context(), p.Name, key)
-		switch {
-		case err != nil:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
-		case !lifted:
-			writeJSON(w, http.StatusNotFound, map[string]any{"error": "no ban of that key under policy " + strconv.Quote(p.Name)})
-		default:
-			w.WriteHeader(http.StatusNoContent)
-		}
-	})
-	// Top offenders: every policy's, or one's.
-	hasher := newKeyHasher()
-	top := func(w http.ResponseWriter, req *http.Request, only string) {
-		n := 10
-		if v := req.URL.Query().Get("n"); v != "" {
-			var err error
-			if n, err = strconv.Atoi(v); err != nil || n < 1 || n > proxy.TopK {
-				writeJSON(w, http.StatusBadRequest, map[string]any{"error": "n: " + strconv.Quote(v) + " must be a whole number from 1 to " + strconv.Itoa(proxy.TopK)})
-				return
-			}
-		}
-		raw := r.handler.Set().Config.Admin.RawTopKeys
-		show := func(key string) string {
-			if raw {
-				parts, _ := proxy.KeyParts(key)
-				return strings.Join(parts, " ")
-			}
-			return hasher.hash(key)
-		}
-		keys := "hashed"
-		if raw {
-			keys = "raw"
-		}
-		lists := []map[string]any{}
-		for _, l := range r.handler.Top(n) {
-			if only != "" && l.Policy != only {
-				continue
-			}
-			rejected := []map[string]any{}
-			for _, e := range l.Rejected {
-				rejected = append(rejected, map[string]any{"key": show(e.Key), "count": e.Count, "error": e.Error})
-			}
-			closest := []map[string]any{}
-			for _, e := range l.Closest {
-				closest = append(closest, map[string]any{"key": show(e.Key), "used": e.Used})
-			}
-			lists = append(lists, map[string]any{
-				"policy": l.Policy, "window_seconds": proxy.TopWindow.Seconds(), "total_rejected": l.Total,
-				"error_bound": (l.Total + proxy.TopK - 1) / proxy.TopK, "keys": keys, "rejected": rejected, "closest": closest,
-			})
-		}
-		if only != "" {
-			if len(lists) == 0 {
-				writeJSON(w, http.StatusNotFound, map[string]any{"error": "no policy " + strconv.Quote(only)})
-				return
-			}
-			writeJSON(w, http.StatusOK, lists[0])
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"policies": lists})
-	}
-	mux.HandleFunc("GET /api/v1/top", func(w http.ResponseWriter, req *http.Request) { top(w, req, "") })
-	mux.HandleFunc("GET /api/v1/policies/{policy}/top", func(w http.ResponseWriter, req *http.Request) {
-		top(w, req, req.PathValue("policy"))
-	})
-	// Per-key overrides: a client decided by other limits than its
-	// policy's, set live.
-	listOverrides := func(w http.ResponseWriter, req *http.Request, policy string) {
-		list, err := overrides.List(req.Context(), policy, maxOverridesListed)
-		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
-			return
-		}
-		inForce := map[string]bool{}
-		for _, p := range r.handler.Set().Policies {
-			inForce[p.Name] = true
-		}
-		out := make([]map[string]any, 0, len(list))
-		for _, o := range list {
-			out = append(out, overrideView(o, inForce[o.Policy]))
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"overrides": out})
-	}
-	mux.HandleFunc("GET /api/v1/overrides", func(w http.ResponseWriter, req *http.Request) { listOverrides(w, req, "") })
-	mux.HandleFunc("GET /api/v1/policies/{policy}/overrides", func(w http.ResponseWriter, req *http.Request) {
-		if _, ok := policyNamed(w, req.PathValue("policy")); ok {
-			listOverrides(w, req, req.PathValue("policy"))
-		}
-	})
-	mux.HandleFunc("PUT /api/v1/policies/{policy}/overrides/{key}", func(w http.ResponseWriter, req *http.Request) {
-		p, key, ok := clientKey(w, req)
-		if !ok {
-			return
-		}
-		var o perkey.Override
-		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&o); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "body: " + err.Error()})
-			return
-		}
-		o.Policy, o.Key, o.SetAt = p.Name, proxy.StoreKey(key), r.now()
-		if err := o.Validate(); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
-			return
-		}
-		l, err := p.OverrideLimiter(p.Limiter.Store(), o)
-		if err == nil && r.handler.Set().Config.Store.Backend == config.BackendRedis {
-			for _, lim := range l.Limits() {
-				if err = redisstore.Check(lim); err != nil {
-					break
-				}
-			}
-		}
-		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
-			return
-		}
-		switch err := overrides.Set(req.Context(), o); {
-		case errors.Is(err, perkey.ErrTooManyOverrides):
-			writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error()})
-		case errors.Is(err, limiter.ErrStoreUnavailable):
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
-		case err != nil:
-			writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
-		default:
-			v := overrideView(o, true)
-			persisted, where := persistence(req.Context())
-			v["persisted"], v["persistence"] = persisted, where
-			switch {
-			case where == "memory":
-				r.log.Warn("a per-key override is kept in memory only: it is lost at restart (set [store] overrides_file)",
-					zap.String("policy", p.Name))
-			case !persisted:
-				r.log.Warn("a per-key override is on a Redis that does not report persistence (RDB or AOF): the instances write it back if Redis restarts alone, but it is lost if every instance restarts with Redis",
-					zap.String("policy", p.Name), zap.String("persistence", where))
-			}
-			writeJSON(w, http.StatusOK, v)
-		}
-	})
-	mux.HandleFunc("DELETE /api/v1/policies/{policy}/overrides/{key}", func(w http.ResponseWriter, req *http.Request) {
-		p, key, ok := clientKey(w, req)
-		if !ok {
-			return
-		}
-		removed, err := overrides.Remove(req.Context(), p.Name, proxy.StoreKey(key))
-		switch {
-		case err != nil:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
-		case !removed:
-			writeJSON(w, http.StatusNotFound, map[string]any{"error": "no override of that key under policy " + strconv.Quote(p.Name)})
-		default:
-			w.WriteHeader(http.StatusNoContent)
-		}
-	})
-	mux.HandleFunc("POST /api/v1/reload", func(w http.ResponseWriter, _ *http.Request) {
-		if err := r.reload("api"); err != nil {
-			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"applied": false, "errors": errorList(err)})
-			return
-		}
-		s := r.Status()
-		writeJSON(w, http.StatusOK, map[string]any{"applied": true, "hash": s.Config.Hash, "loaded_at": s.LoadedAt, "requires_restart": s.PendingRestart})
-	})
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.HandleFunc("GET /api/v1/config", a.config)
+	mux.HandleFunc("POST /api/v1/reload", a.reload)
+	mux.HandleFunc("GET /api/v1/policies/{policy}/keys/{key}", a.client)
+	mux.HandleFunc("DELETE /api/v1/policies/{policy}/keys/{key}", a.resetClient)
+	mux.HandleFunc("GET /api/v1/policies/{policy}/bans", a.bans)
+	mux.HandleFunc("DELETE /api/v1/policies/{policy}/bans/{key}", a.liftBan)
+	mux.HandleFunc("GET /api/v1/top", a.top)
+	mux.HandleFunc("GET /api/v1/policies/{policy}/top", a.policyTop)
+	mux.HandleFunc("GET /api/v1/overrides", a.overrides)
+	mux.HandleFunc("GET /api/v1/policies/{policy}/overrides", a.policyOverrides)
+	mux.HandleFunc("PUT /api/v1/policies/{policy}/overrides/{key}", a.putOverride)
+	mux.HandleFunc("DELETE /api/v1/policies/{policy}/overrides/{key}", a.deleteOverride)
 	if token == "" {
 		return mux
 	}
+	return requireToken(mux, token, m.unauthorized)
+}
+
+// requireToken returns next behind a check that every request whose path
+// (as the request gives it, before the mux cleans it) begins with /api/
+// carries "Authorization: Bearer token", compared in constant time;
+// refused counts the requests that do not.
+func requireToken(next http.Handler, token string, refused prometheus.Counter) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if strings.HasPrefix(req.URL.Path, "/api/") {
 			got, ok := bearer(req.Header.Get("Authorization"))
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-				m.unauthorized.Inc()
+				refused.Inc()
 				w.Header().Set("WWW-Authenticate", `Bearer realm="limitproxy"`)
-				writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "a valid bearer token is required"})
+				writeError(w, http.StatusUnauthorized, "a valid bearer token is required")
 				return
 			}
 		}
-		mux.ServeHTTP(w, req)
+		next.ServeHTTP(w, req)
 	})
+}
+
+// healthz is GET /healthz: the process answers.
+func (a *adminAPI) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Write([]byte("ok\n"))
+}
+
+// readyz is GET /readyz: ready once a configuration is in force (always,
+// once serving) and the store answers (the memory store always does).
+func (a *adminAPI) readyz(w http.ResponseWriter, req *http.Request) {
+	if err := a.stores.ready(req.Context()); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ready\n"))
+}
+
+// config is GET /api/v1/config (configView).
+func (a *adminAPI) config(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, configView(a.reloader.Status()))
+}
+
+// reload is POST /api/v1/reload: the file read again and applied whole,
+// or its errors, each at its position.
+func (a *adminAPI) reload(w http.ResponseWriter, _ *http.Request) {
+	if err := a.reloader.reload("api"); err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"applied": false, "errors": errorList(err)})
+		return
+	}
+	s := a.reloader.Status()
+	writeJSON(w, http.StatusOK, map[string]any{"applied": true, "hash": s.Config.Hash, "loaded_at": s.LoadedAt, "requires_restart": s.PendingRestart})
+}
+
+// client is GET /api/v1/policies/{policy}/keys/{key}: one client's quota,
+// looked at without being spent.
+func (a *adminAPI) client(w http.ResponseWriter, req *http.Request) {
+	p, key, ok := a.clientKey(w, req)
+	if !ok {
+		return
+	}
+	now := a.reloader.now()
+	d, err := p.Limiter.Peek(req.Context(), key, now)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	_, window := p.Limits[d.Index].Quota()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"policy": p.Name, "next_request_allowed": d.Allowed,
+		"limit": d.Limit, "remaining": d.Remaining, "window_seconds": window.Seconds(),
+		"limiting": p.Limits[d.Index].String(), "reset_in_seconds": d.ResetAt.Sub(now).Seconds(),
+		"retry_after_seconds": d.RetryAfter.Seconds(), "next_quota_in_seconds": d.Next.Seconds(),
+	})
+}
+
+// resetClient is DELETE /api/v1/policies/{policy}/keys/{key}: the
+// client's state forgotten, its quota whole again.
+func (a *adminAPI) resetClient(w http.ResponseWriter, req *http.Request) {
+	p, key, ok := a.clientKey(w, req)
+	if !ok {
+		return
+	}
+	if err := p.Limiter.Reset(req.Context(), key); err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// clientKey returns the policy and the client key a …/keys/{key} or
+// …/overrides/{key} request names, or answers why it names none. {key} is
+// the raw value of the policy's key part (an IP, an API key...), one path
+// segment unescaped once; for a policy with several parts, each is given
+// in order as ?part=…&part=… and any {key}.
+func (a *adminAPI) clientKey(w http.ResponseWriter, req *http.Request) (*policy.Policy, string, bool) {
+	set := a.reloader.handler.Set()
+	var p *policy.Policy
+	for _, q := range set.Policies {
+		if q.Name == req.PathValue("policy") {
+			p = q
+		}
+	}
+	if p == nil {
+		writeError(w, http.StatusNotFound, "no policy "+strconv.Quote(req.PathValue("policy")))
+		return nil, "", false
+	}
+	if p.OwnKeys {
+		// Its limits count under different keys: one key names no
+		// single client of all of them.
+		writeError(w, http.StatusBadRequest, "policy "+strconv.Quote(p.Name)+
+			" has limits counted under keys of their own; the admin API inspects and resets clients only of policies whose limits share the policy's key")
+		return nil, "", false
+	}
+	if p.Limiter == nil {
+		writeError(w, http.StatusBadRequest, "policy "+strconv.Quote(p.Name)+
+			" has no rate limits, only a [policy.concurrency]: there is no quota to inspect or reset")
+		return nil, "", false
+	}
+	key, err := proxy.KeyFor(p, &set.Config.Server, keyValues(p, req))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, "", false
+	}
+	return p, key, true
+}
+
+// keyValues returns the values of p's key parts a request names: {key}
+// for a key of one part, else the ?part= parameters in order.
+func keyValues(p *policy.Policy, req *http.Request) []string {
+	if len(p.Key) != 1 {
+		return req.URL.Query()["part"]
+	}
+	return []string{req.PathValue("key")}
+}
+
+// policyNamed returns the policy in force named name, or answers 404.
+func (a *adminAPI) policyNamed(w http.ResponseWriter, name string) (*policy.Policy, bool) {
+	for _, q := range a.reloader.handler.Set().Policies {
+		if q.Name == name {
+			return q, true
+		}
+	}
+	writeError(w, http.StatusNotFound, "no policy "+strconv.Quote(name))
+	return nil, false
+}
+
+// bans is GET /api/v1/policies/{policy}/bans: the policy's bans in force,
+// at most ?limit= (maxBansListed).
+func (a *adminAPI) bans(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.policyNamed(w, req.PathValue("policy"))
+	if !ok {
+		return
+	}
+	limit := maxBansListed
+	if v := req.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "limit: "+strconv.Quote(v)+" is not a whole number above zero")
+			return
+		}
+		limit = min(n, maxBansListed)
+	}
+	now := a.reloader.now()
+	list, err := a.stores.bans.List(req.Context(), p.Name, now, limit)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	out := make([]map[string]any, 0, len(list))
+	for _, b := range list {
+		out = append(out, map[string]any{
+			"key": b.Key, "level": b.Level,
+			"since": b.Since.UTC().Format(time.RFC3339Nano), "until": b.Until.UTC().Format(time.RFC3339Nano),
+			"until_in_seconds": b.Until.Sub(now).Seconds(),
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"policy": p.Name, "bans": out})
+}
+
+// liftBan is DELETE /api/v1/policies/{policy}/bans/{key}: the client
+// named as for …/keys/{key}, or ?hash= a key as the list shows it (hashed:
+// a limit's own key, a key of several parts), is let in again.
+func (a *adminAPI) liftBan(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.policyNamed(w, req.PathValue("policy"))
+	if !ok {
+		return
+	}
+	key := req.URL.Query().Get("hash")
+	if key == "" {
+		raw, err := proxy.KeyFor(p, &a.reloader.handler.Set().Config.Server, keyValues(p, req))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		key = proxy.StoreKey(raw)
+	}
+	lifted, err := a.stores.bans.Lift(req.Context(), p.Name, key)
+	switch {
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case !lifted:
+		writeError(w, http.StatusNotFound, "no ban of that key under policy "+strconv.Quote(p.Name))
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// top is GET /api/v1/top: every policy's top offenders.
+func (a *adminAPI) top(w http.ResponseWriter, req *http.Request) {
+	n, ok := topN(w, req)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"policies": a.topLists(n, "")})
+}
+
+// policyTop is GET /api/v1/policies/{policy}/top: one policy's.
+func (a *adminAPI) policyTop(w http.ResponseWriter, req *http.Request) {
+	n, ok := topN(w, req)
+	if !ok {
+		return
+	}
+	only := req.PathValue("policy")
+	lists := a.topLists(n, only)
+	if len(lists) == 0 {
+		writeError(w, http.StatusNotFound, "no policy "+strconv.Quote(only))
+		return
+	}
+	writeJSON(w, http.StatusOK, lists[0])
+}
+
+// topN returns the ?n= of a top request (10 if none), or answers 400.
+func topN(w http.ResponseWriter, req *http.Request) (int, bool) {
+	v := req.URL.Query().Get("n")
+	if v == "" {
+		return 10, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > proxy.TopK {
+		writeError(w, http.StatusBadRequest, "n: "+strconv.Quote(v)+" must be a whole number from 1 to "+strconv.Itoa(proxy.TopK))
+		return 0, false
+	}
+	return n, true
+}
+
+// topLists returns the n top offenders of every policy, or of the policy
+// named only if it is not "", as the API shows them: keys hashed, or raw
+// with top_keys = "raw".
+func (a *adminAPI) topLists(n int, only string) []map[string]any {
+	raw := a.reloader.handler.Set().Config.Admin.RawTopKeys
+	show, keys := a.hasher.hash, "hashed"
+	if raw {
+		show, keys = func(key string) string {
+			parts, _ := proxy.KeyParts(key)
+			return strings.Join(parts, " ")
+		}, "raw"
+	}
+	lists := []map[string]any{}
+	for _, l := range a.reloader.handler.Top(n) {
+		if only != "" && l.Policy != only {
+			continue
+		}
+		rejected := []map[string]any{}
+		for _, e := range l.Rejected {
+			rejected = append(rejected, map[string]any{"key": show(e.Key), "count": e.Count, "error": e.Error})
+		}
+		closest := []map[string]any{}
+		for _, e := range l.Closest {
+			closest = append(closest, map[string]any{"key": show(e.Key), "used": e.Used})
+		}
+		lists = append(lists, map[string]any{
+			"policy": l.Policy, "window_seconds": proxy.TopWindow.Seconds(), "total_rejected": l.Total,
+			"error_bound": (l.Total + proxy.TopK - 1) / proxy.TopK, "keys": keys, "rejected": rejected, "closest": closest,
+		})
+	}
+	return lists
+}
+
+// overrides is GET /api/v1/overrides: every per-key override stored (a
+// client decided by other limits than its policy's, set live).
+func (a *adminAPI) overrides(w http.ResponseWriter, req *http.Request) {
+	a.listOverrides(w, req, "")
+}
+
+// policyOverrides is GET /api/v1/policies/{policy}/overrides: those of a
+// policy in force.
+func (a *adminAPI) policyOverrides(w http.ResponseWriter, req *http.Request) {
+	if _, ok := a.policyNamed(w, req.PathValue("policy")); ok {
+		a.listOverrides(w, req, req.PathValue("policy"))
+	}
+}
+
+// listOverrides answers the overrides stored of policy ("" for all), at
+// most maxOverridesListed, each marked orphaned if its policy is no
+// longer in force.
+func (a *adminAPI) listOverrides(w http.ResponseWriter, req *http.Request, policy string) {
+	list, err := a.stores.overrides.List(req.Context(), policy, maxOverridesListed)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	inForce := map[string]bool{}
+	for _, p := range a.reloader.handler.Set().Policies {
+		inForce[p.Name] = true
+	}
+	out := make([]map[string]any, 0, len(list))
+	for _, o := range list {
+		out = append(out, overrideView(o, inForce[o.Policy]))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"overrides": out})
+}
+
+// putOverride is PUT /api/v1/policies/{policy}/overrides/{key}: the
+// client, named as for …/keys/{key}, is decided by the override the body
+// gives from now on, on every instance of the store.
+func (a *adminAPI) putOverride(w http.ResponseWriter, req *http.Request) {
+	p, key, ok := a.clientKey(w, req)
+	if !ok {
+		return
+	}
+	o, ok := a.decodeOverride(w, req, p, key)
+	if !ok {
+		return
+	}
+	switch err := a.stores.overrides.Set(req.Context(), o); {
+	case errors.Is(err, perkey.ErrTooManyOverrides):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, limiter.ErrStoreUnavailable):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	default:
+		v := overrideView(o, true)
+		persisted, where := a.stores.persistence(req.Context())
+		v["persisted"], v["persistence"] = persisted, where
+		a.warnPersistence(p.Name, persisted, where)
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+// decodeOverride reads the override of p's client key from the body (at
+// most 64 KiB) and checks it as the store will apply it (on Redis, each
+// limit as Redis can count it), or answers 400.
+func (a *adminAPI) decodeOverride(w http.ResponseWriter, req *http.Request, p *policy.Policy, key string) (perkey.Override, bool) {
+	var o perkey.Override
+	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&o); err != nil {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return o, false
+	}
+	o.Policy, o.Key, o.SetAt = p.Name, proxy.StoreKey(key), a.reloader.now()
+	if err := o.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return o, false
+	}
+	l, err := p.OverrideLimiter(p.Limiter.Store(), o)
+	if err == nil && a.reloader.handler.Set().Config.Store.Backend == config.BackendRedis {
+		for _, lim := range l.Limits() {
+			if err = redisstore.Check(lim); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return o, false
+	}
+	return o, true
+}
+
+// warnPersistence logs, for an override of policy just stored, that a
+// restart can lose it, if one can.
+func (a *adminAPI) warnPersistence(policy string, persisted bool, where string) {
+	switch {
+	case where == "memory":
+		a.reloader.log.Warn("a per-key override is kept in memory only: it is lost at restart (set [store] overrides_file)",
+			zap.String("policy", policy))
+	case !persisted:
+		a.reloader.log.Warn("a per-key override is on a Redis that does not report persistence (RDB or AOF): the instances write it back if Redis restarts alone, but it is lost if every instance restarts with Redis",
+			zap.String("policy", policy), zap.String("persistence", where))
+	}
+}
+
+// deleteOverride is DELETE /api/v1/policies/{policy}/overrides/{key}: the
+// client is decided by its policy's limits again.
+func (a *adminAPI) deleteOverride(w http.ResponseWriter, req *http.Request) {
+	p, key, ok := a.clientKey(w, req)
+	if !ok {
+		return
+	}
+	removed, err := a.stores.overrides.Remove(req.Context(), p.Name, proxy.StoreKey(key))
+	switch {
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case !removed:
+		writeError(w, http.StatusNotFound, "no override of that key under policy "+strconv.Quote(p.Name))
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
 
 // bearer returns the token of an Authorization field of the Bearer scheme,
@@ -383,6 +489,11 @@ func loopback(addr string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// writeError answers {"error": msg} with status.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"error": msg})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

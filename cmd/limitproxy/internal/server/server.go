@@ -126,229 +126,378 @@ func LoadOptions() config.Options {
 
 // runServer is Run: it runs the proxy for cfg, read from path, until ctx is
 // done, then drains. If ready is not nil it receives the listeners'
-// addresses once they accept connections.
+// addresses once they accept connections. Each step acquires what it
+// needs and registers its release with p.onClose; p.close releases it
+// all, in reverse, once every goroutine started here has ended.
 func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- Addrs, version string) error {
-	level := zap.NewAtomicLevelAt(levelOf(cfg.Log.Level))
-	out := zapcore.Lock(zapcore.AddSync(stderr)) // one line at a time, whoever writes
-	log := newLogger(cfg.Log, level, out)
-	defer log.Sync()
-	// The access log goes through a buffer written out in batches, never
-	// on the request's time (accesslog.go).
-	access := newAccessWriter(out)
-	defer access.Close()
-	accessLog := newLogger(cfg.Log, level, zapcore.AddSync(access)).Named("access")
-
-	if err := proxy.CheckTempDir(cfg.Server.TempDir); err != nil {
-		return err
-	}
-	now := proxy.MonotonicClock()
-	st, err := newStores(cfg.Store, log, now)
-	if err != nil {
-		return err
-	}
-	defer st.close()
-	set, err := policy.Compile(cfg, st.decide, now())
-	if err != nil {
-		return err
-	}
-	var reload *reloader
-	m := newMetrics(st, func() *reloadStatus { return reload.Status() }, string(cfg.Store.Backend), access)
-	handler := proxy.New(set, proxy.Options{Logger: log, AccessLog: cfg.Log.Access, AccessLogger: accessLog, Now: now, Metrics: m.proxy, Bans: st.bans, Overrides: st.overrides})
-	reload = newReloader(path, cfg, st, handler, level, log, now)
-
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Server.Listen, err)
-	}
-	maxConns := cfg.Server.MaxConnections
-	if maxConns == 0 {
-		nofile := fileLimit()
-		maxConns = DefaultMaxConnections(nofile)
-		log.Info("connection bound derived from the file-descriptor limit", zap.Uint64("nofile", nofile), zap.Int("max_connections", maxConns))
-	}
-	ln = newLimitListener(ln, maxConns, cfg.Server.TLS == nil, log.Named("listener"))
-	defer ln.Close()
-	if cfg.Server.ProxyProtocol {
-		// Under TLS too: the PROXY header precedes the handshake. Who may
-		// send one follows proxy_protocol_from as reloads change it.
-		ln = proxyProtocolListener(ln, func() []netip.Prefix { return reload.Status().Config.Server.ProxyProtocolFrom }, cfg.Server.ReadHeaderTimeout)
-	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
-		IdleTimeout:       cfg.Server.IdleTimeout,
-		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
-		ErrorLog:          mustStdLog(log.Named("http")),
-	}
-	if cfg.Server.ProxyProtocol {
-		srv.ConnContext = peerOnlyConn
-	}
-	if cfg.Server.H2C && cfg.Server.TLS == nil {
-		// HTTP/2 with prior knowledge beside HTTP/1.1 (gRPC without TLS).
-		// Never "Upgrade: h2c": that is filtered as every unlisted upgrade.
-		var p http.Protocols
-		p.SetHTTP1(true)
-		p.SetUnencryptedHTTP2(true)
-		srv.Protocols = &p
-	}
-	// HTTPS ([server.tls] mode = "files"): the certificate is loaded now,
-	// so that a bad one stops the start with a clear error.
-	var redirect *http.Server
-	var redirectLn net.Listener
-	var managed *acme
-	if t := cfg.Server.TLS; t != nil {
-		if t.HTTPListen != "" {
-			if redirectLn, err = net.Listen("tcp", t.HTTPListen); err != nil {
-				return fmt.Errorf("server.tls.http_listen %s: %w", t.HTTPListen, err)
-			}
-			defer redirectLn.Close()
-		}
-		_, port, _ := net.SplitHostPort(ln.Addr().String())
-		var handler http.Handler = redirectToHTTPS(port)
-		switch t.Mode {
-		case config.TLSFiles:
-			certs, err := loadCertFiles(t.CertFile, t.KeyFile, log)
-			if err != nil {
-				return err
-			}
-			srv.TLSConfig = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
-		case config.TLSACME:
-			httpPort := 0
-			if redirectLn != nil {
-				httpPort = redirectLn.Addr().(*net.TCPAddr).Port
-			}
-			if managed, err = newACME(t, ln.Addr().(*net.TCPAddr).Port, httpPort, log); err != nil {
-				return err
-			}
-			defer managed.stop()
-			srv.TLSConfig = managed.tlsConfig()
-			handler = managed.challenge(handler)
-		}
-		if redirectLn != nil {
-			redirect = &http.Server{Handler: handler, ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout}
+	p := openLogs(cfg, path, version, stderr)
+	defer p.close()
+	for _, step := range []func() error{p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin} {
+		if err := step(); err != nil {
+			return err
 		}
 	}
-	var admin *http.Server
-	var adminLn net.Listener
-	if cfg.Admin.Listen != "" {
-		token := ""
-		if cfg.Admin.TokenEnv != "" {
-			if token = os.Getenv(cfg.Admin.TokenEnv); token == "" {
-				return fmt.Errorf("admin.token_env: environment variable %s is empty or unset", cfg.Admin.TokenEnv)
-			}
-		}
-		if adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
-			return fmt.Errorf("admin: listen %s: %w", cfg.Admin.Listen, err)
-		}
-		if token == "" && !loopback(cfg.Admin.Listen) {
-			log.Warn("admin API listens beyond loopback without a token: anyone who reaches it can reload the config and reset clients; set admin.token_env",
-				zap.String("listen", cfg.Admin.Listen))
-		}
-		defer adminLn.Close()
-		api := adminHandler(reload, st.ready, m, token, st.bans, st.overrides, st.persistence)
-		admin = &http.Server{
-			Handler:           newAdminGuard(cfg.Admin.Listen, cfg.Admin.AllowedHosts).wrap(api),
-			ReadHeaderTimeout: adminReadHeaderTimeout,
-			ReadTimeout:       adminReadTimeout,
-			WriteTimeout:      adminWriteTimeout,
-			IdleTimeout:       adminIdleTimeout,
-			ErrorLog:          mustStdLog(log.Named("admin")),
-		}
-	}
-
 	// Background work, stopped after the servers have drained.
 	var wg sync.WaitGroup
 	workers, stopWorkers := context.WithCancel(context.Background())
-	defer func() {
+	p.onClose(func() {
 		stopWorkers()
 		wg.Wait()
-	}()
-	wg.Go(func() { st.memory.Run(workers) })
-	wg.Go(func() { st.runBans(workers) })
-	wg.Go(func() { st.runOverrides(workers) })
-	if path != "" {
-		// Watching starts here, before serve reports it is ready, so that
-		// no change made after that is missed.
-		w, err := config.NewWatcher(path, 0, log, func() { reload.reload("file") })
+	})
+	for _, work := range p.workers() {
+		wg.Go(func() { work(workers) })
+	}
+	servers := p.servers()
+	served := make(chan error, len(servers)) // each sends once, never blocked
+	for _, serve := range servers {
+		wg.Go(func() { served <- serve() })
+	}
+	failed := p.serve(ctx, served, ready)
+	p.drain()
+	return failed
+}
+
+// process is one run of a Server: what runServer's steps build, in the
+// order they build it, and the releases they registered. runServer's
+// goroutine sets every field before it starts the goroutines that read
+// them, and none is set after.
+type process struct {
+	cfg     *config.Config // as started: what the listeners, store and logs are built from
+	path    string
+	version string
+	closers []func() // run by close, last first
+
+	level     zap.AtomicLevel
+	log       *zap.Logger
+	access    *accessWriter
+	accessLog *zap.Logger
+	now       func() time.Time
+
+	stores  *stores
+	metrics *metrics
+	handler *proxy.Handler
+	reload  *reloader
+
+	ln  net.Listener // the proxy's, as srv serves it
+	srv *http.Server
+	// With [server.tls]: the listener of http_listen and its server
+	// (redirects to HTTPS, ACME's HTTP challenges), and the ACME manager.
+	redirectLn net.Listener
+	redirect   *http.Server
+	managed    *acme
+	// With [admin] listen.
+	adminLn net.Listener
+	admin   *http.Server
+}
+
+// onClose registers f to run when the process closes, before every f
+// registered earlier.
+func (p *process) onClose(f func()) { p.closers = append(p.closers, f) }
+
+// close runs the registered releases, last first.
+func (p *process) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
+// openLogs starts the process for cfg with its logs, written to stderr:
+// the log at the level [log] asks for (a reload can change it), and the
+// access log, which goes through a buffer written out in batches, never
+// on the request's time (accesslog.go).
+func openLogs(cfg *config.Config, path, version string, stderr io.Writer) *process {
+	p := &process{cfg: cfg, path: path, version: version, level: zap.NewAtomicLevelAt(levelOf(cfg.Log.Level))}
+	out := zapcore.Lock(zapcore.AddSync(stderr)) // one line at a time, whoever writes
+	p.log = newLogger(cfg.Log, p.level, out)
+	p.onClose(func() { p.log.Sync() })
+	p.access = newAccessWriter(out)
+	p.onClose(func() { p.access.Close() })
+	p.accessLog = newLogger(cfg.Log, p.level, zapcore.AddSync(p.access)).Named("access")
+	p.now = proxy.MonotonicClock()
+	return p
+}
+
+// openStore opens the [store].
+func (p *process) openStore() error {
+	// temp_dir first: the store is the first thing a failed start would
+	// have to undo.
+	if err := proxy.CheckTempDir(p.cfg.Server.TempDir); err != nil {
+		return err
+	}
+	st, err := newStores(p.cfg.Store, p.log, p.now)
+	if err != nil {
+		return err
+	}
+	p.onClose(st.close)
+	p.stores = st
+	return nil
+}
+
+// buildHandler compiles the policies and builds the proxy's handler, its
+// metrics and the reloader that swaps its policies.
+func (p *process) buildHandler() error {
+	set, err := policy.Compile(p.cfg, p.stores.decide, p.now())
+	if err != nil {
+		return err
+	}
+	p.metrics = newMetrics(p.stores, func() *reloadStatus { return p.reload.Status() }, string(p.cfg.Store.Backend), p.access)
+	p.handler = proxy.New(set, proxy.Options{Logger: p.log, AccessLog: p.cfg.Log.Access, AccessLogger: p.accessLog, Now: p.now,
+		Metrics: p.metrics.proxy, Bans: p.stores.bans, Overrides: p.stores.overrides})
+	p.reload = newReloader(p.path, p.cfg, p.stores, p.handler, p.level, p.log, p.now)
+	return nil
+}
+
+// listenProxy opens the proxy's listener, bounded to max_connections,
+// behind the PROXY protocol if asked, and its server.
+func (p *process) listenProxy() error {
+	s := p.cfg.Server
+	tcp, err := net.Listen("tcp", s.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.Listen, err)
+	}
+	limited := newLimitListener(tcp, p.maxConnections(), s.TLS == nil, p.log.Named("listener"))
+	p.onClose(func() { limited.Close() })
+	p.ln = limited
+	if s.ProxyProtocol {
+		// Under TLS too: the PROXY header precedes the handshake. Who may
+		// send one follows proxy_protocol_from as reloads change it.
+		p.ln = proxyProtocolListener(limited, func() []netip.Prefix { return p.reload.Status().Config.Server.ProxyProtocolFrom }, s.ReadHeaderTimeout)
+	}
+	p.srv = &http.Server{
+		Handler:           p.handler,
+		ReadHeaderTimeout: s.ReadHeaderTimeout,
+		IdleTimeout:       s.IdleTimeout,
+		MaxHeaderBytes:    s.MaxHeaderBytes,
+		ErrorLog:          mustStdLog(p.log.Named("http")),
+	}
+	if s.ProxyProtocol {
+		p.srv.ConnContext = peerOnlyConn
+	}
+	if s.H2C && s.TLS == nil {
+		// HTTP/2 with prior knowledge beside HTTP/1.1 (gRPC without TLS).
+		// Never "Upgrade: h2c": that is filtered as every unlisted upgrade.
+		var protocols http.Protocols
+		protocols.SetHTTP1(true)
+		protocols.SetUnencryptedHTTP2(true)
+		p.srv.Protocols = &protocols
+	}
+	return nil
+}
+
+// maxConnections returns [server] max_connections, or if it is 0 the
+// bound the file-descriptor limit allows.
+func (p *process) maxConnections() int {
+	if n := p.cfg.Server.MaxConnections; n != 0 {
+		return n
+	}
+	nofile := fileLimit()
+	n := DefaultMaxConnections(nofile)
+	p.log.Info("connection bound derived from the file-descriptor limit", zap.Uint64("nofile", nofile), zap.Int("max_connections", n))
+	return n
+}
+
+// startTLS, with [server.tls], makes the proxy's server serve HTTPS: with
+// mode = "files" the certificate is loaded now, so that a bad one stops
+// the start with a clear error; with ACME, the certificates are obtained
+// once the listeners answer (serve). http_listen gets a server that
+// redirects to HTTPS and answers ACME's HTTP challenges.
+func (p *process) startTLS() error {
+	t := p.cfg.Server.TLS
+	if t == nil {
+		return nil
+	}
+	if t.HTTPListen != "" {
+		ln, err := net.Listen("tcp", t.HTTPListen)
 		if err != nil {
-			log.Error("cannot watch the config file; reload with SIGHUP or the admin API", zap.Error(err))
-		} else {
-			wg.Go(func() { w.Run(workers) })
+			return fmt.Errorf("server.tls.http_listen %s: %w", t.HTTPListen, err)
+		}
+		p.onClose(func() { ln.Close() })
+		p.redirectLn = ln
+	}
+	_, port, _ := net.SplitHostPort(p.ln.Addr().String())
+	var handler http.Handler = redirectToHTTPS(port)
+	switch t.Mode {
+	case config.TLSFiles:
+		certs, err := loadCertFiles(t.CertFile, t.KeyFile, p.log)
+		if err != nil {
+			return err
+		}
+		p.srv.TLSConfig = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
+	case config.TLSACME:
+		httpPort := 0
+		if p.redirectLn != nil {
+			httpPort = p.redirectLn.Addr().(*net.TCPAddr).Port
+		}
+		managed, err := newACME(t, p.ln.Addr().(*net.TCPAddr).Port, httpPort, p.log)
+		if err != nil {
+			return err
+		}
+		p.onClose(managed.stop)
+		p.managed = managed
+		p.srv.TLSConfig = managed.tlsConfig()
+		handler = managed.challenge(handler)
+	}
+	if p.redirectLn != nil {
+		p.redirect = &http.Server{Handler: handler, ReadHeaderTimeout: p.cfg.Server.ReadHeaderTimeout}
+	}
+	return nil
+}
+
+// listenAdmin, with [admin] listen, opens the admin listener and its
+// server: the API (behind the token of token_env, if set) behind the
+// guard (adminguard.go).
+func (p *process) listenAdmin() error {
+	a := p.cfg.Admin
+	if a.Listen == "" {
+		return nil
+	}
+	token := ""
+	if a.TokenEnv != "" {
+		if token = os.Getenv(a.TokenEnv); token == "" {
+			return fmt.Errorf("admin.token_env: environment variable %s is empty or unset", a.TokenEnv)
 		}
 	}
+	ln, err := net.Listen("tcp", a.Listen)
+	if err != nil {
+		return fmt.Errorf("admin: listen %s: %w", a.Listen, err)
+	}
+	if token == "" && !loopback(a.Listen) {
+		p.log.Warn("admin API listens beyond loopback without a token: anyone who reaches it can reload the config and reset clients; set admin.token_env",
+			zap.String("listen", a.Listen))
+	}
+	p.onClose(func() { ln.Close() })
+	p.adminLn = ln
+	p.admin = &http.Server{
+		Handler:           newAdminGuard(a.Listen, a.AllowedHosts).wrap(adminHandler(p.reload, p.stores, p.metrics, token)),
+		ReadHeaderTimeout: adminReadHeaderTimeout,
+		ReadTimeout:       adminReadTimeout,
+		WriteTimeout:      adminWriteTimeout,
+		IdleTimeout:       adminIdleTimeout,
+		ErrorLog:          mustStdLog(p.log.Named("admin")),
+	}
+	return nil
+}
+
+// workers returns the background work runServer runs until the servers
+// have drained: the memory store's janitor, the upkeep of the penalty box
+// and of the overrides, the config file's watcher and the SIGHUP handler.
+func (p *process) workers() []func(ctx context.Context) {
+	st := p.stores
+	work := []func(context.Context){func(ctx context.Context) { st.memory.Run(ctx) }, st.runBans, st.runOverrides}
+	if w := p.watchConfig(); w != nil {
+		work = append(work, w)
+	}
+	return append(work, p.watchSignals())
+}
+
+// watchConfig returns the work of watching the config file, which
+// reloads it on each change, or nil without a file or if it cannot be
+// watched (SIGHUP and the admin API still reload it). Watching starts
+// here, before serve reports ready, so that no change made after that is
+// missed.
+func (p *process) watchConfig() func(ctx context.Context) {
+	if p.path == "" {
+		return nil
+	}
+	w, err := config.NewWatcher(p.path, 0, p.log, func() { p.reload.reload("file") })
+	if err != nil {
+		p.log.Error("cannot watch the config file; reload with SIGHUP or the admin API", zap.Error(err))
+		return nil
+	}
+	return func(ctx context.Context) { w.Run(ctx) }
+}
+
+// watchSignals returns the work of reloading the config file on each
+// SIGHUP until ctx is done; the signal is caught from now on.
+func (p *process) watchSignals() func(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	wg.Go(func() {
+	p.onClose(func() { signal.Stop(hup) })
+	return func(ctx context.Context) {
 		for {
 			select {
-			case <-workers.Done():
+			case <-ctx.Done():
 				return
 			case <-hup:
-				reload.reload("sighup")
+				p.reload.reload("sighup")
 			}
 		}
-	})
+	}
+}
 
-	served := make(chan error, 3)
-	if srv.TLSConfig != nil {
-		wg.Go(func() { served <- srv.ServeTLS(ln, "", "") })
-	} else {
-		wg.Go(func() { served <- srv.Serve(ln) })
+// servers returns the servers' accept loops: the proxy's (HTTPS if it has
+// a certificate), the HTTP redirect's and the admin's, each returning
+// when its server is shut down or fails.
+func (p *process) servers() []func() error {
+	serve := []func() error{func() error { return p.srv.Serve(p.ln) }}
+	if p.srv.TLSConfig != nil {
+		serve[0] = func() error { return p.srv.ServeTLS(p.ln, "", "") }
 	}
-	if redirect != nil {
-		wg.Go(func() { served <- redirect.Serve(redirectLn) })
+	if p.redirect != nil {
+		serve = append(serve, func() error { return p.redirect.Serve(p.redirectLn) })
 	}
-	if admin != nil {
-		wg.Go(func() { served <- admin.Serve(adminLn) })
+	if p.admin != nil {
+		serve = append(serve, func() error { return p.admin.Serve(p.adminLn) })
 	}
-	var failed error
-	if managed != nil {
-		// The listeners answer the CA's challenges now; get the
-		// certificates before saying the proxy is ready.
-		if err := managed.obtain(ctx); err != nil {
-			failed = err
+	return serve
+}
+
+// serve waits, the servers accepting, for ACME's certificates if any (the
+// listeners answer the CA's challenges now), then says the proxy is ready
+// and serves until ctx is done or a server fails (served). It returns
+// what stopped it other than ctx.
+func (p *process) serve(ctx context.Context, served <-chan error, ready chan<- Addrs) error {
+	if p.managed != nil {
+		if err := p.managed.obtain(ctx); err != nil {
+			return err
 		}
 	}
-	addrs := Addrs{Proxy: ln.Addr()}
-	if adminLn != nil {
-		addrs.Admin = adminLn.Addr()
+	// Started: every listener accepts, certificates are in hand.
+	p.log.Info("limitproxy started", zap.String("listen", p.ln.Addr().String()), zap.String("config", p.cfg.File),
+		zap.Int("policies", len(p.cfg.Policies)), zap.String("version", p.version))
+	if ready != nil {
+		ready <- p.addrs()
 	}
-	if failed == nil {
-		// Started: every listener accepts, certificates are in hand.
-		log.Info("limitproxy started", zap.String("listen", ln.Addr().String()), zap.String("config", cfg.File),
-			zap.Int("policies", len(cfg.Policies)), zap.String("version", version))
-		if ready != nil {
-			ready <- addrs
-		}
-		select {
-		case err := <-served:
-			failed = fmt.Errorf("serve: %w", err)
-		case <-ctx.Done():
-		}
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+		return nil
 	}
-	// Stop accepting; let requests in flight, queued ones included, finish
-	// within shutdown_timeout.
-	log.Info("shutting down", zap.Duration("drain_budget", cfg.Server.ShutdownTimeout))
-	drain, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
+}
+
+// addrs returns where the process listens.
+func (p *process) addrs() Addrs {
+	a := Addrs{Proxy: p.ln.Addr()}
+	if p.adminLn != nil {
+		a.Admin = p.adminLn.Addr()
+	}
+	return a
+}
+
+// drain stops accepting and lets requests in flight, queued ones included,
+// finish within shutdown_timeout; requests still queued then get 503 and
+// Retry-After rather than a closed connection. Then it closes the other
+// servers.
+func (p *process) drain() {
+	p.log.Info("shutting down", zap.Duration("drain_budget", p.cfg.Server.ShutdownTimeout))
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Server.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(drain); err != nil {
-		// Requests still queued get 503 and Retry-After rather than a
-		// closed connection; a moment for those answers to go out.
-		handler.CloseQueues()
+	if err := p.srv.Shutdown(ctx); err != nil {
+		// A moment for the 503 answers to go out.
+		p.handler.CloseQueues()
 		answer, cancel := context.WithTimeout(context.Background(), time.Second)
-		srv.Shutdown(answer)
+		p.srv.Shutdown(answer)
 		cancel()
-		srv.Close()
-		log.Warn("drain budget exhausted; queued requests answered 503, remaining connections closed", zap.Error(err))
+		p.srv.Close()
+		p.log.Warn("drain budget exhausted; queued requests answered 503, remaining connections closed", zap.Error(err))
 	}
-	handler.CloseIdleConnections()
-	if admin != nil {
-		admin.Close()
+	p.handler.CloseIdleConnections()
+	if p.admin != nil {
+		p.admin.Close()
 	}
-	if redirect != nil {
-		redirect.Close()
+	if p.redirect != nil {
+		p.redirect.Close()
 	}
-	log.Info("stopped")
-	return failed
+	p.log.Info("stopped")
 }

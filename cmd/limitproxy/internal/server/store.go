@@ -50,48 +50,46 @@ const banSweep = time.Minute
 func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stores, error) {
 	mem := memstore.New(memstore.Options{MaxKeys: cfg.MaxKeys, Clock: clock})
 	if cfg.Backend != config.BackendRedis {
-		ov, err := memstore.NewOverrides(memstore.OverrideOptions{Path: cfg.OverridesFile})
-		if err != nil {
-			return nil, fmt.Errorf("store.overrides_file: %w", err)
-		}
-		bans := memstore.NewBans(memstore.BanOptions{})
-		return &stores{decide: mem, memory: mem, bans: bans, runBans: func(ctx context.Context) {
-			t := time.NewTicker(banSweep)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					bans.Sweep(clock())
-				}
+		return newMemoryStores(cfg, mem, clock)
+	}
+	return newRedisStores(cfg.Redis, mem, log.Named("redis"), clock)
+}
+
+// newMemoryStores builds the memory backend around mem: the penalty box
+// swept every banSweep, the overrides kept in cfg's overrides_file if set.
+func newMemoryStores(cfg config.Store, mem *memstore.Store, clock func() time.Time) (*stores, error) {
+	ov, err := memstore.NewOverrides(memstore.OverrideOptions{Path: cfg.OverridesFile})
+	if err != nil {
+		return nil, fmt.Errorf("store.overrides_file: %w", err)
+	}
+	bans := memstore.NewBans(memstore.BanOptions{})
+	return &stores{decide: mem, memory: mem, bans: bans, runBans: func(ctx context.Context) {
+		t := time.NewTicker(banSweep)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				bans.Sweep(clock())
 			}
-		}, overrides: ov, runOverrides: func(context.Context) {}, persistence: func(context.Context) (bool, string) {
-			if cfg.OverridesFile == "" {
-				return false, "memory"
-			}
-			return true, "file"
-		}, close: func() {}}, nil
-	}
-	rc := cfg.Redis
-	password := ""
-	if rc.PasswordEnv != "" {
-		if password = os.Getenv(rc.PasswordEnv); password == "" {
-			return nil, fmt.Errorf("store.redis.password_env: environment variable %s is empty or unset", rc.PasswordEnv)
 		}
+	}, overrides: ov, runOverrides: func(context.Context) {}, persistence: func(context.Context) (bool, string) {
+		if cfg.OverridesFile == "" {
+			return false, "memory"
+		}
+		return true, "file"
+	}, close: func() {}}, nil
+}
+
+// newRedisStores builds the Redis backend of rc, with mem as on_error
+// "local"'s fallback; its penalty box and overrides are mirrored from
+// Redis while their run functions run.
+func newRedisStores(rc config.Redis, mem *memstore.Store, log *zap.Logger, clock func() time.Time) (*stores, error) {
+	client, err := newRedisClient(rc)
+	if err != nil {
+		return nil, err
 	}
-	var tlsConfig *tls.Config
-	if rc.TLS {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	// One address: a single node; several: Redis Cluster; master_name:
-	// Sentinel. Every call is bounded by the decision's context
-	// (store.redis.timeout), and never retried past it.
-	client := redisstore.NewClient(redisstore.ClientOptions{
-		Addrs: rc.Addrs, MasterName: rc.MasterName, Username: rc.Username, Password: password, DB: rc.DB,
-		TLS: tlsConfig, Timeout: rc.Timeout,
-	})
-	log = log.Named("redis")
 	routeRedisLogs(log)
 	rs, err := redisstore.New(client, redisstore.Options{
 		Prefix: rc.Prefix, Timeout: rc.Timeout, OnError: string(rc.OnError), Fallback: mem,
@@ -134,6 +132,26 @@ func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stor
 	}
 	return &stores{decide: rs, memory: mem, redis: rs, bans: bans, runBans: run, overrides: ov, runOverrides: runOv,
 		persistence: persistence, close: func() { client.Close() }}, nil
+}
+
+// newRedisClient returns the client of rc. One address: a single node;
+// several: Redis Cluster; master_name: Sentinel. Every call is bounded by
+// the decision's context (store.redis.timeout), and never retried past it.
+func newRedisClient(rc config.Redis) (redis.UniversalClient, error) {
+	password := ""
+	if rc.PasswordEnv != "" {
+		if password = os.Getenv(rc.PasswordEnv); password == "" {
+			return nil, fmt.Errorf("store.redis.password_env: environment variable %s is empty or unset", rc.PasswordEnv)
+		}
+	}
+	var tlsConfig *tls.Config
+	if rc.TLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return redisstore.NewClient(redisstore.ClientOptions{
+		Addrs: rc.Addrs, MasterName: rc.MasterName, Username: rc.Username, Password: password, DB: rc.DB,
+		TLS: tlsConfig, Timeout: rc.Timeout,
+	}), nil
 }
 
 // redisLogs routes go-redis's own log lines (connection-pool trouble,
