@@ -63,12 +63,12 @@ func tomlAsJSON(t *testing.T, path string) (any, error) {
 	return jsonschema.UnmarshalJSON(bytes.NewReader(b))
 }
 
-// TestSchemaAccepts: config.example.toml and every file of
-// testdata/policy/valid pass the schema.
+// TestSchemaAccepts: config.example.toml, the configurations of deploy/
+// and every file of testdata/policy/valid pass the schema.
 func TestSchemaAccepts(t *testing.T) {
 	s := compileSchema(t)
 	files, _ := filepath.Glob("../../testdata/policy/valid/*.toml")
-	files = append(files, "../../config.example.toml")
+	files = append(files, "../../config.example.toml", "../../deploy/container.toml", "../../deploy/kubernetes/limitproxy.toml")
 	for _, f := range files {
 		v, err := tomlAsJSON(t, f)
 		if err != nil {
