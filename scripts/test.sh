@@ -112,19 +112,23 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 
-# Two modules: the product, and bench/ (the benchmark harness, with its
-# own dependencies, on a replace of the product).
-step "go mod tidy (both modules)"
+# Three modules: the product; bench/ (the benchmark harness) and
+# deploy/kubernetes/validate (the Kubernetes manifests' checks, with
+# k8s.io/api), each with its own dependencies on a replace of the product.
+step "go mod tidy (every module)"
 go mod tidy -diff
 (cd bench && go mod tidy -diff)
+(cd deploy/kubernetes/validate && go mod tidy -diff)
 
 step "go vet"
 go vet ./...
 (cd bench && go vet ./...)
+(cd deploy/kubernetes/validate && go vet ./...)
 
 step "staticcheck"
 staticcheck ./...
 (cd bench && staticcheck ./...)
+(cd deploy/kubernetes/validate && staticcheck ./...)
 
 step "deadcode (nothing unreachable, tests counted as callers)"
 dead=$(deadcode -test ./...)
@@ -137,6 +141,7 @@ step "go test -race"
 go test -race -count=1 ./...
 step "go test -race (bench/)"
 (cd bench && go test -race -count=1 ./...)
+(cd deploy/kubernetes/validate && go test -race -count=1 ./...)
 
 # The Dockerfile's build step, checked here since no Docker engine runs
 # where this is developed: a static binary that runs.

@@ -22,6 +22,41 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // (a Structured Field string) and used as a metric label.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
+// The values of each enumerated key, and the parameters each algorithm
+// takes and requires: what the validator accepts, and what the JSON Schema
+// of the configuration (config.schema.json, generated from these) lists.
+var (
+	topKeysValues     = []string{"hashed", "raw"}
+	headersModes      = []HeadersMode{HeadersDraft, HeadersLegacy, HeadersBoth, HeadersNone}
+	ambiguousModes    = []AmbiguousMode{AmbiguousReject, AmbiguousRewrite}
+	tlsModes          = []TLSMode{TLSACME, TLSFiles}
+	logLevels         = []LogLevel{LevelDebug, LevelInfo, LevelWarn, LevelError}
+	logFormats        = []LogFormat{FormatJSON, FormatConsole}
+	backends          = []Backend{BackendMemory, BackendRedis}
+	onErrors          = []OnError{OnErrorLocal, OnErrorAllow, OnErrorDeny}
+	upstreamProtocols = []UpstreamProtocol{ProtocolHTTP1, ProtocolH2C}
+	modes             = []Mode{Enforce, Shadow}
+	onMissings        = []OnMissing{MissingShared, MissingIP, MissingSkip, MissingReject}
+
+	// algorithmTakes lists the keys of a limit table each algorithm takes
+	// (of rate, burst, limit, window, slots, queue, max_wait, delay and
+	// cost); algorithmRequires, those it cannot do without.
+	algorithmTakes = map[limiter.Algorithm][]string{
+		limiter.TokenBucket:   {"rate", "burst", "cost"},
+		limiter.LeakyBucket:   {"rate", "queue", "max_wait", "delay", "cost"},
+		limiter.FixedWindow:   {"limit", "window", "cost"},
+		limiter.SlidingLog:    {"limit", "window", "cost"},
+		limiter.SlidingWindow: {"limit", "window", "slots", "cost"},
+	}
+	algorithmRequires = map[limiter.Algorithm][]string{
+		limiter.TokenBucket:   {"rate"},
+		limiter.LeakyBucket:   {"rate"},
+		limiter.FixedWindow:   {"limit", "window"},
+		limiter.SlidingLog:    {"limit", "window"},
+		limiter.SlidingWindow: {"limit", "window"},
+	}
+)
+
 // oneOf reports v at key unless it is one of allowed.
 func oneOf[T ~string](c *collector, key string, v T, allowed ...T) {
 	q := make([]string, len(allowed))
@@ -73,7 +108,7 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 // validateAdmin checks [admin].
 func validateAdmin(a *rawAdmin, c *collector) Admin {
 	adm := Admin{Listen: a.Listen.Or(DefaultAdminListen), TokenEnv: a.TokenEnv.V, RawTopKeys: a.TopKeys.V == "raw"}
-	oneOf(c, "admin.top_keys", a.TopKeys.Or("hashed"), "hashed", "raw")
+	oneOf(c, "admin.top_keys", a.TopKeys.Or("hashed"), topKeysValues...)
 	for i, h := range a.Hosts.V {
 		n, err := AdminHost(h)
 		if err != nil {
@@ -210,8 +245,8 @@ func validateServer(s *rawServer, c *collector) Server {
 	if n := s.IPv6Prefix.V; s.IPv6Prefix.Set && s.IPv6Prefix.err == nil && (n < 1 || n > 128) {
 		c.add("server.ipv6_prefix", "%d is outside 1..128", n)
 	}
-	oneOf(c, "server.rate_limit_headers", srv.RateLimitHeaders, HeadersDraft, HeadersLegacy, HeadersBoth, HeadersNone)
-	oneOf(c, "server.ambiguous_key_parts", srv.AmbiguousKeyParts, AmbiguousReject, AmbiguousRewrite)
+	oneOf(c, "server.rate_limit_headers", srv.RateLimitHeaders, headersModes...)
+	oneOf(c, "server.ambiguous_key_parts", srv.AmbiguousKeyParts, ambiguousModes...)
 	if t := s.TLS; t != nil {
 		srv.TLS = &TLS{
 			Mode: TLSMode(t.Mode.V), Domains: t.Domains.V, Email: t.Email.V,
@@ -219,7 +254,7 @@ func validateServer(s *rawServer, c *collector) Server {
 			Storage: t.Storage.Or(DefaultACMEStorage), HTTPListen: t.HTTPListen.Or(DefaultHTTPListen),
 			CertFile: t.CertFile.V, KeyFile: t.KeyFile.V,
 		}
-		oneOf(c, "server.tls.mode", srv.TLS.Mode, TLSACME, TLSFiles)
+		oneOf(c, "server.tls.mode", srv.TLS.Mode, tlsModes...)
 		switch srv.TLS.Mode {
 		case TLSFiles:
 			if t.CertFile.V == "" {
@@ -247,8 +282,8 @@ func validateLog(l *rawLog, c *collector) Log {
 		Format: LogFormat(l.Format.Or(string(DefaultLogFormat))),
 		Access: l.Access.Or(DefaultLogAccess), AccessReplay: l.Replay.V,
 	}
-	oneOf(c, "log.level", lg.Level, LevelDebug, LevelInfo, LevelWarn, LevelError)
-	oneOf(c, "log.format", lg.Format, FormatJSON, FormatConsole)
+	oneOf(c, "log.level", lg.Level, logLevels...)
+	oneOf(c, "log.format", lg.Format, logFormats...)
 	return lg
 }
 
@@ -256,7 +291,7 @@ func validateLog(l *rawLog, c *collector) Log {
 func validateStore(st *rawStore, c *collector) Store {
 	s := Store{Backend: Backend(st.Backend.Or(string(DefaultBackend))), MaxKeys: int(st.MaxKeys.Or(DefaultMaxKeys)),
 		OverridesFile: st.OvFile.Or(DefaultOverridesFile)}
-	oneOf(c, "store.backend", s.Backend, BackendMemory, BackendRedis)
+	oneOf(c, "store.backend", s.Backend, backends...)
 	if st.MaxKeys.Set && st.MaxKeys.err == nil && st.MaxKeys.V < 1 {
 		c.add("store.max_keys", "must be at least 1")
 	}
@@ -269,7 +304,7 @@ func validateStore(st *rawStore, c *collector) Store {
 	if !r.Addrs.Set {
 		s.Redis.Addrs = []string{DefaultRedisAddr}
 	}
-	oneOf(c, "store.redis.on_error", s.Redis.OnError, OnErrorLocal, OnErrorAllow, OnErrorDeny)
+	oneOf(c, "store.redis.on_error", s.Redis.OnError, onErrors...)
 	if s.Backend != BackendRedis {
 		return s
 	}
@@ -328,7 +363,7 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 	if up.Timeout <= 0 && u.Timeout.Set {
 		c.add(key+".timeout", "must be greater than zero")
 	}
-	oneOf(c, key+".protocol", up.Protocol, ProtocolHTTP1, ProtocolH2C)
+	oneOf(c, key+".protocol", up.Protocol, upstreamProtocols...)
 	if up.Protocol == ProtocolH2C {
 		for j, t := range up.Targets {
 			if t.Scheme != "http" {
@@ -381,7 +416,7 @@ func validateConcurrency(r *rawConcurrency, key string, c *collector) *Concurren
 		Queue: int(r.Queue.Or(DefaultConcQueue)), MaxWait: r.MaxWait.Or(DefaultConcMaxWait),
 		FairShare: r.FairShare.Or(true), Mode: Mode(r.Mode.Or(string(Enforce))),
 	}
-	oneOf(c, key+".mode", cc.Mode, Enforce, Shadow)
+	oneOf(c, key+".mode", cc.Mode, modes...)
 	switch {
 	case !cc.Adaptive && !r.Limit.Set:
 		c.add(key, "set limit (the most requests in flight) or adaptive = true")
@@ -559,8 +594,8 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 		case !ok:
 			c.add(key+".upstream", "unknown upstream %q", spec.Upstream)
 		}
-		oneOf(c, key+".mode", spec.Mode, Enforce, Shadow)
-		oneOf(c, key+".on_missing", spec.OnMissing, MissingShared, MissingIP, MissingSkip, MissingReject)
+		oneOf(c, key+".mode", spec.Mode, modes...)
+		oneOf(c, key+".on_missing", spec.OnMissing, onMissings...)
 		keyParts := []string{"ip"}
 		if p.Key.Set {
 			keyParts = p.Key.V
@@ -627,7 +662,7 @@ func validateBan(r *rawBan, p Policy, key string, c *collector) *Ban {
 			break
 		}
 	}
-	oneOf(c, key+".mode", Mode(r.Mode.Or(string(p.Mode))), Enforce, Shadow)
+	oneOf(c, key+".mode", Mode(r.Mode.Or(string(p.Mode))), modes...)
 	switch {
 	case !r.Duration.Set:
 		c.add(key+".duration", "is required: how long a key that goes over a limit is refused")
@@ -716,7 +751,7 @@ func limitKey(r *rawLimit, def LimitKey, key string, c *collector) LimitKey {
 	}
 	if r.OnMissing.Set {
 		lk.OnMissing = OnMissing(r.OnMissing.V)
-		oneOf(c, key+".on_missing", lk.OnMissing, MissingShared, MissingIP, MissingSkip, MissingReject)
+		oneOf(c, key+".on_missing", lk.OnMissing, onMissings...)
 	}
 	return lk
 }
@@ -936,13 +971,7 @@ func compileLimit(r *rawLimit, key string, check func(limiter.Limit) error, c *c
 		c.add(key+".algorithm", "%v", err)
 		return limiter.Limit{}, false
 	}
-	takes := map[limiter.Algorithm][]string{
-		limiter.TokenBucket:   {"rate", "burst", "cost"},
-		limiter.LeakyBucket:   {"rate", "queue", "max_wait", "delay", "cost"},
-		limiter.FixedWindow:   {"limit", "window", "cost"},
-		limiter.SlidingLog:    {"limit", "window", "cost"},
-		limiter.SlidingWindow: {"limit", "window", "slots", "cost"},
-	}[alg]
+	takes := algorithmTakes[alg]
 	present := setFields(r)
 	bad := false
 	for _, field := range []string{"rate", "burst", "limit", "window", "slots", "queue", "max_wait", "delay"} {
@@ -951,14 +980,7 @@ func compileLimit(r *rawLimit, key string, check func(limiter.Limit) error, c *c
 			bad = true
 		}
 	}
-	var required []string
-	switch alg {
-	case limiter.TokenBucket, limiter.LeakyBucket:
-		required = []string{"rate"}
-	default:
-		required = []string{"limit", "window"}
-	}
-	for _, field := range required {
+	for _, field := range algorithmRequires[alg] {
 		if !present[field] {
 			c.add(key+"."+field, "is required for %s", alg)
 			bad = true
