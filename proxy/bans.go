@@ -53,10 +53,18 @@ func (h *Handler) offend(ctx context.Context, p *policy.Policy, key string, keys
 		h.log.Warn("banning a key failed", zap.String("policy", p.Name), zap.Error(err))
 		return perkey.Ban{}, false
 	}
-	h.metrics.banned(p.Name)
-	h.log.Info("key banned", zap.String("policy", p.Name), zap.Int64("level", ban.Level), zap.Time("until", ban.Until), zap.Bool("shadow", b.Shadow))
+	if began(ban, now) {
+		h.metrics.banned(p.Name)
+		h.log.Info("key banned", zap.String("policy", p.Name), zap.Int64("level", ban.Level), zap.Time("until", ban.Until), zap.Bool("shadow", b.Shadow))
+	}
 	return ban, true
 }
+
+// began reports whether the offence at now began ban, the record Ban
+// returned for it, rather than fell in a ban already running (decided
+// before this instance saw that ban), which changes nothing: both stores
+// return the record of the offence that began a ban with Since = now.
+func began(ban perkey.Ban, now time.Time) bool { return ban.Since.Equal(now) }
 
 // refuseBanned answers a request of a banned key: the ban's status (429
 // with Retry-After until the ban ends, or 403) and a problem+json body.

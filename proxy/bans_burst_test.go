@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const burstBanConfig = `
@@ -35,7 +37,8 @@ key = ["header:X-Key"]
 // Retry-After of the first ban, 30 s, and the key ends at level 1:
 // the rejections of one burst, decided before the first ban was seen, are
 // one offence's worth, not fifteen escalations (which reached a one-hour
-// ban on Redis).
+// ban on Redis); and limitproxy_bans_total counts that one ban, not the
+// offences made while it ran.
 func TestBanBurstOneLevel(t *testing.T) {
 	for _, kind := range rlStores {
 		t.Run(kind, func(t *testing.T) {
@@ -76,6 +79,13 @@ func TestBanBurstOneLevel(t *testing.T) {
 			// later, began (the instants of concurrent requests cross).
 			if longest > 31 {
 				t.Errorf("a Retry-After of %d s after one burst: want the first ban's 30 s (31 rounding up)", longest)
+			}
+			var bans float64
+			for _, e := range envs {
+				bans += testutil.ToFloat64(e.m.bans.WithLabelValues("api"))
+			}
+			if bans != 1 {
+				t.Errorf("limitproxy_bans_total %v after one burst (%d rejections), want 1 ban", bans, n-admitted)
 			}
 			list, err := b.bans.List(context.Background(), "api", time.Now(), 10)
 			if err != nil || len(list) != 1 || list[0].Level != 1 {

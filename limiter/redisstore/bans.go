@@ -339,7 +339,9 @@ func (b *Bans) scriptKeys(policy string) []string {
 	return []string{b.seqKey, b.epochKey, b.policies, hash, byExpiry}
 }
 
-// Ban implements perkey.Bans: one script call.
+// Ban implements perkey.Bans: one script call. The record it returns
+// holds milliseconds, but for the offence that began the ban, whose
+// Since is now exactly.
 func (b *Bans) Ban(ctx context.Context, policy, key string, p perkey.BanParams, now time.Time) (perkey.Ban, error) {
 	if err := p.Validate(); err != nil {
 		return perkey.Ban{}, err
@@ -363,11 +365,17 @@ func (b *Bans) Ban(ctx context.Context, policy, key string, p perkey.BanParams, 
 	}
 	r := mirrorRec{k: banKey{policy, key}, level: res[0], since: res[1] * 1e6, until: res[2] * 1e6, expires: res[3] * 1e6,
 		seq: res[4], ver: res[5], ep: res[6]}
-	if r.ep != 0 { // a change (0: the running ban, unchanged)
-		b.saw(r.ep, r.seq)
-		b.mirror.put(&r, b.clock().UnixNano())
+	if r.ep == 0 { // the running ban, unchanged
+		return r.ban(), nil
 	}
-	return r.ban(), nil
+	b.saw(r.ep, r.seq)
+	b.mirror.put(&r, b.clock().UnixNano())
+	// This offence began the ban: its instant is now, exactly (the
+	// record holds milliseconds), so that the caller can tell the
+	// offence that began a ban from those made while it ran.
+	ban := r.ban()
+	ban.Since = now
+	return ban, nil
 }
 
 func ceilMillis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,14 +19,20 @@ import (
 // decisions per system call and per script call, which is where its
 // throughput goes: on one node (or Sentinel's master) a batch is one
 // EVALSHA deciding them all in order; on Redis Cluster, whose decisions
-// live in different slots, it is a pipeline of one EVALSHA per decision.
-// Either way a decision costs one round trip. No goroutine exists while
+// live in different slots, it is one EVALSHA per master, sent to all at
+// once, deciding that master's decisions whatever their slots (a decision
+// whose slot is moving is sent again on its own). Either way a decision
+// costs one round trip (two while its slot moves). No goroutine exists while
 // nothing is queued. Safe for concurrent use.
 type batcher struct {
 	c       redis.UniversalClient
 	timeout time.Duration
 	slack   int                  // the script's TTL slack in ms (see decide.lua)
 	cluster *redis.ClusterClient // nil unless Redis Cluster
+	noCross atomic.Bool          // Redis cannot run decideCross: each decision alone
+	// Script calls sent, decisions they carried, and decisions a
+	// cross-slot call left to a call of their own (for tests).
+	scripts, decided, moved atomic.Int64
 
 	mu       sync.Mutex
 	pending  []*call
@@ -127,6 +134,8 @@ func (b *batcher) flush(calls []*call) {
 		return
 	}
 	keys, args := b.join(calls)
+	b.scripts.Add(1)
+	b.decided.Add(int64(len(calls)))
 	res, err := decideScript.EvalSha(ctx, b.c, keys, args...).Int64Slice()
 	if isNoScript(err) {
 		res, err = decideScript.Eval(ctx, b.c, keys, args...).Int64Slice()
@@ -146,10 +155,13 @@ func (b *batcher) flush(calls []*call) {
 	}
 }
 
-// flushCluster sends calls as one pipeline per master (by the client's
-// slot map), all at once: go-redis fails every command of a pipeline
-// whose retry outlives its context, so one dead master would otherwise
-// fail the decisions of the healthy ones sent with it.
+// flushCluster sends calls to each master (by the client's slot map), to
+// all at once: go-redis fails every command of a pipeline whose retry
+// outlives its context, so one dead master would otherwise fail the
+// decisions of the healthy ones sent with it. A master's decisions, whose
+// keys are in many slots, are one script call (crossSlot); a decision
+// alone, or one whose master the slot map does not know, is a call of its
+// own, routed by its keys.
 func (b *batcher) flushCluster(ctx context.Context, calls []*call) {
 	byNode := map[*redis.Client][]*call{}
 	var unknown []*call
@@ -162,26 +174,126 @@ func (b *batcher) flushCluster(ctx context.Context, calls []*call) {
 		byNode[m] = append(byNode[m], c)
 	}
 	var wg sync.WaitGroup
-	send := func(calls []*call) {
-		cmds := b.pipeline(ctx, calls, false)
-		for _, cmd := range cmds {
-			if isNoScript(cmd.Err()) {
-				cmds = b.pipeline(ctx, calls, true)
-				break
-			}
+	for m, group := range byNode {
+		if len(group) == 1 || b.noCross.Load() {
+			wg.Go(func() { b.each(ctx, group) })
+			continue
 		}
-		for i, c := range calls {
-			c.res, c.err = cmds[i].Int64Slice()
-			close(c.done)
-		}
-	}
-	for _, group := range byNode {
-		wg.Go(func() { send(group) })
+		wg.Go(func() { b.crossSlot(ctx, m, group) })
 	}
 	if len(unknown) > 0 {
-		wg.Go(func() { send(unknown) })
+		wg.Go(func() { b.each(ctx, unknown) })
 	}
 	wg.Wait()
+}
+
+// each decides calls with a script call each, in one pipeline that the
+// Cluster client routes by their keys' slots (following MOVED and ASK).
+func (b *batcher) each(ctx context.Context, calls []*call) {
+	b.scripts.Add(int64(len(calls)))
+	b.decided.Add(int64(len(calls)))
+	cmds := b.pipeline(ctx, calls, false)
+	for _, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			cmds = b.pipeline(ctx, calls, true)
+			break
+		}
+	}
+	for i, c := range calls {
+		c.res, c.err = cmds[i].Int64Slice()
+		close(c.done)
+	}
+}
+
+// crossSlot decides calls, whose keys the slot map puts on master m, with
+// one script call there: their keys span slots, so they are passed as
+// arguments and the script is flagged allow-cross-slot-keys (Redis 7).
+// The script leaves undecided, writing nothing, a decision whose keys m
+// does not serve (its slot moved or is moving: the slot map was behind);
+// those, and all of them if m refuses the call before running it (a
+// replica now, or a Redis without script flags), are decided by each.
+func (b *batcher) crossSlot(ctx context.Context, m *redis.Client, calls []*call) {
+	args := b.crossArgs(calls)
+	b.scripts.Add(1)
+	b.decided.Add(int64(len(calls)))
+	res, err := decideCross.EvalSha(ctx, m, nil, args...).Int64Slice()
+	if isNoScript(err) {
+		res, err = decideCross.Eval(ctx, m, nil, args...).Int64Slice()
+	}
+	if err != nil {
+		if unsupported(err) {
+			b.noCross.Store(true)
+		}
+		if unsupported(err) || refusedBeforeRun(err) {
+			b.each(ctx, calls)
+			return
+		}
+	}
+	var again []*call
+	for _, c := range calls {
+		n := replyValues*len(c.keys) + 1
+		switch {
+		case err != nil:
+			c.err = err
+		case len(res) < n:
+			c.err = errors.New("unexpected reply from the decide script")
+		case res[n-1] == -1: // not served there
+			res = res[n:]
+			again = append(again, c)
+			continue
+		default:
+			c.res, res = res[:n:n], res[n:]
+		}
+		close(c.done)
+	}
+	if len(again) > 0 {
+		b.moved.Add(int64(len(again)))
+		b.each(ctx, again)
+	}
+}
+
+// crossArgs makes the arguments of one crossSlot call deciding calls in
+// order: the keys' count, the keys, then join's arguments.
+func (b *batcher) crossArgs(calls []*call) []any {
+	nk, na := 0, 3
+	for _, c := range calls {
+		nk += len(c.keys)
+		na += len(c.keys) + len(c.args)
+	}
+	args := make([]any, 0, na)
+	args = append(args, nk)
+	for _, c := range calls {
+		for _, k := range c.keys {
+			args = append(args, k)
+		}
+	}
+	args = append(args, b.slack, len(calls))
+	for _, c := range calls {
+		args = append(args, c.args...)
+	}
+	return args
+}
+
+// refusedBeforeRun reports whether err is Redis refusing a script call
+// before running any of it: a node that became a replica (READONLY), or
+// one that is loading or busy.
+func refusedBeforeRun(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "READONLY") || strings.HasPrefix(msg, "LOADING") || strings.HasPrefix(msg, "BUSY") ||
+		strings.HasPrefix(msg, "MASTERDOWN")
+}
+
+// unsupported reports whether err is a Redis that cannot compile the
+// cross-slot script (before Redis 7, which reads a script's flags from its
+// first line): nothing ran, and the store decides each decision alone from
+// then on.
+func unsupported(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.Contains(re.Error(), "Error compiling script")
 }
 
 func isNoScript(err error) bool {

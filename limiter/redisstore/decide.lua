@@ -21,6 +21,15 @@
 -- of a token bucket's step.)
 -- KEYS are the decisions' limits' keys in the same order. The reply is,
 -- per decision, six values per limit and the instant it was decided at.
+--
+-- On Redis Cluster one call decides what a batch holds for one master,
+-- whose decisions' keys live in many slots (each decision's in one): the
+-- keys cannot be declared (Redis refuses a call whose KEYS span slots), so
+-- KEYS is empty, ARGV[1] is their count and the keys follow, then the
+-- arguments above; batch.go runs this script with allow-cross-slot-keys.
+-- A decision whose keys this node does not serve (its slot moved, or is
+-- moving and they are not all here) is left undecided, writing nothing:
+-- its instant in the reply is -1, and batch.go sends it on its own.
 
 -- Globals read once into locals: Redis 7 guards the global table with a
 -- metatable, so every global lookup in the steps below would cost more
@@ -34,6 +43,13 @@ local tonumber, tostring, unpack = tonumber, tostring, unpack
 -- Extra milliseconds on every TTL: 0 in production, where expiry and "now"
 -- are both Redis's clock; tests that pass their own instants set it, since
 -- Redis expires keys on its clock, not theirs.
+local KEYS, ARGV = KEYS, ARGV
+local cross = #KEYS == 0
+if cross then
+  local nk = tonumber(ARGV[1])
+  KEYS = {unpack(ARGV, 2, nk + 1)}
+  ARGV = {unpack(ARGV, nk + 2)}
+end
 local slack = tonumber(ARGV[1])
 local decisions = tonumber(ARGV[2])
 local PARAMS = '<i8i8i8i8i8i8'
@@ -47,9 +63,28 @@ local redisNow = nil
 -- as decisions write them (a key can come twice in one call). Keys of the
 -- other algorithms hold hashes or sorted sets; MGET reads those as false.
 local strings = {}
-do
+-- away[d]: decision d's keys are not served here (on Cluster).
+local away = {}
+if not cross then
   local vals = call('MGET', unpack(KEYS))
   for i = 1, #KEYS do strings[KEYS[i]] = vals[i] end
+else
+  -- One MGET a decision (its keys share a slot; one MGET across slots
+  -- is refused), through pcall: MOVED, ASK, TRYAGAIN or CLUSTERDOWN
+  -- come back as an error rather than end the script.
+  local pcall, a, k = redis.pcall, 3, 1
+  for d = 1, decisions do
+    local _, _, count, flag = sunpack('<i8i8i8i8', ARGV[a])
+    local vals = pcall('MGET', unpack(KEYS, k, k + count - 1))
+    if vals.err then
+      away[d] = true
+    else
+      for i = 0, count - 1 do strings[KEYS[k + i]] = vals[i + 1] end
+    end
+    a = a + 1 + count
+    if flag == 2 then a = a + 1 end
+    k = k + count
+  end
 end
 local function setString(key, value, ttlms)
   call('SET', key, value, 'PX', ttlms)
@@ -531,63 +566,70 @@ local steps = {token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_wi
 local charges = {charge_token_bucket, false, charge_fixed_window, charge_sliding_log, charge_sliding_window}
 local out = {}
 local a, k = 3, 1 -- the next decision's ARGV and KEYS
-for _ = 1, decisions do
+for d = 1, decisions do
   local at, count, flag
   at, n, count, flag = sunpack('<i8i8i8i8', ARGV[a])
-  now = at
-  if at < 0 then
-    if redisNow == nil then
-      local t = call('TIME')
-      redisNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    now = redisNow
-  end
-  local dry = flag == 1
-  a = a + 1
-  if flag == 2 then
-    -- A charge: n signed units to every limit, unconditionally. ARGV[a]
-    -- holds the age of its reservation in µs (>= 0), so that it reads on
-    -- the clock the script uses. The reply's second value is 1 if the
-    -- debt bound capped the limit's charge.
-    reserved = now - sunpack('<i8', ARGV[a])
-    a = a + 1
-    local signed = n
-    for i = 0, count - 1 do
-      local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a + i])
-      local key = KEYS[k + i]
-      local capped = false
-      n = signed
-      if n ~= 0 then capped = charges[alg](key, p1, p2, p3, p4, p5) end
-      n = 0
-      local _, _, remaining, reset, _, nxt = steps[alg](key, p1, p2, p3, p4, p5)
-      if signed ~= 0 and alg ~= 1 then call('PEXPIRE', key, ttl(reset)) end
-      local o = #out
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, capped and 1 or 0, remaining, reset, 0, nxt
-    end
-  elseif count == 1 then
-    -- One limit, the common case: no tables to gather and replay.
-    local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a])
-    local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k], p1, p2, p3, p4, p5)
-    if write and not dry then write() end
-    local o = #out
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = allowed, retry, remaining, reset, delay, nxt
+  if away[d] then
+    for _ = 1, 6 * count do out[#out + 1] = 0 end
+    out[#out + 1] = -1
+    a, k = a + 1 + count, k + count
+    if flag == 2 then a = a + 1 end
   else
-    local writes, all = {}, true
-    for i = 0, count - 1 do
-      local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a + i])
-      local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k + i], p1, p2, p3, p4, p5)
-      if allowed == 0 then all = false end
-      writes[i] = write
+    now = at
+    if at < 0 then
+      if redisNow == nil then
+        local t = call('TIME')
+        redisNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      end
+      now = redisNow
+    end
+    local dry = flag == 1
+    a = a + 1
+    if flag == 2 then
+      -- A charge: n signed units to every limit, unconditionally. ARGV[a]
+      -- holds the age of its reservation in µs (>= 0), so that it reads on
+      -- the clock the script uses. The reply's second value is 1 if the
+      -- debt bound capped the limit's charge.
+      reserved = now - sunpack('<i8', ARGV[a])
+      a = a + 1
+      local signed = n
+      for i = 0, count - 1 do
+        local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a + i])
+        local key = KEYS[k + i]
+        local capped = false
+        n = signed
+        if n ~= 0 then capped = charges[alg](key, p1, p2, p3, p4, p5) end
+        n = 0
+        local _, _, remaining, reset, _, nxt = steps[alg](key, p1, p2, p3, p4, p5)
+        if signed ~= 0 and alg ~= 1 then call('PEXPIRE', key, ttl(reset)) end
+        local o = #out
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, capped and 1 or 0, remaining, reset, 0, nxt
+      end
+    elseif count == 1 then
+      -- One limit, the common case: no tables to gather and replay.
+      local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a])
+      local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k], p1, p2, p3, p4, p5)
+      if write and not dry then write() end
       local o = #out
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = allowed, retry, remaining, reset, delay, nxt
+    else
+      local writes, all = {}, true
+      for i = 0, count - 1 do
+        local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a + i])
+        local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k + i], p1, p2, p3, p4, p5)
+        if allowed == 0 then all = false end
+        writes[i] = write
+        local o = #out
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = allowed, retry, remaining, reset, delay, nxt
+      end
+      for i = 0, count - 1 do
+        -- A single limit writes even when it rejects (a trimmed log, an
+        -- advanced bucket): that changes nothing a later request would see.
+        if writes[i] and all and not dry then writes[i]() end
+      end
     end
-    for i = 0, count - 1 do
-      -- A single limit writes even when it rejects (a trimmed log, an
-      -- advanced bucket): that changes nothing a later request would see.
-      if writes[i] and all and not dry then writes[i]() end
-    end
+    out[#out + 1] = now
+    a, k = a + count, k + count
   end
-  out[#out + 1] = now
-  a, k = a + count, k + count
 end
 return out

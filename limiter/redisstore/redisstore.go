@@ -5,7 +5,7 @@
 // EVALSHA and loaded again on NOSCRIPT) decides every limit of a policy for
 // a client key, and writes their new states only if all admit. Concurrent
 // decisions are batched automatically (batch.go): one script call decides
-// many on one node, a pipeline carries them on Redis Cluster. Time comes
+// many on one node, and on each master of a Redis Cluster. Time comes
 // from Redis TIME inside the script, so proxies whose clocks disagree still
 // agree on the limits; Options.CallerTime makes the script use the caller's
 // instant instead, for tests.
@@ -50,6 +50,12 @@ var _ limiter.Store = (*Store)(nil)
 var decideLua string
 
 var decideScript = redis.NewScript(decideLua)
+
+// decideCross is decide.lua for one call deciding keys of several slots
+// of one Redis Cluster master: its keys are arguments, not declared
+// (Redis refuses declared keys that span slots), and the script may
+// touch keys of any slot the node serves.
+var decideCross = redis.NewScript("#!lua flags=allow-cross-slot-keys\n" + decideLua)
 
 // Options configures a Store.
 type Options struct {

@@ -280,8 +280,26 @@ func TestSentinel(t *testing.T) {
 // admitted exactly what its limits allow, and each peek reports what
 // its client had left at that moment.
 func TestBatches(t *testing.T) {
-	c := startRedis(t)
+	t.Parallel()
+	checkBatches(t, newStore(t, startRedis(t), redisstore.Options{Timeout: 5 * time.Second}))
+}
+
+// TestBatchesCluster: on Redis Cluster too, concurrent decisions share
+// script calls (one a master, whatever their slots), each decided exactly.
+func TestBatchesCluster(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Cluster(t)})
+	t.Cleanup(func() { c.Close() })
 	s := newStore(t, c, redisstore.Options{Timeout: 5 * time.Second})
+	checkBatches(t, s)
+	calls, decisions, _ := s.ScriptCalls()
+	t.Logf("%d decisions in %d script calls", decisions, calls)
+	if float64(decisions)/float64(calls) < 1.5 {
+		t.Errorf("%d decisions in %d script calls: not batched", decisions, calls)
+	}
+}
+
+func checkBatches(t *testing.T, s *redisstore.Store) {
 	fw := func(limit int64) limiter.Limit {
 		l, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limit, Window: time.Hour})
 		if err != nil {
