@@ -157,29 +157,12 @@ func sameClientSource(a, b *config.Server) bool {
 	return slices.Equal(a.TrustedProxies, b.TrustedProxies) && a.ClientIPHeader == b.ClientIPHeader && a.TrustedHops == b.TrustedHops
 }
 
-func sameConcurrency(a, b *config.Concurrency) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return reflect.DeepEqual(*a, *b)
-}
-
-func sameUpstream(a, b config.Upstream) bool {
-	if a.Name != b.Name || a.Timeout != b.Timeout || a.PreserveHost != b.PreserveHost ||
-		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) ||
-		a.AllowTrace != b.AllowTrace || a.Buffering != b.Buffering || a.MaxBodyBytes != b.MaxBodyBytes ||
-		a.MinBodyRate != b.MinBodyRate || a.RateWindow != b.RateWindow || a.MaxStreamsPerKey != b.MaxStreamsPerKey ||
-		a.Protocol != b.Protocol || !slices.Equal(a.Upgrades, b.Upgrades) ||
-		!sameConcurrency(a.Concurrency, b.Concurrency) {
-		return false
-	}
-	for i := range a.Targets {
-		if a.Targets[i].String() != b.Targets[i].String() {
-			return false
-		}
-	}
-	return true
-}
+// sameUpstream reports whether a pool built for a may serve b: the
+// config.Upstream values compared as a whole (targets, nested
+// [upstream.concurrency] and all), so that a field added to
+// config.Upstream can never be left out and keep a stale pool on reload.
+// Two parses of the same configuration are equal.
+func sameUpstream(a, b config.Upstream) bool { return reflect.DeepEqual(a, b) }
 
 // CloseQueues answers every request waiting in a leaky-bucket queue, now
 // and later, with 503 and Retry-After: 1 instead of forwarding it. A server
