@@ -92,9 +92,10 @@ type ruling struct {
 	detail   string // replyInvalid's detail
 
 	// key is r's client key under p; with OwnKeys, "" (each limit's key
-	// is in keys).
+	// is in keys). keys has room for limiter.MaxLimits keys: the caller's
+	// array, so that a ruling stays on the caller's stack.
 	key  string
-	keys [limiter.MaxLimits]string
+	keys []string
 	// counted is the key the deciding limit counted r under: key, or
 	// with OwnKeys the key of the limit d.Index names ("" for none).
 	counted string
@@ -127,7 +128,7 @@ type ruling struct {
 // Evaluator take: what follows it (waiting in a leaky bucket's queue, the
 // concurrency gates, forwarding, settling the answer) is theirs. It
 // rewrites r as the upstream is to see it (canonicalize, pinned key
-// headers).
+// headers). o must be the zero ruling but for its keys.
 func (h *Handler) decide(ctx context.Context, r *http.Request, snap *snapshot, s *config.Server, now time.Time, o *ruling) {
 	if !h.match(r, snap, s, o) {
 		return

@@ -77,7 +77,8 @@ func NewEvaluator(set *policy.Set, o EvaluatorOptions) *Evaluator {
 // read again, so that a request is keyed as it was live.
 func (e *Evaluator) Evaluate(r *http.Request, now time.Time) Verdict {
 	e.now = now
-	var o ruling
+	var keys [limiter.MaxLimits]string
+	o := ruling{keys: keys[:]}
 	e.h.decide(context.Background(), r, e.h.snap.Load(), &e.srv, now, &o)
 	v := Verdict{Decision: o.decision, Status: o.status, owes: o.owes}
 	if o.p != nil {

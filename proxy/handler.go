@@ -192,7 +192,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	snap := h.snap.Load()
 	rec := h.newRecorder(w, r, snap, start)
 	var (
-		o    ruling
+		keys [limiter.MaxLimits]string
+		o    = ruling{keys: keys[:]}
 		wait time.Duration
 	)
 	defer func() { h.done(rec, r, start, &o, wait) }()
