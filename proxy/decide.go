@@ -23,8 +23,8 @@ type Decision uint8
 // (docs/metrics.md): they never change.
 const (
 	_              Decision = iota
-	Allowed                 // forwarded
-	Rejected                // refused by a limit (429), or for lacking a part of its key (400)
+	Allowed                 // forwarded (also when its limits failed to decide)
+	Rejected                // refused by a limit or its policy's concurrency (429), or for lacking a part of its key (400)
 	Queued                  // forwarded after waiting in a leaky bucket's queue
 	ShadowRejected          // over a limit of a shadow policy: forwarded
 	Unmatched               // no policy matches: 404
