@@ -163,7 +163,7 @@ upstream = "app"
 	if r := reached.Load(); r != 3 {
 		t.Errorf("%d requests reached the upstream, want 3 (the shed ones never do)", r)
 	}
-	if n := testutil.ToFloat64(m.requests.WithLabelValues("all", Shed)); n != 2 {
+	if n := testutil.ToFloat64(m.requests.WithLabelValues("all", Shed.String())); n != 2 {
 		t.Errorf("limitproxy_requests_total{decision=shed} = %v, want 2", n)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`

@@ -123,7 +123,7 @@ func TestCloseQueues(t *testing.T) {
 	}
 	n503 := 0
 	for _, e := range logs.FilterMessage("request").All() {
-		if e.ContextMap()["status"] == int64(503) && e.ContextMap()["decision"] == Queued {
+		if e.ContextMap()["status"] == int64(503) && e.ContextMap()["decision"] == Queued.String() {
 			n503++
 		}
 	}

@@ -21,7 +21,7 @@ type Verdict struct {
 	// Decision is one of the access log's decisions: Allowed, Queued,
 	// Rejected, ShadowRejected, Banned, ShadowBanned, Skipped, Unmatched,
 	// Invalid.
-	Decision string
+	Decision Decision
 	// Key is the client key the deciding limit counted the request under
 	// (the most restrictive one's); "" when no limit did.
 	Key string
@@ -34,13 +34,13 @@ type Verdict struct {
 	owes *owed // what the answer owes limits that read it; nil: nothing
 }
 
-// Evaluator decides requests as a Handler does — the same canonical
-// form, matcher, keys, penalty box and limits, in the same order —
-// without forwarding them and on the clock its caller gives: `limitproxy
-// replay` runs access logs through it on a virtual clock. Concurrency
-// limits (per upstream, per client) are not evaluated: they depend on how
-// long answers take, which a log records only roughly. It is not safe for
-// concurrent use.
+// Evaluator decides requests as a Handler does: the same function
+// (canonical form, matcher, keys, penalty box, per-key overrides, limits)
+// decides, without forwarding and on the clock its caller gives:
+// `limitproxy replay` runs access logs through it on a virtual clock.
+// Concurrency limits (per upstream, per client) are not evaluated: they
+// depend on how long answers take, which a log records only roughly. It
+// is not safe for concurrent use.
 type Evaluator struct {
 	h   *Handler
 	now time.Time
@@ -49,13 +49,23 @@ type Evaluator struct {
 	srv config.Server
 }
 
+// EvaluatorOptions configures an Evaluator. The zero value has no
+// penalty box and no overrides.
+type EvaluatorOptions struct {
+	// Bans is the penalty box, for policies with a [policy.ban]; nil:
+	// such policies ban nobody.
+	Bans perkey.Bans
+	// Overrides are the per-key overrides; nil: none. The Evaluator only
+	// reads them.
+	Overrides perkey.Overrides
+}
+
 // NewEvaluator returns an Evaluator of set, whose limits must be bound to
 // a store of its own (the memory store with VirtualQueues, so that a
-// leaky bucket's queue follows the virtual clock), with bans as its
-// penalty box (nil: none).
-func NewEvaluator(set *policy.Set, bans perkey.Bans) *Evaluator {
+// leaky bucket's queue follows the virtual clock).
+func NewEvaluator(set *policy.Set, o EvaluatorOptions) *Evaluator {
 	e := &Evaluator{}
-	e.h = New(set, Options{Bans: bans, Now: func() time.Time { return e.now }})
+	e.h = New(set, Options{Bans: o.Bans, Overrides: o.Overrides, Now: func() time.Time { return e.now }})
 	e.srv = set.Config.Server
 	e.srv.TrustedProxies = nil
 	return e
@@ -68,105 +78,19 @@ func NewEvaluator(set *policy.Set, bans perkey.Bans) *Evaluator {
 // read again, so that a request is keyed as it was live.
 func (e *Evaluator) Evaluate(r *http.Request, now time.Time) Verdict {
 	e.now = now
-	h := e.h
-	snap := h.snap.Load()
-	cfg := &e.srv
-	if status, _ := canonicalize(r, cfg); status != 0 {
-		return Verdict{Decision: Invalid, Status: status}
+	var keys [limiter.MaxLimits]string
+	o := ruling{keys: keys[:]}
+	e.h.decide(context.Background(), r, e.h.snap.Load(), &e.srv, now, &o)
+	v := Verdict{Decision: o.decision, Status: o.status, owes: o.owes}
+	if o.p != nil {
+		v.Policy = o.p.Name
 	}
-	p, ok := snap.set.Match(r)
-	if !ok {
-		return Verdict{Decision: Unmatched, Status: http.StatusNotFound}
+	switch o.reply {
+	case noReply, replyBan, replyLimit:
+		v.Key = o.counted
 	}
-	v := Verdict{Policy: p.Name}
-	if r.Method == http.MethodTrace && !snap.pools[p.Upstream].cfg.AllowTrace {
-		v.Decision, v.Status = Invalid, http.StatusMethodNotAllowed
-		return v
-	}
-	var (
-		key  string
-		res  keyResult
-		keys [limiter.MaxLimits]string
-	)
-	if p.OwnKeys {
-		res = limitKeys(r, p, cfg, keys[:len(p.Limits)])
-		if p.Concurrency != nil {
-			if _, own := clientKey(r, p, cfg); own == keyInvalid {
-				res = keyInvalid
-			}
-		}
-	} else {
-		key, res = clientKey(r, p, cfg)
-	}
-	switch res {
-	case keyInvalid:
-		v.Decision, v.Status = Invalid, http.StatusBadRequest
-		return v
-	case keySkip:
-		v.Decision = Skipped
-		return v
-	case keyReject:
-		v.Decision, v.Status = Rejected, http.StatusBadRequest
-		return v
-	}
-	ctx := context.Background()
-	shadowBanned := false
-	if p.Ban != nil && h.bans != nil {
-		if _, ok := h.banned(p, key, keys[:len(p.Limits)], now); ok {
-			if !p.Ban.Shadow {
-				v.Decision, v.Status, v.Key = Banned, p.Ban.Status, key
-				return v
-			}
-			shadowBanned = true
-		}
-	}
-	var (
-		d   limiter.Decision
-		err error
-	)
-	switch {
-	case p.Limiter == nil:
-		d = limiter.Decision{Allowed: true, Index: -1}
-	case p.Deferred != nil:
-		if !p.OwnKeys {
-			for i := range p.Limits {
-				keys[i] = key
-			}
-		}
-		d, v.owes, err = h.decideDeferred(ctx, r, p, keys[:len(p.Limits)], now)
-	case p.OwnKeys:
-		d, err = p.Limiter.AllowKeys(ctx, keys[:len(p.Limits)], now, 1)
-	default:
-		d, err = p.Limiter.Allow(ctx, key, now, 1)
-	}
-	if err != nil {
-		v.Decision = Allowed
-		return v
-	}
-	v.Key = key
-	if p.OwnKeys && d.Index >= 0 {
-		v.Key = keys[d.Index]
-	}
-	banned := false
-	if !d.Allowed && !d.Degraded && !shadowBanned && p.Ban != nil && h.bans != nil {
-		_, banned = h.offend(ctx, p, key, keys[:len(p.Limits)], d, now)
-	}
-	switch {
-	case !d.Allowed && p.Mode == config.Shadow:
-		v.Decision = ShadowRejected
-	case !d.Allowed && banned && !p.Ban.Shadow:
-		v.Decision, v.Status = Rejected, p.Ban.Status
-	case !d.Allowed:
-		v.Decision, v.Status = Rejected, p.Reject.Status
-	case d.Delay > 0 && p.Mode == config.Shadow:
-		v.Decision = Allowed
-	case d.Delay > 0:
-		v.Decision, v.Delay = Queued, d.Delay
-	default:
-		v.Decision = Allowed
-	}
-	if shadowBanned && v.Decision == Allowed {
-		v.Decision = ShadowBanned
+	if o.decision == Queued {
+		v.Delay = o.d.Delay
 	}
 	return v
 }

@@ -41,8 +41,8 @@ key = ["ip"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := NewEvaluator(set, nil)
-	for i, want := range []string{Allowed, Rejected, Rejected} {
+	e := NewEvaluator(set, EvaluatorOptions{})
+	for i, want := range []Decision{Allowed, Rejected, Rejected} {
 		r := &http.Request{Method: "GET", Host: "h", URL: &url.URL{Path: "/"}, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 			RemoteAddr: "127.0.0.2:0", Header: http.Header{"X-Forwarded-For": {"203.0.113." + string(rune('1'+i))}}}
 		if v := e.Evaluate(r, now); v.Decision != want {

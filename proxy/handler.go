@@ -22,20 +22,6 @@ import (
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
-// Decisions, as the access log and docs/metrics.md's metrics name them.
-const (
-	Allowed        = "allowed"
-	Rejected       = "rejected"
-	Queued         = "queued"
-	ShadowRejected = "shadow_rejected"
-	Unmatched      = "unmatched"
-	Skipped        = "skipped" // on_missing = "skip": forwarded without limiting
-	Invalid        = "invalid" // refused before matching: 400 or 405 (see canonicalize)
-	Shed           = "shed"    // turned away by its upstream's concurrency limit: 503
-	Banned         = "banned"  // its key is in the policy's penalty box: 429 or 403
-	ShadowBanned   = "shadow_banned"
-)
-
 // Handler is the proxy's http.Handler. It holds the current policy set in
 // an atomic pointer: each request loads it once and uses that snapshot from
 // start to end, so a reload never changes the rules under a request in
@@ -176,30 +162,12 @@ func sameClientSource(a, b *config.Server) bool {
 	return slices.Equal(a.TrustedProxies, b.TrustedProxies) && a.ClientIPHeader == b.ClientIPHeader && a.TrustedHops == b.TrustedHops
 }
 
-func sameConcurrency(a, b *config.Concurrency) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return reflect.DeepEqual(*a, *b)
-}
-
-func sameUpstream(a, b config.Upstream) bool {
-	if a.Name != b.Name || a.Timeout != b.Timeout || a.PreserveHost != b.PreserveHost ||
-		a.MaxFails != b.MaxFails || a.FailTimeout != b.FailTimeout || len(a.Targets) != len(b.Targets) ||
-		a.AllowTrace != b.AllowTrace || a.Buffering != b.Buffering || a.MaxBodyBytes != b.MaxBodyBytes ||
-		a.MinBodyRate != b.MinBodyRate || a.RateWindow != b.RateWindow || a.MaxStreamsPerKey != b.MaxStreamsPerKey ||
-		a.Protocol != b.Protocol || !slices.Equal(a.Upgrades, b.Upgrades) ||
-		a.ResponseBuffering != b.ResponseBuffering || a.ResponseBufferMemory != b.ResponseBufferMemory || a.ResponseBufferFile != b.ResponseBufferFile ||
-		!sameConcurrency(a.Concurrency, b.Concurrency) {
-		return false
-	}
-	for i := range a.Targets {
-		if a.Targets[i].String() != b.Targets[i].String() {
-			return false
-		}
-	}
-	return true
-}
+// sameUpstream reports whether a pool built for a may serve b: the
+// config.Upstream values compared as a whole (targets, nested
+// [upstream.concurrency] and all), so that a field added to
+// config.Upstream can never be left out and keep a stale pool on reload.
+// Two parses of the same configuration are equal.
+func sameUpstream(a, b config.Upstream) bool { return reflect.DeepEqual(a, b) }
 
 // CloseQueues answers every request waiting in a leaky-bucket queue, now
 // and later, with 503 and Retry-After: 1 instead of forwarding it. A server
@@ -221,270 +189,175 @@ func (h *Handler) CloseIdleConnections() {
 // Set returns the policy set new requests see.
 func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
 
-// ServeHTTP is the data path: snapshot → canonical form → match → key →
-// limits → reject, wait in the leaky-bucket queue, or forward.
+// ServeHTTP is the data path: snapshot → decide (canonical form, match,
+// keys, penalty box, limits) → the proxy's own answer, or the leaky
+// bucket's queue, the policy's concurrency gate and forward.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
 	snap := h.snap.Load()
+	rec := h.newRecorder(w, r, snap, start)
+	var (
+		keys [limiter.MaxLimits]string
+		o    = ruling{keys: keys[:]}
+		wait time.Duration
+	)
+	defer func() { h.done(rec, r, start, &o, wait) }()
+	h.decide(r.Context(), r, snap, &snap.set.Config.Server, start, &o)
+	if o.owes != nil {
+		defer h.settle(rec, o.owes)
+	}
+	rec.key = o.key // the upstream's fair share counts it under this key
+	if o.p != nil && o.p.OwnKeys {
+		rec.key = o.keys[0]
+	}
+	h.inform(rec, snap, start, &o)
+	if o.reply != noReply {
+		h.answer(rec, r, snap, start, &o)
+		return
+	}
+	// A request that will wait in a leaky-bucket queue takes its
+	// concurrency slot before waiting: everything one key holds in the
+	// proxy (queued, waiting for a slot, in flight) then counts against
+	// limit + queue, so a key cannot keep a leaky queue's worth of
+	// connections open beyond what its concurrency allows.
+	queued := o.decision == Queued
+	release, ok := h.gate(rec, r, snap, &o)
+	if !ok {
+		if queued {
+			// Refused a slot: give its place in the queue back.
+			leaveQueue(o.p, o.d)
+		}
+		return
+	}
+	defer release()
+	if queued {
+		if wait, ok = h.waitTurn(rec, r, o.p, o.d, start); !ok {
+			return
+		}
+	}
+	h.forward(rec, r, snap, o.p)
+}
+
+// newRecorder returns the recorder of w for r, arriving at start.
+func (h *Handler) newRecorder(w http.ResponseWriter, r *http.Request, snap *snapshot, start time.Time) *recorder {
 	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout, grpc: isGRPC(r), h2: r.ProtoMajor == 2}
 	rec.dl, _ = unwrapDeadliner(w)
 	if h.acc != nil && snap.set.Config.Log.AccessReplay {
+		// As received: before decide puts r in canonical form.
 		rec.replay = captureReplay(r, snap.replay, &snap.set.Config.Server, start)
 	}
-	var (
-		p        *policy.Policy
-		decision string
-		wait     time.Duration
-		owes     *owed // what the answer owes limits that read it
-	)
-	defer func() {
-		// The server writes what remains of the response after this
-		// returns: give it a fresh send_timeout too.
-		rec.renewed = time.Time{}
-		rec.renewDeadline()
-		name := ""
-		if p != nil {
-			name = p.Name
-		}
-		if rec.shed {
-			decision = Shed
-		}
-		if rec.streamRefused {
-			decision = StreamRefused
-		}
-		h.metrics.decision(name, decision)
-		h.logAccess(r, rec, start, p, decision, wait, owes)
-	}()
+	return rec
+}
 
-	if status, detail := canonicalize(r, &snap.set.Config.Server); status != 0 {
-		decision = Invalid
-		if status == http.StatusMethodNotAllowed {
+// done counts and logs the exchange once the handler is through with it.
+func (h *Handler) done(rec *recorder, r *http.Request, start time.Time, o *ruling, wait time.Duration) {
+	// The server writes what remains of the response after ServeHTTP
+	// returns: give it a fresh send_timeout too.
+	rec.renewed = time.Time{}
+	rec.renewDeadline()
+	name := ""
+	if o.p != nil {
+		name = o.p.Name
+	}
+	decision := o.decision
+	if rec.shed {
+		decision = Shed
+	}
+	if rec.streamRefused {
+		decision = StreamRefused
+	}
+	h.metrics.decision(name, decision)
+	h.logAccess(r, rec, start, o.p, decision, wait, o.owes)
+}
+
+// inform writes the RateLimit fields of what the limits decided, and
+// shows it to the top offenders.
+func (h *Handler) inform(rec *recorder, snap *snapshot, now time.Time, o *ruling) {
+	if !o.limited {
+		return
+	}
+	setRateLimitHeaders(rec.Header(), snap.set.Config.Server.RateLimitHeaders, o.hp, o.d, now)
+	if o.d.Index >= 0 {
+		h.top.observe(o.p, o.counted, o.d, now)
+	}
+}
+
+// answer gives the answer of the proxy's own that decide chose.
+func (h *Handler) answer(rec *recorder, r *http.Request, snap *snapshot, now time.Time, o *ruling) {
+	p := o.p
+	pr := problem{Type: "about:blank", Title: http.StatusText(o.status), Status: o.status}
+	switch o.reply {
+	case replyInvalid:
+		if o.status == http.StatusMethodNotAllowed {
 			rec.Header().Set("Allow", allowed)
 		}
-		writeProblem(rec, status, problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
-		return
-	}
-	p, ok := snap.set.Match(r)
-	if !ok {
-		decision = Unmatched
-		writeProblem(rec, http.StatusNotFound, problem{Type: "about:blank", Title: "Not Found", Status: http.StatusNotFound,
-			Detail: "no policy matches this request"})
-		return
-	}
-	if r.Method == http.MethodTrace && !snap.pools[p.Upstream].cfg.AllowTrace {
-		decision = Invalid
+		pr.Detail = o.detail
+	case replyNoMatch:
+		pr.Detail = "no policy matches this request"
+	case replyTrace:
 		rec.Header().Set("Allow", allowed)
-		writeProblem(rec, http.StatusMethodNotAllowed, problem{Type: "about:blank", Title: "Method Not Allowed", Status: http.StatusMethodNotAllowed,
-			Detail: "TRACE is not allowed to the upstream " + p.Upstream})
+		pr.Detail = "TRACE is not allowed to the upstream " + p.Upstream
+	case replyAmbiguous:
+		pr.Detail = "a part of the client key is repeated or malformed: " + ambiguousPart(r, p, snap.set.Config.Server.AmbiguousKeyParts)
+	case replyNoKey:
+		pr.Detail = "the request lacks a part of its client key: " + keyNames(p)
+	case replyBan:
+		h.refuseBanned(rec, p, o.ban, now)
+		return
+	case replyLimit:
+		reject(rec, p, o.d, snap.rejection[p])
 		return
 	}
-	cfg := &snap.set.Config.Server
-	var (
-		key  string
-		res  keyResult
-		keys [limiter.MaxLimits]string
-	)
-	var (
-		ownKey string    // with OwnKeys and a [policy.concurrency]: the policy's own key
-		ownRes keyResult // and what building it found
-	)
-	if p.OwnKeys {
-		res = limitKeys(r, p, cfg, keys[:len(p.Limits)])
-		if p.Concurrency != nil {
-			// Built now, so that an ambiguous part of it is refused
-			// before any limit counts the request.
-			if ownKey, ownRes = clientKey(r, p, cfg); ownRes == keyInvalid {
-				res = keyInvalid
-			}
-		}
-	} else {
-		key, res = clientKey(r, p, cfg)
-	}
-	rec.key = key
-	if p.OwnKeys {
-		rec.key = keys[0]
-	}
-	if res == keyInvalid {
-		decision = Invalid
-		writeProblem(rec, http.StatusBadRequest, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
-			Detail: "a part of the client key is repeated or malformed: " + ambiguousPart(r, p, cfg.AmbiguousKeyParts)})
-		return
-	}
-	if cfg.AmbiguousKeyParts == config.AmbiguousRewrite {
-		rewriteKeyParts(r, p)
-	}
-	switch res {
-	case keySkip:
-		decision = Skipped
-		h.forward(rec, r, snap, p)
-		return
-	case keyReject:
-		decision = Rejected
-		writeProblem(rec, http.StatusBadRequest, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
-			Detail: "the request lacks a part of its client key: " + keyNames(p)})
-		return
-	}
+	writeProblem(rec, o.status, pr)
+}
 
-	pinKeyHeaders(r, p)
+// gate takes a slot of the policy's [policy.concurrency] for the
+// request's key, if it passes one; when none could be had, it has
+// answered the request (or the client left) and reports false.
+func (h *Handler) gate(rec *recorder, r *http.Request, snap *snapshot, o *ruling) (release func(), ok bool) {
+	if !o.gated {
+		return func() {}, true
+	}
+	return h.concurrencyGate(rec, r, o.p, o.gateKey, snap.rejection[o.p], &o.decision)
+}
 
-	shadowBanned := false
-	if p.Ban != nil && h.bans != nil {
-		if b, ok := h.banned(p, key, keys[:len(p.Limits)], start); ok {
-			if !p.Ban.Shadow {
-				decision = Banned
-				h.refuseBanned(rec, p, b, start)
-				return
-			}
-			// Counted, never refused: the limits decide as usual.
-			shadowBanned = true
-		}
-	}
-	var (
-		d   limiter.Decision
-		err error
-		hp  = p // the policy whose limits the RateLimit fields describe
-	)
+// waitTurn holds r in p's leaky-bucket queue until d's turn comes. It
+// returns how long r waited since start, and false when r left the queue
+// without its turn: the client went (nobody to answer), or CloseQueues
+// turned it away (answered 503).
+func (h *Handler) waitTurn(rec *recorder, r *http.Request, p *policy.Policy, d limiter.Decision, start time.Time) (time.Duration, bool) {
+	h.metrics.queued(p.Name, 1)
+	ctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(h.closing, cancel)
+	err := p.Limiter.Wait(ctx, d)
+	stop()
+	cancel()
+	h.metrics.queued(p.Name, -1)
+	wait := h.now().Sub(start)
+	h.metrics.waited(p.Name, wait)
 	switch {
-	case p.Limiter == nil:
-		// Only a [policy.concurrency]: no rate to decide.
-		d = limiter.Decision{Allowed: true, Index: -1}
-	case p.Deferred != nil:
-		if !p.OwnKeys {
-			for i := range p.Limits {
-				keys[i] = key
-			}
-		}
-		d, owes, err = h.decideDeferred(r.Context(), r, p, keys[:len(p.Limits)], start)
-		if owes != nil {
-			defer h.settle(rec, owes)
-		}
-	case p.OwnKeys:
-		d, err = p.Limiter.AllowKeys(r.Context(), keys[:len(p.Limits)], start, 1)
+	case err == nil:
+		return wait, true
+	case r.Context().Err() != nil:
+		// The client left while queued: it has left the queue and is
+		// never forwarded; there is no one to answer.
+		rec.status = statusClientClosed
 	default:
-		l := p.Limiter
-		if h.overrides != nil {
-			if ol, view, ok := h.overridden(p, key); ok {
-				l, hp = ol, view
-			}
-		}
-		d, err = l.Allow(r.Context(), key, start, 1)
+		// The drain budget ran out (CloseQueues): the request has left
+		// the queue and is answered, not forwarded.
+		rec.Header().Set("Retry-After", "1")
+		writeProblem(rec, http.StatusServiceUnavailable, problem{Type: "about:blank", Title: "Service Unavailable",
+			Status: http.StatusServiceUnavailable, Detail: "the proxy is shutting down; retry"})
 	}
-	if err != nil {
-		// The memory store never fails; the Redis store's on_error
-		// policy decides this case there.
-		h.log.Error("limiter failed; request forwarded", zap.String("policy", p.Name), zap.Error(err))
-		decision = Allowed
-		h.forward(rec, r, snap, p)
-		return
-	}
-	setRateLimitHeaders(rec.Header(), cfg.RateLimitHeaders, hp, d, start)
-	if d.Index >= 0 {
-		k := key
-		if p.OwnKeys {
-			k = keys[d.Index]
-		}
-		h.top.observe(p, k, d, start)
-	}
-	var ban perkey.Ban
-	banned := false
-	if !d.Allowed && !d.Degraded && !shadowBanned && p.Ban != nil && h.bans != nil {
-		// Over a limit: an offence. (Not a rejection made without the
-		// shared store, on_error: an outage is nobody's offence.)
-		ban, banned = h.offend(context.WithoutCancel(r.Context()), p, key, keys[:len(p.Limits)], d, start)
-	}
-	// gate takes a slot of the policy's [policy.concurrency] for the
-	// request's key, if it has one. A request that will wait in a
-	// leaky-bucket queue takes it before waiting: everything one key
-	// holds in the proxy (queued, waiting for a slot, in flight) then
-	// counts against limit + queue, so a key cannot keep a leaky queue's
-	// worth of connections open beyond what its concurrency allows.
-	gated := false
-	gate := func() (release func(), ok bool) {
-		if p.Concurrency == nil {
-			return func() {}, true
-		}
-		if p.OwnKeys {
-			// The policy's own key, which its rate limits did not use.
-			if key, res = ownKey, ownRes; res == keyReject {
-				decision = Rejected
-				writeProblem(rec, http.StatusBadRequest, problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest,
-					Detail: "the request lacks a part of its client key: " + keyNames(p)})
-				return nil, false
-			}
-		}
-		if res == keySkip {
-			return func() {}, true
-		}
-		return h.concurrencyGate(rec, r, p, key, snap.rejection[p], &decision)
-	}
-	switch {
-	case !d.Allowed && p.Mode == config.Shadow:
-		decision = ShadowRejected
-		h.log.Info("shadow policy would reject", zap.String("policy", p.Name), zap.Duration("retry_after", d.RetryAfter))
-	case !d.Allowed && banned && !p.Ban.Shadow:
-		// The offence's answer is the ban's: its status, and Retry-After
-		// until it ends rather than until the limit would admit.
-		decision = Rejected
-		h.refuseBanned(rec, p, ban, start)
-		return
-	case !d.Allowed:
-		decision = Rejected
-		reject(rec, p, d, snap.rejection[p])
-		return
-	case d.Delay > 0 && p.Mode == config.Shadow:
-		// Counted in the queue like an enforced request, never held.
-		decision = Allowed
-		h.log.Debug("shadow policy would delay", zap.String("policy", p.Name), zap.Duration("delay", d.Delay))
-	case d.Delay > 0:
-		decision = Queued
-		release, ok := gate()
-		if !ok {
-			// Refused a slot: give its place in the queue back.
-			gone, cancel := context.WithCancel(r.Context())
-			cancel()
-			p.Limiter.Wait(gone, d)
-			return
-		}
-		defer release()
-		gated = true
-		h.metrics.queued(p.Name, 1)
-		ctx, cancel := context.WithCancel(r.Context())
-		stop := context.AfterFunc(h.closing, cancel)
-		err := p.Limiter.Wait(ctx, d)
-		stop()
-		cancel()
-		h.metrics.queued(p.Name, -1)
-		wait = h.now().Sub(start)
-		h.metrics.waited(p.Name, wait)
-		switch {
-		case err == nil:
-		case r.Context().Err() != nil:
-			// The client left while queued: it has left the queue and is
-			// never forwarded; there is no one to answer.
-			rec.status = statusClientClosed
-			return
-		default:
-			// The drain budget ran out (CloseQueues): the request has
-			// left the queue and is answered, not forwarded.
-			rec.Header().Set("Retry-After", "1")
-			writeProblem(rec, http.StatusServiceUnavailable, problem{Type: "about:blank", Title: "Service Unavailable",
-				Status: http.StatusServiceUnavailable, Detail: "the proxy is shutting down; retry"})
-			return
-		}
-	default:
-		decision = Allowed
-	}
-	if shadowBanned && decision == Allowed {
-		decision = ShadowBanned
-	}
-	if !gated {
-		release, ok := gate()
-		if !ok {
-			return
-		}
-		defer release()
-	}
-	h.forward(rec, r, snap, p)
+	return wait, false
+}
+
+// leaveQueue gives back the place in p's leaky-bucket queue that d took,
+// for a request that will not wait in it.
+func leaveQueue(p *policy.Policy, d limiter.Decision) {
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.Limiter.Wait(gone, d)
 }
 
 func keyNames(p *policy.Policy) string {
@@ -566,7 +439,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 // debug level, so that a flood of them cannot flood the log; a response
 // cut short after its status went out at warn, with an error field;
 // everything else at info.
-func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision string, wait time.Duration, o *owed) {
+func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision Decision, wait time.Duration, o *owed) {
 	if h.acc == nil {
 		return
 	}
@@ -592,7 +465,7 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 		zap.Int("status", rec.statusCode()),
 		zap.Duration("duration", h.now().Sub(start)),
 		zap.String("policy", name),
-		zap.String("decision", decision),
+		zap.String("decision", decision.String()),
 		zap.String("upstream", rec.upstream),
 		zap.Duration("queue_wait", wait),
 		zap.String("error", rec.err),

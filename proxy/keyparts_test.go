@@ -296,7 +296,7 @@ func TestAmbiguousKeyPartsRefused(t *testing.T) {
 	}
 	invalid := 0
 	for _, e := range logs.FilterMessage("request").All() {
-		if e.ContextMap()["decision"] == Invalid {
+		if e.ContextMap()["decision"] == Invalid.String() {
 			invalid++
 		}
 	}
@@ -398,7 +398,7 @@ func TestEvaluateAmbiguousKeyParts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev := NewEvaluator(set, nil)
+		ev := NewEvaluator(set, EvaluatorOptions{})
 		now := t0
 		for _, path := range []string{"/q", "/c", "/own"} {
 			reqs := ambiguousProbes(path, 0)

@@ -181,16 +181,16 @@ func (c concurrencyCollector) Collect(ch chan<- prometheus.Metric) {
 // decision counts a request under docs/metrics.md's decisions: a request forwarded
 // without limiting (on_missing = "skip", the ACME challenge path) counts as
 // allowed.
-func (m *Metrics) decision(policy, d string) {
+func (m *Metrics) decision(policy string, d Decision) {
 	if m == nil {
 		return
 	}
-	switch d {
-	case Skipped:
+	if d == Skipped {
 		d = Allowed
 	}
-	child(m, childKey{metric: mRequests, a: policy, b: d}, func() prometheus.Counter {
-		return m.requests.WithLabelValues(policy, d)
+	label := d.String()
+	child(m, childKey{metric: mRequests, a: policy, b: label}, func() prometheus.Counter {
+		return m.requests.WithLabelValues(policy, label)
 	}).Inc()
 }
 

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -90,4 +92,121 @@ upstream = "app"
 	if s, rl := status(); s != 200 || !strings.Contains(rl, "r=1") {
 		t.Errorf("new algorithm: %d %q, want a fresh window", s, rl)
 	}
+}
+
+// TestSameUpstreamEveryField: a reload keeps an upstream's pool only when
+// its config.Upstream is unchanged, whatever field changed, nested ones
+// ([upstream.concurrency] and its classes) included. The test changes
+// each field in turn, reaching new fields by reflection: one of a kind it
+// cannot change fails it, so a field added to config.Upstream is
+// considered here too.
+func TestSameUpstreamEveryField(t *testing.T) {
+	parse := func() config.Upstream {
+		t.Helper()
+		cfg, err := config.Parse("up.toml", []byte(`
+[[upstream]]
+name = "app"
+targets = ["http://127.0.0.1:9", "http://user:pw@127.0.0.2:9/base?q=1"]
+timeout = "3s"
+max_fails = 2
+allow_trace = true
+  [upstream.concurrency]
+  limit = 8
+  queue = 4
+  max_wait = "1s"
+  classes = [{ name = "gold", reserve = "20%" }, { name = "default" }]
+[[policy]]
+name = "p"
+upstream = "app"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1/s"
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Upstreams[0]
+	}
+	a := parse()
+	if !sameUpstream(a, parse()) {
+		t.Fatal("two parses of one upstream differ: every reload would drop its pool")
+	}
+	var changed int
+	var walk func(path string, v reflect.Value, rebuild func(func(reflect.Value)) config.Upstream)
+	// walk changes, one at a time, each field reachable from v (a field of
+	// a copy of a), and checks that sameUpstream notices.
+	walk = func(path string, v reflect.Value, rebuild func(func(reflect.Value)) config.Upstream) {
+		check := func(what string, change func(reflect.Value)) {
+			t.Helper()
+			changed++
+			if b := rebuild(change); sameUpstream(a, b) {
+				t.Errorf("%s %s: sameUpstream still true", path, what)
+			}
+		}
+		switch v.Kind() {
+		case reflect.Bool:
+			check("flipped", func(f reflect.Value) { f.SetBool(!f.Bool()) })
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			check("+1", func(f reflect.Value) { f.SetInt(f.Int() + 1) })
+		case reflect.Float32, reflect.Float64:
+			check("+0.5", func(f reflect.Value) { f.SetFloat(f.Float() + 0.5) })
+		case reflect.String:
+			check("+x", func(f reflect.Value) { f.SetString(f.String() + "x") })
+		case reflect.Slice:
+			check("one more", func(f reflect.Value) {
+				e := reflect.New(f.Type().Elem()).Elem()
+				if e.Kind() == reflect.Pointer {
+					e = reflect.New(e.Type().Elem())
+				}
+				f.Set(reflect.Append(f, e))
+			})
+			for i := range v.Len() {
+				walk(fmt.Sprintf("%s[%d]", path, i), v.Index(i), func(change func(reflect.Value)) config.Upstream {
+					return rebuild(func(f reflect.Value) {
+						s := reflect.MakeSlice(f.Type(), f.Len(), f.Len())
+						reflect.Copy(s, f)
+						f.Set(s)
+						change(s.Index(i))
+					})
+				})
+			}
+		case reflect.Pointer:
+			if v.IsNil() {
+				check("set", func(f reflect.Value) { f.Set(reflect.New(f.Type().Elem())) })
+				return
+			}
+			if !strings.HasSuffix(path, "]") { // a list holds no nil (a target)
+				check("nil", func(f reflect.Value) { f.Set(reflect.Zero(f.Type())) })
+			}
+			walk(path, v.Elem(), func(change func(reflect.Value)) config.Upstream {
+				return rebuild(func(f reflect.Value) {
+					c := reflect.New(f.Type().Elem())
+					c.Elem().Set(f.Elem())
+					f.Set(c)
+					change(c.Elem())
+				})
+			})
+		case reflect.Struct:
+			if v.Type() == reflect.TypeFor[url.Userinfo]() {
+				return // url.URL's, compared through its pointer
+			}
+			for i := range v.NumField() {
+				sf := v.Type().Field(i)
+				if !sf.IsExported() {
+					t.Fatalf("%s.%s: unexported field of %s: teach this test to change it", path, sf.Name, v.Type())
+				}
+				walk(path+"."+sf.Name, v.Field(i), func(change func(reflect.Value)) config.Upstream {
+					return rebuild(func(f reflect.Value) { change(f.Field(i)) })
+				})
+			}
+		default:
+			t.Fatalf("%s: a field of kind %s: teach this test to change it", path, v.Kind())
+		}
+	}
+	walk("Upstream", reflect.ValueOf(a), func(change func(reflect.Value)) config.Upstream {
+		b := parse()
+		change(reflect.ValueOf(&b).Elem())
+		return b
+	})
+	t.Logf("%d changes checked", changed)
 }

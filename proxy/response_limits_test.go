@@ -299,7 +299,7 @@ func TestBanEscalation(t *testing.T) {
 			if n := testutil.ToFloat64(e.m.bans.WithLabelValues("login")); n != 3 {
 				t.Errorf("limitproxy_bans_total %v, want 3 (two rejections, and the last 429)", n)
 			}
-			if n := testutil.ToFloat64(e.m.requests.WithLabelValues("login", Banned)); n < 3 {
+			if n := testutil.ToFloat64(e.m.requests.WithLabelValues("login", Banned.String())); n < 3 {
 				t.Errorf("requests banned %v, want at least 3", n)
 			}
 		})

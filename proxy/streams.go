@@ -10,11 +10,6 @@ import (
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
-// StreamRefused is the decision (access log, metrics) of a request whose
-// body would have streamed to its upstream while its client key already
-// streamed max_streams_per_key: 429 with Retry-After, never forwarded.
-const StreamRefused = "stream_refused"
-
 // streamRetryAfter is the Retry-After of a refused stream, in seconds:
 // one of the key's streams must end first, which the proxy cannot foresee.
 const streamRetryAfter = "1"

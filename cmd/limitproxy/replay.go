@@ -16,6 +16,7 @@ import (
 const replayUsage = `usage: limitproxy replay -config NEW.toml [flags] LOG...
   -config PATH        the configuration to replay the logs against (required)
   -against PATH       a second configuration, replayed beside it and compared
+  -overrides FILE     per-key overrides to apply: an overrides_file, or the admin API's GET /api/v1/overrides answer
   -format F           auto | limitproxy | nginx (default auto: detected per file)
   -nginx-format S     nginx's log_format string or whole directive (default: combined)
   -client-var VAR     the variable holding the client address, e.g. $http_x_forwarded_for (default $remote_addr)
@@ -47,6 +48,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	)
 	fs.StringVar(&o.Config, "config", "", "")
 	fs.StringVar(&o.Against, "against", "", "")
+	fs.StringVar(&o.Overrides, "overrides", "", "")
 	fs.StringVar(&o.Read.Nginx.LogFormat, "nginx-format", "", "")
 	fs.StringVar(&o.Read.Nginx.ClientVar, "client-var", "", "")
 	fs.DurationVar(&o.Slack, "slack", 0, "")

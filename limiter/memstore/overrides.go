@@ -176,7 +176,7 @@ func NewOverrides(o OverrideOptions) (*Overrides, error) {
 	}
 	s.path, s.dir = path, filepath.Dir(path)
 	s.tmpNames = filepath.Base(path) + ".tmp*"
-	recs, journaled, err := readOverrides(path, s.max)
+	recs, journaled, err := readOverrides(path, s.max, true)
 	if err != nil {
 		return nil, err
 	}
@@ -467,12 +467,39 @@ type overridesHeader struct {
 	Count   int    `json:"count"`
 }
 
+// ReadOverrides returns the overrides the file at path holds, as a store
+// opened on it would (NewOverrides), sorted by policy then key, without
+// writing to it: a torn last journal line is left where it is, and
+// skipped. It is for a reader of another process's file (`limitproxy
+// replay`), which may be in use. A missing file is an error (wrapping
+// fs.ErrNotExist); so is one holding more than DefaultMaxOverrides.
+func ReadOverrides(path string) ([]perkey.Override, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("overrides file %s: %w", path, err)
+	}
+	recs, _, err := readOverrides(path, DefaultMaxOverrides, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]perkey.Override, len(recs))
+	for i, r := range recs {
+		out[i] = r.o.Clone()
+	}
+	perkey.SortOverrides(out)
+	return out, nil
+}
+
 // readOverrides reads the file at path: none if it does not exist. It
 // returns the overrides, and how many records its journal holds (-1 for
 // a missing file or one of version 1, which the first change rewrites).
-// A torn last journal line is cut off the file.
-func readOverrides(path string, max int) ([]*ovRec, int, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+// With repair, a torn last journal line is cut off the file (and a last
+// line without its newline given one); without, the file is only read.
+func readOverrides(path string, max int, repair bool) ([]*ovRec, int, error) {
+	mode := os.O_RDONLY
+	if repair {
+		mode = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, mode, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, -1, nil
 	}
@@ -538,6 +565,9 @@ func readOverrides(path string, max int) ([]*ovRec, int, error) {
 			if err != nil && torn || err != nil && atEOF(br) {
 				// A change a crash cut short: cut it off, so that the
 				// next append starts on a line of its own.
+				if !repair {
+					break
+				}
 				if err := f.Truncate(start); err != nil {
 					return nil, 0, fmt.Errorf("overrides file %s: cutting off its torn last line: %w", path, err)
 				}
@@ -546,7 +576,7 @@ func readOverrides(path string, max int) ([]*ovRec, int, error) {
 			if err != nil {
 				return nil, 0, bad(line, "%v", err)
 			}
-			if torn {
+			if torn && repair {
 				if _, err := f.WriteAt([]byte("\n"), offset); err != nil {
 					return nil, 0, fmt.Errorf("overrides file %s: ending its last line: %w", path, err)
 				}

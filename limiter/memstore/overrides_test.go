@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -458,5 +460,43 @@ func BenchmarkOverridesSet(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadOverrides: ReadOverrides reads what a store opened on the file
+// holds, journal applied, without writing to it: a torn last line stays
+// in the file (a running proxy may be about to cut it off itself). A
+// missing file is an error, not an empty list.
+func TestReadOverrides(t *testing.T) {
+	set := `{"set":{"policy":"api","key":"new","scale":3}}` + "\n"
+	for _, tail := range []string{"", set, set + `{"set":{"policy":"api","key":"torn","sc`, set + `{"remove":{"policy":"api","key":"partner-7"}}`} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "overrides.jsonl")
+		if err := os.WriteFile(path, []byte(fileHead+tail), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := memstore.ReadOverrides(path)
+		if err != nil {
+			t.Fatalf("tail %q: %v", tail, err)
+		}
+		if b, _ := os.ReadFile(path); string(b) != fileHead+tail {
+			t.Fatalf("tail %q: the file was changed to %q", tail, b)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+			t.Fatalf("tail %q: %d files in the directory, want the file alone", tail, len(entries))
+		}
+		s := openOverrides(t, path)
+		want, _ := s.List(context.Background(), "", 1000)
+		if len(got) != len(want) {
+			t.Fatalf("tail %q: read %d overrides, a store holds %d", tail, len(got), len(want))
+		}
+		for i := range got {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Fatalf("tail %q: override %d: read %+v, a store holds %+v", tail, i, got[i], want[i])
+			}
+		}
+	}
+	if _, err := memstore.ReadOverrides(filepath.Join(t.TempDir(), "none")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a missing file: %v, want fs.ErrNotExist", err)
 	}
 }

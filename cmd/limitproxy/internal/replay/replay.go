@@ -11,6 +11,7 @@ import (
 	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/replay/logread"
 	"github.com/limitproxy/limitproxy/internal/topk"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
 	"github.com/limitproxy/limitproxy/proxy"
@@ -29,6 +30,10 @@ type Options struct {
 	// Config is the configuration the logs are replayed against; Against,
 	// if not "", a second one replayed beside it for a comparison.
 	Config, Against string
+	// Overrides, if not "", is a file of per-key overrides applied under
+	// every configuration: the memory store's overrides file, or what the
+	// admin API's GET /api/v1/overrides answered (docs/replay.md).
+	Overrides string
 	// Logs are the access logs' paths (plain or gzipped), merged in time
 	// order.
 	Logs []string
@@ -74,9 +79,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Against != "" {
 		paths = append(paths, o.Against)
 	}
+	var ov perkey.Overrides
+	if o.Overrides != "" {
+		var err error
+		if ov, err = loadOverrides(o.Overrides); err != nil {
+			return nil, err
+		}
+	}
 	var sides []*side
 	for _, path := range paths {
-		s, err := load(path)
+		s, err := load(path, ov)
 		if err != nil {
 			return nil, err
 		}
@@ -101,8 +113,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 // load compiles the configuration at path against a fresh memory store,
 // as the server's memory backend does, with its queues virtual (Decision
-// carries a queued request's place on the schedule; nobody waits).
-func load(path string) (*side, error) {
+// carries a queued request's place on the schedule; nobody waits), and
+// the overrides ov (nil: none).
+func load(path string, ov perkey.Overrides) (*side, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, err
@@ -116,7 +129,7 @@ func load(path string) (*side, error) {
 	for i, p := range cfg.Policies {
 		names[i] = p.Name
 	}
-	return newSide(path, proxy.NewEvaluator(set, memstore.NewBans(memstore.BanOptions{})), names), nil
+	return newSide(path, proxy.NewEvaluator(set, proxy.EvaluatorOptions{Bans: memstore.NewBans(memstore.BanOptions{}), Overrides: ov}), names), nil
 }
 
 // source is what a replay reads: a logread.Merger, or one Reader.
@@ -263,7 +276,7 @@ func (s *side) settle(now time.Time, all bool) {
 // requests no policy decided (unmatched, invalid).
 type rowKey struct {
 	policy  string
-	special string // "", Unmatched or Invalid
+	special string // "", RowUnmatched or RowInvalid
 }
 
 // row is one policy's tally under one side.
@@ -278,9 +291,9 @@ func (s *side) count(v proxy.Verdict, t time.Time, rec *logread.Record) {
 	k := rowKey{policy: v.Policy}
 	switch {
 	case v.Decision == proxy.Unmatched:
-		k = rowKey{special: proxy.Unmatched}
+		k = rowKey{special: RowUnmatched}
 	case v.Decision == proxy.Invalid:
-		k = rowKey{special: proxy.Invalid}
+		k = rowKey{special: RowInvalid}
 	}
 	rw := s.rows[k]
 	if rw == nil {
@@ -307,13 +320,13 @@ func (s *side) count(v proxy.Verdict, t time.Time, rec *logread.Record) {
 		rw.top.Add(keyOf(&v), 1)
 	}
 	if rec.Has&logread.HasOutcome != 0 {
-		s.logged.add(rec.Policy, rec.Decision, v.Policy, v.Decision)
+		s.logged.add(rec.Policy, rec.Decision, v.Policy, v.Decision.String())
 	}
 }
 
 // refused reports whether decision refused the request because of a limit
 // or a ban: what a diff compares.
-func refused(decision string) bool {
+func refused(decision proxy.Decision) bool {
 	return decision == proxy.Rejected || decision == proxy.Banned
 }
 

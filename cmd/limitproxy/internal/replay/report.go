@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/limitproxy/limitproxy/internal/topk"
-	"github.com/limitproxy/limitproxy/proxy"
 )
 
 // Report is what a replay found: per policy and configuration, the
@@ -71,8 +70,8 @@ type ReadStats struct {
 // Row kinds of PolicyReport.
 const (
 	RowPolicy    = "policy"
-	RowUnmatched = proxy.Unmatched
-	RowInvalid   = proxy.Invalid
+	RowUnmatched = "unmatched" // proxy.Unmatched's name
+	RowInvalid   = "invalid"   // proxy.Invalid's name
 )
 
 // PolicyReport is one row: a policy, or the unmatched or invalid

@@ -31,7 +31,7 @@ type Counts struct {
 	Other int64 `json:"other,omitempty"`
 }
 
-func (c *Counts) add(decision string) {
+func (c *Counts) add(decision proxy.Decision) {
 	c.Requests++
 	switch decision {
 	case proxy.Allowed:

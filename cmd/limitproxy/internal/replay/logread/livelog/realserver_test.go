@@ -220,7 +220,7 @@ func TestRealServerLog(t *testing.T) {
 				if rec.End.Before(rec.Time) || rec.Resolution != time.Millisecond {
 					t.Errorf("record %d: End %v, Time %v, Resolution %v", i, rec.End, rec.Time, rec.Resolution)
 				}
-				if rq.decision == proxy.Queued && rec.QueueWait <= 0 {
+				if rq.decision == proxy.Queued.String() && rec.QueueWait <= 0 {
 					t.Errorf("record %d: queued with queue_wait %v", i, rec.QueueWait)
 				}
 			}
