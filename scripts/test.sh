@@ -131,7 +131,9 @@ staticcheck ./...
 (cd deploy/kubernetes/validate && staticcheck ./...)
 
 step "deadcode (nothing unreachable, tests counted as callers)"
-dead=$(deadcode -test ./...)
+# Examples without an Output line are compiled, not run (they need a
+# server, or a *testing.T): they are documentation, not dead code.
+dead=$(deadcode -test ./... | grep -v ': unreachable func: Example\(_[A-Za-z0-9_]*\)\?$' || true)
 if [ -n "$dead" ]; then
   echo "$dead" >&2
   exit 1
