@@ -2,7 +2,7 @@
 # The whole test suite, as README.md and .ci/run run it: formatting, go vet,
 # staticcheck, every test under the race detector, and 10,000 executions of each
 # fuzz target. It installs what it needs when missing: staticcheck from the
-# Go module proxy, redis-server, nginx and chromium from Debian's packages
+# Go module proxy, redis-server, nginx, chromium, zsh and fish from Debian's packages
 # (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,6 +91,20 @@ if ! python3 -c 'import flask' >/dev/null 2>&1; then
   fi
   python3 -c 'import flask' || { echo "python3 cannot import flask: install it (apt-get install python3-flask)" >&2; exit 1; }
 fi
+
+# The completion scripts are checked by the shells they are for
+# (zsh -n, fish -n): Debian's zsh and fish.
+for sh in zsh fish; do
+  if ! command -v "$sh" >/dev/null 2>&1; then
+    step "installing $sh"
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$sh" >/dev/null
+    else
+      echo "$sh is missing and this is not root: install it (apt-get install $sh)" >&2
+      exit 1
+    fi
+  fi
+done
 
 # The dashboard's tests load the page in a real browser: headless Chromium
 # (Debian's package), which they start and stop themselves; they fail,

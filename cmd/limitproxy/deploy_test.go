@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDashboardMetrics: every limitproxy metric the Grafana dashboard
@@ -83,5 +88,74 @@ func TestSystemdUnitHardened(t *testing.T) {
 	level, _ := strconv.ParseFloat(string(m[1]), 64)
 	if level > 2.0 {
 		t.Errorf("exposure %s %s, want at most 2.0 (OK)", m[1], m[2])
+	}
+}
+
+// unitLines returns the values of key= in the systemd unit, in order.
+func unitLines(t *testing.T, key string) []string {
+	t.Helper()
+	raw, err := os.ReadFile("../../deploy/limitproxy.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, key+"="); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// TestSystemdUnitReload: the unit reloads with `limitproxy reload` on the
+// file it serves, which this command line accepts and which reports the
+// outcome (exit 1 for a refused file, which fails `systemctl reload`),
+// and reads its secrets from an optional EnvironmentFile.
+func TestSystemdUnitReload(t *testing.T) {
+	start, reload := unitLines(t, "ExecStart"), unitLines(t, "ExecReload")
+	if len(start) != 1 || len(reload) != 1 {
+		t.Fatalf("ExecStart %q, ExecReload %q: want one of each", start, reload)
+	}
+	s, r := strings.Fields(start[0]), strings.Fields(reload[0])
+	if len(s) != 3 || s[1] != "-config" || len(r) != 4 || r[0] != s[0] || r[1] != "reload" || r[2] != "-config" || r[3] != s[2] {
+		t.Errorf("ExecReload=%s: want %s reload -config %s", reload[0], s[0], s[2])
+	}
+	if env := unitLines(t, "EnvironmentFile"); len(env) != 1 || !strings.HasPrefix(env[0], "-/etc/") {
+		t.Errorf("EnvironmentFile=%q: want one, optional (-), under /etc", env)
+	}
+
+	// The unit's command lines, on a test file, against a running server.
+	t.Setenv("LIMITPROXY_TEST_UNIT_TOKEN", "t0ken")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := fmt.Sprintf("listen = %q\ntoken_env = \"LIMITPROXY_TEST_UNIT_TOKEN\"\n", ln.Addr())
+	ln.Close()
+	path := writeFile(t, filepath.Join(t.TempDir(), "config.toml"), minimalConfig(admin, ""))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	go func() { done <- run(ctx, []string{s[1], path}, &logs, &logs) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	args := []string{r[1], r[2], path}
+	var code int
+	// The server is up once health answers: bounded, 5 s at most.
+	for begin := time.Now(); time.Since(begin) < 5*time.Second; time.Sleep(10 * time.Millisecond) {
+		if code, _, _ = runCLI(t, "health", "-config", path); code == 0 {
+			break
+		}
+	}
+	if code, out, errOut := runCLI(t, args...); code != 0 || !strings.HasPrefix(out, "reload applied") {
+		t.Errorf("ExecReload on a good file: exit %d, %q %q", code, out, errOut)
+	}
+	writeFile(t, path, minimalConfig(admin, "bogus = 1\n"))
+	if code, _, errOut := runCLI(t, args...); code != 1 || !strings.Contains(errOut, path+":3:1: server.bogus: unknown key") {
+		t.Errorf("ExecReload on a refused file: exit %d, %q; want 1 with the error", code, errOut)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -54,54 +53,39 @@ func exitCode(err error, stderr io.Writer) int {
 	return 1
 }
 
-const usage = `usage:
-  limitproxy -config PATH          serve until SIGINT/SIGTERM
-  limitproxy check -config PATH [-connect]
-                                   validate a configuration and exit; with -connect,
-                                   also connect to its store as serving would
-  limitproxy health -config PATH   ask the admin listener of that configuration whether it serves (exit 0 if so)
-  limitproxy replay -config PATH [-against PATH] [flags] LOG...
-                                   replay access logs against a configuration (docs/replay.md)
-  limitproxy demo                  run the example configuration against a local echo upstream
-  limitproxy version               print version, Go version and commit`
-
 // run is the whole program; main only maps its error to an exit status.
+// args[0] names a command of the table (commands.go); anything else is
+// the top level, which serves.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := &commands[0]
 	if len(args) > 0 {
-		switch args[0] {
-		case "check":
-			fs := flag.NewFlagSet("check", flag.ContinueOnError)
-			connect := fs.Bool("connect", false, "connect to the configured store")
-			path, err := parseConfigFlag(fs, args[1:])
-			if err != nil {
-				return err
+		for i := range commands[1:] {
+			if commands[i+1].name == args[0] {
+				c, args = &commands[i+1], args[1:]
+				break
 			}
-			return check(ctx, path, *connect, stdout)
-		case "health":
-			path, err := configFlag("health", args[1:], stderr)
-			if err != nil {
-				return err
-			}
-			return health(ctx, path, stdout)
-		case "replay":
-			return replayCmd(ctx, args[1:], stdout, stderr)
-		case "demo":
-			if len(args) > 1 {
-				return usageError{"demo takes no arguments\n" + usage}
-			}
-			return demo(ctx, stdout, stderr)
-		case "version":
-			fmt.Fprintln(stdout, versionString())
-			return nil
-		case "help", "-h", "-help", "--help":
-			fmt.Fprintln(stdout, usage)
-			return nil
 		}
 	}
-	path, err := configFlag("limitproxy", args, stderr)
-	if err != nil {
-		return err
+	fs := flag.NewFlagSet(c.title(), flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	exec := c.flags(fs, stdout, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			c.help(stdout, fs)
+			return nil
+		}
+		return usageError{c.title() + ": " + err.Error() + "\n" + c.usage()}
 	}
+	err := exec(ctx, fs.Args())
+	if errors.Is(err, flag.ErrHelp) { // a command that parses again (replay)
+		c.help(stdout, fs)
+		return nil
+	}
+	return err
+}
+
+// serve is the top level: load the file and serve it until ctx is done.
+func serve(ctx context.Context, path string, stderr io.Writer) error {
 	cfg, err := config.LoadWith(path, server.LoadOptions())
 	if err != nil {
 		return err
@@ -113,33 +97,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return srv.Run(ctx)
 }
 
-// configFlag parses "-config PATH", which is required.
-func configFlag(name string, args []string, stderr io.Writer) (string, error) {
-	return parseConfigFlag(flag.NewFlagSet(name, flag.ContinueOnError), args)
-}
-
-// parseConfigFlag parses args with fs's flags and "-config PATH", which
-// is required.
-func parseConfigFlag(fs *flag.FlagSet, args []string) (string, error) {
-	fs.SetOutput(io.Discard)
-	path := fs.String("config", "", "configuration file")
-	if err := fs.Parse(args); err != nil {
-		return "", usageError{err.Error() + "\n" + usage}
-	}
-	if fs.NArg() > 0 {
-		return "", usageError{fmt.Sprintf("unexpected argument %q\n%s", fs.Arg(0), usage)}
-	}
-	if *path == "" {
-		return "", usageError{"-config PATH is required\n" + usage}
-	}
-	return *path, nil
-}
-
 // check validates a file as `nginx -t` does: a one-line summary, or every
-// error as PATH:LINE:COL: message; with connect, it also connects to the
-// configured store (server.CheckStore). It returns as soon as ctx is done
-// (SIGINT, SIGTERM), whatever the file is doing.
-func check(ctx context.Context, path string, connect bool, stdout io.Writer) error {
+// error as PATH:LINE:COL: message. Beyond the file it opens and parses what
+// a start would (server.Preflight: certificates, variables, the overrides
+// file, temp_dir, listen addresses; with bind, it listens on them), and
+// with connect connects to the configured store (server.CheckStore), and
+// reports every problem of these at once. It returns as soon as ctx is
+// done (SIGINT, SIGTERM), whatever the file is doing.
+func check(ctx context.Context, path string, connect, bind bool, stdout io.Writer) error {
 	type loaded struct {
 		cfg *config.Config
 		err error
@@ -162,11 +127,19 @@ func check(ctx context.Context, path string, connect bool, stdout io.Writer) err
 	if _, err := policy.Compile(cfg, memstore.New(memstore.Options{MaxKeys: 1}), time.Now()); err != nil {
 		return err
 	}
+	var errs []error
+	if err := server.Preflight(cfg, server.PreflightOptions{Bind: bind}); err != nil {
+		errs = append(errs, err)
+	}
 	if connect {
 		if err := server.CheckStore(ctx, cfg.Store); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+		} else {
+			fmt.Fprintf(stdout, "%s: store: ok: %s answers\n", path, cfg.Store.Backend)
 		}
-		fmt.Fprintf(stdout, "%s: store: ok: %s answers\n", path, cfg.Store.Backend)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	limits := 0
 	for _, p := range cfg.Policies {
@@ -212,16 +185,13 @@ func health(ctx context.Context, path string, stdout io.Writer) error {
 	if cfg.Admin.Listen == "" {
 		return fmt.Errorf("%s: admin.listen is off; health asks the admin listener's /healthz", path)
 	}
-	host, port, err := net.SplitHostPort(cfg.Admin.Listen)
+	base, err := adminBase(cfg.Admin.Listen)
 	if err != nil {
-		return fmt.Errorf("admin.listen %q: %w", cfg.Admin.Listen, err)
-	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1" // listening on every address: ask this machine
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+net.JoinHostPort(host, port)+"/healthz", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/healthz", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("health: %w", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,7 +15,7 @@ import (
 )
 
 const replayUsage = `usage: limitproxy replay -config NEW.toml [flags] LOG...
-  -config PATH        the configuration to replay the logs against (required)
+  -config PATH        the configuration to replay the logs against (default: as serving, docs/cli.md)
   -against PATH       a second configuration, replayed beside it and compared
   -overrides FILE     per-key overrides to apply: an overrides_file, or the admin API's GET /api/v1/overrides answer
   -format F           auto | limitproxy | nginx (default auto: detected per file)
@@ -33,32 +34,48 @@ const replayUsage = `usage: limitproxy replay -config NEW.toml [flags] LOG...
 // the count of the rest follows.
 const maxLineErrors = 10
 
-// replayCmd is `limitproxy replay`: it parses the flags into
-// replay.Options, runs the replay and prints the report (docs/replay.md).
-func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var (
-		o       replay.Options
-		format  = fs.String("format", "auto", "")
-		xff     = fs.String("xff", "rightmost", "")
-		trusted = fs.String("trusted", "", "")
-		asJSON  = fs.Bool("json", false, "")
-		svgDir  = fs.String("svg", "", "")
-	)
-	fs.StringVar(&o.Config, "config", "", "")
-	fs.StringVar(&o.Against, "against", "", "")
-	fs.StringVar(&o.Overrides, "overrides", "", "")
-	fs.StringVar(&o.Read.Nginx.LogFormat, "nginx-format", "", "")
-	fs.StringVar(&o.Read.Nginx.ClientVar, "client-var", "", "")
-	fs.DurationVar(&o.Slack, "slack", 0, "")
-	fs.IntVar(&o.Top, "top", replay.DefaultTop, "")
-	fs.IntVar(&o.Read.Nginx.TrustedHops, "trusted-hops", 0, "")
-	fs.BoolVar(&o.RawKeys, "raw-keys", false, "")
+// replayArgs are replay's flags, as declared on a flag set.
+type replayArgs struct {
+	o                            replay.Options
+	format, xff, trusted, svgDir *string
+	asJSON                       *bool
+}
+
+// replayFlags declares replay's flags on fs.
+func replayFlags(fs *flag.FlagSet) *replayArgs {
+	r := &replayArgs{
+		format:  fs.String("format", "auto", "auto | limitproxy | nginx"),
+		xff:     fs.String("xff", "rightmost", "rightmost | leftmost: which address of a list is the client's"),
+		trusted: fs.String("trusted", "", "proxies in front of nginx, comma-separated `CIDRS`"),
+		asJSON:  fs.Bool("json", false, "print the report as JSON"),
+		svgDir:  fs.String("svg", "", "write a plot per policy into `DIR`"),
+	}
+	o := &r.o
+	fs.StringVar(&o.Config, "config", "", "the configuration to replay the logs against (`PATH`; default: as serving)")
+	fs.StringVar(&o.Against, "against", "", "a second configuration (`PATH`), replayed beside it and compared")
+	fs.StringVar(&o.Overrides, "overrides", "", "per-key overrides to apply (`FILE`: the memory store's overrides_file, or a saved GET /api/v1/overrides)")
+	fs.StringVar(&o.Read.Nginx.LogFormat, "nginx-format", "", "nginx's log_format string or whole directive (default: combined)")
+	fs.StringVar(&o.Read.Nginx.ClientVar, "client-var", "", "the `VAR`iable holding the client address (default $remote_addr)")
+	fs.DurationVar(&o.Slack, "slack", 0, "how far out of time order lines may be (default 5s)")
+	fs.IntVar(&o.Top, "top", replay.DefaultTop, "keys in each list")
+	fs.IntVar(&o.Read.Nginx.TrustedHops, "trusted-hops", 0, "take the `N`-th address from the right, as [server] trusted_hops")
+	fs.BoolVar(&o.RawKeys, "raw-keys", false, "show client keys as they are instead of hashed")
+	return r
+}
+
+// replayCmd is `limitproxy replay`: with its flags declared on fs, it
+// parses args into replay.Options, runs the replay and prints the report
+// (docs/replay.md).
+func replayCmd(ctx context.Context, fs *flag.FlagSet, r *replayArgs, args []string, stdout, stderr io.Writer) error {
+	o := &r.o
+	format, xff, trusted, asJSON, svgDir := r.format, r.xff, r.trusted, r.asJSON, r.svgDir
 	// Flags may come after the logs too: parse, take the arguments up to
 	// the next flag as logs, parse again.
 	for rest := args; ; {
 		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
 			return usageError{"replay: " + err.Error() + "\n" + replayUsage}
 		}
 		rest = fs.Args()
@@ -70,9 +87,14 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			break
 		}
 	}
+	if o.Config == "" {
+		path, err := defaultConfig()
+		if err != nil {
+			return usageError{"replay: " + err.Error() + "\n" + replayUsage}
+		}
+		o.Config = path
+	}
 	switch {
-	case o.Config == "":
-		return usageError{"replay: -config PATH is required\n" + replayUsage}
 	case len(o.Logs) == 0:
 		return usageError{"replay: no access log given\n" + replayUsage}
 	case o.Top < 1:
@@ -125,7 +147,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fmt.Fprintln(stderr, err)
 		}
 	}
-	rep, err := replay.Run(ctx, o)
+	rep, err := replay.Run(ctx, *o)
 	if err != nil {
 		return err
 	}

@@ -36,7 +36,7 @@ func TestReplayCommand(t *testing.T) {
 		{[]string{"replay", "-config", cfg, "-nginx-format", "$remote_addr [$time_local] \"$request\" $status", wrong}, 1, "lines could not be read", "per-ip.toml:", ""},
 		{[]string{"replay", "-config", cfg, "nope.log"}, 1, "open nope.log", "", ""},
 		{[]string{"replay", "-config", "nope.toml", log}, 1, "nope.toml", "", ""},
-		{[]string{"replay", log}, 2, "-config PATH is required", "", ""},
+		{[]string{"replay", log}, 2, "no -config PATH given", "", ""},
 		{[]string{"replay", "-config", cfg}, 2, "no access log given", "", ""},
 		{[]string{"replay", "-config", cfg, "-format", "apache", log}, 2, `-format "apache"`, "", ""},
 		{[]string{"replay", "-config", cfg, "-xff", "middle", log}, 2, `-xff "middle"`, "", ""},

@@ -16,7 +16,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"check", "-config", "../../config.example.toml"}, 0, "ok: 4 policies, 9 limits, 1 upstreams"},
 		{[]string{"check", "-config", "../../testdata/policy/invalid/cross_field.toml"}, 1, "cross_field.toml:11:1: policy[0].upstream: unknown upstream \"backend\""},
 		{[]string{"check", "-config", "/nonexistent.toml"}, 1, "/nonexistent.toml: open /nonexistent.toml"},
-		{[]string{"check"}, 2, "-config PATH is required"},
+		{[]string{"check"}, 2, "no -config PATH given"},
 		{[]string{"-config"}, 2, "flag needs an argument"},
 		{[]string{"-config", "x.toml", "extra"}, 2, "unexpected argument"},
 		{[]string{"version"}, 0, "limitproxy dev (go1."},

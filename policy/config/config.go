@@ -22,6 +22,19 @@ type Config struct {
 	Store     Store
 	Upstreams []Upstream
 	Policies  []Policy
+
+	at map[string]pos // where each key is written in File
+}
+
+// Errorf returns an error about the value at key path key of c
+// ("server.tls.cert_file", "admin.token_env"), placed at the key's
+// file:line:col as Parse's errors are (at the nearest enclosing table
+// written in the file, else without a position). Collected into Errors,
+// they print as `limitproxy check` prints every error.
+func (c *Config) Errorf(key, format string, args ...any) *Error {
+	col := collector{file: c.File, at: c.at}
+	col.add(key, format, args...)
+	return col.errs[0]
 }
 
 // Server is [server].

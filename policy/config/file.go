@@ -339,7 +339,7 @@ func ParseWith(name string, src []byte, o Options) (*Config, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(src)
-	cfg.File, cfg.Hash = name, hex.EncodeToString(sum[:])
+	cfg.File, cfg.Hash, cfg.at = name, hex.EncodeToString(sum[:]), c.at
 	return cfg, nil
 }
 

@@ -29,6 +29,10 @@ type Value[T string | int64 | bool] struct {
 // UnmarshalTOML implements toml.Unmarshaler.
 func (v *Value[T]) UnmarshalTOML(data any) error {
 	v.Set = true
+	data, v.err = expandData(data)
+	if v.err != nil {
+		return nil
+	}
 	x, ok := data.(T)
 	if !ok {
 		v.err = fmt.Errorf("must be %s, not %s", kindOf(v.V), describe(data))
@@ -87,6 +91,10 @@ type Strings struct {
 // UnmarshalTOML implements toml.Unmarshaler.
 func (s *Strings) UnmarshalTOML(data any) error {
 	s.Set = true
+	data, s.err = expandData(data)
+	if s.err != nil {
+		return nil
+	}
 	arr, ok := data.([]any)
 	if !ok {
 		s.err = fmt.Errorf("must be an array of strings, not %s", describe(data))
@@ -116,6 +124,10 @@ type Duration struct {
 // UnmarshalTOML implements toml.Unmarshaler.
 func (d *Duration) UnmarshalTOML(data any) error {
 	d.Set = true
+	data, d.err = expandData(data)
+	if d.err != nil {
+		return nil
+	}
 	switch v := data.(type) {
 	case string:
 		x, err := time.ParseDuration(v)
@@ -154,6 +166,10 @@ type rateValue struct {
 // UnmarshalTOML implements toml.Unmarshaler.
 func (r *rateValue) UnmarshalTOML(data any) error {
 	r.Set = true
+	data, r.err = expandData(data)
+	if r.err != nil {
+		return nil
+	}
 	s, ok := data.(string)
 	if !ok {
 		r.err = fmt.Errorf("must be a string such as \"10/s\", not %s", describe(data))
@@ -275,6 +291,10 @@ type share struct {
 // UnmarshalTOML implements toml.Unmarshaler.
 func (s *share) UnmarshalTOML(data any) error {
 	s.Set = true
+	data, s.err = expandData(data)
+	if s.err != nil {
+		return nil
+	}
 	switch v := data.(type) {
 	case float64:
 		s.V = v
@@ -309,6 +329,10 @@ type statuses struct {
 // UnmarshalTOML implements toml.Unmarshaler.
 func (s *statuses) UnmarshalTOML(data any) error {
 	s.Set = true
+	data, s.err = expandData(data)
+	if s.err != nil {
+		return nil
+	}
 	arr, ok := data.([]any)
 	if !ok {
 		s.err = fmt.Errorf("must be an array of statuses such as [401, 403] or [\"5xx\"], not %s", describe(data))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,53 +84,96 @@ func (r *reloader) reload(trigger string) error {
 		r.log.Error("policy reload rejected", zap.String("file", r.path), zap.String("trigger", trigger), zap.Error(err))
 		return err
 	}
+	recovered := old.LastError != nil // the last attempt was refused
 	next.LastError = nil
 	next.Successes++
 	if cfg.Hash == old.Config.Hash {
 		r.status.Store(&next)
-		r.log.Debug("config unchanged", zap.String("file", r.path), zap.String("trigger", trigger))
+		if recovered {
+			// Said at the level the refusal was, so that the last line
+			// an operator sees is not that refusal.
+			r.log.Info("config file accepted again; it is the configuration in force", zap.String("file", r.path), zap.String("trigger", trigger),
+				zap.String("hash", cfg.Hash[:12]))
+		} else {
+			r.log.Debug("config unchanged", zap.String("file", r.path), zap.String("trigger", trigger))
+		}
 		return nil
 	}
 
 	r.handler.Swap(set)
 	r.level.SetLevel(levelOf(cfg.Log.Level))
-	added, removed, changed := diffPolicies(old.Config, cfg)
+	added, removed, changed := diffSections(old.Config, cfg)
 	// Released at once in memory; Redis keys expire by their TTL.
 	r.stores.memory.Forget(sortedKeys(removedLimits(old.Config, cfg))...)
 	next.Config, next.LoadedAt = cfg, r.now()
 	next.PendingRestart = restartOnly(r.started, cfg)
 	r.status.Store(&next)
 	r.log.Info("policy reloaded", zap.String("file", r.path), zap.String("trigger", trigger), zap.String("hash", cfg.Hash[:12]),
-		zap.Strings("added", added), zap.Strings("removed", removed), zap.Strings("changed", changed))
+		zap.Strings("added", added), zap.Strings("removed", removed), zap.Strings("changed", changed), zap.Bool("recovered", recovered))
 	if len(next.PendingRestart) > 0 {
 		r.log.Warn("settings changed that require a restart; they are not applied", zap.Strings("requires_restart", next.PendingRestart))
 	}
 	return nil
 }
 
-// diffPolicies names the policies added, removed and changed (in any way
-// that shows in their description) from a to b.
-func diffPolicies(a, b *config.Config) (added, removed, changed []string) {
-	was := map[string]string{}
-	for _, p := range a.Policies {
-		was[p.Name] = p.Describe()
-	}
-	now := map[string]bool{}
-	for _, p := range b.Policies {
-		now[p.Name] = true
-		switch d, ok := was[p.Name]; {
-		case !ok:
-			added = append(added, p.Name)
-		case d != p.Describe():
-			changed = append(changed, p.Name)
+// diffSections names the sections of the configuration added, removed
+// and changed from a to b: each table ("server", "admin", "log", "store")
+// compared whole, and each named element of an array of tables
+// ("upstream:app", "policy:api") compared whole with the element of a of
+// that name. It walks Config's fields, so that a section or a key added
+// to it is compared without being listed here.
+func diffSections(a, b *config.Config) (added, removed, changed []string) {
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	t := va.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() || f.Name == "File" || f.Name == "Hash" {
+			continue
 		}
-	}
-	for _, p := range a.Policies {
-		if !now[p.Name] {
-			removed = append(removed, p.Name)
+		x, y := va.Field(i), vb.Field(i)
+		if f.Type.Kind() != reflect.Slice || f.Type.Elem().Kind() != reflect.Struct {
+			if !reflect.DeepEqual(x.Interface(), y.Interface()) {
+				changed = append(changed, sectionName(f.Name))
+			}
+			continue
+		}
+		prefix := sectionName(f.Name) + ":"
+		was := map[string]reflect.Value{}
+		for j := range x.Len() {
+			was[x.Index(j).FieldByName("Name").String()] = x.Index(j)
+		}
+		now := map[string]bool{}
+		for j := range y.Len() {
+			e := y.Index(j)
+			name := e.FieldByName("Name").String()
+			now[name] = true
+			switch old, ok := was[name]; {
+			case !ok:
+				added = append(added, prefix+name)
+			case !reflect.DeepEqual(old.Interface(), e.Interface()):
+				changed = append(changed, prefix+name)
+			}
+		}
+		for j := range x.Len() {
+			if name := x.Index(j).FieldByName("Name").String(); !now[name] {
+				removed = append(removed, prefix+name)
+			}
 		}
 	}
 	return added, removed, changed
+}
+
+// sectionName is the file's name of a Config field: "Server" → "server",
+// "Upstreams" → "upstream", "Policies" → "policy".
+func sectionName(field string) string {
+	n := strings.ToLower(field)
+	switch {
+	case strings.HasSuffix(n, "ies"):
+		return strings.TrimSuffix(n, "ies") + "y"
+	case strings.HasSuffix(n, "s"):
+		return strings.TrimSuffix(n, "s")
+	}
+	return n
 }
 
 // removedLimits returns the state names of a's limits that b no longer has

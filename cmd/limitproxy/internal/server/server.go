@@ -132,7 +132,7 @@ func LoadOptions() config.Options {
 func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- Addrs, version string) error {
 	p := openLogs(cfg, path, version, stderr)
 	defer p.close()
-	for _, step := range []func() error{p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin} {
+	for _, step := range []func() error{p.preflight, p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -216,6 +216,11 @@ func openLogs(cfg *config.Config, path, version string, stderr io.Writer) *proce
 	p.now = proxy.MonotonicClock()
 	return p
 }
+
+// preflight checks, before anything is opened, everything the other
+// steps will open (Preflight, as `limitproxy check` does), so that a
+// start fails with every problem at once rather than one per try.
+func (p *process) preflight() error { return Preflight(p.cfg, PreflightOptions{}) }
 
 // openStore opens the [store].
 func (p *process) openStore() error {
@@ -351,11 +356,9 @@ func (p *process) listenAdmin() error {
 	if a.Listen == "" {
 		return nil
 	}
-	token := ""
-	if a.TokenEnv != "" {
-		if token = os.Getenv(a.TokenEnv); token == "" {
-			return fmt.Errorf("admin.token_env: environment variable %s is empty or unset", a.TokenEnv)
-		}
+	token, err := secretEnv(a.TokenEnv)
+	if err != nil {
+		return fmt.Errorf("admin.token_env: %w", err)
 	}
 	ln, err := net.Listen("tcp", a.Listen)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -138,11 +137,9 @@ func newRedisStores(rc config.Redis, mem *memstore.Store, log *zap.Logger, clock
 // several: Redis Cluster; master_name: Sentinel. Every call is bounded by
 // the decision's context (store.redis.timeout), and never retried past it.
 func newRedisClient(rc config.Redis) (redis.UniversalClient, error) {
-	password := ""
-	if rc.PasswordEnv != "" {
-		if password = os.Getenv(rc.PasswordEnv); password == "" {
-			return nil, fmt.Errorf("store.redis.password_env: environment variable %s is empty or unset", rc.PasswordEnv)
-		}
+	password, err := secretEnv(rc.PasswordEnv)
+	if err != nil {
+		return nil, fmt.Errorf("store.redis.password_env: %w", err)
 	}
 	var tlsConfig *tls.Config
 	if rc.TLS {

@@ -50,7 +50,7 @@ upstream = "app"
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			err = serve(ctx, "", cfg, io.Discard, nil)
-			if err == nil || !strings.Contains(err.Error(), "server.temp_dir "+dir) {
+			if err == nil || !strings.Contains(err.Error(), "server.temp_dir: "+dir) {
 				t.Fatalf("start with temp_dir %s: %v, want an error naming it", dir, err)
 			}
 		})

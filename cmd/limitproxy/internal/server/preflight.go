@@ -1,0 +1,149 @@
+package server
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy"
+)
+
+// PreflightOptions says what Preflight does beyond opening and parsing.
+type PreflightOptions struct {
+	// Bind also listens on each listen address, and closes it at once:
+	// an address taken or not allowed is found too.
+	Bind bool
+}
+
+// Preflight opens and parses, without starting anything, what starting
+// cfg would open beyond the file itself: the certificate and key of
+// [server.tls] mode = "files", the variables token_env and password_env
+// name (set and not empty), the overrides file (its directory exists and
+// takes files; the file, if there, reads and parses), temp_dir (exists,
+// takes files), and the listen addresses (parse; with o.Bind, free).
+// It returns nil, or config.Errors holding every problem, each at its
+// key's file:line:col. `limitproxy check` and the start run it both, so
+// they cannot disagree.
+func Preflight(cfg *config.Config, o PreflightOptions) error {
+	var errs config.Errors
+	add := func(key, format string, args ...any) { errs = append(errs, cfg.Errorf(key, format, args...)) }
+
+	listens := [][2]string{{"server.listen", cfg.Server.Listen}}
+	if t := cfg.Server.TLS; t != nil && t.HTTPListen != "" {
+		listens = append(listens, [2]string{"server.tls.http_listen", t.HTTPListen})
+	}
+	if cfg.Admin.Listen != "" {
+		listens = append(listens, [2]string{"admin.listen", cfg.Admin.Listen})
+	}
+	for _, l := range listens {
+		if err := checkListen(l[1], o.Bind); err != nil {
+			add(l[0], "%v", err)
+		}
+	}
+
+	if t := cfg.Server.TLS; t != nil && t.Mode == config.TLSFiles {
+		ok := true
+		for _, f := range [][2]string{{"server.tls.cert_file", t.CertFile}, {"server.tls.key_file", t.KeyFile}} {
+			if err := readable(f[1]); err != nil {
+				add(f[0], "%v", err)
+				ok = false
+			}
+		}
+		if ok {
+			if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+				add("server.tls.cert_file", "%s with key_file %s: %v", t.CertFile, t.KeyFile, err)
+			}
+		}
+	}
+
+	if cfg.Admin.Listen != "" {
+		if _, err := secretEnv(cfg.Admin.TokenEnv); err != nil {
+			add("admin.token_env", "%v", err)
+		}
+	}
+	if cfg.Store.Backend == config.BackendRedis {
+		if _, err := secretEnv(cfg.Store.Redis.PasswordEnv); err != nil {
+			add("store.redis.password_env", "%v", err)
+		}
+	}
+	if cfg.Store.Backend == config.BackendMemory && cfg.Store.OverridesFile != "" {
+		// What the memory store opens at start, opened and closed: the
+		// file read and parsed, a temporary file made beside it.
+		if ov, err := memstore.NewOverrides(memstore.OverrideOptions{Path: cfg.Store.OverridesFile}); err != nil {
+			add("store.overrides_file", "%v", err)
+		} else {
+			ov.Close()
+		}
+	}
+	if err := proxy.CheckTempDir(cfg.Server.TempDir); err != nil {
+		add("server.temp_dir", "%s", strings.TrimPrefix(err.Error(), "server.temp_dir "))
+	}
+
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(errs, func(a, b *config.Error) int {
+		if (a.Line == 0) != (b.Line == 0) {
+			if a.Line == 0 {
+				return 1
+			}
+			return -1
+		}
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return a.Col - b.Col
+	})
+	return errs
+}
+
+// secretEnv returns the value of the environment variable name, which
+// must be set and not empty; "" for name "" (no secret).
+func secretEnv(name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	v := os.Getenv(name)
+	if v == "" {
+		return "", fmt.Errorf("environment variable %s is empty or unset", name)
+	}
+	return v, nil
+}
+
+// checkListen parses a listen address, host:port with a port number (a
+// name is looked up by the resolver, which may be slow or absent), and
+// with bind listens on it and closes it.
+func checkListen(addr string, bind bool) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %v", addr, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || port == "" {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	} else if n == 0 && bind {
+		return nil // any free port: nothing to try
+	}
+	if bind {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		ln.Close()
+	}
+	return nil
+}
+
+// readable opens path for reading and closes it.
+func readable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
