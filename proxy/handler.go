@@ -332,7 +332,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if b, ok := h.banned(p, key, keys[:len(p.Limits)], start); ok {
 			if !p.Ban.Shadow {
 				decision = Banned
-				h.refuseBanned(rec, p, b, start)
+				h.refuseBanned(rec, p, key, b, nil, cfg.RateLimitHeaders, start)
 				return
 			}
 			// Counted, never refused: the limits decide as usual.
@@ -425,7 +425,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The offence's answer is the ban's: its status, and Retry-After
 		// until it ends rather than until the limit would admit.
 		decision = Rejected
-		h.refuseBanned(rec, p, ban, start)
+		h.refuseBanned(rec, p, key, ban, &d, cfg.RateLimitHeaders, start)
 		return
 	case !d.Allowed:
 		decision = Rejected
