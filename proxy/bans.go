@@ -11,6 +11,7 @@ import (
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // The penalty box ([policy.ban], docs/response-limits.md): a key that a
@@ -66,10 +67,14 @@ func (h *Handler) offend(ctx context.Context, p *policy.Policy, key string, keys
 // return the record of the offence that began a ban with Since = now.
 func began(ban perkey.Ban, now time.Time) bool { return ban.Since.Equal(now) }
 
-// refuseBanned answers a request of a banned key: the ban's status (429
-// with Retry-After until the ban ends, or 403) and a problem+json body.
-func (h *Handler) refuseBanned(w *recorder, p *policy.Policy, b perkey.Ban, now time.Time) {
+// refuseBanned answers a request of p whose key is banned (b): the ban's
+// status (429 with Retry-After until the ban ends, or 403), the
+// rate-limit fields of mode saying so (setBanHeaders), and a problem+json
+// body. d is the decision whose offence began the ban, nil for a key
+// banned already.
+func (h *Handler) refuseBanned(w *recorder, p *policy.Policy, key string, b perkey.Ban, d *limiter.Decision, mode config.HeadersMode, now time.Time) {
 	status := p.Ban.Status
+	setBanHeaders(w.Header(), mode, h.quotaView(p, key), d, b, now)
 	if w.grpc {
 		// RESOURCE_EXHAUSTED with the ban's pushback (429), as a rate
 		// limit's rejection, or PERMISSION_DENIED (403): never
@@ -79,12 +84,16 @@ func (h *Handler) refuseBanned(w *recorder, p *policy.Policy, b perkey.Ban, now 
 			writeGRPCStatus(w, grpcPermissionDenied, "banned: policy "+p.Name)
 			return
 		}
-		w.Header().Set("Grpc-Retry-Pushback-Ms", strconv.FormatInt(int64((max(b.Until.Sub(now), 0)+time.Millisecond-1)/time.Millisecond), 10))
+		wait := max(b.Until.Sub(now), 0)
+		if d != nil && !d.Allowed && d.RetryAfter < limiter.Never/2 {
+			wait = max(wait, d.RetryAfter)
+		}
+		w.Header().Set("Grpc-Retry-Pushback-Ms", strconv.FormatInt(int64((wait+time.Millisecond-1)/time.Millisecond), 10))
 		writeGRPCStatus(w, grpcResourceExhausted, "banned: policy "+p.Name)
 		return
 	}
 	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(b.Until.Sub(now)), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(banRetryAfter(d, b, now), 10))
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeProblem(w, status, problem{Type: "about:blank", Title: http.StatusText(status), Status: status,

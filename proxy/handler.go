@@ -302,7 +302,11 @@ func (h *Handler) answer(rec *recorder, r *http.Request, snap *snapshot, now tim
 	case replyNoKey:
 		pr.Detail = "the request lacks a part of its client key: " + keyNames(p)
 	case replyBan:
-		h.refuseBanned(rec, p, o.ban, now)
+		var offence *limiter.Decision // the limit's rejection, when this request's offence began the ban
+		if o.limited {
+			offence = &o.d
+		}
+		h.refuseBanned(rec, p, o.key, o.ban, offence, snap.set.Config.Server.RateLimitHeaders, now)
 		return
 	case replyLimit:
 		reject(rec, p, o.d, snap.rejection[p])

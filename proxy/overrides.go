@@ -72,8 +72,28 @@ func (h *Handler) overridden(p *policy.Policy, key string) (*limiter.Limiter, *p
 	} else {
 		view := *p
 		view.Limits = l.Limits()
+		view.LimitNames = overrideNames(p, view.Limits)
 		e.l, e.view = l, &view
 	}
 	m.Store(k, e)
 	return e.l, e.view, e.l != nil
+}
+
+// overrideNames returns the names the limits of an override of p go by in
+// the rate-limit fields: the name of the limit of p each stands for (a
+// scale, or as many limits as p's, each shared as p's is), so that a
+// client's items keep their names and only their q and w change; ""
+// (named as config.Policy.LimitName derives) for limits that stand for
+// none.
+func overrideNames(p *policy.Policy, lims []limiter.Limit) []string {
+	names := make([]string, len(lims))
+	if len(lims) != len(p.Limits) {
+		return names
+	}
+	for i := range lims {
+		if lims[i].Share() == p.Limits[i].Share() {
+			names[i] = p.LimitName(i)
+		}
+	}
+	return names
 }

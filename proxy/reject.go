@@ -8,7 +8,6 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy"
-	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // problem is an RFC 9457 problem details body.
@@ -57,57 +56,6 @@ func ceilSeconds(d time.Duration) int64 {
 // retryAfter is a rejection's Retry-After: whole seconds, rounded up, at
 // least 1.
 func retryAfter(d limiter.Decision) int64 { return max(1, ceilSeconds(d.RetryAfter)) }
-
-// setRateLimitHeaders writes docs/responses.md's fields for the most restrictive limit
-// of d, per mode: "draft" (IETF httpapi draft-10 RateLimit-Policy and
-// RateLimit, Structured Field lists), "legacy" (X-RateLimit-*), "both" or
-// "none".
-func setRateLimitHeaders(h http.Header, mode config.HeadersMode, p *policy.Policy, d limiter.Decision, now time.Time) {
-	if mode == config.HeadersNone || d.Index < 0 || int(d.Index) >= len(p.Limits) {
-		return
-	}
-	if mode == config.HeadersDraft || mode == config.HeadersBoth {
-		// t: draft-10's seconds until additional quota is available, never
-		// more than Retry-After on a rejection.
-		next := ceilSeconds(d.Next)
-		if !d.Allowed {
-			next = min(next, retryAfter(d))
-		}
-		_, window := p.Limits[d.Index].Quota()
-		// Policy names are restricted to characters a Structured Field
-		// string holds as they are. Field names are case-insensitive: Go
-		// writes these as "Ratelimit-Policy" and "Ratelimit", HTTP/2 in
-		// lower case.
-		// Both values are built in one buffer and become one string; the
-		// two fields share one backing array of values (capacity 1 each,
-		// so that an Add to either copies rather than overwrites): two
-		// allocations where Header.Set took six.
-		var buf [192]byte
-		b := strconv.AppendQuote(buf[:0], p.Name)
-		n := len(b)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, d.Limit, 10)
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, max(1, ceilSeconds(window)), 10)
-		policyEnd := len(b)
-		b = append(b, b[:n]...)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, d.Remaining, 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, next, 10)
-		both := string(b)
-		vals := make([]string, 2)
-		vals[0], vals[1] = both[:policyEnd], both[policyEnd:]
-		h["Ratelimit-Policy"] = vals[0:1:1]
-		h["Ratelimit"] = vals[1:2:2]
-	}
-	if mode == config.HeadersLegacy || mode == config.HeadersBoth {
-		reset := ceilSeconds(d.ResetAt.Sub(now))
-		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
-	}
-}
 
 // rejectionBody returns what a policy's rejections carry: its
 // [policy.reject] body, or docs/responses.md's problem+json, which is the same for

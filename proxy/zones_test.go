@@ -63,7 +63,7 @@ func TestKeyPerLimit(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("5th request of key A: %d, want 429", resp.StatusCode)
 	}
-	if rl := sfItem(t, resp.Header, "RateLimit", "api"); rl["r"] != 0 {
+	if rl := sfItem(t, resp.Header, "RateLimit", "per-key"); rl["r"] != 0 {
 		t.Errorf("RateLimit of the key limit: %v", rl)
 	}
 	// Without a key: only the address counts (10 a minute).

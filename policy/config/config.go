@@ -293,6 +293,11 @@ type Policy struct {
 	OnMissing OnMissing
 	Match     Match
 	Limits    []limiter.Limit
+	// LimitNames holds, for each of Limits, the name it goes by in the
+	// RateLimit fields (its quota policy item): the limit's name key, its
+	// [[shared_limit]]'s name, or one derived (see LimitName). Parse
+	// fills it; nil or short in a Policy built by hand.
+	LimitNames []string
 	// LimitKeys holds, for each of Limits, the key it counts requests
 	// under: the policy's Key and OnMissing, or the limit's own (or its
 	// shared limit's). OwnKeys is set when any differs from the policy's.

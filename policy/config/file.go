@@ -153,7 +153,7 @@ type (
 		Headers    map[string]Value[string] `toml:"headers"`
 	}
 	rawLimit struct {
-		Name      Value[string] `toml:"name"`   // [[shared_limit]] only
+		Name      Value[string] `toml:"name"`   // [[shared_limit]]: its name; [[policy.limits]]: the name in the RateLimit fields
 		Shared    Value[string] `toml:"shared"` // [[policy.limits]] only
 		Key       Strings       `toml:"key"`
 		OnMissing Value[string] `toml:"on_missing"`

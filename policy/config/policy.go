@@ -5,6 +5,7 @@ import (
 	"net/textproto"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/limitproxy/limitproxy/limiter/driver"
@@ -46,12 +47,48 @@ func (p *Policy) Describe() string {
 		if i < len(p.LimitKeys) && !p.LimitKeys[i].Equal(pk) {
 			b.WriteString(" key=" + p.LimitKeys[i].String())
 		}
+		if name := p.LimitName(i); name != p.derivedLimitName(i) {
+			b.WriteString(" name=" + name)
+		}
 	}
 	fmt.Fprintf(&b, "] reject=%d", p.Reject.Status)
 	if p.Reject.Body != "" {
 		fmt.Fprintf(&b, " %q %q", p.Reject.ContentType, p.Reject.Body)
 	}
 	return b.String()
+}
+
+// LimitName returns the name limit i of p goes by in the RateLimit fields,
+// the identifier of its quota policy item (docs/responses.md): the
+// limit's name key if it sets one; a shared limit's [[shared_limit]]
+// name; the policy's name for the policy's only limit of its own; and
+// otherwise the policy's name, a dot and the limit's position from 1
+// ("api.2"). Names are unique within a policy.
+func (p *Policy) LimitName(i int) string {
+	if i < len(p.LimitNames) && p.LimitNames[i] != "" {
+		return p.LimitNames[i]
+	}
+	return p.derivedLimitName(i)
+}
+
+// derivedLimitName is LimitName for a limit without a name key.
+func (p *Policy) derivedLimitName(i int) string {
+	if i < 0 || i >= len(p.Limits) {
+		return p.Name
+	}
+	if s := p.Limits[i].Share(); s != "" {
+		return s
+	}
+	own := 0
+	for _, l := range p.Limits {
+		if l.Share() == "" {
+			own++
+		}
+	}
+	if own == 1 {
+		return p.Name
+	}
+	return p.Name + "." + strconv.Itoa(i+1)
 }
 
 // Upstream returns the upstream named name.

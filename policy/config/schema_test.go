@@ -240,7 +240,6 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"shared_limit[].cost_from":     "charged after the answer: a policy's own limit only",
 		"shared_limit[].estimate":      "charged after the answer: a policy's own limit only",
 		"shared_limit[].estimate_from": "charged after the answer: a policy's own limit only",
-		"policy[].limits[].name":       "a [[shared_limit]] key",
 	}}
 	root := w.walk(reflect.TypeFor[rawFile](), "")
 	var errs []string
@@ -384,6 +383,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 	refine("shared_limit[]", node{"required": []string{"name", "algorithm"}})
 	refine("shared_limit[].name", node{"$ref": "#/$defs/name"})
 	refine("policy[].limits[].shared", node{"$ref": "#/$defs/name"})
+	refine("policy[].limits[].name", node{"$ref": "#/$defs/name"})
 	refine("policy[].limits[].cost_from", node{"pattern": "^(header|trailer):" + tokenRE + "$"})
 	refine("policy[].limits[].estimate", node{"minimum": 1, "maximum": limiter.MaxCount})
 	refine("policy[].limits[].estimate_from", node{"pattern": "^(average|header:" + tokenRE + ")$"})

@@ -619,7 +619,7 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 			spec.Concurrency = validatePolicyConc(p.Conc, key+".concurrency", c)
 		}
 		if len(p.Limits) > 0 || spec.Concurrency == nil {
-			spec.Limits, spec.LimitKeys, spec.Charges = compilePolicyLimits(p.Limits, key, pk, shared, check, c)
+			spec.Limits, spec.LimitKeys, spec.Charges, spec.LimitNames = compilePolicyLimits(p.Limits, spec.Name, key, pk, shared, check, c)
 		}
 		for _, lk := range spec.LimitKeys {
 			if !lk.Equal(pk) {
@@ -774,13 +774,15 @@ func validatePolicyConc(r *rawPolicyConc, key string, c *collector) *PolicyConcu
 	return pc
 }
 
-// compilePolicyLimits validates a policy's [[policy.limits]], each its own
-// limit or a use of a [[shared_limit]], and returns them with the key each
-// counts under (policyKey unless it sets its own).
-func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) ([]limiter.Limit, []LimitKey, []Charge) {
+// compilePolicyLimits validates the [[policy.limits]] of the policy named
+// policyName, each its own limit or a use of a [[shared_limit]], and
+// returns them with the key each counts under (policyKey unless it sets
+// its own) and the name each goes by in the RateLimit fields (see
+// Policy.LimitName).
+func compilePolicyLimits(raws []rawLimit, policyName, policyKey string, pk LimitKey, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) ([]limiter.Limit, []LimitKey, []Charge, []string) {
 	if len(raws) == 0 {
 		c.add(policyKey+".limits", "at least one [[policy.limits]] (or a [policy.concurrency]) is required")
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	if len(raws) > limiter.MaxLimits {
 		c.add(policyKey+".limits", "%d limits; at most %d per policy", len(raws), limiter.MaxLimits)
@@ -792,12 +794,20 @@ func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared 
 		deferred bool
 		leaky    = -1
 		uses     = map[string]int{}
+		named    []string // each limit's name key, "" for none
+		at       []string // each limit's key in the file
 	)
 	for i := range raws {
 		r := &raws[i]
 		key := fmt.Sprintf("%s.limits[%d]", policyKey, i)
-		if r.Name.Set {
-			c.add(key+".name", "is a key of [[shared_limit]]; a policy's limit uses one with shared = \"NAME\"")
+		if r.Name.Set && !r.Shared.Set {
+			_, isShared := shared[r.Name.V]
+			switch name := r.Name.V; {
+			case !nameRE.MatchString(name):
+				c.add(key+".name", "%q: use letters, digits, '.', '_' and '-' (it appears in the RateLimit fields)", name)
+			case isShared:
+				c.add(key+".name", "%q is the name of a [[shared_limit]]; a client would take this limit for that shared budget: name it otherwise, or use the shared limit with shared = %q", name, name)
+			}
 		}
 		var (
 			lim limiter.Limit
@@ -846,11 +856,40 @@ func compilePolicyLimits(raws []rawLimit, policyKey string, pk LimitKey, shared 
 		out = append(out, lim)
 		keys = append(keys, lk)
 		charges = append(charges, ch)
+		if r.Shared.Set {
+			named = append(named, "") // its [[shared_limit]]'s
+		} else {
+			named = append(named, r.Name.V)
+		}
+		at = append(at, key)
 	}
 	if !deferred {
 		charges = nil
 	}
-	return out, keys, charges
+	return out, keys, charges, limitNames(policyName, out, named, at, c)
+}
+
+// limitNames returns the name each of a policy's limits goes by in the
+// RateLimit fields: named[i], or the one Policy.LimitName derives. Two
+// limits of one policy may not go by one name (at holds their keys in the
+// file).
+func limitNames(policyName string, limits []limiter.Limit, named, at []string, c *collector) []string {
+	p := Policy{Name: policyName, Limits: limits, LimitNames: named}
+	names := make([]string, len(limits))
+	seen := map[string]int{}
+	for i := range limits {
+		names[i] = p.LimitName(i)
+		if prev, dup := seen[names[i]]; dup {
+			where := at[i]
+			if named[i] != "" {
+				where += ".name"
+			}
+			c.add(where, "goes by %q in the RateLimit fields, as %s does: give one a name of its own (name = \"...\")", names[i], at[prev][strings.LastIndex(at[prev], ".")+1:])
+			continue
+		}
+		seen[names[i]] = i
+	}
+	return names
 }
 
 // compileCharge validates the keys of a limit that make it read the

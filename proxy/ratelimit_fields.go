@@ -1,0 +1,163 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
+	"github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/policy/config"
+)
+
+// The rate-limit fields (docs/responses.md): in "draft" mode the IETF
+// httpapi RateLimit draft-10's RateLimit-Policy, one quota policy item
+// per limit of the policy, named as config.Policy.LimitName says and the
+// same on every response of the policy to a client, and RateLimit, the
+// service limit of the most pressing of them; in "legacy" mode
+// X-RateLimit-Limit, -Remaining and -Reset for that one limit.
+//
+// Field names are case-insensitive: Go writes these as "Ratelimit-Policy"
+// and "Ratelimit", HTTP/2 in lower case. Names are restricted (by the
+// configuration's validation) to characters a Structured Field String
+// holds as they are.
+
+// setRateLimitHeaders writes the fields of mode for a request of p that
+// its limits decided as d: every limit of p in RateLimit-Policy, and d's
+// limit (the most restrictive) in RateLimit and the legacy fields. p is
+// the policy as the client's per-key override, if any, changes it.
+func setRateLimitHeaders(h http.Header, mode config.HeadersMode, p *policy.Policy, d limiter.Decision, now time.Time) {
+	if mode == config.HeadersNone || d.Index < 0 || int(d.Index) >= len(p.Limits) {
+		return
+	}
+	if mode == config.HeadersDraft || mode == config.HeadersBoth {
+		// t: draft-10's seconds until additional quota is available, never
+		// more than Retry-After on a rejection.
+		next := ceilSeconds(d.Next)
+		if !d.Allowed {
+			next = min(next, retryAfter(d))
+		}
+		var buf [256]byte
+		b := appendQuotaPolicies(buf[:0], p)
+		policyEnd := len(b)
+		b = appendServiceLimit(b, p, int(d.Index), d.Remaining, next)
+		setDraftFields(h, string(b), policyEnd)
+	}
+	if mode == config.HeadersLegacy || mode == config.HeadersBoth {
+		setLegacyFields(h, d.Limit, d.Remaining, ceilSeconds(d.ResetAt.Sub(now)))
+	}
+}
+
+// setBanHeaders writes the fields of mode on the answer to a request of p
+// refused by ban b (d is the decision whose offence began the ban, or nil
+// for a key already banned): RateLimit-Policy as on every response of p,
+// and every limit of p exhausted until the ban ends — r=0, t the seconds
+// until then (for the limit that rejected the offence, until it would
+// admit the request, if that is later), never later than Retry-After
+// (banRetryAfter). The legacy fields give
+// remaining 0 and a reset no earlier than the ban's end.
+func setBanHeaders(h http.Header, mode config.HeadersMode, p *policy.Policy, d *limiter.Decision, b perkey.Ban, now time.Time) {
+	if mode == config.HeadersNone || len(p.Limits) == 0 {
+		return
+	}
+	until := ceilSeconds(b.Until.Sub(now))
+	if mode == config.HeadersDraft || mode == config.HeadersBoth {
+		var buf [256]byte
+		bs := appendQuotaPolicies(buf[:0], p)
+		policyEnd := len(bs)
+		for i := range p.Limits {
+			if i > 0 {
+				bs = append(bs, ", "...)
+			}
+			t := until
+			if d != nil && !d.Allowed && i == int(d.Index) {
+				// The limit that rejected the offence has no more
+				// quota before it would admit the request, ban or not.
+				t = max(t, min(ceilSeconds(d.Next), retryAfter(*d)))
+			}
+			bs = appendServiceLimit(bs, p, i, 0, t)
+		}
+		setDraftFields(h, string(bs), policyEnd)
+	}
+	if mode == config.HeadersLegacy || mode == config.HeadersBoth {
+		i, reset := 0, until
+		if d != nil && d.Index >= 0 && int(d.Index) < len(p.Limits) {
+			i, reset = int(d.Index), max(until, ceilSeconds(d.ResetAt.Sub(now)))
+		}
+		q, _ := p.Limits[i].Quota()
+		setLegacyFields(h, q, 0, reset)
+	}
+}
+
+// banRetryAfter is the Retry-After of an answer refused by ban b, in whole
+// seconds: until the ban ends, and, on the answer to the offence that
+// began it (d not nil), no earlier than the limit itself would admit the
+// request.
+func banRetryAfter(d *limiter.Decision, b perkey.Ban, now time.Time) int64 {
+	s := ceilSeconds(b.Until.Sub(now))
+	if d != nil && !d.Allowed {
+		s = max(s, retryAfter(*d))
+	}
+	return s
+}
+
+// appendQuotaPolicies appends the RateLimit-Policy value of p: a quota
+// policy item per limit, in the limits' order, with its quota (q) and
+// window in seconds (w, rounded up, at least 1).
+func appendQuotaPolicies(b []byte, p *policy.Policy) []byte {
+	for i := range p.Limits {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		q, w := p.Limits[i].Quota()
+		b = strconv.AppendQuote(b, p.LimitName(i))
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, q, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, max(1, ceilSeconds(w)), 10)
+	}
+	return b
+}
+
+// appendServiceLimit appends a RateLimit item: limit i of p, r remaining,
+// t seconds until more quota.
+func appendServiceLimit(b []byte, p *policy.Policy, i int, r, t int64) []byte {
+	b = strconv.AppendQuote(b, p.LimitName(i))
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, r, 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, t, 10)
+}
+
+// setDraftFields sets RateLimit-Policy to both[:policyEnd] and RateLimit
+// to the rest. The two fields share one backing array of values (capacity
+// 1 each, so that an Add to either copies rather than overwrites): two
+// allocations where Header.Set took six.
+func setDraftFields(h http.Header, both string, policyEnd int) {
+	vals := make([]string, 2)
+	vals[0], vals[1] = both[:policyEnd], both[policyEnd:]
+	h["Ratelimit-Policy"] = vals[0:1:1]
+	h["Ratelimit"] = vals[1:2:2]
+}
+
+// setLegacyFields sets X-RateLimit-Limit, -Remaining and -Reset.
+func setLegacyFields(h http.Header, limit, remaining, reset int64) {
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+}
+
+// quotaView returns the policy whose limits the rate-limit fields of key's
+// requests describe: p, or p as key's per-key override changes it (an
+// override applies to a policy whose limits all count under its key and
+// charge on admission, as the decision applies it).
+func (h *Handler) quotaView(p *policy.Policy, key string) *policy.Policy {
+	if h.overrides == nil || p.Limiter == nil || p.OwnKeys || p.Deferred != nil {
+		return p
+	}
+	if _, view, ok := h.overridden(p, key); ok {
+		return view
+	}
+	return p
+}
