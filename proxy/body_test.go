@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
@@ -373,11 +374,8 @@ func TestSendTimeout(t *testing.T) {
 		c.(*net.TCPConn).SetReadBuffer(4096)
 		io.WriteString(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for e.requests.Load() < clients || e.serving.Load() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 15s: %d of %d requests reached the upstream, %d still being served to clients that do not read", e.requests.Load(), clients, e.serving.Load())
-		}
-		time.Sleep(20 * time.Millisecond) // polling a real connection's state: no event to wait on
+	// Polled: a real connection's state, no event to wait on.
+	if !poll.Until(15*time.Second, func() bool { return e.requests.Load() >= clients && e.serving.Load() == 0 }) {
+		t.Fatalf("after 15s: %d of %d requests reached the upstream, %d still being served to clients that do not read", e.requests.Load(), clients, e.serving.Load())
 	}
 }

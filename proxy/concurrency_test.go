@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
@@ -51,15 +52,11 @@ func getAsync(addr, path string, header ...string) chan answer {
 	return ch
 }
 
-// waitFor polls cond every 5 ms until it holds, failing t after 5 s: for
-// state the handler exposes without an event to wait on.
+// waitFor polls cond until it holds, failing t after 5 s: for state the
+// handler exposes without an event to wait on.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	poll.For(t, 5*time.Second, cond, "timed out waiting for %s", what)
 }
 
 // concGauge reads the concurrency metric name (the first series) from m.

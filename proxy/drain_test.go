@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/url"
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
@@ -95,19 +95,14 @@ func TestCloseQueues(t *testing.T) {
 	}
 	go send()
 	go send()
-	// Both wait a minute or two: synchronise on the queue's depth.
-	deadline := time.Now().Add(10 * time.Second)
+	// Both wait a minute or two: synchronise on the queue's depth (polled:
+	// the handler gives no event when a request queues).
 	depth := func() float64 {
 		var d dto.Metric
 		m.queue.WithLabelValues("slow").Write(&d)
 		return d.GetGauge().GetValue()
 	}
-	for depth() != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the two requests never queued")
-		}
-		time.Sleep(5 * time.Millisecond) // polling the gauge: the handler gives no event when a request queues
-	}
+	poll.For(t, 10*time.Second, func() bool { return depth() == 2 }, "the two requests never queued")
 	h.CloseQueues()
 	for range 2 {
 		if r := <-results; r.status != 503 || r.retryAfter != "1" {
@@ -154,17 +149,10 @@ func TestCutShortLogged(t *testing.T) {
 	if err == nil {
 		t.Fatal("the client read the whole response; the upstream cut it short")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
-		for _, e := range logs.FilterMessage("request").All() {
-			f := e.ContextMap()
-			if f["status"] != int64(502) || f["error"] != "upstream response cut short" || e.Level != zapcore.WarnLevel {
-				t.Fatalf("access log: %v at %v; want status 502, error \"upstream response cut short\", at warn", f, e.Level)
-			}
-			return
-		}
-		time.Sleep(5 * time.Millisecond) // the access-log line comes after the client has its answer
+	// The access-log line comes after the client has its answer.
+	poll.For(t, 5*time.Second, func() bool { return logs.FilterMessage("request").Len() > 0 }, "no access-log line")
+	e := logs.FilterMessage("request").All()[0]
+	if f := e.ContextMap(); f["status"] != int64(502) || f["error"] != "upstream response cut short" || e.Level != zapcore.WarnLevel {
+		t.Fatalf("access log: %v at %v; want status 502, error \"upstream response cut short\", at warn", f, e.Level)
 	}
-	t.Fatal("no access-log line")
 }

@@ -125,7 +125,7 @@ func trickle(c net.Conn) {
 			if _, err := c.Read(buf); err != nil {
 				return
 			}
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // a client slow in real time on a real socket: the pace is the scenario
 		}
 	}()
 }
@@ -279,7 +279,7 @@ func TestBufferedPastFileBound(t *testing.T) {
 		}
 		return fi.Size() == 1<<20
 	})
-	time.Sleep(100 * time.Millisecond) // would the file grow further?
+	time.Sleep(100 * time.Millisecond) // would the file grow further? (a negative: the spool gives no event for a write it refuses)
 	if fds := tempFDs(t, dir); len(fds) == 1 {
 		if fi, err := os.Stat(fds[0]); err == nil && fi.Size() != 1<<20 {
 			t.Fatalf("the file grew to %d bytes, past its bound", fi.Size())

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
@@ -226,9 +227,16 @@ func TestSyncTransportReuse(t *testing.T) {
 	if n := u.conns.Load(); n != 2 {
 		t.Errorf("after a body closed half read: %d connections, want 2", n)
 	}
-	// Idle too long: closed, a new one dialed.
-	tr.idleTimeout = 50 * time.Millisecond
-	time.Sleep(100 * time.Millisecond) // a real idle connection past idleTimeout (real clock in syncTransport)
+	// Idle too long: closed, a new one dialed. (The idle connection is
+	// aged by moving its idle instant back past idleTimeout, not by
+	// waiting for it.)
+	tr.mu.Lock()
+	for _, conns := range tr.idle {
+		for _, pc := range conns {
+			pc.idleAt = pc.idleAt.Add(-tr.idleTimeout)
+		}
+	}
+	tr.mu.Unlock()
 	observe(tr, "GET", url)
 	if n := u.conns.Load(); n != 3 {
 		t.Errorf("after idling past idleTimeout: %d connections, want 3", n)
@@ -317,12 +325,22 @@ func TestSyncTransportIdleSweep(t *testing.T) {
 // timeout error (504 to the client), not a retry.
 func TestSyncTransportHeaderTimeout(t *testing.T) {
 	var n atomic.Int64
+	release := make(chan struct{})
 	u := startRawUpstream(t, func(*http.Request) (string, bool) {
 		n.Add(1)
-		time.Sleep(500 * time.Millisecond) // slower than the 100ms header timeout
+		<-release // slower than the 100ms header timeout: answers only at the test's end
 		return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false
 	})
+	t.Cleanup(func() { close(release) })
 	tr := newSyncTransport(NewTransport(config.Upstream{Timeout: 5 * time.Second}), 100*time.Millisecond)
+	// A second send would need a second connection (the first one timed
+	// out): counted here, before RoundTrip returns.
+	var dials atomic.Int64
+	dial := tr.dial
+	tr.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dial(ctx, network, addr)
+	}
 	req, _ := http.NewRequest("GET", "http://"+u.ln.Addr().String()+"/x", nil)
 	start := time.Now()
 	_, err := tr.RoundTrip(req)
@@ -333,7 +351,10 @@ func TestSyncTransportHeaderTimeout(t *testing.T) {
 	if d := time.Since(start); d > 400*time.Millisecond {
 		t.Errorf("took %v, want about the 100ms timeout", d)
 	}
-	time.Sleep(500 * time.Millisecond) // time for a second send, which must not come
+	if d := dials.Load(); d != 1 {
+		t.Errorf("the request was sent on %d connections, want 1", d)
+	}
+	poll.For(t, 5*time.Second, func() bool { return n.Load() >= 1 }, "the upstream never got the request")
 	if n.Load() != 1 {
 		t.Errorf("the request was sent %d times", n.Load())
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/bench/internal/loadgen"
+	"github.com/limitproxy/limitproxy/internal/poll"
 )
 
 // TestLoadTimeout runs the generator against a server that never answers
@@ -59,10 +60,7 @@ func TestLoadTimeout(t *testing.T) {
 		}
 	}
 	// The server saw the clients of the requests it held go away.
-	deadline := time.Now().Add(5 * time.Second)
-	for gone.Load() < calls.Load()/2-1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(5*time.Second, func() bool { return gone.Load() >= calls.Load()/2-1 })
 	if gone.Load() < calls.Load()/2-1 {
 		t.Errorf("the server saw %d of its %d held requests' clients go", gone.Load(), calls.Load()/2)
 	}

@@ -72,7 +72,7 @@ func TestLoad(t *testing.T) {
 			return
 		}
 		if calls.Add(1)%10 == 0 {
-			time.Sleep(30 * time.Millisecond)
+			time.Sleep(30 * time.Millisecond) // a slow answer: the service time the schedule must not wait for
 		}
 		io.WriteString(w, "ok\n")
 	}))
@@ -116,7 +116,7 @@ func TestLoad(t *testing.T) {
 // includes the wait.
 func TestLoadPoolFull(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // a server slower than the schedule: the scenario
 		io.WriteString(w, "ok\n")
 	}))
 	defer srv.Close()

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/limitproxy/limitproxy/internal/poll"
 )
 
 func TestCPUTimeOwnProcess(t *testing.T) {
@@ -71,11 +73,7 @@ func TestCPUTimeAndTreeOfAnotherProcess(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	pid := cmd.Process.Pid
 	var tree []int
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if tree = Tree(pid); len(tree) > 1 {
-			break
-		}
-	}
+	poll.Until(5*time.Second, func() bool { tree = Tree(pid); return len(tree) > 1 })
 	if len(tree) != 2 || tree[0] != pid {
 		t.Fatalf("Tree(%d) = %v, want the shell and its sleep", pid, tree)
 	}

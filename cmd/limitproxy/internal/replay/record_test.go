@@ -235,7 +235,7 @@ func recordTraffic(t *testing.T, addr string) {
 	// than their instants, and at a full queue that swaps which one is
 	// refused: docs/replay.md.)
 	for i := range 8 {
-		time.Sleep(15 * time.Millisecond)
+		time.Sleep(15 * time.Millisecond) // the arrivals' pace against the real queue's timers (above): the scenario, not a wait
 		wg.Go(func() { send("GET", fmt.Sprintf("/queue?n=%d", i), "X-Forwarded-For", "10.0.3.1") })
 	}
 	for i := range 2 {

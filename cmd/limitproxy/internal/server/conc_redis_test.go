@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/internal/redistest"
 )
 
@@ -95,10 +96,8 @@ key = ["header:X-Client"]
 		})
 	}
 	// The rejected answer at once; the three admitted wait at the upstream.
-	for deadline := time.Now().Add(10 * time.Second); rejected.Load() < 21; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rejected, %d at the upstream: want 21 and 3", rejected.Load(), reached.Load())
-		}
+	if !poll.Until(10*time.Second, func() bool { return rejected.Load() >= 21 }) {
+		t.Fatalf("%d rejected, %d at the upstream: want 21 and 3", rejected.Load(), reached.Load())
 	}
 	if r := reached.Load(); r != 3 {
 		t.Fatalf("%d requests reached the upstream, want 3", r)

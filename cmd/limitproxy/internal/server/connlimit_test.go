@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
@@ -147,7 +148,12 @@ upstream = "up"
 				}
 				flood = append(flood, fc)
 			}
-			time.Sleep(500 * time.Millisecond) // the flood is in the listener's hands
+			// The flood is in the listener's hands once it logs that it
+			// refuses connections or that accepts fail.
+			poll.For(t, 10*time.Second, func() bool {
+				b, _ := os.ReadFile(logPath)
+				return strings.Contains(string(b), "connection limit reached") || strings.Contains(string(b), "too many open files") || strings.Contains(string(b), "accept failed")
+			}, "the child's log says nothing of the flood of %d connections", len(flood))
 			code, retry, err := get(3 * time.Second)
 			if c.answered && (err != nil || code != 503 && code != 200 || code == 503 && retry == "") {
 				t.Errorf("during the flood a new client got %d (Retry-After %q), %v; want 503 with Retry-After or 200", code, retry, err)
@@ -156,16 +162,13 @@ upstream = "up"
 				fc.Close()
 			}
 			elapsed := time.Since(start)
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				code, _, err := get(2 * time.Second)
-				if err == nil && code == 200 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("after the flood: %d %v", code, err)
-				}
-				time.Sleep(100 * time.Millisecond)
+			var code2 int
+			var err2 error
+			if !poll.Until(10*time.Second, func() bool {
+				code2, _, err2 = get(2 * time.Second)
+				return err2 == nil && code2 == 200
+			}) {
+				t.Fatalf("after the flood: %d %v", code2, err2)
 			}
 			elapsed = max(elapsed, time.Since(start))
 			b, _ := os.ReadFile(logPath)

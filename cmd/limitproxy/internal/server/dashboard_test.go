@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"golang.org/x/net/html"
+
+	"github.com/limitproxy/limitproxy/internal/poll"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/dashboard.png: the dashboard of a real server with traffic, as Chromium renders it")
@@ -699,15 +701,10 @@ func TestDashboard(t *testing.T) {
 			Failures   int
 		} `json:"last_reload"`
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	poll.For(t, 10*time.Second, func() bool {
 		adminJSON(t, "GET", r.admin+"/api/v1/config", &cfg)
-		if !cfg.LastReload.Successful {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the broken file was not refused within 10 s")
-		}
-	}
+		return !cfg.LastReload.Successful
+	}, "the broken file was not refused")
 	f.run(nil)
 	p = b.load(f.URL+"/dashboard#token=s3cret", 500*time.Millisecond)
 	p.want(t, map[string]string{
@@ -1049,7 +1046,7 @@ func TestDashboardScreenshot(t *testing.T) {
 		for range wave {
 			queued.Go(func() { get("/reports", "") })
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // a real browser polls on the real clock: this paces the picture's traffic
 	})
 	out, err := filepath.Abs("../../../../docs/dashboard.png")
 	if err != nil {

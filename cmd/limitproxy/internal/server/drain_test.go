@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
@@ -77,13 +78,10 @@ key = []
 	go get()
 	// The two wait a minute and two minutes: stop once the queue's gauge
 	// shows both.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(scrape(t, l.Admin.String()), `limitproxy_queue_depth{policy="slow"} 2`) {
-		if time.Now().After(deadline) {
-			t.Fatal("the two requests never queued")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a real server's gauge: no event to wait on
-	}
+	// (Polled: a real server's gauge, no event to wait on.)
+	poll.For(t, 10*time.Second, func() bool {
+		return strings.Contains(scrape(t, l.Admin.String()), `limitproxy_queue_depth{policy="slow"} 2`)
+	}, "the two requests never queued")
 	begin := time.Now()
 	stop()
 	for range 2 {
@@ -185,16 +183,15 @@ func TestDrain(t *testing.T) {
 	}
 	stop() // SIGTERM
 	// The listener closes at once; the dial that fails shows it (bounded).
-	refused := false
 	// (Polled: a listener's closing shows from outside only as a refused dial.)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	refused := poll.Until(5*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
-			refused = true
-			break
+			return true
 		}
 		c.Close()
-	}
+		return false
+	})
 	if !refused {
 		t.Error("the proxy still accepts connections while draining")
 	}

@@ -272,7 +272,7 @@ func watchFlows(t *testing.T, cc *grpc.ClientConn, up *grpcUpstream, idle time.D
 	}
 	for i, s := range []healthpb.HealthCheckResponse_ServingStatus{healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_SERVING} {
 		if i > 0 {
-			time.Sleep(idle)
+			time.Sleep(idle) // a real stream idle on the real clock that the proxy's send_timeout runs on: the scenario
 			up.health.SetServingStatus("svc", s)
 		}
 		resp, err := w.Recv()

@@ -60,6 +60,13 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
+// String returns what has been written so far.
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
+}
+
 // TestMain sets what must hold for every test of the package before any
 // runs: Pebble (the ACME tests' CA) otherwise waits up to 15 s before each
 // validation, and reads this when a validator is made, so t.Setenv, which

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/internal/redistest"
 	"github.com/limitproxy/limitproxy/proxy"
 )
@@ -145,12 +146,7 @@ func TestOverridesShared(t *testing.T) {
 		t.Errorf("PUT on Redis without persistence answered persisted %v, persistence %q; want false, \"redis none\"", put.Persisted, put.Persistence)
 	}
 	start := time.Now()
-	for !strings.Contains(quota(b), "q=10") {
-		if time.Since(start) > time.Second {
-			t.Fatal("the second instance did not apply the override within 1 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.For(t, time.Second, func() bool { return strings.Contains(quota(b), "q=10") }, "the second instance did not apply the override")
 	t.Logf("the second instance applied the override after %v", time.Since(start))
 	req, _ = http.NewRequest("DELETE", a.admin+"/api/v1/policies/all/overrides/127.0.0.1", nil)
 	req.Header.Set("Content-Type", "application/json")
@@ -158,11 +154,5 @@ func TestOverridesShared(t *testing.T) {
 		t.Fatalf("DELETE: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	start = time.Now()
-	for !strings.Contains(quota(b), "q=2") {
-		if time.Since(start) > time.Second {
-			t.Fatal("the second instance did not drop the override within 1 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.For(t, time.Second, func() bool { return strings.Contains(quota(b), "q=2") }, "the second instance did not drop the override")
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
@@ -119,14 +120,10 @@ func (r *running) quota(t testing.TB) string {
 func (r *running) waitQuota(t testing.TB, q string) time.Duration {
 	t.Helper()
 	begin := time.Now()
-	for time.Since(begin) < 10*time.Second {
-		if r.quota(t) == q {
-			return time.Since(begin)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Until(10*time.Second, func() bool { return r.quota(t) == q }) {
+		t.Fatalf("quota still %s after 10s, want %s", r.quota(t), q)
 	}
-	t.Fatalf("quota still %s after 10s, want %s", r.quota(t), q)
-	return 0
+	return time.Since(begin)
 }
 
 func writeAtomic(t testing.TB, path, text string) {
@@ -184,16 +181,10 @@ func TestReloadTriggers(t *testing.T) {
 		r.waitQuota(t, "50")
 		before := r.status(t)["last_reload"].(map[string]any)["successes"].(float64)
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			last := r.status(t)["last_reload"].(map[string]any)
-			if last["trigger"] == "sighup" && last["successes"].(float64) > before {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no reload after SIGHUP: %v", last)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if last := r.lastReload(t, func(l map[string]any) bool {
+			return l["trigger"] == "sighup" && l["successes"].(float64) > before
+		}); last["trigger"] != "sighup" || last["successes"].(float64) <= before {
+			t.Fatalf("no reload after SIGHUP: %v", last)
 		}
 	})
 	t.Run("admin API", func(t *testing.T) {
@@ -235,11 +226,10 @@ func (r *running) status(t *testing.T) map[string]any {
 func (r *running) lastReload(t *testing.T, done func(map[string]any) bool) map[string]any {
 	t.Helper()
 	var last map[string]any
-	for begin := time.Now(); time.Since(begin) < 10*time.Second; time.Sleep(5 * time.Millisecond) {
-		if last = r.status(t)["last_reload"].(map[string]any); done(last) {
-			break
-		}
-	}
+	poll.Until(10*time.Second, func() bool {
+		last = r.status(t)["last_reload"].(map[string]any)
+		return done(last)
+	})
 	return last
 }
 
@@ -307,13 +297,7 @@ func TestReloadKeepsCounters(t *testing.T) {
 	}
 	// An unrelated change: a second upstream.
 	writeAtomic(t, r.path, configText(r.upstream.URL, 3, "1/h", "[[upstream]]\nname = \"spare\"\ntargets = [\"http://127.0.0.1:1\"]"))
-	deadline := time.Now().Add(10 * time.Second)
-	for len(r.status(t)["upstreams"].([]any)) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the unrelated change was not applied")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.For(t, 10*time.Second, func() bool { return len(r.status(t)["upstreams"].([]any)) == 2 }, "the unrelated change was not applied")
 	if s := status(); s != 429 {
 		t.Errorf("after an unrelated reload the bucket admitted again (%d): its counter was reset", s)
 	}
@@ -322,7 +306,7 @@ func TestReloadKeepsCounters(t *testing.T) {
 // TestReloadUnderLoad rewrites the file 20 times while clients send
 // requests all along: bursts of five writes 30ms apart, of configuration A,
 // then B, and so on, the last write invalid, each burst followed by a
-// pause longer than the watcher's debounce so that it is applied. No request may fail, none may get a 5xx, and
+// quiet until a reload has applied it. No request may fail, none may get a 5xx, and
 // every answer must come from one of the two configurations.
 func TestReloadUnderLoad(t *testing.T) {
 	t.Parallel()
@@ -368,6 +352,11 @@ func TestReloadUnderLoad(t *testing.T) {
 			}
 		})
 	}
+	count := func() float64 { // reloads tried, whether applied or refused
+		last := r.status(t)["last_reload"].(map[string]any)
+		return last["successes"].(float64) + last["failures"].(float64)
+	}
+	var reloads float64
 	for i := range 20 {
 		text := a
 		switch {
@@ -376,26 +365,32 @@ func TestReloadUnderLoad(t *testing.T) {
 		case (i/5)%2 == 1:
 			text = b
 		}
+		if i%5 == 0 {
+			reloads = count()
+		}
 		if i%3 == 0 {
 			os.WriteFile(r.path, []byte(text), 0o644)
 		} else {
 			writeAtomic(t, r.path, text)
 		}
-		time.Sleep(30 * time.Millisecond)
 		if i%5 == 4 {
-			// Quiet for longer than the watcher's debounce: the burst
-			// of five writes is applied.
-			time.Sleep(config.DefaultDebounce + 100*time.Millisecond)
+			// Quiet until the burst of five writes is applied: the
+			// watcher reloads once the writes have stopped for its
+			// debounce. The last burst ends with the invalid write,
+			// whose reload fails.
+			applied := func() bool {
+				if i == 19 {
+					return r.status(t)["last_reload"].(map[string]any)["successful"] == false
+				}
+				return count() > reloads && r.quota(t) == map[string]string{a: "1000000", b: "2000000"}[text]
+			}
+			poll.For(t, 10*time.Second, applied, "burst %d was not applied", i/5)
+			continue
 		}
+		time.Sleep(30 * time.Millisecond) // the pace of a burst, shorter than the debounce: the scenario, not a wait
 	}
 	close(stop)
 	wg.Wait()
-	// The last write was invalid (i = 19); wait, bounded, for the watcher
-	// to have seen it.
-	deadline := time.Now().Add(10 * time.Second)
-	for r.status(t)["last_reload"].(map[string]any)["successful"] != false && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
 	t.Logf("%d requests during 20 rewrites; answers by quota: %v", requests.Load(), quotas)
 	if failures.Load() > 0 || len(bad) > 0 {
 		t.Errorf("%d transport errors; bad answers: %v", failures.Load(), bad[:min(len(bad), 10)])
@@ -440,13 +435,7 @@ func TestReloadWhileQueued(t *testing.T) {
 	}
 	waitMetric(t, r.admin, `limitproxy_queue_depth{policy="all"} 2`) // two of them wait
 	writeAtomic(t, r.path, leaky(r.upstream.URL, "2/s"))
-	deadline := time.Now().Add(10 * time.Second)
-	for r.status(t)["last_reload"].(map[string]any)["successes"].(float64) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the reload did not happen")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.For(t, 10*time.Second, func() bool { return r.status(t)["last_reload"].(map[string]any)["successes"].(float64) >= 1 }, "the reload did not happen")
 	var got []int
 	for range 3 {
 		got = append(got, <-results)
@@ -511,20 +500,13 @@ func TestRemovedLimits(t *testing.T) {
 // want, for at most 10 seconds.
 func waitMetric(t testing.TB, admin, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.For(t, 10*time.Second, func() bool {
 		resp, err := http.Get(admin + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if strings.Contains(string(b), want+"\n") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10s /metrics has no line %q", want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return strings.Contains(string(b), want+"\n")
+	}, "/metrics has no line %q", want)
 }

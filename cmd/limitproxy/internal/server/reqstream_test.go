@@ -19,6 +19,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/limitproxy/limitproxy/internal/poll"
 )
 
 // The request-body tests speak HTTP/2 in raw frames (x/net/http2's Framer
@@ -273,7 +275,7 @@ func TestH2TricklersBuffered(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					time.Sleep(time.Second)
+					time.Sleep(time.Second) // a trickler's pace on a real HTTP/2 socket, against body timers on the real clock: the scenario
 				}
 				during, reqs := up.maxConns.Load(), up.requests.Load()
 				t.Logf("%d streams of %s trickling for %ds: most upstream connections %d, requests %d", streams, ct, seconds, during, reqs)
@@ -355,10 +357,7 @@ func TestH2StreamMinRate(t *testing.T) {
 				}
 				// The upstream saw the stream (it streams) and its request
 				// ended with the cut.
-				deadline := time.Now().Add(5 * time.Second)
-				for up.serving.Load() != 0 && time.Now().Before(deadline) {
-					time.Sleep(10 * time.Millisecond)
-				}
+				poll.Until(5*time.Second, func() bool { return up.serving.Load() == 0 })
 				if up.requests.Load() != 1 || up.serving.Load() != 0 {
 					t.Errorf("upstream: %d requests, %d still being served; want 1 and 0", up.requests.Load(), up.serving.Load())
 				}
@@ -381,10 +380,7 @@ func TestH2StreamsPerKey(t *testing.T) {
 		h.open(uint32(2*i+1), "/upload", "text/plain")
 		h.data(uint32(2*i+1), "x", false)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for up.serving.Load() != 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(10*time.Second, func() bool { return up.serving.Load() == 3 })
 	if n := up.serving.Load(); n != 3 {
 		t.Fatalf("the upstream serves %d streams, want the 3 allowed", n)
 	}

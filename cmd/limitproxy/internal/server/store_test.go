@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/internal/redistest"
 	"github.com/limitproxy/limitproxy/limiter/redisstore"
 	"github.com/limitproxy/limitproxy/policy/config"
@@ -75,18 +76,11 @@ upstream = "app"
 		t.Errorf("/readyz with Redis down: %d %s", code, body)
 	}
 	srv.Restart()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.For(t, 10*time.Second, func() bool {
 		get(proxy + "/")
 		_, m := get(admin + "/metrics")
-		if strings.Contains(m, gauge+"0") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the breaker did not close within 10s of Redis coming back")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return strings.Contains(m, gauge+"0")
+	}, "the breaker did not close after Redis came back")
 	if code, body := get(admin + "/readyz"); code != 200 {
 		t.Errorf("/readyz with Redis back: %d %s", code, body)
 	}

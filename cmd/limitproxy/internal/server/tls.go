@@ -19,8 +19,8 @@ import (
 )
 
 // certFiles serves the certificate of [server.tls] mode = "files", and
-// picks up new files without a restart: at most once a second, at a
-// handshake, it compares the files' modification times with those it
+// picks up new files without a restart: at a handshake, at most once per
+// every (a second), it compares the files' modification times with those it
 // loaded and loads them again if either changed (a renewal tool replacing
 // them is enough; no signal is needed). A renewal that cannot be loaded (a
 // half-written pair, a key that does not match) is logged and the
@@ -28,6 +28,8 @@ import (
 type certFiles struct {
 	certFile, keyFile string
 	log               *zap.Logger
+	now               func() time.Time // time.Now; a test's clock
+	every             time.Duration    // the least time between two looks at the files
 
 	mu      sync.Mutex
 	cert    *tls.Certificate
@@ -37,7 +39,7 @@ type certFiles struct {
 
 // loadCertFiles loads the pair; an error names the files and why.
 func loadCertFiles(certFile, keyFile string, log *zap.Logger) (*certFiles, error) {
-	c := &certFiles{certFile: certFile, keyFile: keyFile, log: log.Named("tls")}
+	c := &certFiles{certFile: certFile, keyFile: keyFile, log: log.Named("tls"), now: time.Now, every: time.Second}
 	stamp, err := c.stamps()
 	if err != nil {
 		return nil, err
@@ -46,7 +48,7 @@ func loadCertFiles(certFile, keyFile string, log *zap.Logger) (*certFiles, error
 	if err != nil {
 		return nil, fmt.Errorf("server.tls: cert_file %s, key_file %s: %w", certFile, keyFile, err)
 	}
-	c.cert, c.stamp, c.checked = &cert, stamp, time.Now()
+	c.cert, c.stamp, c.checked = &cert, stamp, c.now()
 	return c, nil
 }
 
@@ -66,7 +68,7 @@ func (c *certFiles) stamps() ([2]time.Time, error) {
 func (c *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if now := time.Now(); now.Sub(c.checked) >= time.Second {
+	if now := c.now(); now.Sub(c.checked) >= c.every {
 		c.checked = now
 		if stamp, err := c.stamps(); err == nil && stamp != c.stamp {
 			cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)

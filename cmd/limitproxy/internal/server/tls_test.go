@@ -21,7 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/poll"
 	"github.com/limitproxy/limitproxy/policy/config"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // selfSigned returns a PEM certificate and key for 127.0.0.1 with the
@@ -49,8 +53,10 @@ func selfSigned(t *testing.T, serial int64) (certPEM, keyPEM []byte, cert *x509.
 }
 
 // TestTLSFiles: HTTPS from certificate files, through to the upstream;
-// replacing the files switches the served certificate without a restart;
-// a broken pair at start is refused with the files named.
+// replacing the files switches the served certificate without a restart
+// (a half-written renewal is logged and ignored); a broken pair at start
+// is refused with the files named. The files are looked at once a second
+// by the real clock; TestCertFilesCheck pins that on a test's clock.
 func TestTLSFiles(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
@@ -62,13 +68,14 @@ func TestTLSFiles(t *testing.T) {
 	os.WriteFile(certFile, c1, 0o600)
 	os.WriteFile(keyFile, k1, 0o600)
 	path := filepath.Join(dir, "limitproxy.toml")
-	os.WriteFile(path, []byte(configText(up.URL, 100, "100/s", fmt.Sprintf(`[server.tls]
+	os.WriteFile(path, []byte(strings.Replace(configText(up.URL, 100, "100/s", fmt.Sprintf(`[server.tls]
 mode = "files"
 cert_file = %q
 key_file = %q
 http_listen = "127.0.0.1:0"
-`, certFile, keyFile))), 0o644)
-	l, _ := serveFile(t, path, &syncWriter{w: new(bytes.Buffer)})
+`, certFile, keyFile)), `level = "error"`, `level = "warn"`, 1)), 0o644)
+	logs := &syncWriter{w: new(bytes.Buffer)}
+	l, _ := serveFile(t, path, logs)
 
 	roots := x509.NewCertPool()
 	roots.AddCert(x1)
@@ -90,21 +97,22 @@ http_listen = "127.0.0.1:0"
 	if s := serial(); s != 1 {
 		t.Fatalf("serving certificate %d, want 1", s)
 	}
-	// A half-written renewal (a key that does not match) is ignored.
+	// A half-written renewal (a key that does not match) is ignored: the
+	// handshakes go on with the certificate in use until one, a second
+	// after the start, has the files looked at and the pair refused.
 	os.WriteFile(keyFile, k2, 0o600)
-	time.Sleep(1100 * time.Millisecond) // past the once-a-second check
+	poll.For(t, 10*time.Second, func() bool {
+		if s := serial(); s != 1 {
+			t.Fatalf("a mismatched pair replaced the certificate: serving %d", s)
+		}
+		return strings.Contains(logs.String(), "new certificate files cannot be loaded")
+	}, "no handshake had the mismatched pair refused")
 	if s := serial(); s != 1 {
 		t.Fatalf("a mismatched pair replaced the certificate: serving %d", s)
 	}
 	// The renewal completes: the new certificate is served, no restart.
 	writeAtomic(t, certFile, string(c2))
-	deadline := time.Now().Add(10 * time.Second)
-	for serial() != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the renewed certificate was not served within 10s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll.For(t, 10*time.Second, func() bool { return serial() == 2 }, "the renewed certificate was not served")
 	// A broken pair at start: a clear error naming the files.
 	os.WriteFile(keyFile, []byte("not a key"), 0o600)
 	cfg := strings.Replace(configText(up.URL, 1, "1/s", ""), "[admin]\nlisten = \"127.0.0.1:0\"", "[admin]\nlisten = \"\"", 1)
@@ -117,5 +125,63 @@ http_listen = "127.0.0.1:0"
 	err = serve(t.Context(), bad, badCfg, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "key_file "+keyFile) {
 		t.Errorf("a broken key at start: %v, want an error naming the files", err)
+	}
+}
+
+// TestCertFilesCheck: the files are looked at, at a handshake, once every
+// second of the clock and not more often; a pair that does not match is
+// logged and the certificate in use kept; the completed renewal is served
+// at the first look after it.
+func TestCertFilesCheck(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	c1, k1, _ := selfSigned(t, 1)
+	c2, k2, _ := selfSigned(t, 2)
+	os.WriteFile(certFile, c1, 0o600)
+	os.WriteFile(keyFile, k1, 0o600)
+	core, logs := observer.New(zapcore.InfoLevel)
+	c, err := loadCertFiles(certFile, keyFile, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := c.checked
+	c.now = func() time.Time { return now }
+	serial := func() int64 {
+		t.Helper()
+		cert, err := c.get(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := x509.ParseCertificate(cert.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x.SerialNumber.Int64()
+	}
+	warnings := func() int {
+		return logs.FilterMessage("new certificate files cannot be loaded; keeping the one in use").Len()
+	}
+	// A half-written renewal: the new key, the old certificate.
+	os.WriteFile(keyFile, k2, 0o600)
+	now = now.Add(999 * time.Millisecond)
+	if s, w := serial(), warnings(); s != 1 || w != 0 {
+		t.Fatalf("999ms after the load: serving %d, %d warnings; want 1 and no look at the files", s, w)
+	}
+	now = now.Add(time.Millisecond)
+	if s, w := serial(), warnings(); s != 1 || w != 1 {
+		t.Fatalf("a second after the load, a mismatched pair: serving %d, %d warnings; want 1 and 1", s, w)
+	}
+	// The renewal completes; the next look is a second after the last.
+	os.WriteFile(certFile, c2, 0o600)
+	now = now.Add(999 * time.Millisecond)
+	if s := serial(); s != 1 {
+		t.Fatalf("999ms after the last look: serving %d, want still 1", s)
+	}
+	now = now.Add(time.Millisecond)
+	if s := serial(); s != 2 {
+		t.Fatalf("a second after the last look, the renewed pair: serving %d, want 2", s)
+	}
+	if n := logs.FilterMessage("certificate reloaded").Len(); n != 1 || warnings() != 1 {
+		t.Errorf("%d reloads and %d warnings logged, want 1 and 1", n, warnings())
 	}
 }
