@@ -93,7 +93,11 @@ func TestLoad(t *testing.T) {
 	if cpuCalls != 2 || m.cpu != (cpuTimes{time.Millisecond, time.Second}) || m.cpuSpan < 400*time.Millisecond || m.cpuSpan > time.Second {
 		t.Errorf("the CPU was read %d times (difference %v over %v); want twice, at the window's start and end (400 ms and the drain)", cpuCalls, m.cpu, m.cpuSpan)
 	}
-	if m.achieved < 400 || m.achieved > 510 {
+	// Never above the schedule. Below it only when the sender itself is
+	// held up (a busy machine, the race detector: it read 255 r/s beside
+	// a loaded CI run), which the late count below tells apart from a
+	// schedule held back by slow answers; so no lower bound here.
+	if m.achieved > 510 {
 		t.Errorf("achieved %v r/s at an offered 500", m.achieved)
 	}
 	// A slow answer holds its connection for 30 ms, 15 instants at 500
