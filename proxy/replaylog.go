@@ -27,7 +27,6 @@ import (
 // headers are pinned to one value).
 type replayFields struct {
 	received time.Time
-	client   string
 	target   string
 	headers  []zap.Field
 }
@@ -72,9 +71,6 @@ func replayHeaders(set *policy.Set) []string {
 // captureReplay returns r's replay fields, arrived at start.
 func captureReplay(r *http.Request, names []string, s *config.Server, start time.Time) *replayFields {
 	f := &replayFields{received: start, target: escapeReplay(r.RequestURI)}
-	if a, ok := clientIP(r, s); ok {
-		f.client = a.String()
-	}
 	for _, n := range names {
 		if vs := r.Header[n]; len(vs) > 0 {
 			f.headers = append(f.headers, zap.String("h:"+n, escapeReplay(strings.Join(vs, "\n"))))
@@ -83,9 +79,10 @@ func captureReplay(r *http.Request, names []string, s *config.Server, start time
 	return f
 }
 
-// fields appends f's access-log fields to fs.
+// fields appends f's access-log fields to fs. (The client address is on
+// every line: see logAccess.)
 func (f *replayFields) fields(fs []zap.Field) []zap.Field {
-	fs = append(fs, zap.String("received", f.received.UTC().Format(time.RFC3339Nano)), zap.String("client", f.client), zap.String("target", f.target))
+	fs = append(fs, zap.String("received", f.received.UTC().Format(time.RFC3339Nano)), zap.String("target", f.target))
 	return append(fs, f.headers...)
 }
 
