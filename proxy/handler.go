@@ -166,6 +166,7 @@ func (h *Handler) Swap(set *policy.Set) {
 		s.pools[u.Name] = newPool(u, srv, h.buffers, h.resp, h.log, h.now)
 	}
 	h.top.sync(set)
+	h.metrics.declareQueues(set)
 	h.ovCache.reset()
 	h.snap.Store(s)
 	if old != nil {

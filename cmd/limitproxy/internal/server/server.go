@@ -240,7 +240,7 @@ func (p *process) buildHandler() error {
 	if err != nil {
 		return err
 	}
-	p.metrics = newMetrics(p.stores, func() *reloadStatus { return p.reload.Status() }, string(p.cfg.Store.Backend), p.access)
+	p.metrics = newMetrics(p.stores, func() *reloadStatus { return p.reload.Status() }, string(p.cfg.Store.Backend), p.access, p.version)
 	hasher, err := keyHasher(p.cfg.Admin, p.log)
 	if err != nil {
 		return err
