@@ -31,8 +31,13 @@ type replayFields struct {
 	headers  []zap.Field
 }
 
-// replayHeaders are the request headers set's policies read: match
-// headers, key parts (Cookie for cookie parts), estimate headers.
+// ReplayHeaders returns the request headers set's policies read (match
+// headers, key parts, Cookie for cookie parts, estimate headers) in
+// canonical form, sorted: those [log] access_replay logs, and those a
+// replay of a log written without it cannot know.
+func ReplayHeaders(set *policy.Set) []string { return replayHeaders(set) }
+
+// replayHeaders is ReplayHeaders.
 func replayHeaders(set *policy.Set) []string {
 	var names []string
 	add := func(n string) {
