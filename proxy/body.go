@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitproxy/limitproxy/policy/config"
@@ -103,6 +104,9 @@ type timedBody struct {
 	max     int64
 	err     *clientBodyError // the first read error, the client's
 	rate    *rateWatch       // min_body_rate; nil: none
+	// read counts the bytes read, for the access log (which may look
+	// while the transport still reads a streamed body).
+	read atomic.Int64
 }
 
 func (b *timedBody) Read(p []byte) (int, error) {
@@ -132,6 +136,7 @@ func (b *timedBody) Read(p []byte) (int, error) {
 		return n, b.err
 	}
 	b.left -= int64(n)
+	b.read.Add(int64(n))
 	switch {
 	case err == io.EOF:
 		b.stopRate()
@@ -191,6 +196,9 @@ func prepareBody(w http.ResponseWriter, r *http.Request, lim bodyLimits) (cleanu
 		return func() {}, &clientBodyError{http.StatusRequestEntityTooLarge, &http.MaxBytesError{Limit: lim.max}}
 	}
 	tb := &timedBody{body: r.Body, timeout: lim.timeout, left: lim.max, max: lim.max}
+	if rec, ok := w.(*recorder); ok {
+		rec.access.body = tb
+	}
 	if dl, ok := unwrapDeadliner(w); ok {
 		tb.dl = dl
 		// The server answers "Expect: 100-continue" itself when the body

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/perkey"
@@ -35,6 +34,7 @@ type Handler struct {
 	buffers *bufferPool  // ReverseProxy's copy buffers, shared by every upstream
 	resp    *respBuffers // response buffering's budget and temp_dir (respbuf.go)
 	metrics *Metrics     // nil: none
+	hasher  *KeyHasher   // the key hash, for the access log
 	bans    perkey.Bans  // the penalty box; nil: none
 	// averages are the running averages of the costs answers reported,
 	// for estimate_from = "average".
@@ -80,6 +80,10 @@ type Options struct {
 	Bans perkey.Bans
 	// Overrides are the per-key overrides the admin API sets; nil: none.
 	Overrides perkey.Overrides
+	// KeyHasher is the key hash the access log shows client keys (and,
+	// with [log] client_address = "hashed", addresses) by; nil: one under
+	// a secret drawn for this handler.
+	KeyHasher *KeyHasher
 	// Now is the clock the limiters see. nil means a clock that follows
 	// the wall clock at start-up and then the monotonic clock, so it never
 	// steps back when the wall clock is corrected.
@@ -96,7 +100,10 @@ func MonotonicClock() func() time.Time {
 
 // New returns a handler serving set.
 func New(set *policy.Set, o Options) *Handler {
-	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics, bans: o.Bans, overrides: o.Overrides}
+	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics, bans: o.Bans, overrides: o.Overrides, hasher: o.KeyHasher}
+	if h.hasher == nil {
+		h.hasher = NewKeyHasher(nil)
+	}
 	if o.Metrics != nil {
 		o.Metrics.handler.Store(h)
 	}
@@ -145,6 +152,7 @@ func (h *Handler) Swap(set *policy.Set) {
 		s.pools[u.Name] = newPool(u, srv, h.buffers, h.resp, h.log, h.now)
 	}
 	h.top.sync(set)
+	h.metrics.declareQueues(set)
 	h.ovCache.reset()
 	h.snap.Store(s)
 	if old != nil {
@@ -185,6 +193,10 @@ func (h *Handler) CloseIdleConnections() {
 		p.transport.CloseIdleConnections()
 	}
 }
+
+// KeyHasher returns the key hash the handler's access log shows client
+// keys by (Options.KeyHasher).
+func (h *Handler) KeyHasher() *KeyHasher { return h.hasher }
 
 // Set returns the policy set new requests see.
 func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
@@ -242,6 +254,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) newRecorder(w http.ResponseWriter, r *http.Request, snap *snapshot, start time.Time) *recorder {
 	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout, grpc: isGRPC(r), h2: r.ProtoMajor == 2}
 	rec.dl, _ = unwrapDeadliner(w)
+	h.beginRequest(r, rec, snap)
 	if h.acc != nil && snap.set.Config.Log.AccessReplay {
 		// As received: before decide puts r in canonical form.
 		rec.replay = captureReplay(r, snap.replay, &snap.set.Config.Server, start)
@@ -432,62 +445,11 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 		panic(v)
 	}()
 	w.forwarded = true
+	forwardRequestID(r, w)
 	t.proxy.ServeHTTP(w, r)
 	if w.status != statusClientClosed {
 		h.metrics.forwarded(p.Upstream, w.statusCode(), h.now().Sub(begin))
 	}
-}
-
-// logAccess writes docs/metrics.md's access-log line. Rejections (and streams
-// refused for their key) are logged at
-// debug level, so that a flood of them cannot flood the log; a response
-// cut short after its status went out at warn, with an error field;
-// everything else at info.
-func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision Decision, wait time.Duration, o *owed) {
-	if h.acc == nil {
-		return
-	}
-	level := zapcore.InfoLevel
-	if (decision == Rejected || decision == StreamRefused) && rec.replay == nil {
-		level = zapcore.DebugLevel
-	}
-	if rec.err != "" {
-		level = zapcore.WarnLevel
-	}
-	ce := h.acc.Check(level, "request")
-	if ce == nil {
-		return
-	}
-	name := ""
-	if p != nil {
-		name = p.Name
-	}
-	fields := [...]zap.Field{
-		zap.String("method", r.Method),
-		zap.String("host", r.Host),
-		zap.String("path", r.URL.Path),
-		zap.Int("status", rec.statusCode()),
-		zap.Duration("duration", h.now().Sub(start)),
-		zap.String("policy", name),
-		zap.String("decision", decision.String()),
-		zap.String("upstream", rec.upstream),
-		zap.Duration("queue_wait", wait),
-		zap.String("error", rec.err),
-		{}, // cost
-	}
-	n := len(fields) - 1
-	if rec.err == "" {
-		n-- // no error field on a line that has none
-	}
-	if o != nil && o.cost >= 0 {
-		fields[n] = zap.Int64("cost", o.cost)
-		n++
-	}
-	if rec.replay != nil {
-		ce.Write(rec.replay.fields(fields[:n])...)
-		return
-	}
-	ce.Write(fields[:n]...)
 }
 
 // recorder remembers the status written, for the access log. It unwraps to
@@ -514,6 +476,7 @@ type recorder struct {
 	shed          bool          // turned away by the upstream's concurrency limit
 	streamRefused bool          // refused: its key streams max_streams_per_key bodies already
 	ownAnswer     bool          // the proxy answered for the upstream (502, 504, a body error)
+	access        accessFields  // what the access log and the answer carry beyond the above (accesslog.go)
 
 	// Under a concurrency limit: when the request was let through, and
 	// when the response head was written (by clock).
@@ -528,6 +491,7 @@ func (r *recorder) WriteHeader(code int) {
 	// the log, the limits that read answers and the adaptive limit's
 	// latency see.
 	if r.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		r.stampHeader()
 		r.status, r.head = code, code
 		if r.clock != nil {
 			r.headerAt = r.clock()
@@ -556,10 +520,12 @@ func (r *recorder) renewDeadline() {
 
 func (r *recorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
+		r.stampHeader()
 		r.status = http.StatusOK
 	}
 	r.renewDeadline()
 	n, err := r.ResponseWriter.Write(b)
+	r.access.sent += int64(n)
 	if err != nil {
 		r.writeFailed = true
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/proxy/internal/concurrency"
 )
 
@@ -69,11 +71,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"policy", "decision"}),
 		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "limitproxy_queue_depth",
-			Help: "Requests waiting in a policy's leaky-bucket queues.",
+			Help: "Requests waiting in a policy's queues: its leaky-bucket queues and its [policy.concurrency] queues.",
 		}, []string{"policy"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "limitproxy_queue_wait_seconds",
-			Help:    "Time requests waited in a leaky-bucket queue.",
+			Help:    "Time requests waited in a policy's leaky-bucket queue or [policy.concurrency] queue.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"policy"}),
 		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -192,6 +194,39 @@ func (m *Metrics) decision(policy string, d Decision) {
 	child(m, childKey{metric: mRequests, a: policy, b: label}, func() prometheus.Counter {
 		return m.requests.WithLabelValues(policy, label)
 	}).Inc()
+}
+
+// declareQueues exports limitproxy_queue_depth (at 0) and
+// limitproxy_queue_wait_seconds (empty) for each policy of set that can
+// queue a request (a leaky bucket, a [policy.concurrency] queue), so that
+// they exist before the first request queues and alerts on them have a
+// series to read. A policy a reload removes keeps its series, as every
+// per-policy series does.
+func (m *Metrics) declareQueues(set *policy.Set) {
+	if m == nil {
+		return
+	}
+	for _, p := range set.Policies {
+		if hasQueue(p) {
+			m.queued(p.Name, 0)
+			child(m, childKey{metric: mQueueWait, a: p.Name}, func() prometheus.Observer {
+				return m.queueWait.WithLabelValues(p.Name)
+			})
+		}
+	}
+}
+
+// hasQueue reports whether requests of p can wait in a queue.
+func hasQueue(p *policy.Policy) bool {
+	if p.Concurrency != nil && p.Concurrency.Queue > 0 {
+		return true
+	}
+	for _, l := range p.Limits {
+		if l.Algorithm() == limiter.LeakyBucket {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Metrics) queued(policy string, delta float64) {

@@ -27,13 +27,17 @@ import (
 // headers are pinned to one value).
 type replayFields struct {
 	received time.Time
-	client   string
 	target   string
 	headers  []zap.Field
 }
 
-// replayHeaders are the request headers set's policies read: match
-// headers, key parts (Cookie for cookie parts), estimate headers.
+// ReplayHeaders returns the request headers set's policies read (match
+// headers, key parts, Cookie for cookie parts, estimate headers) in
+// canonical form, sorted: those [log] access_replay logs, and those a
+// replay of a log written without it cannot know.
+func ReplayHeaders(set *policy.Set) []string { return replayHeaders(set) }
+
+// replayHeaders is ReplayHeaders.
 func replayHeaders(set *policy.Set) []string {
 	var names []string
 	add := func(n string) {
@@ -72,9 +76,6 @@ func replayHeaders(set *policy.Set) []string {
 // captureReplay returns r's replay fields, arrived at start.
 func captureReplay(r *http.Request, names []string, s *config.Server, start time.Time) *replayFields {
 	f := &replayFields{received: start, target: escapeReplay(r.RequestURI)}
-	if a, ok := clientIP(r, s); ok {
-		f.client = a.String()
-	}
 	for _, n := range names {
 		if vs := r.Header[n]; len(vs) > 0 {
 			f.headers = append(f.headers, zap.String("h:"+n, escapeReplay(strings.Join(vs, "\n"))))
@@ -83,9 +84,10 @@ func captureReplay(r *http.Request, names []string, s *config.Server, start time
 	return f
 }
 
-// fields appends f's access-log fields to fs.
+// fields appends f's access-log fields to fs. (The client address is on
+// every line: see logAccess.)
 func (f *replayFields) fields(fs []zap.Field) []zap.Field {
-	fs = append(fs, zap.String("received", f.received.UTC().Format(time.RFC3339Nano)), zap.String("client", f.client), zap.String("target", f.target))
+	fs = append(fs, zap.String("received", f.received.UTC().Format(time.RFC3339Nano)), zap.String("target", f.target))
 	return append(fs, f.headers...)
 }
 

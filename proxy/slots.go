@@ -63,6 +63,12 @@ func (h *Handler) takeSlot(ctx context.Context, p *policy.Policy, key string) (p
 	h.slotq.q[qk] = append(h.slotq.q[qk], me)
 	h.slotq.mu.Unlock()
 	defer h.leaveSlotQueue(qk, me)
+	h.metrics.queued(p.Name, 1)
+	queuedAt := h.now()
+	defer func() {
+		h.metrics.queued(p.Name, -1)
+		h.metrics.waited(p.Name, h.now().Sub(queuedAt))
+	}()
 
 	deadline := time.NewTimer(pc.MaxWait)
 	defer deadline.Stop()

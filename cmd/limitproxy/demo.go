@@ -111,8 +111,8 @@ Try, in another terminal (README.md "A first session" shows what they answer):
   # policy "reports": a leaky bucket of 5/s; 8 requests at once leave 200 ms apart
   for i in $(seq 8); do curl -s -o /dev/null -w '%%{http_code} after %%{time_total}s\n' %s/reports & done; wait
 
-  # policy "api": 10/s with a burst of 20 per API key
-  for i in $(seq 25); do curl -s -o /dev/null -w '%%{http_code} ' -H 'X-API-Key: k1' %s/api/items; done; echo
+  # policy "api": 10/s with a burst of 20 per API key (25 requests on one connection)
+  curl -s -o /dev/null -w '%%{http_code} ' -H 'X-API-Key: k1' '%s/api/items?n=[1-25]'; echo
 
 Ctrl-C stops both.
 `, base, base)

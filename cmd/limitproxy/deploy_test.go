@@ -37,6 +37,7 @@ func TestDashboardMetrics(t *testing.T) {
 			Title   string
 			Targets []struct{ Expr string }
 		}
+		Templating struct{ List []struct{ Name string } }
 	}
 	if err := json.Unmarshal(raw, &dash); err != nil {
 		t.Fatalf("dashboard JSON: %v", err)
@@ -65,6 +66,50 @@ func TestDashboardMetrics(t *testing.T) {
 	}
 	if queries < 10 {
 		t.Errorf("the dashboard has only %d queries", queries)
+	}
+
+	// Every query of every panel follows the dashboard's variables: job
+	// and instance always, policy where the metric has a policy label
+	// (docs/metrics.md's labels column).
+	vars := map[string]bool{}
+	for _, v := range dash.Templating.List {
+		vars[v.Name] = true
+	}
+	for _, v := range []string{"job", "instance", "policy"} {
+		if !vars[v] {
+			t.Errorf("the dashboard has no $%s variable", v)
+		}
+	}
+	byPolicy := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(limitproxy_[a-z_]+)` \\| [a-z]+ \\| ([^|]*)\\|").FindAllStringSubmatch(string(doc), -1) {
+		if strings.Contains(m[2], "`policy`") {
+			byPolicy[m[1]] = true
+		}
+	}
+	if !byPolicy["limitproxy_requests_total"] {
+		t.Fatal("docs/metrics.md's table gives limitproxy_requests_total no policy label: the labels column was not read")
+	}
+	selector := regexp.MustCompile(`\b((?:limitproxy|process|go)_[a-z_]+)(\{[^}]*\})?`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range selector.FindAllStringSubmatch(tg.Expr, -1) {
+				base := m[1]
+				for _, s := range []string{"_bucket", "_count", "_sum"} {
+					if b, ok := strings.CutSuffix(base, s); ok && strings.HasSuffix(b, "_seconds") {
+						base = b
+					}
+				}
+				want := []string{`job=~"$job"`, `instance=~"$instance"`}
+				if byPolicy[base] {
+					want = append(want, `policy=~"$policy"`)
+				}
+				for _, w := range want {
+					if !strings.Contains(m[2], w) {
+						t.Errorf("panel %q: %s%s lacks %s", p.Title, m[1], m[2], w)
+					}
+				}
+			}
+		}
 	}
 }
 

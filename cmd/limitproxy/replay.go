@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/replay"
 	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/replay/logread"
 	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy"
 )
 
 const replayUsage = `usage: limitproxy replay -config NEW.toml [flags] LOG...
@@ -33,6 +35,26 @@ const replayUsage = `usage: limitproxy replay -config NEW.toml [flags] LOG...
 // maxLineErrors is how many unreadable lines replay reports one by one;
 // the count of the rest follows.
 const maxLineErrors = 10
+
+// replayKeySecret returns the key hash secret of the configuration at
+// path ([admin] key_hash_secret_env), so that the report shows the hashes
+// the admin API and the access log show; nil when it names none (a
+// secret is then drawn for the run).
+func replayKeySecret(path string) ([]byte, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	name := cfg.Admin.KeyHashSecretEnv
+	if name == "" {
+		return nil, nil
+	}
+	secret := os.Getenv(name)
+	if len(secret) < proxy.MinKeyHashSecret {
+		return nil, fmt.Errorf("replay: admin.key_hash_secret_env: environment variable %s is unset or shorter than %d bytes (set it as the server has it, so that the report's key hashes are the server's)", name, proxy.MinKeyHashSecret)
+	}
+	return []byte(secret), nil
+}
 
 // replayArgs are replay's flags, as declared on a flag set.
 type replayArgs struct {
@@ -140,6 +162,13 @@ func replayCmd(ctx context.Context, fs *flag.FlagSet, r *replayArgs, args []stri
 		}
 	}
 
+	secret, err := replayKeySecret(o.Config)
+	if err != nil {
+		return err
+	}
+	o.KeySecret = secret
+	o.Progress = replayProgress(stderr)
+
 	var lineErrors int
 	o.LineError = func(err error) {
 		lineErrors++
@@ -163,6 +192,9 @@ func replayCmd(ctx context.Context, fs *flag.FlagSet, r *replayArgs, args []stri
 			return err
 		}
 		notes = stderr
+		for _, w := range rep.Warnings {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
 	} else if err := rep.WriteText(stdout); err != nil {
 		return err
 	}

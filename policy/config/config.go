@@ -124,6 +124,12 @@ type Admin struct {
 	// port) or "name:port", in lower case without a trailing dot. Empty:
 	// none (the listen address and loopback names only).
 	AllowedHosts []string
+	// KeyHashSecretEnv names the environment variable holding the secret
+	// under which client keys are shown hashed (the admin API's lists,
+	// replay, a hashed client address in the access log): the same key
+	// then shows the same hash across restarts and instances. "": a
+	// secret drawn at each start.
+	KeyHashSecretEnv string
 }
 
 // Log is [log].
@@ -136,7 +142,26 @@ type Log struct {
 	// address, query, and the request headers the policies match or key
 	// on; and logs rejections at info level.
 	AccessReplay bool
+	// ClientAddress is how the access log shows the client address:
+	// whole, masked to its network, or hashed.
+	ClientAddress ClientAddress
 }
+
+// ClientAddress is [log] client_address.
+type ClientAddress string
+
+// The values of [log] client_address.
+const (
+	// ClientFull logs the client address as the policies' ip key part
+	// resolves it.
+	ClientFull ClientAddress = "full"
+	// ClientMasked logs its network: an IPv4 address's /24, an IPv6
+	// address's /48, in CIDR notation ("203.0.113.0/24").
+	ClientMasked ClientAddress = "masked"
+	// ClientHashed logs 16 hex digits of a keyed hash of it (the admin
+	// key hash secret's).
+	ClientHashed ClientAddress = "hashed"
+)
 
 // Store is [store].
 type Store struct {

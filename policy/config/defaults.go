@@ -39,6 +39,7 @@ const (
 	DefaultLogLevel          = LevelInfo
 	DefaultLogFormat         = FormatJSON
 	DefaultLogAccess         = true
+	DefaultClientAddress     = ClientFull
 	DefaultBackend           = BackendMemory
 	DefaultRedisAddr         = "127.0.0.1:6379"
 	DefaultRedisPrefix       = "limitproxy:"

@@ -67,12 +67,14 @@ type (
 		TokenEnv Value[string] `toml:"token_env"`
 		TopKeys  Value[string] `toml:"top_keys"`
 		Hosts    Strings       `toml:"allowed_hosts"`
+		HashEnv  Value[string] `toml:"key_hash_secret_env"`
 	}
 	rawLog struct {
 		Level  Value[string] `toml:"level"`
 		Format Value[string] `toml:"format"`
 		Access Value[bool]   `toml:"access"`
 		Replay Value[bool]   `toml:"access_replay"`
+		Client Value[string] `toml:"client_address"`
 	}
 	rawStore struct {
 		Backend Value[string] `toml:"backend"`

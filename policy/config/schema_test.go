@@ -316,6 +316,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 	// [admin]
 	refine("admin.top_keys", node{"enum": topKeysValues})
 	refine("admin.token_env", node{"pattern": "^(" + strings.Trim(envName.String(), "^$") + ")?$"})
+	refine("admin.key_hash_secret_env", node{"pattern": "^(" + strings.Trim(envName.String(), "^$") + ")?$"})
 	refine("admin.allowed_hosts", node{"items": node{"type": "string", "anyOf": []node{
 		{"pattern": "^" + labelRE + `(\.` + labelRE + `)*\.?(:` + portRE + ")?$"},
 		{"pattern": `^\[[0-9A-Fa-f:.]+\](:` + portRE + ")?$"},
@@ -323,6 +324,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 	// [log]
 	refine("log.level", node{"enum": logLevels})
 	refine("log.format", node{"enum": logFormats})
+	refine("log.client_address", node{"enum": clientAddresses})
 	// [store]
 	refine("store.backend", node{"enum": backends})
 	refine("store.max_keys", node{"minimum": 1})
@@ -484,6 +486,8 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"log.format":                               DefaultLogFormat,
 		"log.access":                               DefaultLogAccess,
 		"log.access_replay":                        false,
+		"log.client_address":                       DefaultClientAddress,
+		"admin.key_hash_secret_env":                "",
 		"store.backend":                            DefaultBackend,
 		"store.max_keys":                           DefaultMaxKeys,
 		"store.overrides_file":                     DefaultOverridesFile,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,7 @@ var (
 	tlsModes          = []TLSMode{TLSACME, TLSFiles}
 	logLevels         = []LogLevel{LevelDebug, LevelInfo, LevelWarn, LevelError}
 	logFormats        = []LogFormat{FormatJSON, FormatConsole}
+	clientAddresses   = []ClientAddress{ClientFull, ClientMasked, ClientHashed}
 	backends          = []Backend{BackendMemory, BackendRedis}
 	onErrors          = []OnError{OnErrorLocal, OnErrorAllow, OnErrorDeny}
 	upstreamProtocols = []UpstreamProtocol{ProtocolHTTP1, ProtocolH2C}
@@ -107,8 +109,11 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 
 // validateAdmin checks [admin].
 func validateAdmin(a *rawAdmin, c *collector) Admin {
-	adm := Admin{Listen: a.Listen.Or(DefaultAdminListen), TokenEnv: a.TokenEnv.V, RawTopKeys: a.TopKeys.V == "raw"}
+	adm := Admin{Listen: a.Listen.Or(DefaultAdminListen), TokenEnv: a.TokenEnv.V, RawTopKeys: a.TopKeys.V == "raw", KeyHashSecretEnv: a.HashEnv.V}
 	oneOf(c, "admin.top_keys", a.TopKeys.Or("hashed"), topKeysValues...)
+	if adm.KeyHashSecretEnv != "" && !envName.MatchString(adm.KeyHashSecretEnv) {
+		c.add("admin.key_hash_secret_env", "%q is not an environment variable name (the secret itself never goes in the file)", adm.KeyHashSecretEnv)
+	}
 	for i, h := range a.Hosts.V {
 		n, err := AdminHost(h)
 		if err != nil {
@@ -281,9 +286,14 @@ func validateLog(l *rawLog, c *collector) Log {
 		Level:  LogLevel(l.Level.Or(string(DefaultLogLevel))),
 		Format: LogFormat(l.Format.Or(string(DefaultLogFormat))),
 		Access: l.Access.Or(DefaultLogAccess), AccessReplay: l.Replay.V,
+		ClientAddress: ClientAddress(l.Client.Or(string(DefaultClientAddress))),
 	}
 	oneOf(c, "log.level", lg.Level, logLevels...)
 	oneOf(c, "log.format", lg.Format, logFormats...)
+	oneOf(c, "log.client_address", lg.ClientAddress, clientAddresses...)
+	if lg.AccessReplay && lg.ClientAddress != ClientFull && slices.Contains(clientAddresses, lg.ClientAddress) {
+		c.add("log.client_address", "%q: access_replay logs whole client addresses (replay keys requests by them); use one or the other", lg.ClientAddress)
+	}
 	return lg
 }
 

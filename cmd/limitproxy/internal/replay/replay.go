@@ -48,13 +48,34 @@ type Options struct {
 	// Top is how many keys each list of keys shows; 0 means DefaultTop.
 	Top int
 	// RawKeys shows client keys as proxy.KeyParts decodes them; otherwise
-	// each is shown as 16 hex digits of HMAC-SHA-256 under a secret drawn
-	// for the run (the same key gets the same hash throughout one run, and
-	// nothing links it to the key across runs).
+	// each is shown as its key hash (proxy.KeyHasher) under KeySecret.
 	RawKeys bool
+	// KeySecret is the key hash's secret: the server's ([admin]
+	// key_hash_secret_env's) shows the hashes the admin API and the
+	// access log show. nil: one drawn for the run (the same key gets the
+	// same hash throughout one run, and nothing links it to the key
+	// across runs).
+	KeySecret []byte
 	// LineError, if not nil, is called with each line that could not be
 	// read (a *logread.LineError, naming file:line); the replay moves on.
 	LineError func(error)
+	// Progress, if not nil, is called as the replay goes (every few
+	// thousand lines) and once at the end, from Run's goroutine.
+	Progress func(Progress)
+}
+
+// Progress is how far a replay is.
+type Progress struct {
+	// Lines are the lines read so far, all logs together.
+	Lines int64
+	// Read and Size are the bytes read of the logs and their total size
+	// (as stored: compressed for a gzipped log); Size is 0 when unknown
+	// (a log that is not a regular file).
+	Read, Size int64
+	// Elapsed is the time since the replay began.
+	Elapsed time.Duration
+	// Done is set on the last call.
+	Done bool
 }
 
 // decider is what a replay asks about each request: proxy's Evaluator,
@@ -94,7 +115,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		sides = append(sides, s)
 	}
-	var readers []logread.Reader
+	var (
+		readers []logread.Reader
+		files   []*logread.File
+	)
 	for _, path := range o.Logs {
 		f, err := logread.Open(path, o.Read)
 		if err != nil {
@@ -102,9 +126,27 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		defer f.Close()
 		readers = append(readers, f)
+		files = append(files, f)
 	}
-	e := newEngine(sides, o.Top, o.RawKeys, nil)
+	e := newEngine(sides, o.Top, o.RawKeys, o.KeySecret)
 	e.logs = o.Logs
+	if o.Progress != nil {
+		begin := time.Now()
+		e.progress = func(lines int64, done bool) {
+			p := Progress{Lines: lines, Elapsed: time.Since(begin), Done: done}
+			for _, f := range files {
+				read, size := f.Position()
+				p.Read += read
+				if size < 0 || p.Size < 0 {
+					p.Size = -1
+					continue
+				}
+				p.Size += size
+			}
+			p.Size = max(p.Size, 0)
+			o.Progress(p)
+		}
+	}
 	if err := e.replay(ctx, logread.Merge(logread.MergeOptions{Slack: o.Slack}, readers...), o.LineError); err != nil {
 		return nil, err
 	}
@@ -129,7 +171,29 @@ func load(path string, ov perkey.Overrides) (*side, error) {
 	for i, p := range cfg.Policies {
 		names[i] = p.Name
 	}
-	return newSide(path, proxy.NewEvaluator(set, proxy.EvaluatorOptions{Bans: memstore.NewBans(memstore.BanOptions{}), Overrides: ov}), names), nil
+	s := newSide(path, proxy.NewEvaluator(set, proxy.EvaluatorOptions{Bans: memstore.NewBans(memstore.BanOptions{}), Overrides: ov}), names)
+	s.headers = proxy.ReplayHeaders(set)
+	s.query = keysOnQuery(cfg)
+	return s, nil
+}
+
+// keysOnQuery reports whether a policy of cfg keys on a query parameter.
+func keysOnQuery(cfg *config.Config) bool {
+	for _, p := range cfg.Policies {
+		for _, kp := range p.Key {
+			if kp.Kind == config.KeyQuery {
+				return true
+			}
+		}
+		for _, lk := range p.LimitKeys {
+			for _, kp := range lk.Parts {
+				if kp.Kind == config.KeyQuery {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // source is what a replay reads: a logread.Merger, or one Reader.
@@ -144,8 +208,13 @@ const checkEvery = 4096
 // replay decides every record of src, in order, under every side.
 func (e *engine) replay(ctx context.Context, src source, lineError func(error)) error {
 	for n := 0; ; n++ {
-		if n%checkEvery == 0 && ctx.Err() != nil {
-			return fmt.Errorf("replay interrupted: %w", ctx.Err())
+		if n%checkEvery == 0 {
+			if ctx.Err() != nil {
+				return fmt.Errorf("replay interrupted: %w", ctx.Err())
+			}
+			if e.progress != nil && n > 0 {
+				e.progress(src.Stats().Lines, false)
+			}
 		}
 		rec, err := src.Next()
 		switch {
@@ -155,6 +224,9 @@ func (e *engine) replay(ctx context.Context, src source, lineError func(error)) 
 				s.settle(time.Time{}, true)
 			}
 			e.st = src.Stats()
+			if e.progress != nil {
+				e.progress(e.st.Lines, true)
+			}
 			return nil
 		case errors.Is(err, logread.ErrMalformed):
 			if lineError != nil {
@@ -174,12 +246,16 @@ type engine struct {
 	sides  []*side
 	top    int
 	raw    bool
-	secret [32]byte
+	hasher *proxy.KeyHasher
 	logs   []string
+	// progress, if not nil, is told the lines read so far.
+	progress func(lines int64, done bool)
 
 	st                    logread.Stats // the readers', at the end
 	replayed, notRequests int64
 	noClient              int64
+	maskedClient          int64     // of noClient, lines whose client was masked or hashed
+	noReplayFields        int64     // limitproxy's lines without access_replay's fields
 	from, to              time.Time // the earliest and latest arrival replayed
 	diff                  diff      // with two sides
 	verdicts              [2]proxy.Verdict
@@ -191,12 +267,7 @@ func newEngine(sides []*side, top int, raw bool, secret []byte) *engine {
 	if top <= 0 {
 		top = DefaultTop
 	}
-	e := &engine{sides: sides, top: top, raw: raw}
-	if secret != nil {
-		copy(e.secret[:], secret)
-	} else {
-		randomSecret(e.secret[:])
-	}
+	e := &engine{sides: sides, top: top, raw: raw, hasher: proxy.NewKeyHasher(secret)}
 	if len(sides) == 2 {
 		e.diff.init()
 	}
@@ -223,6 +294,12 @@ func (e *engine) record(rec *logread.Record) {
 		r, hasClient := request(rec)
 		if i == 0 && !hasClient {
 			e.noClient++
+			if rec.Has&logread.HasMaskedClient != 0 {
+				e.maskedClient++
+			}
+		}
+		if i == 0 && rec.Format == logread.Limitproxy && rec.Has&logread.HasReplayFields == 0 {
+			e.noReplayFields++
 		}
 		s.settle(t, false)
 		v := s.d.Evaluate(r, t)
@@ -254,6 +331,11 @@ type side struct {
 	rows     map[rowKey]*row
 	answers  answerQueue
 	logged   agreement
+	// headers are the request headers its policies read; query whether
+	// one keys on a query parameter: what a log without access_replay's
+	// fields leaves the replay without.
+	headers []string
+	query   bool
 }
 
 func newSide(config string, d decider, policies []string) *side {

@@ -158,8 +158,9 @@ func TestCounts(t *testing.T) {
 
 func TestHashedKeys(t *testing.T) {
 	rep, _ := replayString(t, testLog(), logread.Options{}, false, newFake(2))
+	// The key hash: HMAC-SHA-256 of the stored key, as the admin API's.
 	m := hmac.New(sha256.New, []byte("secret"))
-	m.Write([]byte(ipKey("203.0.113.7")))
+	m.Write([]byte(proxy.StoreKey(ipKey("203.0.113.7"))))
 	want := hex.EncodeToString(m.Sum(nil))[:16]
 	got := rep.Policies[0].Results[0].TopRejected
 	if len(got) != 1 || got[0].Key != want || got[0].Count != 3 {
@@ -187,11 +188,11 @@ func TestShowKey(t *testing.T) {
 		{noKey, true, "(no key)"},
 		{noKey, false, "(no key)"},
 	} {
-		if got := showKey(tc.key, tc.raw, []byte("s")); got != tc.want {
+		if got := showKey(tc.key, tc.raw, proxy.NewKeyHasher([]byte("s"))); got != tc.want {
 			t.Errorf("showKey(%q, %v) = %q, want %q", tc.key, tc.raw, got, tc.want)
 		}
 	}
-	if got := showKey(ipKey("203.0.113.7"), false, []byte("s")); len(got) != 16 {
+	if got := showKey(ipKey("203.0.113.7"), false, proxy.NewKeyHasher([]byte("s"))); len(got) != 16 {
 		t.Errorf("hashed key %q: want 16 hex digits", got)
 	}
 	// A request refused for lacking a key part (400, no key) counts under

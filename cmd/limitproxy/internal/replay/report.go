@@ -30,6 +30,9 @@ type Report struct {
 	Keys string `json:"keys"`
 	// Read counts what was read.
 	Read ReadStats `json:"read"`
+	// Warnings say what the logs lacked to replay their requests
+	// exactly, and what that costs (Inexact): expect disagreement.
+	Warnings []string `json:"warnings,omitempty"`
 	// From and To are the earliest and latest arrival replayed (zero
 	// when none was).
 	From time.Time `json:"from"`
@@ -175,6 +178,7 @@ func (e *engine) report() *Report {
 	if e.raw {
 		rep.Keys = "raw"
 	}
+	rep.Warnings = e.inexact()
 	for _, s := range e.sides {
 		rep.Configs = append(rep.Configs, s.config)
 	}
@@ -280,7 +284,7 @@ func (e *engine) keyCounts(sk *topk.Sketch, policies bool) []KeyCount {
 		if policies {
 			kc.Policy, key = splitPolicyKey(key)
 		}
-		kc.Key = showKey(key, e.raw, e.secret[:])
+		kc.Key = showKey(key, e.raw, e.hasher)
 		out = append(out, kc)
 	}
 	// Hashing changed the keys: order ties by what is shown, so that the
@@ -306,9 +310,53 @@ func (p *PolicyReport) rowName() string {
 	return p.Policy
 }
 
+// inexact returns the report's warnings: what the logs lacked for an
+// exact replay, and what each lack does to it.
+func (e *engine) inexact() []string {
+	var out []string
+	if n := e.noReplayFields; n > 0 {
+		var headers []string
+		query := false
+		for _, s := range e.sides {
+			for _, h := range s.headers {
+				if !slices.Contains(headers, h) {
+					headers = append(headers, h)
+				}
+			}
+			query = query || s.query
+		}
+		slices.Sort(headers)
+		w := fmt.Sprintf("%d of %d requests come from lines written without [log] access_replay, so they lack its fields (received, target, h:NAME):", n, e.replayed)
+		if len(headers) > 0 {
+			w += fmt.Sprintf(" the request headers the policies match or key on (%s) are unknown: requests that need them are replayed as if they lacked them (a key part missing: on_missing decides, and they may all share one key);", strings.Join(headers, ", "))
+		}
+		if query {
+			w += " the query is unknown: a policy keying on a query parameter sees none;"
+		}
+		w += " arrival times are ts − duration, to the millisecond. Expect disagreement with the logged decisions; for an exact replay, set [log] access_replay = true where the log is written (docs/replay.md)"
+		out = append(out, w)
+	}
+	if n := e.noClient; n > 0 {
+		why := "the log has no client address"
+		if e.maskedClient == n {
+			why = "the log's client addresses are masked or hashed ([log] client_address)"
+		} else if e.maskedClient > 0 {
+			why = fmt.Sprintf("the log has no client address, or (%d of them) a masked or hashed one ([log] client_address)", e.maskedClient)
+		}
+		out = append(out, fmt.Sprintf("%d of %d requests have no client address to key by: %s. Every such request is keyed by %s, one ip key for all of them; expect disagreement wherever a policy keys on ip", n, e.replayed, why, Placeholder))
+	}
+	return out
+}
+
 // WriteText writes the report as tables for people.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", warn)
+	}
+	if len(r.Warnings) > 0 {
+		b.WriteString("\n")
+	}
 	fmt.Fprintf(&b, "replayed %d requests of %d lines in %s", r.Read.Replayed, r.Read.Lines, strings.Join(r.Logs, ", "))
 	if !r.From.IsZero() {
 		fmt.Fprintf(&b, "\nfrom %s to %s (%s)", r.From.UTC().Format(time.RFC3339Nano), r.To.UTC().Format(time.RFC3339Nano), r.To.Sub(r.From))

@@ -1,10 +1,6 @@
 package replay
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 	"strconv"
 	"strings"
@@ -129,11 +125,6 @@ func splitPolicyKey(s string) (policy, key string) {
 	return rest[:l], rest[l:]
 }
 
-// randomSecret fills b with random bytes for keyed hashes.
-func randomSecret(b []byte) {
-	rand.Read(b) // never fails (crypto/rand, go1.24+)
-}
-
 // noKey stands, in the top-keys summaries, for the requests a policy
 // refused for lacking a part of their client key (400): they were counted
 // under no key. No key the proxy builds is this string.
@@ -147,12 +138,12 @@ func keyOf(v *proxy.Verdict) string {
 	return v.Key
 }
 
-// showKey returns how a report shows a client key: 16 hex digits of its
-// HMAC-SHA-256 under the run's secret, or with raw, its parts as
+// showKey returns how a report shows a client key: its key hash (the
+// admin API's and the access log's, under the same secret), or with raw, its parts as
 // proxy.KeyParts decodes them, separated by spaces (as the admin API's
 // top offenders do). The empty key, under which a policy with key = []
 // counts every client, shows as "(all clients)", and noKey as "(no key)".
-func showKey(key string, raw bool, secret []byte) string {
+func showKey(key string, raw bool, h *proxy.KeyHasher) string {
 	switch {
 	case key == noKey:
 		return "(no key)"
@@ -162,7 +153,5 @@ func showKey(key string, raw bool, secret []byte) string {
 		parts, _ := proxy.KeyParts(key)
 		return strings.Join(parts, " ")
 	}
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(key))
-	return hex.EncodeToString(m.Sum(nil)[:8])
+	return h.Key(key)
 }

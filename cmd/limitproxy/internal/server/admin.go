@@ -1,11 +1,7 @@
 package server
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net"
@@ -35,15 +31,17 @@ import (
 type adminAPI struct {
 	reloader *reloader
 	stores   *stores
-	// hasher shows client keys in the top lists unless top_keys = "raw".
-	hasher *keyHasher
+	// hasher shows client keys hashed: in the top lists unless top_keys
+	// = "raw", in the bans and overrides lists always (the handler's, so
+	// that the access log shows the same).
+	hasher *proxy.KeyHasher
 }
 
 // adminHandler returns the admin listener's handler: the API's routes,
 // GET /metrics and the dashboard. With a token, every path under /api/
 // requires "Authorization: Bearer TOKEN" (requireToken).
 func adminHandler(r *reloader, st *stores, m *metrics, token string) http.Handler {
-	a := &adminAPI{reloader: r, stores: st, hasher: newKeyHasher()}
+	a := &adminAPI{reloader: r, stores: st, hasher: r.handler.KeyHasher()}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	registerDashboard(mux) // GET /dashboard: dashboard.go
@@ -235,7 +233,7 @@ func (a *adminAPI) bans(w http.ResponseWriter, req *http.Request) {
 	out := make([]map[string]any, 0, len(list))
 	for _, b := range list {
 		out = append(out, map[string]any{
-			"key": b.Key, "level": b.Level,
+			"key": a.hasher.Stored(b.Key), "level": b.Level,
 			"since": b.Since.UTC().Format(time.RFC3339Nano), "until": b.Until.UTC().Format(time.RFC3339Nano),
 			"until_in_seconds": b.Until.Sub(now).Seconds(),
 		})
@@ -244,15 +242,26 @@ func (a *adminAPI) bans(w http.ResponseWriter, req *http.Request) {
 }
 
 // liftBan is DELETE /api/v1/policies/{policy}/bans/{key}: the client
-// named as for …/keys/{key}, or ?hash= a key as the list shows it (hashed:
-// a limit's own key, a key of several parts), is let in again.
+// named as for …/keys/{key}, or ?hash= its key hash as the bans list shows
+// it (a limit's own key, a key of several parts), is let in again.
 func (a *adminAPI) liftBan(w http.ResponseWriter, req *http.Request) {
 	p, ok := a.policyNamed(w, req.PathValue("policy"))
 	if !ok {
 		return
 	}
 	key := req.URL.Query().Get("hash")
-	if key == "" {
+	if key != "" {
+		stored, ok, err := a.bannedStoreKey(req, p.Name, key)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		if !ok {
+			writeError(w, http.StatusNotFound, "no ban under the key hash "+strconv.Quote(key)+" in policy "+strconv.Quote(p.Name)+"'s bans list")
+			return
+		}
+		key = stored
+	} else {
 		raw, err := proxy.KeyFor(p, &a.reloader.handler.Set().Config.Server, keyValues(p, req))
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
@@ -269,6 +278,26 @@ func (a *adminAPI) liftBan(w http.ResponseWriter, req *http.Request) {
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// bannedStoreKey returns the stored form of the banned key whose key hash
+// is hash, looked for among the bans the list shows (maxBansListed). A
+// key hash cannot be reversed: it is found by hashing what is listed. The
+// stored form itself (32 hex digits, proxy.StoreKey) is taken as it is.
+func (a *adminAPI) bannedStoreKey(req *http.Request, policy, hash string) (string, bool, error) {
+	if len(hash) == 32 {
+		return hash, true, nil
+	}
+	list, err := a.stores.bans.List(req.Context(), policy, a.reloader.now(), maxBansListed)
+	if err != nil {
+		return "", false, err
+	}
+	for _, b := range list {
+		if a.hasher.Stored(b.Key) == hash {
+			return b.Key, true, nil
+		}
+	}
+	return "", false, nil
 }
 
 // top is GET /api/v1/top: every policy's top offenders.
@@ -314,7 +343,7 @@ func topN(w http.ResponseWriter, req *http.Request) (int, bool) {
 // with top_keys = "raw".
 func (a *adminAPI) topLists(n int, only string) []map[string]any {
 	raw := a.reloader.handler.Set().Config.Admin.RawTopKeys
-	show, keys := a.hasher.hash, "hashed"
+	show, keys := a.hasher.Key, "hashed"
 	if raw {
 		show, keys = func(key string) string {
 			parts, _ := proxy.KeyParts(key)
@@ -371,7 +400,7 @@ func (a *adminAPI) listOverrides(w http.ResponseWriter, req *http.Request, polic
 	}
 	out := make([]map[string]any, 0, len(list))
 	for _, o := range list {
-		out = append(out, overrideView(o, inForce[o.Policy]))
+		out = append(out, a.overrideView(o, inForce[o.Policy]))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"overrides": out})
 }
@@ -396,7 +425,7 @@ func (a *adminAPI) putOverride(w http.ResponseWriter, req *http.Request) {
 	case err != nil:
 		writeError(w, http.StatusInternalServerError, err.Error())
 	default:
-		v := overrideView(o, true)
+		v := a.overrideView(o, true)
 		persisted, where := a.stores.persistence(req.Context())
 		v["persisted"], v["persistence"] = persisted, where
 		a.warnPersistence(p.Name, persisted, where)
@@ -567,33 +596,17 @@ func errorsOrNil(err error) []map[string]any {
 // maxBansListed bounds GET /api/v1/policies/{policy}/bans.
 const maxBansListed = 1000
 
-// keyHasher shows client keys as 16 hex digits of HMAC-SHA-256 under a
-// secret drawn at start: stable until restart, and not reversible by
-// hashing every address.
-type keyHasher struct{ secret [32]byte }
-
-func newKeyHasher() *keyHasher {
-	h := &keyHasher{}
-	rand.Read(h.secret[:])
-	return h
-}
-
-func (h *keyHasher) hash(key string) string {
-	m := hmac.New(sha256.New, h.secret[:])
-	m.Write([]byte(key))
-	return hex.EncodeToString(m.Sum(nil)[:8])
-}
-
 // maxOverridesListed bounds GET …/overrides.
 const maxOverridesListed = 10000
 
 // overrideView is an override as the admin API shows it: its JSON form
-// (its key hashed, proxy.StoreKey), and whether its policy is in force (an override of a
+// with its key as the key hash, and whether its policy is in force (an override of a
 // policy since removed or renamed stays in the store, orphaned).
-func overrideView(o perkey.Override, inForce bool) map[string]any {
+func (a *adminAPI) overrideView(o perkey.Override, inForce bool) map[string]any {
 	b, _ := json.Marshal(o)
 	var v map[string]any
 	json.Unmarshal(b, &v)
+	v["key"] = a.hasher.Stored(o.Key)
 	v["orphaned"] = !inForce
 	return v
 }

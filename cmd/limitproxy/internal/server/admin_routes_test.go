@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/limitproxy/limitproxy/proxy"
 )
 
 // rawAnswer is what the admin listener answered one raw request.
@@ -115,7 +113,7 @@ const (
 // request spent its quota) while "a%252Fb" names "a%2Fb"; an unescaped
 // "/" splits the path and matches no route.
 func TestAdminRoutes(t *testing.T) {
-	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(routesConfig(up, "")), 0o644) })
+	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(withKeySecret(t, routesConfig(up, ""))), 0o644) })
 	addr := strings.TrimPrefix(r.admin, "http://")
 	proxyGet := func(key string) int {
 		req, _ := http.NewRequest("GET", r.proxy+"/h/x", nil)
@@ -190,7 +188,7 @@ func TestAdminRoutes(t *testing.T) {
 	})
 	// An override of the client "x/%y": set, listed under its hashed
 	// key, removed once.
-	hashed := proxy.StoreKey("4:x/%y;")
+	hashed := testHasher.Key("4:x/%y;")
 	checkRoutes(t, addr, []routeCase{
 		{"PUT", "/api/v1/policies/hdr/overrides/x/%25y", `{"scale": 2}`, rawAnswer{404, "", "", textPlain, notFound}},
 		{"PUT", "/api/v1/policies/hdr/overrides/x%2F%25y", `{"scale": 2}`, rawAnswer{200, "", "", appJSON, `~"key": "` + hashed + `"`}},

@@ -7,8 +7,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/limitproxy/limitproxy/proxy"
 )
 
 // TestBansAPI, the whole server over loopback: a client over its limit is
@@ -19,7 +17,7 @@ import (
 func TestBansAPI(t *testing.T) {
 	r := startFile(t, func(path, up string) {
 		text := configText(up, 2, "1/h", "") + "  [policy.ban]\n  duration = \"1h\"\n  escalation = 2\n"
-		os.WriteFile(path, []byte(text), 0o644)
+		os.WriteFile(path, []byte(withKeySecret(t, text)), 0o644)
 	})
 	get := func() (int, string) {
 		resp, err := http.Get(r.proxy + "/x")
@@ -69,7 +67,7 @@ func TestBansAPI(t *testing.T) {
 	}
 	// Listed hashed: client keys are hashed before they are stored
 	// (docs/security-model.md).
-	if bs := list(); len(bs) != 1 || bs[0].Key != proxy.StoreKey("9:127.0.0.1;") || bs[0].Level != 1 {
+	if bs := list(); len(bs) != 1 || bs[0].Key != testHasher.Key("9:127.0.0.1;") || bs[0].Level != 1 {
 		t.Fatalf("bans %+v, want 127.0.0.1's hash at level 1", bs)
 	}
 	if c := lift("127.0.0.1"); c != 204 {

@@ -1,6 +1,10 @@
 package server
 
 import (
+	"cmp"
+	"runtime"
+	"runtime/debug"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -17,9 +21,13 @@ type metrics struct {
 	unauthorized prometheus.Counter
 }
 
-func newMetrics(st *stores, reload func() *reloadStatus, backend string, access *accessWriter) *metrics {
+func newMetrics(st *stores, reload func() *reloadStatus, backend string, access *accessWriter, version string) *metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitproxy_build_info",
+		Help:        "1, labelled with the version, the Go version and the source revision the binary was built from.",
+		ConstLabels: prometheus.Labels{"version": cmp.Or(version, "dev"), "goversion": runtime.Version(), "revision": revision()},
+	}, func() float64 { return 1 }))
 	m := &metrics{reg: reg, proxy: proxy.NewMetrics(reg)}
 	m.unauthorized = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "limitproxy_admin_unauthorized_total",
@@ -89,4 +97,17 @@ func (c *degradedCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, n.Node)
 	}
+}
+
+// revision is the source revision the binary was built from (the build
+// info's vcs.revision), or "unknown".
+func revision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -137,5 +138,22 @@ func TestClientKeyAPI(t *testing.T) {
 	}
 	if s, _ := status("GET", r.admin+"/api/v1/policies/all/keys/not-an-ip"); s != 400 {
 		t.Errorf("a bad address: %d", s)
+	}
+}
+
+// TestBuildInfo: /metrics has limitproxy_build_info = 1 with the version
+// the process was started with, the Go version and a revision.
+func TestBuildInfo(t *testing.T) {
+	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 2, "1/h", "")), 0o644) })
+	text := scrape(t, strings.TrimPrefix(r.admin, "http://"))
+	want := `limitproxy_build_info{goversion="` + runtime.Version() + `",revision="`
+	var line string
+	for l := range strings.SplitSeq(text, "\n") {
+		if strings.HasPrefix(l, "limitproxy_build_info{") {
+			line = l
+		}
+	}
+	if !strings.HasPrefix(line, want) || !strings.Contains(line, `,version="`) || !strings.HasSuffix(line, "} 1") {
+		t.Errorf("build info %q, want %s…,version=…} 1", line, want)
 	}
 }

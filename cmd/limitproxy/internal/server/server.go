@@ -245,11 +245,31 @@ func (p *process) buildHandler() error {
 	if err != nil {
 		return err
 	}
-	p.metrics = newMetrics(p.stores, func() *reloadStatus { return p.reload.Status() }, string(p.cfg.Store.Backend), p.access)
+	p.metrics = newMetrics(p.stores, func() *reloadStatus { return p.reload.Status() }, string(p.cfg.Store.Backend), p.access, p.version)
+	hasher, err := keyHasher(p.cfg.Admin, p.log)
+	if err != nil {
+		return err
+	}
 	p.handler = proxy.New(set, proxy.Options{Logger: p.log, AccessLog: p.cfg.Log.Access, AccessLogger: p.accessLog, Now: p.now,
-		Metrics: p.metrics.proxy, Bans: p.stores.bans, Overrides: p.stores.overrides})
+		Metrics: p.metrics.proxy, Bans: p.stores.bans, Overrides: p.stores.overrides, KeyHasher: hasher})
 	p.reload = newReloader(p.path, p.cfg, p.stores, p.handler, p.level, p.log, p.now)
 	return nil
+}
+
+// keyHasher returns the key hash under [admin] key_hash_secret_env's
+// secret, or, without one, under a secret drawn now (with a warning: the
+// hashes the admin API, replay and the access log show then change at
+// each restart).
+func keyHasher(a config.Admin, log *zap.Logger) (*proxy.KeyHasher, error) {
+	if a.KeyHashSecretEnv == "" {
+		log.Warn("client key hashes use a secret drawn at start: they change at each restart and differ between instances; set admin.key_hash_secret_env to keep them")
+		return proxy.NewKeyHasher(nil), nil
+	}
+	secret := os.Getenv(a.KeyHashSecretEnv)
+	if len(secret) < proxy.MinKeyHashSecret {
+		return nil, fmt.Errorf("admin.key_hash_secret_env: environment variable %s is unset or shorter than %d bytes", a.KeyHashSecretEnv, proxy.MinKeyHashSecret)
+	}
+	return proxy.NewKeyHasher([]byte(secret)), nil
 }
 
 // listenProxy opens the proxy's listener, bounded to max_connections,

@@ -250,6 +250,7 @@ func (r *LimitproxyReader) object(rec *Record, line string, i int, ts, logger, m
 				return false, fmt.Sprintf("received: %q is not a time", f.Value)
 			}
 			rec.Time, rec.Resolution = t, time.Nanosecond
+			rec.Has |= HasReplayFields
 			if rec.Has&HasDuration != 0 {
 				// ts is truncated to the millisecond: the end is
 				// received plus the duration, to the nanosecond.
@@ -327,13 +328,19 @@ func (r *LimitproxyReader) field(rec *Record, key, val string, isStr bool, seen 
 		dur, want = &rec.QueueWait, false
 	case "error":
 		rec.Error = val
-	// Not written by the proxy today; read if a later version adds them
-	// under these names (STYLE.md's remote_ip).
+	// client: the proxy's (remote_ip, remote_addr: read if a later
+	// version adds them under these names, STYLE.md's remote_ip).
 	case "client", "remote_ip", "remote_addr":
 		if key == "client" && val == "" {
-			break // [log] access_replay: no address (a unix socket)
+			break // no address (a unix socket)
 		}
 		a, ok := parseAddr(val)
+		if key == "client" && isStr && !ok {
+			// [log] client_address = "masked" ("203.0.113.0/24") or
+			// "hashed": not an address to key by.
+			rec.Has |= HasMaskedClient
+			break
+		}
 		if !isStr || !ok {
 			return fmt.Sprintf("%s: %s is not an address", key, val)
 		}

@@ -143,5 +143,21 @@ func Open(path string, o Options) (*File, error) {
 	return &File{Reader: r, f: f}, nil
 }
 
+// Position returns how far into the file the reader is, and the file's
+// size, in bytes (of the file as stored: compressed, for a gzipped log).
+// The reader reads ahead, by at most its buffer. size is -1 if unknown (a
+// pipe).
+func (f *File) Position() (read, size int64) {
+	read, err := f.f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		read = 0
+	}
+	size = -1
+	if st, err := f.f.Stat(); err == nil && st.Mode().IsRegular() {
+		size = st.Size()
+	}
+	return read, size
+}
+
 // Close closes the file.
 func (f *File) Close() error { return f.f.Close() }

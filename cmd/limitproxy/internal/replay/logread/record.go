@@ -34,6 +34,14 @@ const (
 	HasBodyBytes                 // BodyBytes: nginx's $body_bytes_sent
 	HasBytesSent                 // BytesSent: nginx's $bytes_sent
 	HasOutcome                   // Policy, Decision, Upstream, QueueWait: limitproxy's log only
+	// HasMaskedClient: limitproxy's client field was there but not an
+	// address ([log] client_address = "masked" or "hashed"); Client is
+	// the zero Addr.
+	HasMaskedClient
+	// HasReplayFields: limitproxy's line carried [log] access_replay's
+	// fields (received, target, h:NAME): Time is exact, Target and the
+	// headers the policies read are there.
+	HasReplayFields
 )
 
 // Field is one named value of a Record: a request header (Record.Header)

@@ -1,0 +1,14 @@
+package main
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// isTerminal reports whether f is a terminal: it has terminal attributes
+// (isatty's test; a character device such as /dev/null does not).
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
