@@ -46,6 +46,7 @@ func client(t testing.TB, addr string) *redis.Client {
 // TestBans holds the Redis penalty box to the conformance suite, with
 // Run keeping the mirror: each subtest has a prefix of its own.
 func TestBans(t *testing.T) {
+	t.Parallel()
 	c := client(t, redistest.Start(t).Addr())
 	limitertest.RunBans(t, func(t *testing.T) perkey.Bans {
 		return startBans(t, c, BanOptions{Prefix: "lp:" + t.Name() + ":", Clock: epoch, Resync: time.Hour})
@@ -56,7 +57,8 @@ func TestBans(t *testing.T) {
 // key of the penalty box in one slot, messages broadcast by the cluster),
 // and a ban made through one node's client seen by another's.
 func TestBansCluster(t *testing.T) {
-	addrs := redistest.Cluster(t)
+	t.Parallel()
+	addrs := redistest.SharedCluster(t)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
 	limitertest.RunBans(t, func(t *testing.T) perkey.Bans {
@@ -64,8 +66,8 @@ func TestBansCluster(t *testing.T) {
 	})
 	c2 := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[2:]})
 	defer c2.Close()
-	a := startBans(t, c, BanOptions{Prefix: "shared:"})
-	b := startBans(t, c2, BanOptions{Prefix: "shared:"})
+	a := startBans(t, c, BanOptions{Prefix: "lp:" + t.Name() + ":shared:"})
+	b := startBans(t, c2, BanOptions{Prefix: "lp:" + t.Name() + ":shared:"})
 	checkShared(t, a, b)
 }
 
@@ -75,6 +77,7 @@ var hourBan = perkey.BanParams{Duration: time.Hour, Factor: 2, Max: 24 * time.Ho
 // a ban or a lift on one is seen by the other within a second (measured),
 // and offences from both count towards one level.
 func TestBansShared(t *testing.T) {
+	t.Parallel()
 	addr := redistest.Start(t).Addr()
 	a := startBans(t, client(t, addr), BanOptions{})
 	b := startBans(t, client(t, addr), BanOptions{})
@@ -178,6 +181,7 @@ func forceResync(t *testing.T, b *Bans) {
 // (no message) appear and vanish with a full resync; expired ones are
 // left out and deleted on Redis, with their policy once it has no more.
 func TestBansResync(t *testing.T) {
+	t.Parallel()
 	c := client(t, redistest.Start(t).Addr())
 	var now atomic.Int64
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -223,6 +227,7 @@ func TestBansResync(t *testing.T) {
 // change made behind the mirror's back) makes the receiver resync at
 // once, which brings the missing record.
 func TestBansGap(t *testing.T) {
+	t.Parallel()
 	addr := redistest.Start(t).Addr()
 	c := client(t, addr)
 	a := startBans(t, c, BanOptions{Resync: time.Hour})
@@ -245,6 +250,7 @@ func TestBansGap(t *testing.T) {
 // TestBansReconnect: when the subscription's connection is dropped,
 // go-redis reconnects and Run resyncs in full, picking up what it missed.
 func TestBansReconnect(t *testing.T) {
+	t.Parallel()
 	c := client(t, redistest.Start(t).Addr())
 	b := startBans(t, client(t, c.Options().Addr), BanOptions{Resync: time.Hour})
 	now := time.Now()
@@ -265,6 +271,7 @@ func TestBansReconnect(t *testing.T) {
 // Banned goes on answering from the mirror; once Redis is back (empty,
 // without persistence) Run writes the mirror's bans back.
 func TestBansOutage(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	defer c.Close()
@@ -281,7 +288,9 @@ func TestBansOutage(t *testing.T) {
 	if _, err := b.Lift(ctx, "p", "k"); !errors.Is(err, limiter.ErrStoreUnavailable) {
 		t.Fatalf("Lift with Redis down: %v, want ErrStoreUnavailable", err)
 	}
-	time.Sleep(time.Second) // checks fail meanwhile
+	// Run's checks fail meanwhile, every Resync.
+	failed := b.Errors()
+	waitTrue(t, 10*time.Second, "three failed checks with Redis down", func() bool { return b.Errors() >= failed+3 })
 	if _, ok := b.Banned("p", "k", now); !ok {
 		t.Fatal("the mirror forgot a ban while Redis was down")
 	}
@@ -312,6 +321,7 @@ func TestBansOutage(t *testing.T) {
 // records; Redis drops the one that expires soonest, and says so to
 // every mirror.
 func TestBansBound(t *testing.T) {
+	t.Parallel()
 	addr := redistest.Start(t).Addr()
 	c := client(t, addr)
 	a := startBans(t, c, BanOptions{MaxBans: 3, Resync: time.Hour})
@@ -351,6 +361,7 @@ func TestBansBound(t *testing.T) {
 // TestBansRedisExpiry: an offence deletes its policy's expired records on
 // Redis, and the keys carry TTLs that end with their latest record.
 func TestBansRedisExpiry(t *testing.T) {
+	t.Parallel()
 	c := client(t, redistest.Start(t).Addr())
 	b := startBans(t, c, BanOptions{Clock: epoch, Resync: time.Hour})
 	ctx := context.Background()

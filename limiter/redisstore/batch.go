@@ -187,22 +187,35 @@ func (b *batcher) flushCluster(ctx context.Context, calls []*call) {
 	wg.Wait()
 }
 
-// each decides calls with a script call each, in one pipeline that the
-// Cluster client routes by their keys' slots (following MOVED and ASK).
+// each decides calls with a script call each, sent at once, each routed
+// by the Cluster client by its keys' slot (following MOVED and ASK). Not
+// one pipeline: when the first command a node answers in a pipeline gets
+// a retryable error (TRYAGAIN while a slot moves), go-redis sends the
+// node's commands again, those that ran included, and a command it had
+// already redirected may then run on two nodes: decisions counted twice.
+// A command alone is sent again when a redirect, TRYAGAIN or NOSCRIPT
+// says it did not run (and, as go-redis's Cluster client does for any
+// command, after a connection error).
 func (b *batcher) each(ctx context.Context, calls []*call) {
 	b.scripts.Add(int64(len(calls)))
 	b.decided.Add(int64(len(calls)))
-	cmds := b.pipeline(ctx, calls, false)
-	for _, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			cmds = b.pipeline(ctx, calls, true)
-			break
-		}
+	var wg sync.WaitGroup
+	for _, c := range calls[1:] {
+		wg.Go(func() { b.one(ctx, c) })
 	}
-	for i, c := range calls {
-		c.res, c.err = cmds[i].Int64Slice()
-		close(c.done)
+	b.one(ctx, calls[0])
+	wg.Wait()
+}
+
+// one decides c with a script call of its own.
+func (b *batcher) one(ctx context.Context, c *call) {
+	keys, args := b.join([]*call{c})
+	res, err := decideScript.EvalSha(ctx, b.c, keys, args...).Int64Slice()
+	if isNoScript(err) {
+		res, err = decideScript.Eval(ctx, b.c, keys, args...).Int64Slice()
 	}
+	c.res, c.err = res, err
+	close(c.done)
 }
 
 // crossSlot decides calls, whose keys the slot map puts on master m, with
@@ -316,21 +329,4 @@ func (b *batcher) join(calls []*call) ([]string, []any) {
 		args = append(args, c.args...)
 	}
 	return keys, args
-}
-
-// pipeline sends one script call per decision as one pipeline (Redis
-// Cluster routes each by its keys' slot).
-func (b *batcher) pipeline(ctx context.Context, calls []*call, full bool) []*redis.Cmd {
-	pipe := b.c.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
-	for i := range calls {
-		keys, args := b.join(calls[i : i+1])
-		if full {
-			cmds[i] = decideScript.Eval(ctx, pipe, keys, args...)
-		} else {
-			cmds[i] = decideScript.EvalSha(ctx, pipe, keys, args...)
-		}
-	}
-	pipe.Exec(ctx) // errors are per command
-	return cmds
 }

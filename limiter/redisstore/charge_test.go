@@ -21,6 +21,7 @@ import (
 // reservation two hours old refunds nothing. The key's TTL follows the
 // state after the charge: a bucket in debt lives until it is full again.
 func TestChargeClock(t *testing.T) {
+	t.Parallel()
 	c := startRedis(t)
 	store := newStore(t, c, redisstore.Options{Timeout: 5 * time.Second})
 	ctx := context.Background()
@@ -57,15 +58,17 @@ func TestChargeClock(t *testing.T) {
 // meanwhile), "allow" and "deny" return the error for the caller to
 // report. Failures count, and the breaker opens on charges too.
 func TestChargeOutage(t *testing.T) {
+	t.Parallel()
 	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 10, Window: time.Hour})
 	for _, mode := range []string{"local", "allow", "deny"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 50 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
-				WriteTimeout: 50 * time.Millisecond, ContextTimeoutEnabled: true, MaxRetries: -1})
+			// The product's client: no retries, one dial an attempt.
+			c := redisstore.NewClient(redisstore.ClientOptions{Addrs: []string{srv.Addr()}, Timeout: outageTimeout})
 			defer c.Close()
 			fallback := memstore.New(memstore.Options{})
-			store, err := redisstore.New(c, redisstore.Options{Timeout: 50 * time.Millisecond, OnError: mode, Fallback: fallback,
+			store, err := redisstore.New(c, redisstore.Options{Timeout: outageTimeout, OnError: mode, Fallback: fallback,
 				BreakAfter: 2, BreakFor: time.Hour})
 			if err != nil {
 				t.Fatal(err)
@@ -108,7 +111,8 @@ func TestChargeOutage(t *testing.T) {
 // TestChargeCluster: on Redis Cluster, charges are atomic per key in its
 // slot (no unit lost under concurrency), and reconcile as on one node.
 func TestChargeCluster(t *testing.T) {
-	addrs := redistest.Cluster(t)
+	t.Parallel()
+	addrs := redistest.SharedCluster(t)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
 	newCluster := func(t *testing.T) limiter.Store {

@@ -140,10 +140,19 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) t
 	return time.Now()
 }
 
+// failoverTimeout is the failover tests' Redis timeout. A master killed
+// on loopback refuses connections at once (and resets those it had), so
+// its failures do not wait for the timeout; the healthy masters must
+// answer within it even on a machine at a load of tens of runnable
+// threads per core, where a round trip may stall for hundreds of
+// milliseconds: a decision on them that missed it would be taken for a
+// healthy master's key decided under on_error.
+const failoverTimeout = time.Second
+
 // failoverLimiter is a limit none of the tests' traffic reaches, on a
 // store that denies when it cannot reach Redis: a degraded decision shows.
 func failoverLimiter(t *testing.T, c redis.UniversalClient) (*redisstore.Store, *limiter.Limiter) {
-	s, err := redisstore.New(c, redisstore.Options{Timeout: 100 * time.Millisecond, OnError: "deny"})
+	s, err := redisstore.New(c, redisstore.Options{Timeout: failoverTimeout, OnError: "deny"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,12 +170,14 @@ func failoverLimiter(t *testing.T, c redis.UniversalClient) (*redisstore.Store, 
 // second, not once a minute).
 func TestClusterFailover(t *testing.T) {
 	t.Parallel()
-	shards := redistest.ClusterReplicas(t)
+	// A node timeout of a second: the replica takes over about two
+	// seconds after its master dies. The test's scripts are short.
+	shards := redistest.ClusterReplicas(t, time.Second)
 	var addrs []string
 	for _, s := range shards {
 		addrs = append(addrs, s.Master.Addr())
 	}
-	c := redisstore.NewClient(redisstore.ClientOptions{Addrs: addrs, Timeout: 100 * time.Millisecond})
+	c := redisstore.NewClient(redisstore.ClientOptions{Addrs: addrs, Timeout: failoverTimeout})
 	defer c.Close()
 	s, l := failoverLimiter(t, c)
 	victim := shards[0]
@@ -218,7 +229,7 @@ func TestClusterFailover(t *testing.T) {
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
 	g := redistest.SentinelReplicas(t)
-	c := redisstore.NewClient(redisstore.ClientOptions{Addrs: g.Addrs, MasterName: g.Name, Timeout: 100 * time.Millisecond})
+	c := redisstore.NewClient(redisstore.ClientOptions{Addrs: g.Addrs, MasterName: g.Name, Timeout: failoverTimeout})
 	defer c.Close()
 	_, l := failoverLimiter(t, c)
 	r := traffic(t, l, "hot", []string{"hot"})
@@ -238,6 +249,7 @@ func TestSentinelFailover(t *testing.T) {
 // client that disconnected) is not a Redis failure: it is not counted in
 // Errors and never opens the breaker, while Redis answers in time.
 func TestClientGone(t *testing.T) {
+	t.Parallel()
 	c := startRedis(t)
 	s, err := redisstore.New(c, redisstore.Options{Timeout: time.Second, OnError: "local", Fallback: memstore.New(memstore.Options{}), BreakAfter: 1})
 	if err != nil {
@@ -261,10 +273,11 @@ func TestClientGone(t *testing.T) {
 // detected and named, rather than taken for a single node whose every
 // MOVED is an outage; Ready says so too.
 func TestClusterOneAddress(t *testing.T) {
-	addrs := redistest.Cluster(t)
+	t.Parallel()
+	addrs := redistest.SharedCluster(t)
 	c := redisstore.NewClient(redisstore.ClientOptions{Addrs: addrs[:1], Timeout: time.Second})
 	defer c.Close()
-	s, err := redisstore.New(c, redisstore.Options{Timeout: time.Second, OnError: "deny"})
+	s, err := redisstore.New(c, redisstore.Options{Timeout: time.Second, OnError: "deny", Prefix: "lp:" + t.Name() + ":"})
 	if err != nil {
 		t.Fatal(err)
 	}

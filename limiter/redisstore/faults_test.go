@@ -190,6 +190,7 @@ func checkNewOffender(t *testing.T, insts []instance, key string) {
 // write back what they hold); a lifted ban stays lifted, a removed
 // override removed; a new offender is banned at once on both.
 func TestFaultRestart(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	insts := []instance{startInstance(t, srv.Addr()), startInstance(t, srv.Addr())}
 	prepare(t, insts)
@@ -211,6 +212,7 @@ func TestFaultRestart(t *testing.T) {
 // instances: a new offender is banned on both at once, and what was in
 // force stays in force and is back on Redis within 5 s.
 func TestFaultFlush(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		fault func(ctx context.Context, c *redis.Client, in instance) error
@@ -222,6 +224,7 @@ func TestFaultFlush(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			insts := []instance{startInstance(t, srv.Addr()), startInstance(t, srv.Addr())}
 			prepare(t, insts)

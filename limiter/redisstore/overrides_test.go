@@ -33,7 +33,8 @@ func startOverrides(t testing.TB, c redis.UniversalClient, o OverrideOptions) *O
 	return s
 }
 
-// TestOverrides holds the Redis override store to the conformance suite:
+// TestOverrides holds the Redis override store to the conformance suite
+// (not in parallel with other tests: it counts allocations):
 // each subtest has a prefix of its own, and a restart is a new store (with
 // its own client) on the same server and prefix.
 func TestOverrides(t *testing.T) {
@@ -46,11 +47,12 @@ func TestOverrides(t *testing.T) {
 	})
 }
 
-// TestOverridesCluster: the same on a Redis Cluster of three masters (the
-// keys in one slot, messages broadcast by the cluster), and a change made
-// through one node's client seen by another's.
+// TestOverridesCluster: the same (not in parallel either) on a Redis
+// Cluster of three masters (the keys in one slot, messages broadcast by
+// the cluster), and a change made through one node's client seen by
+// another's.
 func TestOverridesCluster(t *testing.T) {
-	addrs := redistest.Cluster(t)
+	addrs := redistest.SharedCluster(t)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
 	limitertest.RunOverrides(t, func(t *testing.T) func() perkey.Overrides {
@@ -61,13 +63,15 @@ func TestOverridesCluster(t *testing.T) {
 	})
 	c2 := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[2:]})
 	defer c2.Close()
-	checkOvShared(t, startOverrides(t, c, OverrideOptions{Prefix: "shared:"}), startOverrides(t, c2, OverrideOptions{Prefix: "shared:"}))
+	prefix := "lp:" + t.Name() + ":shared:"
+	checkOvShared(t, startOverrides(t, c, OverrideOptions{Prefix: prefix}), startOverrides(t, c2, OverrideOptions{Prefix: prefix}))
 }
 
 // TestOverridesShared: two instances on one Redis, each with its own
 // client: a Set, a replacement and a Remove on one are seen by the other
 // within a second (measured).
 func TestOverridesShared(t *testing.T) {
+	t.Parallel()
 	addr := redistest.Start(t).Addr()
 	checkOvShared(t, startOverrides(t, client(t, addr), OverrideOptions{}), startOverrides(t, client(t, addr), OverrideOptions{}))
 }
@@ -155,6 +159,7 @@ func forceOvResync(t *testing.T, s *Overrides) {
 // (here published on another channel) is not seen until a resync, which
 // a forced one brings; so does a removal it missed.
 func TestOverridesMissedMessage(t *testing.T) {
+	t.Parallel()
 	addr := redistest.Start(t).Addr()
 	c := client(t, addr)
 	s := startOverrides(t, c, OverrideOptions{Resync: time.Hour})
@@ -195,6 +200,7 @@ func TestOverridesMissedMessage(t *testing.T) {
 // back (no change number, no message) appear and vanish with a full
 // resync, and a change the mirror made meanwhile is kept.
 func TestOverridesResync(t *testing.T) {
+	t.Parallel()
 	c := client(t, redistest.Start(t).Addr())
 	s := startOverrides(t, c, OverrideOptions{Resync: time.Hour})
 	rawOv(t, c, s, ovScaled("ghost", 3))
@@ -219,6 +225,7 @@ func TestOverridesResync(t *testing.T) {
 // here a change made behind the mirror's back) makes the receiver resync
 // at once, which brings the missing override.
 func TestOverridesGap(t *testing.T) {
+	t.Parallel()
 	addr := redistest.Start(t).Addr()
 	c := client(t, addr)
 	a := startOverrides(t, c, OverrideOptions{Resync: time.Hour})
@@ -234,6 +241,7 @@ func TestOverridesGap(t *testing.T) {
 // TestOverridesUnreadable: records this version cannot read are skipped by
 // the resync and List, and counted; the others load.
 func TestOverridesUnreadable(t *testing.T) {
+	t.Parallel()
 	c := client(t, redistest.Start(t).Addr())
 	s := startOverrides(t, c, OverrideOptions{Resync: time.Hour})
 	ctx := context.Background()
@@ -250,10 +258,16 @@ func TestOverridesUnreadable(t *testing.T) {
 	} {
 		c.HSet(ctx, s.hash, field, v)
 	}
-	// The Set's first change began an epoch: the resync it asked for may
-	// still be to come. Then one forced resync reads the records once.
-	for len(s.wake) > 0 || s.lost.Load() {
+	// The Set's first change began an epoch: the resyncs it asks for (its
+	// own write, then its message) may still be to come, or running. A
+	// forced resync is taken only between two others; once one is done
+	// with no wake-up pending and nothing known lost, no resync is left
+	// to come. Then one more forced resync reads the records once.
+	for {
 		forceOvResync(t, s)
+		if len(s.wake) == 0 && !s.lost.Load() {
+			break
+		}
 	}
 	errs := s.Errors()
 	forceOvResync(t, s)
@@ -278,6 +292,7 @@ func TestOverridesUnreadable(t *testing.T) {
 // restarted without persistence has lost the overrides: the instance
 // writes its copy back.
 func TestOverridesOutage(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	defer c.Close()
@@ -296,7 +311,9 @@ func TestOverridesOutage(t *testing.T) {
 	if _, err := s.List(ctx, "", 10); !errors.Is(err, limiter.ErrStoreUnavailable) {
 		t.Fatalf("List with Redis down: %v, want ErrStoreUnavailable", err)
 	}
-	time.Sleep(time.Second) // checks fail meanwhile
+	// Run's checks fail meanwhile, every Resync.
+	failed := s.Errors()
+	waitTrue(t, 10*time.Second, "three failed checks with Redis down", func() bool { return s.Errors() >= failed+3 })
 	if _, ok := s.Get("api", "k"); !ok {
 		t.Fatal("the mirror forgot an override while Redis was down")
 	}
@@ -323,6 +340,7 @@ func TestOverridesOutage(t *testing.T) {
 
 // TestOverridesNoExpiry: the keys on Redis never expire.
 func TestOverridesNoExpiry(t *testing.T) {
+	t.Parallel()
 	c := client(t, redistest.Start(t).Addr())
 	s := startOverrides(t, c, OverrideOptions{})
 	if err := s.Set(context.Background(), ovScaled("k", 2)); err != nil {
