@@ -9,6 +9,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/limitproxy/limitproxy/limiter/memstore"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
@@ -73,6 +79,12 @@ match = { path_prefix = "/count" }
 // edited by edit, on the given clock (nil: the handler's default).
 func newForwardAuth(t *testing.T, clock func() time.Time, edit func(*config.ForwardAuth)) http.Handler {
 	t.Helper()
+	return newForwardAuthWith(t, Options{Now: clock}, edit)
+}
+
+// newForwardAuthWith is newForwardAuth with the handler's options o.
+func newForwardAuthWith(t *testing.T, o Options, edit func(*config.ForwardAuth)) http.Handler {
+	t.Helper()
 	cfg, err := config.Parse("fa.toml", []byte(forwardAuthConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +96,7 @@ func newForwardAuth(t *testing.T, clock func() time.Time, edit func(*config.Forw
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(set, Options{Now: clock}).ForwardAuth()
+	return New(set, o).ForwardAuth()
 }
 
 // ask sends the endpoint one auth request from peer: GET / with the
@@ -302,5 +314,37 @@ func TestForwardAuthAllowedAnswerEmpty(t *testing.T) {
 	w := ask(h, "10.0.0.1", "X-Forwarded-Uri", "/limited")
 	if w.Code != 200 || w.Body.Len() != 0 || !strings.Contains(w.Header().Get("Cache-Control"), "no-store") {
 		t.Errorf("allowed: %d %q %v", w.Code, w.Body, w.Header())
+	}
+}
+
+// TestForwardAuthRecorded: each ask is counted in
+// limitproxy_requests_total and written to the access log as a proxied
+// request is, under the same decision names, with the original request's
+// method, host and path.
+func TestForwardAuthRecorded(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	m := NewMetrics(prometheus.NewRegistry())
+	h := newForwardAuthWith(t, Options{Now: newClock().now, Metrics: m, AccessLog: true, AccessLogger: zap.New(core)}, nil)
+	for range 3 {
+		ask(h, "10.0.0.1", "X-Forwarded-Method", "PUT", "X-Forwarded-Uri", "/limited/a?x=1", "X-Forwarded-Host", "API.example.")
+	}
+	ask(h, "10.0.0.1", "X-Forwarded-Uri", "/nothing")
+	for d, want := range map[Decision]float64{Allowed: 2, Rejected: 1} {
+		if n := testutil.ToFloat64(m.requests.WithLabelValues("limited", d.String())); n != want {
+			t.Errorf("requests_total{policy=limited, decision=%s} = %v, want %v", d, n, want)
+		}
+	}
+	if n := testutil.ToFloat64(m.requests.WithLabelValues("", Unmatched.String())); n != 1 {
+		t.Errorf("requests_total{decision=unmatched} = %v, want 1", n)
+	}
+	lines := logs.FilterMessage("request").All()
+	if len(lines) != 4 {
+		t.Fatalf("%d access-log lines, want 4", len(lines))
+	}
+	got := lines[2].ContextMap()
+	for k, want := range map[string]any{"method": "PUT", "host": "api.example", "path": "/limited/a", "status": int64(429), "policy": "limited", "decision": "rejected"} {
+		if got[k] != want {
+			t.Errorf("access log %s = %v, want %v (%v)", k, got[k], want, got)
+		}
 	}
 }

@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // The forward-auth endpoint behind real proxies: nginx's auth_request and
@@ -252,5 +255,30 @@ func TestForwardAuthUntrustedRaw(t *testing.T) {
 		if status, body := probe(t, fa, req); status != want {
 			t.Fatalf("/api/x request %d: %d %q, want %d", i+1, status, body, want)
 		}
+	}
+}
+
+// TestForwardAuthReloadSections: a reload names [forward_auth] as
+// "forward_auth" among the changed sections; its listen needs a restart,
+// its other keys apply live.
+func TestForwardAuthReloadSections(t *testing.T) {
+	parse := func(fa string) *config.Config {
+		cfg, err := config.Parse("fa.toml", []byte("[forward_auth]\n"+fa+forwardAuthPolicies))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	a := parse("listen = \"127.0.0.1:9092\"\ntrusted_senders = [\"127.0.0.1\"]\n")
+	b := parse("listen = \"127.0.0.1:9093\"\ntrusted_senders = [\"127.0.0.1\"]\n")
+	c := parse("listen = \"127.0.0.1:9092\"\ntrusted_senders = [\"127.0.0.2\"]\ndeny_status = 403\n")
+	if _, _, changed := diffSections(a, c); !slices.Equal(changed, []string{"forward_auth"}) {
+		t.Errorf("changed = %v, want [forward_auth]", changed)
+	}
+	if got := restartOnly(a, b); !slices.Equal(got, []string{"forward_auth.listen"}) {
+		t.Errorf("restartOnly = %v, want [forward_auth.listen]", got)
+	}
+	if got := restartOnly(a, c); len(got) != 0 {
+		t.Errorf("restartOnly of live keys = %v, want none", got)
 	}
 }
