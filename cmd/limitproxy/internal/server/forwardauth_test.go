@@ -282,3 +282,23 @@ func TestForwardAuthReloadSections(t *testing.T) {
 		t.Errorf("restartOnly of live keys = %v, want none", got)
 	}
 }
+
+// TestForwardAuthPreflight: a forward_auth.listen that is not an address,
+// or is taken, stops the start (and `limitproxy check`) at its key.
+func TestForwardAuthPreflight(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, listen := range []string{"127.0.0.1:http-alt", taken.Addr().String()} {
+		cfg, err := config.Parse("fa.toml", []byte("[admin]\nlisten = \"\"\n[server]\nlisten = \"127.0.0.1:0\"\n[forward_auth]\nlisten = \""+listen+"\"\ntrusted_senders = [\"127.0.0.1\"]\n"+forwardAuthPolicies))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = Preflight(cfg, PreflightOptions{Bind: true})
+		if err == nil || !strings.Contains(err.Error(), "fa.toml:6:1: forward_auth.listen:") {
+			t.Errorf("listen %q: %v, want an error at forward_auth.listen", listen, err)
+		}
+	}
+}
