@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -347,4 +348,107 @@ func TestForwardAuthRecorded(t *testing.T) {
 			t.Errorf("access log %s = %v, want %v (%v)", k, got[k], want, got)
 		}
 	}
+}
+
+// TestForwardAuthDifferential runs the same random traffic (seeded) as
+// TestDecideDifferential through the live handler and, described as
+// Traefik describes it, through the forward-auth endpoint of a handler of
+// its own, on the same instants, and compares every decision, policy and
+// refusal status: the endpoint decides as the proxy does. The traffic is
+// made what the endpoint cannot tell apart from the live side: every
+// answer counts (401 for the count limit, since the endpoint charges
+// every request it lets through) and reports no cost (the estimate
+// stands), and max_wait is long enough for every queue.
+func TestForwardAuthDifferential(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 800
+		cfg, err := config.Parse("differential.toml", []byte(differentialConfig+"\n[forward_auth]\nlisten = \"127.0.0.1:0\"\ntrusted_senders = [\"10.9.9.9\"]\nmax_wait = \"1h\"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(7, 0))
+		traffic := randomTraffic(rng, n)
+		newSide := func() (*Handler, *observer.ObservedLogs) {
+			set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			core, logs := observer.New(zapcore.DebugLevel)
+			h := New(set, Options{AccessLog: true, AccessLogger: zap.New(core), Bans: memstore.NewBans(memstore.BanOptions{}), Now: time.Now})
+			for _, p := range h.snap.Load().pools {
+				for _, tg := range p.targets {
+					tg.proxy.Transport = answerTransport{}
+				}
+			}
+			return h, logs
+		}
+		live, liveLogs := newSide()
+		fh, faLogs := newSide()
+		fa := fh.ForwardAuth()
+		var wg sync.WaitGroup
+		at := time.Now()
+		for i := range traffic {
+			q := &traffic[i]
+			q.status, q.cost = 401, -1
+			q.header.Del("X-Want-Cost")
+			q.header.Set("X-Want-Status", "401")
+			at = at.Truncate(time.Millisecond).Add(time.Duration(rng.IntN(150))*time.Millisecond + time.Duration(i+1))
+			time.Sleep(time.Until(at))
+
+			r := q.request()
+			wg.Go(func() { live.ServeHTTP(httptest.NewRecorder(), r) })
+			a := httptest.NewRequest("GET", "http://auth.internal/", nil)
+			a.RemoteAddr = "10.9.9.9:5000"
+			a.Header = q.header.Clone()
+			client, _, _ := strings.Cut(strings.TrimPrefix(q.remote, "["), "]:")
+			client, _, _ = strings.Cut(client, ":1000")
+			a.Header.Set("X-Forwarded-For", client)
+			a.Header.Set("X-Forwarded-Method", q.method)
+			a.Header.Set("X-Forwarded-Uri", q.target)
+			a.Header.Set("X-Forwarded-Host", "example.com")
+			wg.Go(func() { fa.ServeHTTP(httptest.NewRecorder(), a) })
+			synctest.Wait()
+		}
+		time.Sleep(time.Minute) // every queue empties
+		wg.Wait()
+
+		type logged struct {
+			policy, decision string
+			status           int
+		}
+		read := func(logs *observer.ObservedLogs, forwarded int) map[string]logged {
+			out := map[string]logged{}
+			for _, e := range logs.FilterMessage("request").All() {
+				m := e.ContextMap()
+				l := logged{m["policy"].(string), m["decision"].(string), int(m["status"].(int64))}
+				if l.status == forwarded {
+					l.status = 0
+				}
+				out[m["path"].(string)] = l
+			}
+			return out
+		}
+		lv, fv := read(liveLogs, 401), read(faLogs, 200)
+		seen := map[string]int{}
+		mismatches := 0
+		for i, q := range traffic {
+			path, _, _ := strings.Cut(q.target, "?")
+			l, ok1 := lv[path]
+			f, ok2 := fv[path]
+			if !ok1 || !ok2 {
+				t.Fatalf("request %d (%s %s): not in both access logs", i, q.method, q.target)
+			}
+			seen[l.decision]++
+			if l != f {
+				mismatches++
+				if mismatches <= 10 {
+					t.Errorf("request %d (%s %s from %s, %v): live %+v, forward auth %+v", i, q.method, q.target, q.remote, q.header, l, f)
+				}
+			}
+		}
+		if mismatches > 0 {
+			t.Fatalf("%d of %d decisions differ", mismatches, n)
+		}
+		t.Logf("%d requests: %v", n, seen)
+	})
 }
