@@ -452,3 +452,29 @@ func TestForwardAuthDifferential(t *testing.T) {
 		t.Logf("%d requests: %v", n, seen)
 	})
 }
+
+// TestForwardAuthSwap: [forward_auth] trusted_senders follows the policy
+// set a reload swaps in: a sender removed is no longer believed.
+func TestForwardAuthSwap(t *testing.T) {
+	compile := func(senders string) *policy.Set {
+		src := strings.Replace(forwardAuthConfig, `trusted_senders = ["10.0.0.1"]`, "trusted_senders = ["+senders+"]", 1)
+		cfg, err := config.Parse("fa.toml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	h := New(compile(`"10.0.0.1"`), Options{Now: newClock().now})
+	fa := h.ForwardAuth()
+	if w := ask(fa, "10.0.0.1", "X-Forwarded-Uri", "/limited"); w.Code != 200 {
+		t.Fatalf("trusted: %d, want 200 (/limited)", w.Code)
+	}
+	h.Swap(compile(`"10.0.0.2"`))
+	if w := ask(fa, "10.0.0.1", "X-Forwarded-Uri", "/limited"); w.Code != 404 {
+		t.Errorf("after the swap: %d, want 404 (decided as its own \"/\")", w.Code)
+	}
+}
