@@ -302,3 +302,28 @@ func TestForwardAuthPreflight(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardAuthConnectionBound: the forward-auth listener is bounded by
+// max_connections too: past it a connection is answered 503 (a refusal,
+// for the asking proxy), never left to exhaust the process's descriptors.
+func TestForwardAuthConnectionBound(t *testing.T) {
+	src := "[server]\nlisten = \"127.0.0.1:0\"\nmax_connections = 2\n[admin]\nlisten = \"\"\n[log]\nlevel = \"error\"\n" +
+		"[forward_auth]\nlisten = \"127.0.0.1:0\"\ntrusted_senders = [\"127.0.0.1\"]\n" + forwardAuthPolicies
+	fa := startServer(t, "fa.toml", src).ForwardAuth.String()
+	for range 2 {
+		c, err := net.Dial("tcp", fa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// Served: an answer proves the connection was accepted.
+		io.WriteString(c, "GET /free HTTP/1.1\r\nHost: x\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if status, _ := probe(t, fa, "GET /free HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); status != 503 {
+		t.Errorf("a third connection: %d, want 503", status)
+	}
+}
