@@ -47,6 +47,10 @@ func (f forwardAuth) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 	srv := snap.set.Config.Server
 	r, problemDetail := originalRequest(in, fa, &srv)
 	rec := h.newRecorder(w, r, snap, start)
+	if rec.replay != nil {
+		// The client as this endpoint finds it: behind a trusted sender.
+		rec.replay = captureReplay(r, snap.replay, &srv, start)
+	}
 	// The answer goes to the asking proxy, never to a gRPC client: a
 	// refusal must be a refusal by its HTTP status.
 	rec.grpc, rec.h2 = false, false

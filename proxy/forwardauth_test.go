@@ -478,3 +478,28 @@ func TestForwardAuthSwap(t *testing.T) {
 		t.Errorf("after the swap: %d, want 404 (decided as its own \"/\")", w.Code)
 	}
 }
+
+// TestForwardAuthReplayFields: with access_replay, an ask's line carries
+// what `limitproxy replay` needs to decide the described request again:
+// its client (behind the trusted sender) and its target.
+func TestForwardAuthReplayFields(t *testing.T) {
+	cfg, err := config.Parse("fa.toml", []byte("[log]\naccess_replay = true\n"+forwardAuthConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.DebugLevel)
+	h := New(set, Options{Now: newClock().now, AccessLog: true, AccessLogger: zap.New(core)}).ForwardAuth()
+	ask(h, "10.0.0.1", "X-Forwarded-Uri", "/limited/a?x=1", "X-Forwarded-For", "203.0.113.4")
+	lines := logs.FilterMessage("request").All()
+	if len(lines) != 1 {
+		t.Fatalf("%d lines, want 1", len(lines))
+	}
+	m := lines[0].ContextMap()
+	if m["client"] != "203.0.113.4" || m["target"] != "/limited/a?x=1" {
+		t.Errorf("replay fields client=%v target=%v, want 203.0.113.4 and /limited/a?x=1", m["client"], m["target"])
+	}
+}
