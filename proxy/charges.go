@@ -170,7 +170,7 @@ func (h *Handler) settle(rec *recorder, o *owed) {
 		}
 		ch := &o.p.Charges[i]
 		cost, reported := int64(0), false
-		if ch.CostFrom != "" {
+		if ch.CostFrom != "" && !rec.unseen {
 			cost, reported = reportedCost(rec.Header(), ch)
 			if reported {
 				h.averages.observe(l.Limits()[0].Name(), o.keys[i], cost)
@@ -182,7 +182,10 @@ func (h *Handler) settle(rec *recorder, o *owed) {
 			// outcome is unknown, and a client that closes every
 			// connection at once would otherwise have every attempt
 			// forwarded and none counted.
-			gone := rec.head == 0 && rec.status == statusClientClosed
+			// So is an answer nobody here sees (the forward-auth
+			// endpoint's): the count limit then counts every request
+			// let through.
+			gone := rec.unseen || rec.head == 0 && rec.status == statusClientClosed
 			if !gone && (rec.head == 0 || !ch.Count.Matches(rec.head, rec.Header())) {
 				h.metrics.responseCharge(o.p.Name, chargeNotCounted)
 				continue

@@ -472,6 +472,7 @@ type recorder struct {
 	key           string        // the client key, for the upstream's fair share
 	replay        *replayFields // [log] access_replay's fields; nil without it
 	forwarded     bool          // sent to the upstream
+	unseen        bool          // answered by someone else: the forward-auth endpoint's caller
 	head          int           // the status written first, whatever became of the exchange
 	shed          bool          // turned away by the upstream's concurrency limit
 	streamRefused bool          // refused: its key streams max_streams_per_key bodies already

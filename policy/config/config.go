@@ -14,14 +14,17 @@ import (
 // (see defaults.go). It holds no live objects: the policy package compiles
 // it. It is immutable once Parse returns it, and safe to share.
 type Config struct {
-	File      string // path it was read from
-	Hash      string // SHA-256 of the file, hex
-	Server    Server
-	Admin     Admin
-	Log       Log
-	Store     Store
-	Upstreams []Upstream
-	Policies  []Policy
+	File   string // path it was read from
+	Hash   string // SHA-256 of the file, hex
+	Server Server
+	Admin  Admin
+	// ForwardAuth is [forward_auth]: the decision endpoint nginx,
+	// Traefik and Caddy ask; off when its Listen is "".
+	ForwardAuth ForwardAuth
+	Log         Log
+	Store       Store
+	Upstreams   []Upstream
+	Policies    []Policy
 
 	at map[string]pos // where each key is written in File
 }
@@ -130,6 +133,31 @@ type Admin struct {
 	// then shows the same hash across restarts and instances. "": a
 	// secret drawn at each start.
 	KeyHashSecretEnv string
+}
+
+// ForwardAuth is [forward_auth]: a listener that answers whether a
+// request another proxy received may pass (nginx auth_request, Traefik
+// forwardAuth, Caddy forward_auth), decided by the proxy's policies
+// without forwarding anything (docs/forward-auth.md).
+type ForwardAuth struct {
+	// Listen is the endpoint's address; "" (the default) turns it off.
+	Listen string
+	// TrustedSenders are the peers whose description of the original
+	// request (X-Forwarded-Method, X-Forwarded-Uri, X-Forwarded-Host,
+	// X-Original-Method, X-Original-URI, X-Forwarded-Proto) is believed,
+	// and whose client_ip_header is read as a trusted proxy's. Another
+	// peer is decided as the request it sent. Never empty when Listen
+	// is set.
+	TrustedSenders []netip.Prefix
+	// DenyStatus, 401 or 403, replaces the status of every refusal by
+	// a limit or a ban (nginx's auth_request passes only those); 0 (the
+	// default): the policy's own (reject.status, ban.status), as the
+	// proxy answers.
+	DenyStatus int
+	// MaxWait is the longest a leaky bucket's delay the endpoint waits
+	// before it answers 2xx; a longer delay is refused as over the
+	// limit. 0: every delay is refused.
+	MaxWait time.Duration
 }
 
 // Log is [log].

@@ -15,14 +15,18 @@ const (
 	DefaultClientIPHeader    = "X-Forwarded-For" // nginx's real_ip_header, Envoy's xff
 	MaxTrustedHops           = 32
 	DefaultAdminListen       = "127.0.0.1:9091"
-	DefaultMaxKeys           = 1_000_000
-	DefaultUpstreamTimeout   = 30 * time.Second
-	DefaultMaxFails          = 3
-	DefaultFailTimeout       = 10 * time.Second
-	DefaultRedisTimeout      = 50 * time.Millisecond
-	DefaultClientBodyTimeout = 60 * time.Second // nginx's
-	DefaultSendTimeout       = 60 * time.Second // nginx's
-	DefaultMaxBodyBytes      = 16 << 20         // nginx's is 1 MiB; APIs upload more
+	// [forward_auth]: a leaky bucket's delay is waited up to 1 s, well
+	// within nginx's proxy_read_timeout (60 s) and Traefik's and Caddy's
+	// (none by default).
+	DefaultForwardAuthMaxWait = time.Second
+	DefaultMaxKeys            = 1_000_000
+	DefaultUpstreamTimeout    = 30 * time.Second
+	DefaultMaxFails           = 3
+	DefaultFailTimeout        = 10 * time.Second
+	DefaultRedisTimeout       = 50 * time.Millisecond
+	DefaultClientBodyTimeout  = 60 * time.Second // nginx's
+	DefaultSendTimeout        = 60 * time.Second // nginx's
+	DefaultMaxBodyBytes       = 16 << 20         // nginx's is 1 MiB; APIs upload more
 	// [upstream.concurrency]: an adaptive limit starts at 4 and grows by
 	// slow start (Netflix concurrency-limits starts at 20, Vector at 1);
 	// the queue's bounds are HAProxy's order of magnitude (timeout queue

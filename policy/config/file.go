@@ -20,13 +20,14 @@ import (
 // value; validate.go turns this into a Config.
 type (
 	rawFile struct {
-		Server   rawServer     `toml:"server"`
-		Admin    rawAdmin      `toml:"admin"`
-		Log      rawLog        `toml:"log"`
-		Store    rawStore      `toml:"store"`
-		Upstream []rawUpstream `toml:"upstream"`
-		Shared   []rawLimit    `toml:"shared_limit"`
-		Policy   []rawPolicy   `toml:"policy"`
+		Server   rawServer      `toml:"server"`
+		Admin    rawAdmin       `toml:"admin"`
+		FwdAuth  rawForwardAuth `toml:"forward_auth"`
+		Log      rawLog         `toml:"log"`
+		Store    rawStore       `toml:"store"`
+		Upstream []rawUpstream  `toml:"upstream"`
+		Shared   []rawLimit     `toml:"shared_limit"`
+		Policy   []rawPolicy    `toml:"policy"`
 	}
 	rawServer struct {
 		Listen            Value[string] `toml:"listen"`
@@ -68,6 +69,12 @@ type (
 		TopKeys  Value[string] `toml:"top_keys"`
 		Hosts    Strings       `toml:"allowed_hosts"`
 		HashEnv  Value[string] `toml:"key_hash_secret_env"`
+	}
+	rawForwardAuth struct {
+		Listen     Value[string] `toml:"listen"`
+		Senders    cidrs         `toml:"trusted_senders"`
+		DenyStatus Value[int64]  `toml:"deny_status"`
+		MaxWait    Duration      `toml:"max_wait"`
 	}
 	rawLog struct {
 		Level  Value[string] `toml:"level"`

@@ -315,6 +315,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 	})
 	// [admin]
 	refine("admin.top_keys", node{"enum": topKeysValues})
+	refine("forward_auth.deny_status", node{"enum": []int{401, 403}})
 	refine("admin.token_env", node{"pattern": "^(" + strings.Trim(envName.String(), "^$") + ")?$"})
 	refine("admin.key_hash_secret_env", node{"pattern": "^(" + strings.Trim(envName.String(), "^$") + ")?$"})
 	refine("admin.allowed_hosts", node{"items": node{"type": "string", "anyOf": []node{
@@ -482,6 +483,9 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"admin.listen":                             DefaultAdminListen,
 		"admin.top_keys":                           topKeysValues[0],
 		"admin.allowed_hosts":                      []string{},
+		"forward_auth.listen":                      "",
+		"forward_auth.trusted_senders":             []string{},
+		"forward_auth.max_wait":                    dur(DefaultForwardAuthMaxWait),
 		"log.level":                                DefaultLogLevel,
 		"log.format":                               DefaultLogFormat,
 		"log.access":                               DefaultLogAccess,
@@ -617,6 +621,7 @@ var docSections = map[string]string{
 	"[server]":               "server",
 	"[server.tls]":           "server.tls",
 	"[admin]":                "admin",
+	"[forward_auth]":         "forward_auth",
 	"[log]":                  "log",
 	"[store]":                "store",
 	"[[upstream]]":           "upstream[]",

@@ -76,10 +76,11 @@ func oneOf[T ~string](c *collector, key string, v T, allowed ...T) {
 // only if there are none.
 func validate(raw *rawFile, c *collector, o Options) *Config {
 	cfg := &Config{
-		Server: validateServer(&raw.Server, c),
-		Admin:  validateAdmin(&raw.Admin, c),
-		Log:    validateLog(&raw.Log, c),
-		Store:  validateStore(&raw.Store, c),
+		Server:      validateServer(&raw.Server, c),
+		Admin:       validateAdmin(&raw.Admin, c),
+		ForwardAuth: validateForwardAuth(&raw.FwdAuth, c),
+		Log:         validateLog(&raw.Log, c),
+		Store:       validateStore(&raw.Store, c),
 	}
 	upstreams := map[string]int{}
 	for i := range raw.Upstream {
@@ -123,6 +124,27 @@ func validateAdmin(a *rawAdmin, c *collector) Admin {
 		adm.AllowedHosts = append(adm.AllowedHosts, n)
 	}
 	return adm
+}
+
+// validateForwardAuth checks [forward_auth].
+func validateForwardAuth(f *rawForwardAuth, c *collector) ForwardAuth {
+	fa := ForwardAuth{
+		Listen:         f.Listen.V,
+		TrustedSenders: f.Senders.V,
+		DenyStatus:     int(f.DenyStatus.V),
+		MaxWait:        f.MaxWait.Or(DefaultForwardAuthMaxWait),
+	}
+	if f.DenyStatus.Set && f.DenyStatus.err == nil {
+		switch fa.DenyStatus {
+		case http.StatusUnauthorized, http.StatusForbidden:
+		default:
+			c.add("forward_auth.deny_status", "%d: give 401 or 403 (the only refusals nginx's auth_request passes), or leave it out for the policy's own status", fa.DenyStatus)
+		}
+	}
+	if fa.Listen != "" && len(fa.TrustedSenders) == 0 && f.Senders.err == nil {
+		c.add("forward_auth.listen", "requires trusted_senders: the original request is read only from the proxies listed there (nginx, Traefik, Caddy), never from anyone else")
+	}
+	return fa
 }
 
 // AdminHost checks one [admin] allowed_hosts entry, a host name with or

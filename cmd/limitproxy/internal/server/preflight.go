@@ -41,6 +41,9 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 	if cfg.Admin.Listen != "" {
 		listens = append(listens, [2]string{"admin.listen", cfg.Admin.Listen})
 	}
+	if cfg.ForwardAuth.Listen != "" {
+		listens = append(listens, [2]string{"forward_auth.listen", cfg.ForwardAuth.Listen})
+	}
 	for _, l := range listens {
 		if err := checkListen(l[1], o.Bind); err != nil {
 			add(l[0], "%v", err)

@@ -166,7 +166,17 @@ func diffSections(a, b *config.Config) (added, removed, changed []string) {
 // sectionName is the file's name of a Config field: "Server" → "server",
 // "Upstreams" → "upstream", "Policies" → "policy".
 func sectionName(field string) string {
-	n := strings.ToLower(field)
+	var b strings.Builder
+	for i, c := range field {
+		if 'A' <= c && c <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_') // ForwardAuth: forward_auth
+			}
+			c += 'a' - 'A'
+		}
+		b.WriteRune(c)
+	}
+	n := b.String()
 	switch {
 	case strings.HasSuffix(n, "ies"):
 		return strings.TrimSuffix(n, "ies") + "y"
@@ -223,6 +233,7 @@ func restartOnly(a, b *config.Config) []string {
 	check("server.response_buffer_budget", a.Server.ResponseBufferBudget, b.Server.ResponseBufferBudget)
 	check("server.tls", a.Server.TLS, b.Server.TLS)
 	check("admin", a.Admin, b.Admin)
+	check("forward_auth.listen", a.ForwardAuth.Listen, b.ForwardAuth.Listen)
 	check("store", a.Store, b.Store)
 	check("log.format", a.Log.Format, b.Log.Format)
 	check("log.access", a.Log.Access, b.Log.Access)

@@ -65,9 +65,10 @@ func newLogger(c config.Log, level zap.AtomicLevel, out zapcore.WriteSyncer) *za
 }
 
 // Addrs is where a running Server listens. Admin is nil when the admin
-// listener is off.
+// listener is off, ForwardAuth when [forward_auth] is.
 type Addrs struct {
 	Proxy, Admin net.Addr
+	ForwardAuth  net.Addr
 }
 
 // Options configures a Server.
@@ -132,7 +133,7 @@ func LoadOptions() config.Options {
 func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- Addrs, version string) error {
 	p := openLogs(cfg, path, version, stderr)
 	defer p.close()
-	for _, step := range []func() error{p.preflight, p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin} {
+	for _, step := range []func() error{p.preflight, p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin, p.listenForwardAuth} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -188,6 +189,8 @@ type process struct {
 	// With [admin] listen.
 	adminLn net.Listener
 	admin   *http.Server
+	// With [forward_auth] listen.
+	fauth *forwardAuthServer
 }
 
 // onClose registers f to run when the process closes, before every f
@@ -462,6 +465,9 @@ func (p *process) servers() []func() error {
 	if p.admin != nil {
 		serve = append(serve, func() error { return p.admin.Serve(p.adminLn) })
 	}
+	if p.fauth != nil {
+		serve = append(serve, func() error { return p.fauth.srv.Serve(p.fauth.ln) })
+	}
 	return serve
 }
 
@@ -495,6 +501,9 @@ func (p *process) addrs() Addrs {
 	if p.adminLn != nil {
 		a.Admin = p.adminLn.Addr()
 	}
+	if p.fauth != nil {
+		a.ForwardAuth = p.fauth.ln.Addr()
+	}
 	return a
 }
 
@@ -506,6 +515,11 @@ func (p *process) drain() {
 	p.log.Info("shutting down", zap.Duration("drain_budget", p.cfg.Server.ShutdownTimeout))
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Server.ShutdownTimeout)
 	defer cancel()
+	var fauth sync.WaitGroup
+	if p.fauth != nil {
+		// Beside the proxy's, within the same budget.
+		fauth.Go(func() { p.fauth.srv.Shutdown(ctx) })
+	}
 	if err := p.srv.Shutdown(ctx); err != nil {
 		// A moment for the 503 answers to go out.
 		p.handler.CloseQueues()
@@ -516,6 +530,10 @@ func (p *process) drain() {
 		p.log.Warn("drain budget exhausted; queued requests answered 503, remaining connections closed", zap.Error(err))
 	}
 	p.handler.CloseIdleConnections()
+	if p.fauth != nil {
+		p.fauth.srv.Close()
+		fauth.Wait()
+	}
 	if p.admin != nil {
 		p.admin.Close()
 	}
