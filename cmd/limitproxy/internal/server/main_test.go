@@ -15,9 +15,10 @@ import (
 type listening = Addrs
 
 // serve runs a server for cfg, read from path ("" for none), until ctx is
-// done, sending its addresses on ready once it accepts connections.
-func serve(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- listening) error {
-	return runServer(ctx, path, cfg, stderr, ready, "test")
+// done, sending its addresses on ready once it accepts connections; hooks
+// change its process before it starts.
+func serve(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- listening, hooks ...func(*process)) error {
+	return runServer(ctx, path, cfg, stderr, ready, "test", hooks...)
 }
 
 // startServer parses src (a configuration file's text, named name in
