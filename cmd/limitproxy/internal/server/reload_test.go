@@ -236,6 +236,7 @@ func (r *running) lastReload(t *testing.T, done func(map[string]any) bool) map[s
 // TestReloadRejectsBadFiles: a bad file is refused with its position, and
 // the policies in force keep serving.
 func TestReloadRejectsBadFiles(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 10, "1/h", "")), 0o644) })
 	good := configText(r.upstream.URL, 10, "1/h", "")
 	for _, c := range []struct {
@@ -280,6 +281,7 @@ func TestReloadRejectsBadFiles(t *testing.T) {
 // TestReloadKeepsCounters: a token bucket drained before a reload is still
 // drained after one that keeps its policy and algorithm.
 func TestReloadKeepsCounters(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 3, "1/h", "")), 0o644) })
 	status := func() int {
 		resp, err := http.Get(r.proxy + "/x")
@@ -462,6 +464,7 @@ func BenchmarkReloadLatency(b *testing.B) {
 // TestReloadRestartOnly: a file that also changes a setting needing a
 // restart is applied except for that setting, which is reported.
 func TestReloadRestartOnly(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 10, "1/h", "")), 0o644) })
 	text := strings.Replace(configText(r.upstream.URL, 12, "1/h", ""), `listen = "127.0.0.1:0"
 [admin]`, `listen = "127.0.0.1:1"
