@@ -135,6 +135,7 @@ func slowUploaders(t *testing.T, header string) {
 	statuses := make(chan int, clients)
 	var halfway sync.WaitGroup // every client halfway through its body
 	halfway.Add(clients)
+	sampled := make(chan struct{}) // the second halves wait for the sample
 	for range clients {
 		wg.Go(func() {
 			c, err := net.Dial("tcp", e.addr)
@@ -150,6 +151,7 @@ func slowUploaders(t *testing.T, header string) {
 			for i := range size {
 				if i == size/2 {
 					halfway.Done()
+					<-sampled
 				}
 				c.Write([]byte("x"))
 				time.Sleep(100 * time.Millisecond) // a slow client on a real socket: the pacing is the test
@@ -166,15 +168,18 @@ func slowUploaders(t *testing.T, header string) {
 	close(started)
 	// While every client is still sending (each takes about a second),
 	// the upstream has no connection at all: sampled once every client is
-	// halfway through (a connection made earlier is counted in maxConns).
+	// halfway through, none further (a connection made earlier is counted
+	// in maxConns), before they send the rest.
 	mid := make(chan struct{})
 	go func() { halfway.Wait(); close(mid) }()
 	select {
 	case <-mid:
 	case <-time.After(20 * time.Second):
+		close(sampled)
 		t.Fatal("the clients never got halfway through their bodies")
 	}
 	during := e.maxConns.Load()
+	close(sampled)
 	wg.Wait()
 	close(statuses)
 	for s := range statuses {
