@@ -200,6 +200,7 @@ func slowUploaders(t *testing.T, header string) {
 // 408 after client_body_timeout, and the upstream never sees it; with
 // request buffering off too (the upstream then sees the start of it).
 func TestClientBodyTimeout(t *testing.T) {
+	t.Parallel()
 	for _, buffering := range []bool{true, false} {
 		t.Run(fmt.Sprint("buffering=", buffering), func(t *testing.T) {
 			e := startBody(t, `client_body_timeout = "300ms"`, fmt.Sprint("request_buffering = ", buffering), nil)
@@ -233,6 +234,7 @@ func TestClientBodyTimeout(t *testing.T) {
 // which the trickle never trips — whether buffered (the upstream then
 // never sees it) or streamed.
 func TestMinBodyRate(t *testing.T) {
+	t.Parallel()
 	for _, buffering := range []bool{true, false} {
 		t.Run(fmt.Sprint("buffering=", buffering), func(t *testing.T) {
 			e := startBody(t, "", fmt.Sprintf("request_buffering = %v\nmin_body_rate = 1000\nbody_rate_window = \"500ms\"", buffering), nil)
@@ -365,6 +367,7 @@ func TestMalformedBody(t *testing.T) {
 // TestSendTimeout: clients that stop reading a large response are cut
 // after send_timeout, and the upstream's connections are released.
 func TestSendTimeout(t *testing.T) {
+	t.Parallel()
 	big := bytes.Repeat([]byte("x"), 8<<20)
 	e := startBody(t, `send_timeout = "500ms"`, "", func(w http.ResponseWriter, r *http.Request) {
 		w.Write(big)
