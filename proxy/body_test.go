@@ -135,6 +135,7 @@ func slowUploaders(t *testing.T, header string) {
 	statuses := make(chan int, clients)
 	var halfway sync.WaitGroup // every client halfway through its body
 	halfway.Add(clients)
+	sampled := make(chan struct{}) // the second halves wait for the sample
 	for range clients {
 		wg.Go(func() {
 			c, err := net.Dial("tcp", e.addr)
@@ -150,6 +151,7 @@ func slowUploaders(t *testing.T, header string) {
 			for i := range size {
 				if i == size/2 {
 					halfway.Done()
+					<-sampled
 				}
 				c.Write([]byte("x"))
 				time.Sleep(100 * time.Millisecond) // a slow client on a real socket: the pacing is the test
@@ -166,15 +168,18 @@ func slowUploaders(t *testing.T, header string) {
 	close(started)
 	// While every client is still sending (each takes about a second),
 	// the upstream has no connection at all: sampled once every client is
-	// halfway through (a connection made earlier is counted in maxConns).
+	// halfway through, none further (a connection made earlier is counted
+	// in maxConns), before they send the rest.
 	mid := make(chan struct{})
 	go func() { halfway.Wait(); close(mid) }()
 	select {
 	case <-mid:
 	case <-time.After(20 * time.Second):
+		close(sampled)
 		t.Fatal("the clients never got halfway through their bodies")
 	}
 	during := e.maxConns.Load()
+	close(sampled)
 	wg.Wait()
 	close(statuses)
 	for s := range statuses {
@@ -195,6 +200,7 @@ func slowUploaders(t *testing.T, header string) {
 // 408 after client_body_timeout, and the upstream never sees it; with
 // request buffering off too (the upstream then sees the start of it).
 func TestClientBodyTimeout(t *testing.T) {
+	t.Parallel()
 	for _, buffering := range []bool{true, false} {
 		t.Run(fmt.Sprint("buffering=", buffering), func(t *testing.T) {
 			e := startBody(t, `client_body_timeout = "300ms"`, fmt.Sprint("request_buffering = ", buffering), nil)
@@ -228,6 +234,7 @@ func TestClientBodyTimeout(t *testing.T) {
 // which the trickle never trips — whether buffered (the upstream then
 // never sees it) or streamed.
 func TestMinBodyRate(t *testing.T) {
+	t.Parallel()
 	for _, buffering := range []bool{true, false} {
 		t.Run(fmt.Sprint("buffering=", buffering), func(t *testing.T) {
 			e := startBody(t, "", fmt.Sprintf("request_buffering = %v\nmin_body_rate = 1000\nbody_rate_window = \"500ms\"", buffering), nil)
@@ -360,6 +367,7 @@ func TestMalformedBody(t *testing.T) {
 // TestSendTimeout: clients that stop reading a large response are cut
 // after send_timeout, and the upstream's connections are released.
 func TestSendTimeout(t *testing.T) {
+	t.Parallel()
 	big := bytes.Repeat([]byte("x"), 8<<20)
 	e := startBody(t, `send_timeout = "500ms"`, "", func(w http.ResponseWriter, r *http.Request) {
 		w.Write(big)

@@ -65,6 +65,7 @@ func TestGRPCMessage(t *testing.T) {
 // statuses. The same requests without the gRPC Content-Type get the HTTP
 // answers.
 func TestGRPCAnswers(t *testing.T) {
+	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			time.Sleep(300 * time.Millisecond) // past the upstream's timeout

@@ -476,6 +476,7 @@ func TestACMEPathIsOrdinary(t *testing.T) {
 
 // TestBadInput: each kind of bad input gets its documented answer, fast.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	t.Run("malformed header", func(t *testing.T) {
 		e := start(t, "all_algorithms.toml", newUpstream(t, nil), newClock(), nil)
 		status := raw(t, e.proxy.Listener.Addr().String(), "GET /fw HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n")

@@ -263,8 +263,10 @@ upstream = "app"
 // nothing is charged anywhere; the breaker never opens (Peek bypasses it),
 // so every request waits the Redis timeout first.
 func TestReview17CountIgnoresOnError(t *testing.T) {
+	t.Parallel()
 	for _, onError := range []string{"deny", "local"} {
 		t.Run(onError, func(t *testing.T) {
+			t.Parallel()
 			up := &countingUpstream{status: 401}
 			srv := httptest.NewServer(up)
 			t.Cleanup(srv.Close)

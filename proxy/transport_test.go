@@ -283,6 +283,7 @@ func TestSyncTransportReuse(t *testing.T) {
 // has idled idleTimeout, without another request coming (the upstream
 // sees its end).
 func TestSyncTransportIdleSweep(t *testing.T) {
+	t.Parallel()
 	closed := make(chan struct{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

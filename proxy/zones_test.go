@@ -100,6 +100,7 @@ func TestKeyPerLimit(t *testing.T) {
 // bucket with queue 2 would pass 3; with queue 4, 5 but the last 400ms
 // late.)
 func TestTwoStageDelay(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t, nil)
 	e := start(t, "nginx_zones.toml", up, nil, nil)
 	var (

@@ -18,6 +18,7 @@ import (
 // would take every MOVED for an outage), fail, named. Without -connect
 // the file alone is checked.
 func TestCheckConnect(t *testing.T) {
+	t.Parallel()
 	single := redistest.Start(t)
 	dead := redistest.Start(t)
 	dead.Kill()

@@ -101,6 +101,7 @@ func jsonWords(t *testing.T, s string) []string {
 // temp_dir (the image's /tmp): 200, not 500. Root is needed to chroot and
 // change user; CI runs as root.
 func TestImageSpools(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		t.Skip("needs root on Linux (chroot, setuid)")
 	}

@@ -26,6 +26,21 @@ const (
 	adminIdleTimeout       = 30 * time.Second
 )
 
+// adminTimeouts are the admin listener's timeouts, as its http.Server
+// takes them. A process starts with defaultAdminTimeouts; only tests
+// change them (lower, to see each one cut a connection in a second).
+type adminTimeouts struct {
+	readHeader, read, write, idle time.Duration
+}
+
+// defaultAdminTimeouts are the admin listener's documented timeouts.
+var defaultAdminTimeouts = adminTimeouts{
+	readHeader: adminReadHeaderTimeout,
+	read:       adminReadTimeout,
+	write:      adminWriteTimeout,
+	idle:       adminIdleTimeout,
+}
+
 // adminGuard refuses, before the token and the API see them, the requests
 // a web page can make a browser send to the admin listener: a request whose
 // Host names it by a name it does not answer to (DNS rebinding: a page on

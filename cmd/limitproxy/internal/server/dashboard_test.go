@@ -520,7 +520,6 @@ match = { path_prefix = "/reports" }
 // upstream answers 500, but 200 to a path ending in /ok.
 func startDashboard(t testing.TB, edit func(string) string) (*running, *front) {
 	t.Helper()
-	t.Setenv("LIMITPROXY_TEST_TOKEN", "s3cret")
 	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if strings.HasSuffix(req.URL.Path, "/ok") {
 			io.WriteString(w, "ok")
@@ -585,6 +584,7 @@ func adminJSON(t testing.TB, method, url string, v any) int {
 // Then a refused reload, shown with its error, and the page without the
 // token: the metrics still, the API's panels asking for the token.
 func TestDashboard(t *testing.T) {
+	t.Parallel()
 	r, f := startDashboard(t, nil)
 
 	// Before the page loads: seen by its first poll.
@@ -803,6 +803,7 @@ func wantTop(t testing.TB, p page, admin string) map[string]topList {
 // histogram quantiles over the increase between two polls, and both top
 // lists of each policy.
 func TestDashboardComputes(t *testing.T) {
+	t.Parallel()
 	mux := http.NewServeMux()
 	registerDashboard(mux)
 	var mu sync.Mutex
@@ -931,6 +932,7 @@ limitproxy_config_reloads_total{result="failure"} 2
 // TestDashboardPage checks the page's headers and that it loads nothing
 // from elsewhere, without a browser.
 func TestDashboardPage(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 2, "1/h", "")), 0o644) })
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, c := range []struct{ method, path, contentType string }{

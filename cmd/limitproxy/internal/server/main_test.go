@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
+	"flag"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -15,9 +17,10 @@ import (
 type listening = Addrs
 
 // serve runs a server for cfg, read from path ("" for none), until ctx is
-// done, sending its addresses on ready once it accepts connections.
-func serve(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- listening) error {
-	return runServer(ctx, path, cfg, stderr, ready, "test")
+// done, sending its addresses on ready once it accepts connections; hooks
+// change its process before it starts.
+func serve(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- listening, hooks ...func(*process)) error {
+	return runServer(ctx, path, cfg, stderr, ready, "test", hooks...)
 }
 
 // startServer parses src (a configuration file's text, named name in
@@ -68,10 +71,24 @@ func (s *syncWriter) String() string {
 }
 
 // TestMain sets what must hold for every test of the package before any
-// runs: Pebble (the ACME tests' CA) otherwise waits up to 15 s before each
-// validation, and reads this when a validator is made, so t.Setenv, which
-// would keep TestACME from running in parallel, is not used.
+// runs, so that t.Setenv, which would keep a test from running in
+// parallel, is not needed: Pebble (the ACME tests' CA) otherwise waits up
+// to 15 s before each validation, and reads PEBBLE_VA_NOSLEEP when a
+// validator is made; the admin token the dashboard and metrics tests
+// configure (token_env = "LIMITPROXY_TEST_TOKEN") is always "s3cret".
+//
+// It also runs up to 8 parallel tests at once unless -test.parallel is
+// given: the default, GOMAXPROCS (2 on a small machine), queues tests that
+// mostly wait (on a timeout, a browser's poll, a child process) behind
+// one another.
 func TestMain(m *testing.M) {
 	os.Setenv("PEBBLE_VA_NOSLEEP", "1")
+	os.Setenv("LIMITPROXY_TEST_TOKEN", "s3cret")
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given && runtime.GOMAXPROCS(0) < 8 {
+		flag.Set("test.parallel", "8")
+	}
 	os.Exit(m.Run())
 }

@@ -15,7 +15,7 @@ import (
 // label. With token_env set, /api/ refuses a missing token with 401 and
 // counts it.
 func TestMetrics(t *testing.T) {
-	t.Setenv("LIMITPROXY_TEST_TOKEN", "s3cret")
+	t.Parallel()
 	r := startFile(t, func(path, up string) {
 		text := strings.Replace(configText(up, 2, "1/h", ""), "[admin]\nlisten = \"127.0.0.1:0\"",
 			"[admin]\nlisten = \"127.0.0.1:0\"\ntoken_env = \"LIMITPROXY_TEST_TOKEN\"", 1)
@@ -101,6 +101,7 @@ match = { path_prefix = "/x" }`, 1)
 // TestClientKeyAPI inspects and resets one client through the admin API:
 // a drained client shows no remaining quota; after DELETE it is admitted.
 func TestClientKeyAPI(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 2, "1/h", "")), 0o644) })
 	status := func(method, url string) (int, map[string]any) {
 		req, _ := http.NewRequest(method, url, nil)

@@ -23,6 +23,7 @@ import (
 // shows it; after a restart on the same overrides file it still applies; DELETE removes it
 // (204, then 404), and the policy's own limits decide again.
 func TestOverrides(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "overrides.json")
 	write := func(path, up string) {
 		text := configText(up, 2, "1/h", "")
@@ -112,6 +113,7 @@ func TestOverrides(t *testing.T) {
 // through one's admin API applies on the other within a second, and so
 // does its removal.
 func TestOverridesShared(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	write := func(path, up string) {
 		text := configText(up, 2, "1/h", "")

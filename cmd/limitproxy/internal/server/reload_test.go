@@ -57,7 +57,7 @@ type running struct {
 	logs      *syncWriter
 }
 
-func startFile(t testing.TB, write func(path string, up string)) *running {
+func startFile(t testing.TB, write func(path string, up string), hooks ...func(*process)) *running {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(up.Close)
@@ -65,7 +65,7 @@ func startFile(t testing.TB, write func(path string, up string)) *running {
 	path := filepath.Join(dir, "limitproxy.toml")
 	write(path, up.URL)
 	logs := &syncWriter{w: &bytes.Buffer{}}
-	l, stop := serveFile(t, path, logs)
+	l, stop := serveFile(t, path, logs, hooks...)
 	r := &running{dir: dir, path: path, proxy: "http://" + l.Proxy.String(), admin: "http://" + l.Admin.String(), upstream: up, logs: logs, stop: stop}
 	return r
 }
@@ -73,7 +73,7 @@ func startFile(t testing.TB, write func(path string, up string)) *running {
 // serveFile runs serve on the configuration file at path until the test
 // ends, and returns where it listens and a function that stops it (also
 // registered as a cleanup; stopping twice is harmless).
-func serveFile(t testing.TB, path string, logs *syncWriter) (listening, func()) {
+func serveFile(t testing.TB, path string, logs *syncWriter, hooks ...func(*process)) (listening, func()) {
 	t.Helper()
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -82,7 +82,7 @@ func serveFile(t testing.TB, path string, logs *syncWriter) (listening, func()) 
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan listening, 1)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, path, cfg, logs, ready) }()
+	go func() { done <- serve(ctx, path, cfg, logs, ready, hooks...) }()
 	var l listening
 	select {
 	case l = <-ready:
@@ -236,6 +236,7 @@ func (r *running) lastReload(t *testing.T, done func(map[string]any) bool) map[s
 // TestReloadRejectsBadFiles: a bad file is refused with its position, and
 // the policies in force keep serving.
 func TestReloadRejectsBadFiles(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 10, "1/h", "")), 0o644) })
 	good := configText(r.upstream.URL, 10, "1/h", "")
 	for _, c := range []struct {
@@ -280,6 +281,7 @@ func TestReloadRejectsBadFiles(t *testing.T) {
 // TestReloadKeepsCounters: a token bucket drained before a reload is still
 // drained after one that keeps its policy and algorithm.
 func TestReloadKeepsCounters(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 3, "1/h", "")), 0o644) })
 	status := func() int {
 		resp, err := http.Get(r.proxy + "/x")
@@ -462,6 +464,7 @@ func BenchmarkReloadLatency(b *testing.B) {
 // TestReloadRestartOnly: a file that also changes a setting needing a
 // restart is applied except for that setting, which is reported.
 func TestReloadRestartOnly(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(configText(up, 10, "1/h", "")), 0o644) })
 	text := strings.Replace(configText(r.upstream.URL, 12, "1/h", ""), `listen = "127.0.0.1:0"
 [admin]`, `listen = "127.0.0.1:1"

@@ -87,6 +87,7 @@ func strs(v any) []string {
 // regular expression). A good file after a refused one is logged at info,
 // also when it is the configuration in force.
 func TestReloadLogsChangedSections(t *testing.T) {
+	t.Parallel()
 	r := startFile(t, func(path, up string) { os.WriteFile(path, []byte(sectionsConfig(up)), 0o644) })
 	base := sectionsConfig(r.upstream.URL)
 	seen := 0

@@ -24,6 +24,7 @@ import (
 // every Allow of that client fails, and the handler forwards it ("limiter
 // failed; request forwarded") even with on_error = "deny".
 func TestReview18OverrideFailsOpenAfterReload(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rate := "1/1s"
 	write := func(path, up string) {

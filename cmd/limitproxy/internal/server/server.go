@@ -129,10 +129,14 @@ func LoadOptions() config.Options {
 // done, then drains. If ready is not nil it receives the listeners'
 // addresses once they accept connections. Each step acquires what it
 // needs and registers its release with p.onClose; p.close releases it
-// all, in reverse, once every goroutine started here has ended.
-func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- Addrs, version string) error {
+// all, in reverse, once every goroutine started here has ended. Tests
+// may pass hooks, which change p before the first step.
+func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- Addrs, version string, hooks ...func(*process)) error {
 	p := openLogs(cfg, path, version, stderr)
 	defer p.close()
+	for _, h := range hooks { // tests' changes, none in a real run
+		h(p)
+	}
 	for _, step := range []func() error{p.preflight, p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin, p.listenForwardAuth} {
 		if err := step(); err != nil {
 			return err
@@ -187,8 +191,9 @@ type process struct {
 	redirect   *http.Server
 	managed    *acme
 	// With [admin] listen.
-	adminLn net.Listener
-	admin   *http.Server
+	adminLn       net.Listener
+	admin         *http.Server
+	adminTimeouts adminTimeouts // the admin server's: defaultAdminTimeouts
 	// With [forward_auth] listen.
 	fauth *forwardAuthServer
 }
@@ -209,7 +214,7 @@ func (p *process) close() {
 // access log, which goes through a buffer written out in batches, never
 // on the request's time (accesslog.go).
 func openLogs(cfg *config.Config, path, version string, stderr io.Writer) *process {
-	p := &process{cfg: cfg, path: path, version: version, level: zap.NewAtomicLevelAt(levelOf(cfg.Log.Level))}
+	p := &process{cfg: cfg, path: path, version: version, level: zap.NewAtomicLevelAt(levelOf(cfg.Log.Level)), adminTimeouts: defaultAdminTimeouts}
 	out := zapcore.Lock(zapcore.AddSync(stderr)) // one line at a time, whoever writes
 	p.log = newLogger(cfg.Log, p.level, out)
 	p.onClose(func() { p.log.Sync() })
@@ -395,10 +400,10 @@ func (p *process) listenAdmin() error {
 	p.adminLn = ln
 	p.admin = &http.Server{
 		Handler:           newAdminGuard(a.Listen, a.AllowedHosts).wrap(adminHandler(p.reload, p.stores, p.metrics, token)),
-		ReadHeaderTimeout: adminReadHeaderTimeout,
-		ReadTimeout:       adminReadTimeout,
-		WriteTimeout:      adminWriteTimeout,
-		IdleTimeout:       adminIdleTimeout,
+		ReadHeaderTimeout: p.adminTimeouts.readHeader,
+		ReadTimeout:       p.adminTimeouts.read,
+		WriteTimeout:      p.adminTimeouts.write,
+		IdleTimeout:       p.adminTimeouts.idle,
 		ErrorLog:          mustStdLog(p.log.Named("admin")),
 	}
 	return nil

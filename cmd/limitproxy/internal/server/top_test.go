@@ -18,6 +18,7 @@ import (
 // limits, the two spent ones first and the one that used half. No key
 // appears in /metrics.
 func TestTopOffenders(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []bool{false, true} {
 		r := startFile(t, func(path, up string) {
 			text := configText(up, 2, "1/h", "")
