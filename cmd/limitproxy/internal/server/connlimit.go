@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,14 +18,17 @@ import (
 // the config and certificate files, the answers of refuseAnswers.
 const fdReserve = 256
 
-// refuseAnswers bounds the refused connections kept open at once to read
-// what their client sent after their 503 (each for at most
-// refuseTimeout); past it, one gets its 503 and is closed at once.
+// refuseAnswers bounds the refused connections kept open at once while
+// they wait for their request (a newer one pushes the oldest out), and
+// apart, those kept after their 503 to read what their client sent (past
+// it, one is closed right after its answer); each for at most
+// refuseTimeout.
 const refuseAnswers = 64
 
-// refuseTimeout bounds how long a refused connection is kept, after its
-// 503, to read what the client had sent: closing with unread data resets
-// the connection, and the client could lose the answer.
+// refuseTimeout bounds each of the two waits of a refused connection:
+// for the client's request to begin before its 503 is written, and after
+// it, to read what the client had sent (closing with unread data resets
+// the connection, and the client could lose the answer).
 const refuseTimeout = 250 * time.Millisecond
 
 // maxAcceptBackoff is the longest pause after an accept error, as
@@ -70,7 +74,14 @@ type limitListener struct {
 	now    func() time.Time
 
 	open      atomic.Int64
-	answering atomic.Int64 // refused connections being answered
+	answering atomic.Int64 // refused connections answered, being drained
+
+	// silent are the refused connections waiting for their request to
+	// begin, oldest first, at most refuseAnswers: a newer one pushes out
+	// the oldest, so that a flood of connections that send nothing cannot
+	// keep a client that does from its answer.
+	waitMu    sync.Mutex
+	silent    []net.Conn
 	refused   atomic.Int64 // since start, for tests and logs
 	done      chan struct{}
 	closeOnce sync.Once
@@ -143,31 +154,62 @@ func (l *limitListener) refuse(c net.Conn) {
 		c.Close()
 		return
 	}
-	// A new connection's send buffer is empty: the write does not wait.
-	c.SetDeadline(time.Now().Add(refuseTimeout))
-	if _, err := c.Write(refusal); err != nil || l.answering.Add(1) > refuseAnswers {
-		if err == nil {
-			l.answering.Add(-1)
-		}
-		c.Close()
-		return
+	l.waitMu.Lock()
+	if len(l.silent) >= refuseAnswers {
+		l.silent[0].Close() // its goroutine's read fails, and it leaves
+		l.silent = l.silent[1:]
 	}
+	l.silent = append(l.silent, c)
+	l.waitMu.Unlock()
 	go func() {
-		defer l.answering.Add(-1)
 		defer c.Close()
+		var buf [4096]byte
+		// Answer the client's request, not the bare connection: an HTTP
+		// client that has connected but not yet written takes an answer
+		// that comes before its request for an unsolicited one, and drops
+		// it (Go's Transport does). So wait for the request's first bytes,
+		// or refuseTimeout, whichever comes first, then answer.
+		c.SetDeadline(time.Now().Add(refuseTimeout))
+		_, err := c.Read(buf[:])
+		if !l.unsilence(c) || (err != nil && !errors.Is(err, os.ErrDeadlineExceeded)) {
+			return // pushed out by a newer one, or the client left
+		}
+		// A new connection's send buffer is empty: the write does not wait.
+		c.SetDeadline(time.Now().Add(refuseTimeout))
+		if _, err := c.Write(refusal); err != nil {
+			return
+		}
+		if l.answering.Add(1) > refuseAnswers {
+			l.answering.Add(-1)
+			return
+		}
+		defer l.answering.Add(-1)
 		// Half-close, then read what the client sent until it closes or
 		// the deadline: a close with unread data would reset the
 		// connection, and the client could lose the answer.
 		if cw, ok := c.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
 		}
-		var buf [4096]byte
 		for {
 			if _, err := c.Read(buf[:]); err != nil {
 				return
 			}
 		}
 	}()
+}
+
+// unsilence takes c off the refused connections waiting for their
+// request; false if a newer one had pushed it out.
+func (l *limitListener) unsilence(c net.Conn) bool {
+	l.waitMu.Lock()
+	defer l.waitMu.Unlock()
+	for i, w := range l.silent {
+		if w == c {
+			l.silent = append(l.silent[:i], l.silent[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // refusal is the answer to a connection past max_connections.
