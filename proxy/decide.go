@@ -117,6 +117,9 @@ type ruling struct {
 	// shadowBanned reports that a key r is counted under is in a shadow
 	// penalty box.
 	shadowBanned bool
+	// n is the request's weight (each limit multiplies it by its own
+	// cost); 0 counts as 1.
+	n int64
 	// owes is what the answer owes the limits that read it (count,
 	// cost_from); nil: nothing.
 	owes *owed
@@ -319,7 +322,7 @@ func (h *Handler) ask(ctx context.Context, r *http.Request, now time.Time, o *ru
 		o.owes = owes
 		return d, err
 	case p.OwnKeys:
-		return p.Limiter.AllowKeys(ctx, o.keys[:len(p.Limits)], now, 1)
+		return p.Limiter.AllowKeys(ctx, o.keys[:len(p.Limits)], now, max(o.n, 1))
 	}
 	l := p.Limiter
 	if h.overrides != nil {
@@ -327,5 +330,5 @@ func (h *Handler) ask(ctx context.Context, r *http.Request, now time.Time, o *ru
 			l, o.hp = ol, view
 		}
 	}
-	return l.Allow(ctx, o.key, now, 1)
+	return l.Allow(ctx, o.key, now, max(o.n, 1))
 }

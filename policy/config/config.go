@@ -20,6 +20,7 @@ type Config struct {
 	Admin     Admin
 	Log       Log
 	Store     Store
+	RLS       RLS
 	Upstreams []Upstream
 	Policies  []Policy
 
@@ -124,6 +125,25 @@ type Admin struct {
 	// port) or "name:port", in lower case without a trailing dot. Empty:
 	// none (the listen address and loopback names only).
 	AllowedHosts []string
+}
+
+// RLS is [rls]: Envoy's rate limit service (docs/envoy.md). Every
+// field needs a restart.
+type RLS struct {
+	// Listen is the gRPC listener's address; "" turns the service off.
+	Listen string
+	// CertFile and KeyFile, both set, serve TLS; both "": h2c.
+	CertFile, KeyFile string
+	// MaxHitsAddend is the largest cost one descriptor may ask for; a
+	// call asking more is refused whole.
+	MaxHitsAddend int64
+	// MaxDescriptors is the most descriptors one call may carry, and
+	// MaxEntries the most entries one descriptor may carry.
+	MaxDescriptors, MaxEntries int
+	// MaxMessageBytes is the largest request message read, in bytes.
+	MaxMessageBytes int
+	// MaxConcurrentStreams bounds the calls in flight per connection.
+	MaxConcurrentStreams int
 }
 
 // Log is [log].

@@ -68,6 +68,7 @@ func newLogger(c config.Log, level zap.AtomicLevel, out zapcore.WriteSyncer) *za
 // listener is off.
 type Addrs struct {
 	Proxy, Admin net.Addr
+	RLS          net.Addr // nil without [rls] listen
 }
 
 // Options configures a Server.
@@ -132,7 +133,7 @@ func LoadOptions() config.Options {
 func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.Writer, ready chan<- Addrs, version string) error {
 	p := openLogs(cfg, path, version, stderr)
 	defer p.close()
-	for _, step := range []func() error{p.preflight, p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin} {
+	for _, step := range []func() error{p.preflight, p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin, p.listenRLS} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -188,6 +189,8 @@ type process struct {
 	// With [admin] listen.
 	adminLn net.Listener
 	admin   *http.Server
+	// With [rls] listen: Envoy's rate limit service (rls.go).
+	rls *rlsListener
 }
 
 // onClose registers f to run when the process closes, before every f
@@ -474,6 +477,9 @@ func (p *process) addrs() Addrs {
 	a := Addrs{Proxy: p.ln.Addr()}
 	if p.adminLn != nil {
 		a.Admin = p.adminLn.Addr()
+	}
+	if p.rls != nil {
+		a.RLS = p.rls.ln.Addr()
 	}
 	return a
 }

@@ -1,0 +1,378 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/limitproxy/limitproxy/internal/redistest"
+)
+
+// rlsPolicies are RLS policies of domain "edge", one per algorithm, each
+// admitting 3 calls an hour per user (the leaky bucket: one at once and
+// two queued 500ms apart), a shadow one, and an HTTP catch-all policy
+// that must never match an RLS call.
+const rlsPolicies = `
+[[policy]]
+name = "tb"
+match = { rls_domain = "edge", descriptor = ["alg=tb", "user"] }
+key = ["descriptor:user"]
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "3/h"
+  burst = 3
+[[policy]]
+name = "fw"
+match = { rls_domain = "edge", descriptor = ["alg=fw", "user"] }
+  [[policy.limits]]
+  algorithm = "fixed_window"
+  limit = 3
+  window = "1h"
+[[policy]]
+name = "sl"
+match = { rls_domain = "edge", descriptor = ["alg=sl", "user"] }
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 3
+  window = "1h"
+[[policy]]
+name = "sw"
+match = { rls_domain = "edge", descriptor = ["alg=sw", "user"] }
+  [[policy.limits]]
+  algorithm = "sliding_window"
+  limit = 3
+  window = "1h"
+  slots = 6
+[[policy]]
+name = "lb"
+match = { rls_domain = "edge", descriptor = ["alg=lb", "user"] }
+  [[policy.limits]]
+  algorithm = "leaky_bucket"
+  rate = "2/s"
+  queue = 2
+  max_wait = "5s"
+[[policy]]
+name = "shadow"
+mode = "shadow"
+match = { rls_domain = "edge", descriptor = ["alg=shadow*", "user"] }
+  [[policy.limits]]
+  algorithm = "fixed_window"
+  limit = 1
+  window = "1h"
+[[policy]]
+name = "http"
+upstream = "app"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1000/s"
+`
+
+// rlsServer starts a server with rlsPolicies on store (the TOML of a
+// [store] table), [rls] on, and returns a client of its RLS, its admin
+// URL and its logs.
+func rlsServer(t *testing.T, store string) (rlsv3.RateLimitServiceClient, string, *syncWriter) {
+	t.Helper()
+	text := `[server]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[log]
+level = "debug"
+[rls]
+listen = "127.0.0.1:0"
+max_message_bytes = 4096
+` + store + `
+[[upstream]]
+name = "app"
+targets = ["http://127.0.0.1:9"]
+` + rlsPolicies
+	path := filepath.Join(t.TempDir(), "rls.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncWriter{w: new(bytes.Buffer)}
+	l, _ := serveFile(t, path, logs)
+	if l.RLS == nil {
+		t.Fatal("no RLS listener")
+	}
+	cc, err := grpc.NewClient(l.RLS.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return rlsv3.NewRateLimitServiceClient(cc), "http://" + l.Admin.String(), logs
+}
+
+// desc is a descriptor of the given key=value entries.
+func desc(kv ...string) *rlscommon.RateLimitDescriptor {
+	d := &rlscommon.RateLimitDescriptor{}
+	for _, e := range kv {
+		k, v, _ := strings.Cut(e, "=")
+		d.Entries = append(d.Entries, &rlscommon.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	return d
+}
+
+func ask(t *testing.T, c rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.ShouldRateLimit(ctx, req)
+}
+
+func header(resp *rlsv3.RateLimitResponse, name string) string {
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		if h.GetKey() == name {
+			return h.GetValue()
+		}
+	}
+	return ""
+}
+
+// TestRLSAlgorithms asks the RLS about each algorithm's policy on the
+// memory store and on Redis: three calls of a user pass with the limit,
+// what remains and the reset in each status and the RateLimit fields,
+// the fourth is OVER_LIMIT with Retry-After; another user is counted
+// apart; a shadow policy never says OVER_LIMIT; unknown domains and
+// descriptors no policy matches are OK without a limit; hits_addend is
+// the cost.
+func TestRLSAlgorithms(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	for name, store := range map[string]string{
+		"memory": "",
+		"redis":  fmt.Sprintf("[store]\nbackend = \"redis\"\n[store.redis]\naddrs = [%q]\ntimeout = \"2s\"\n", rs.Addr()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, admin, logs := rlsServer(t, store)
+			for _, alg := range []string{"tb", "fw", "sl", "sw"} {
+				for i := range 4 {
+					resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg="+alg, "user=alice")}})
+					if err != nil {
+						t.Fatalf("%s call %d: %v", alg, i, err)
+					}
+					st := resp.Statuses[0]
+					if i < 3 {
+						if resp.OverallCode != rlsv3.RateLimitResponse_OK || st.Code != rlsv3.RateLimitResponse_OK {
+							t.Fatalf("%s call %d: %v", alg, i, resp)
+						}
+						if st.LimitRemaining != uint32(2-i) {
+							t.Errorf("%s call %d: limit_remaining %d, want %d", alg, i, st.LimitRemaining, 2-i)
+						}
+						if header(resp, "retry-after") != "" {
+							t.Errorf("%s call %d: Retry-After on OK", alg, i)
+						}
+					} else {
+						if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+							t.Fatalf("%s call %d: %v", alg, i, resp)
+						}
+						if header(resp, "retry-after") == "" {
+							t.Errorf("%s over limit: no Retry-After in %v", alg, resp.ResponseHeadersToAdd)
+						}
+					}
+					if cl := st.CurrentLimit; cl == nil || cl.Name != alg || cl.RequestsPerUnit != 3 || cl.Unit != rlsv3.RateLimitResponse_RateLimit_HOUR {
+						t.Errorf("%s call %d: current_limit %v", alg, i, cl)
+					}
+					if d := st.DurationUntilReset.AsDuration(); d <= 0 || d > 2*time.Hour { // a sliding window resets a slot past its window
+						t.Errorf("%s call %d: duration_until_reset %v", alg, i, d)
+					}
+					if !strings.Contains(header(resp, "ratelimit-policy"), `"`+alg+`"`) || header(resp, "ratelimit") == "" {
+						t.Errorf("%s call %d: RateLimit fields %v", alg, i, resp.ResponseHeadersToAdd)
+					}
+				}
+				resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg="+alg, "user=bob")}})
+				if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+					t.Errorf("%s: another user: %v %v", alg, resp, err)
+				}
+			}
+
+			// The leaky bucket: one at once, two held in the queue until
+			// their turn (500ms apart), the others OVER_LIMIT at once.
+			var wg sync.WaitGroup
+			codes := make([]rlsv3.RateLimitResponse_Code, 5)
+			start := time.Now()
+			for i := range codes {
+				wg.Go(func() {
+					resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=lb", "user=alice")}})
+					if err != nil {
+						t.Errorf("lb: %v", err)
+						return
+					}
+					codes[i] = resp.OverallCode
+				})
+			}
+			wg.Wait()
+			ok := 0
+			for _, code := range codes {
+				if code == rlsv3.RateLimitResponse_OK {
+					ok++
+				}
+			}
+			// The queue's spacing makes the last admitted answer wait
+			// 1s; a loaded machine only makes it later.
+			if took := time.Since(start); ok != 3 || took < 900*time.Millisecond {
+				t.Errorf("lb: %v in %v; want 3 OK, the last after ~1s", codes, took)
+			}
+
+			// hits_addend is the cost: 2 of the 3, then 2 more is over;
+			// a descriptor's own hits_addend overrides the call's.
+			resp, _ := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 2, Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=fw", "user=carol")}})
+			if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 1 {
+				t.Errorf("hits_addend 2: %v", resp)
+			}
+			d := desc("alg=fw", "user=carol")
+			d.HitsAddend = wrapperspb.UInt64(2)
+			resp, _ = ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{d}})
+			if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("descriptor hits_addend 2 over 1 remaining: %v", resp)
+			}
+
+			// Several descriptors: each decided; one over makes the call over.
+			resp, _ = ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{
+				desc("alg=tb", "user=dave"), desc("alg=fw", "user=alice"), desc("alg=none"),
+			}})
+			if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || len(resp.Statuses) != 3 ||
+				resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[1].Code != rlsv3.RateLimitResponse_OVER_LIMIT ||
+				resp.Statuses[2].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[2].CurrentLimit != nil {
+				t.Errorf("three descriptors: %v", resp)
+			}
+
+			// Shadow: over its limit, still OK, counted as shadow_rejected.
+			for i := range 3 {
+				resp, _ := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=shadow-x", "user=alice")}})
+				if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+					t.Errorf("shadow call %d: %v", i, resp)
+				}
+			}
+
+			// An unknown domain: OK, no limit.
+			resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "nowhere", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=alice")}})
+			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
+				t.Errorf("unknown domain: %v %v", resp, err)
+			}
+
+			metrics := get(t, admin+"/metrics")
+			for _, want := range []string{
+				`limitproxy_requests_total{decision="rejected",policy="tb"} 1`,
+				`limitproxy_requests_total{decision="shadow_rejected",policy="shadow"} 2`,
+				`limitproxy_requests_total{decision="queued",policy="lb"} 2`,
+				`limitproxy_requests_total{decision="unmatched",policy=""} 2`,
+			} {
+				if !strings.Contains(metrics, want) {
+					t.Errorf("metrics lack %s", want)
+				}
+			}
+			if top := get(t, admin+"/api/v1/top?policy=tb"); !strings.Contains(top, `"tb"`) {
+				t.Errorf("top offenders: %s", top)
+			}
+			if l := logs.String(); !strings.Contains(l, `"method":"RLS","host":"edge","path":"alg=tb,user=alice","status":429`) {
+				t.Errorf("no access log line of a rejected descriptor in:\n%s", l)
+			}
+		})
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestRLSBadInput sends what the RLS refuses: each is INVALID_ARGUMENT
+// (or RESOURCE_EXHAUSTED for a message above max_message_bytes), nothing
+// is counted, and the server goes on answering.
+func TestRLSBadInput(t *testing.T) {
+	t.Parallel()
+	c, _, _ := rlsServer(t, "")
+	huge := desc("alg=tb", "user=eve")
+	huge.HitsAddend = wrapperspb.UInt64(1 << 62)
+	many := make([]*rlscommon.RateLimitDescriptor, 65)
+	for i := range many {
+		many[i] = desc("alg=tb", "user=eve")
+	}
+	negative := desc("alg=tb", "user=eve")
+	negative.IsNegativeHits = true
+	for _, tc := range []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		code codes.Code
+	}{
+		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=eve")}}, codes.InvalidArgument},
+		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, codes.InvalidArgument},
+		{"empty descriptor", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=eve"), {}}}, codes.InvalidArgument},
+		{"empty key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("=x")}}, codes.InvalidArgument},
+		{"huge hits_addend", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{huge}}, codes.InvalidArgument},
+		{"call hits_addend", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1001, Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=eve")}}, codes.InvalidArgument},
+		{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{negative}}, codes.InvalidArgument},
+		{"65 descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}, codes.InvalidArgument},
+		{"17 entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc(strings.Split(strings.Repeat("k=v,", 17)[:4*17-1], ",")...)}}, codes.InvalidArgument},
+		{"5000-byte message", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user="+strings.Repeat("x", 5000))}}, codes.ResourceExhausted},
+	} {
+		_, err := ask(t, c, tc.req)
+		if grpcstatus.Code(err) != tc.code {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.code)
+		}
+	}
+	// Nothing of the refused calls was counted: eve has her 3.
+	for i := range 3 {
+		resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=eve")}})
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d after the refusals: %v %v", i, resp, err)
+		}
+	}
+}
+
+// TestRLSRedisOutage kills Redis under the RLS: with on_error = "deny"
+// every descriptor is OVER_LIMIT, with "allow" OK, as on the proxy path;
+// and the answers come at once (the breaker), not after a timeout each.
+func TestRLSRedisOutage(t *testing.T) {
+	t.Parallel()
+	for _, onError := range []string{"deny", "allow"} {
+		t.Run(onError, func(t *testing.T) {
+			rs := redistest.Start(t)
+			c, _, _ := rlsServer(t, fmt.Sprintf("[store]\nbackend = \"redis\"\n[store.redis]\naddrs = [%q]\ntimeout = \"200ms\"\non_error = %q\n", rs.Addr(), onError))
+			req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=fw", "user=alice")}}
+			if resp, err := ask(t, c, req); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit == nil {
+				t.Fatalf("before the outage: %v %v", resp, err)
+			}
+			rs.Kill()
+			want := rlsv3.RateLimitResponse_OVER_LIMIT
+			if onError == "allow" {
+				want = rlsv3.RateLimitResponse_OK
+			}
+			start := time.Now()
+			for i := range 20 {
+				resp, err := ask(t, c, req)
+				if err != nil || resp.OverallCode != want {
+					t.Fatalf("call %d in the outage: %v %v, want %v", i, resp, err, want)
+				}
+			}
+			// 20 calls at the 200ms timeout each would take 4s; the
+			// breaker answers without Redis after the first failures.
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("20 calls in the outage took %v", took)
+			}
+		})
+	}
+}
