@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -88,6 +91,14 @@ upstream = "app"
 // URL and its logs.
 func rlsServer(t *testing.T, store string) (rlsv3.RateLimitServiceClient, string, *syncWriter) {
 	t.Helper()
+	c, admin, logs, _ := rlsServerWith(t, store, "")
+	return c, admin, logs
+}
+
+// rlsServerWith is rlsServer with more [rls] keys, also returning the
+// RLS listener's address.
+func rlsServerWith(t *testing.T, store, rls string) (rlsv3.RateLimitServiceClient, string, *syncWriter, string) {
+	t.Helper()
 	text := `[server]
 listen = "127.0.0.1:0"
 [admin]
@@ -97,7 +108,7 @@ level = "debug"
 [rls]
 listen = "127.0.0.1:0"
 max_message_bytes = 4096
-` + store + `
+` + rls + "\n" + store + `
 [[upstream]]
 name = "app"
 targets = ["http://127.0.0.1:9"]
@@ -116,7 +127,7 @@ targets = ["http://127.0.0.1:9"]
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return rlsv3.NewRateLimitServiceClient(cc), "http://" + l.Admin.String(), logs
+	return rlsv3.NewRateLimitServiceClient(cc), "http://" + l.Admin.String(), logs, l.RLS.String()
 }
 
 // desc is a descriptor of the given key=value entries.
@@ -374,5 +385,76 @@ func TestRLSRedisOutage(t *testing.T) {
 				t.Errorf("20 calls in the outage took %v", took)
 			}
 		})
+	}
+}
+
+// TestRLSHangingClient opens calls on a raw HTTP/2 connection and never
+// sends their messages: past max_concurrent_streams a call is refused
+// (RST_STREAM REFUSED_STREAM), the hung ones hold nothing from other
+// clients, and pinging more than once in 10 s is answered with GOAWAY
+// ENHANCE_YOUR_CALM.
+func TestRLSHangingClient(t *testing.T) {
+	t.Parallel()
+	c, _, _, addr := rlsServerWith(t, "", "max_concurrent_streams = 4")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	io.WriteString(conn, http2.ClientPreface)
+	fr := http2.NewFramer(conn, conn)
+	fr.WriteSettings()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for id := uint32(1); id <= 11; id += 2 { // six calls
+		hb.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", addr},
+			{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
+	}
+	refused := map[uint32]bool{}
+	for len(refused) < 2 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %v refused: %v", refused, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				fr.WriteSettingsAck()
+			}
+		case *http2.RSTStreamFrame:
+			if f.ErrCode != http2.ErrCodeRefusedStream {
+				t.Fatalf("stream %d reset with %v", f.StreamID, f.ErrCode)
+			}
+			refused[f.StreamID] = true
+		}
+	}
+	if !refused[9] || !refused[11] {
+		t.Errorf("refused %v; want the fifth and sixth calls (9, 11)", refused)
+	}
+	// Another client is answered while those hang.
+	resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=frank")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("a call beside the hung ones: %v %v", resp, err)
+	}
+	// A ping flood: GOAWAY ENHANCE_YOUR_CALM.
+	for i := range 5 {
+		fr.WritePing(false, [8]byte{byte(i)})
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no GOAWAY after a ping flood: %v", err)
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Errorf("GOAWAY %v, want ENHANCE_YOUR_CALM", g.ErrCode)
+			}
+			return
+		}
 	}
 }
