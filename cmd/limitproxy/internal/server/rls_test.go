@@ -79,6 +79,16 @@ match = { rls_domain = "edge", descriptor = ["alg=shadow*", "user"] }
   limit = 1
   window = "1h"
 [[policy]]
+name = "ban"
+match = { rls_domain = "edge", descriptor = ["alg=ban", "user"] }
+  [[policy.limits]]
+  algorithm = "fixed_window"
+  limit = 1
+  window = "1h"
+  [policy.ban]
+  duration = "2h"
+  status = 403
+[[policy]]
 name = "http"
 upstream = "app"
   [[policy.limits]]
@@ -272,18 +282,46 @@ func TestRLSAlgorithms(t *testing.T) {
 				}
 			}
 
+			// A cost no limit can ever admit: OVER_LIMIT, never an error.
+			// (A leaky bucket lets an idle key's first request of any cost
+			// through, then holds the key for its cost: docs/algorithms.md.)
+			resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1000, Descriptors: []*rlscommon.RateLimitDescriptor{
+				desc("alg=tb", "user=zed"), desc("alg=fw", "user=zed"), desc("alg=sl", "user=zed"), desc("alg=sw", "user=zed"),
+			}})
+			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("hits_addend 1000: %v %v", resp, err)
+			}
+			for i, st := range resp.GetStatuses() {
+				if st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+					t.Errorf("hits_addend 1000, descriptor %d: %v", i, st)
+				}
+			}
+
+			// The penalty box: over the limit bans for 2h (the 403 of the
+			// proxy path is OVER_LIMIT here, with Retry-After all the same).
+			for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OVER_LIMIT} {
+				resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=ban", "user=mallory")}})
+				if err != nil || resp.OverallCode != want {
+					t.Fatalf("ban call %d: %v %v", i, resp, err)
+				}
+				if ra := header(resp, "retry-after"); i > 0 && (ra == "" || len(ra) < 4) {
+					t.Errorf("ban call %d: Retry-After %q, want the ban's ~7200", i, ra)
+				}
+			}
+
 			// An unknown domain: OK, no limit.
-			resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "nowhere", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=alice")}})
+			resp, err = ask(t, c, &rlsv3.RateLimitRequest{Domain: "nowhere", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=alice")}})
 			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
 				t.Errorf("unknown domain: %v %v", resp, err)
 			}
 
 			metrics := get(t, admin+"/metrics")
 			for _, want := range []string{
-				`limitproxy_requests_total{decision="rejected",policy="tb"} 1`,
+				`limitproxy_requests_total{decision="rejected",policy="tb"} 2`,
 				`limitproxy_requests_total{decision="shadow_rejected",policy="shadow"} 2`,
 				`limitproxy_requests_total{decision="queued",policy="lb"} 2`,
 				`limitproxy_requests_total{decision="unmatched",policy=""} 2`,
+				`limitproxy_requests_total{decision="banned",policy="ban"} 1`,
 			} {
 				if !strings.Contains(metrics, want) {
 					t.Errorf("metrics lack %s", want)
