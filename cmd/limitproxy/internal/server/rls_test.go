@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +22,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -494,5 +497,31 @@ func TestRLSHangingClient(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// TestRLSTLS serves the RLS over TLS from cert_file and key_file: a client
+// that trusts the certificate is answered, a plaintext one is not.
+func TestRLSTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certPEM, keyPEM, cert := selfSigned(t, 1)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, certPEM, 0o600)
+	os.WriteFile(keyFile, keyPEM, 0o600)
+	plain, _, _, addr := rlsServerWith(t, "", fmt.Sprintf("cert_file = %q\nkey_file = %q", certFile, keyFile))
+	if _, err := ask(t, plain, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=tls")}}); err == nil {
+		t.Error("a plaintext client was answered by the TLS listener")
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	resp, err := ask(t, rlsv3.NewRateLimitServiceClient(cc), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=tls")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit == nil {
+		t.Fatalf("over TLS: %v %v", resp, err)
 	}
 }
