@@ -134,6 +134,10 @@ type RLS struct {
 	Listen string
 	// CertFile and KeyFile, both set, serve TLS; both "": h2c.
 	CertFile, KeyFile string
+	// ClientCAFile, with TLS, requires each client to present a
+	// certificate signed by one of its PEM certificates (mutual TLS);
+	// "": any client.
+	ClientCAFile string
 	// MaxHitsAddend is the largest cost one descriptor may ask for; a
 	// call asking more is refused whole.
 	MaxHitsAddend int64

@@ -79,6 +79,7 @@ type (
 		Listen         Value[string] `toml:"listen"`
 		CertFile       Value[string] `toml:"cert_file"`
 		KeyFile        Value[string] `toml:"key_file"`
+		ClientCAFile   Value[string] `toml:"client_ca_file"`
 		MaxHitsAddend  Value[int64]  `toml:"max_hits_addend"`
 		MaxDescriptors Value[int64]  `toml:"max_descriptors"`
 		MaxEntries     Value[int64]  `toml:"max_entries"`

@@ -545,6 +545,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"rls.listen":                               "",
 		"rls.cert_file":                            "",
 		"rls.key_file":                             "",
+		"rls.client_ca_file":                       "",
 		"rls.max_hits_addend":                      DefaultRLSMaxHitsAddend,
 		"rls.max_descriptors":                      DefaultRLSMaxDescriptors,
 		"rls.max_entries":                          DefaultRLSMaxEntries,

@@ -573,7 +573,7 @@ func checkClientHeaderKey(p *Policy, header string, c *collector) {
 // validateRLS checks [rls].
 func validateRLS(r *rawRLS, c *collector) RLS {
 	out := RLS{
-		Listen: r.Listen.V, CertFile: r.CertFile.V, KeyFile: r.KeyFile.V,
+		Listen: r.Listen.V, CertFile: r.CertFile.V, KeyFile: r.KeyFile.V, ClientCAFile: r.ClientCAFile.V,
 		MaxHitsAddend:        r.MaxHitsAddend.Or(DefaultRLSMaxHitsAddend),
 		MaxDescriptors:       int(r.MaxDescriptors.Or(DefaultRLSMaxDescriptors)),
 		MaxEntries:           int(r.MaxEntries.Or(DefaultRLSMaxEntries)),
@@ -587,6 +587,9 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 	}
 	if (out.CertFile == "") != (out.KeyFile == "") {
 		c.add("rls", "cert_file and key_file go together: both for TLS, neither for h2c")
+	}
+	if out.ClientCAFile != "" && out.CertFile == "" {
+		c.add("rls.client_ca_file", "needs TLS: set cert_file and key_file")
 	}
 	bound := func(key string, v, lo, hi int64) {
 		if v < lo || v > hi {

@@ -10,11 +10,13 @@ package rls
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -84,7 +86,19 @@ func New(o Options) (*grpc.Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rls: %w", err)
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+		tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if c.ClientCAFile != "" {
+			b, err := os.ReadFile(c.ClientCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("rls: client_ca_file: %w", err)
+			}
+			tc.ClientCAs = x509.NewCertPool()
+			if !tc.ClientCAs.AppendCertsFromPEM(b) {
+				return nil, fmt.Errorf("rls: client_ca_file %s holds no PEM certificate", c.ClientCAFile)
+			}
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	s := grpc.NewServer(opts...)
 	log := o.Logger

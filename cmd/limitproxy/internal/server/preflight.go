@@ -67,7 +67,11 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 
 	if r := cfg.RLS; r.Listen != "" && r.CertFile != "" {
 		ok := true
-		for _, f := range [][2]string{{"rls.cert_file", r.CertFile}, {"rls.key_file", r.KeyFile}} {
+		files := [][2]string{{"rls.cert_file", r.CertFile}, {"rls.key_file", r.KeyFile}}
+		if r.ClientCAFile != "" {
+			files = append(files, [2]string{"rls.client_ca_file", r.ClientCAFile})
+		}
+		for _, f := range files {
 			if err := readable(f[1]); err != nil {
 				add(f[0], "%v", err)
 				ok = false

@@ -34,6 +34,10 @@ func (p *process) listenRLS() error {
 	if err != nil {
 		return fmt.Errorf("rls: listen %s: %w", c.Listen, err)
 	}
+	if c.ClientCAFile == "" && !loopback(c.Listen) {
+		p.log.Warn("the rate limit service listens beyond loopback without client certificates: anyone who reaches it can spend any key's quota, or get any key banned; set rls.client_ca_file or keep it where only Envoy reaches",
+			zap.String("listen", c.Listen))
+	}
 	ln := newLimitListener(tcp, p.maxConnections(), false, p.log.Named("rls"))
 	p.rls = &rlsListener{ln: ln, srv: srv}
 	done := make(chan struct{})

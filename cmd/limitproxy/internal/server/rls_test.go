@@ -3,10 +3,16 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -523,5 +529,51 @@ func TestRLSTLS(t *testing.T) {
 	resp, err := ask(t, rlsv3.NewRateLimitServiceClient(cc), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=tls")}})
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit == nil {
 		t.Fatalf("over TLS: %v %v", resp, err)
+	}
+}
+
+// TestRLSMutualTLS: with client_ca_file, a client without a certificate
+// signed by it is refused; one with is answered.
+func TestRLSMutualTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certPEM, keyPEM, serverCert := selfSigned(t, 1)
+	certFile, keyFile, caFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "ca.pem")
+	os.WriteFile(certFile, certPEM, 0o600)
+	os.WriteFile(keyFile, keyPEM, 0o600)
+	// The client's CA, and a client certificate it signs.
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(10), Subject: pkix.Name{CommonName: "envoy ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true}
+	caDER, _ := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600)
+	caCert, _ := x509.ParseCertificate(caDER)
+	clKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	clTmpl := &x509.Certificate{SerialNumber: big.NewInt(11), Subject: pkix.Name{CommonName: "envoy"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	clDER, _ := x509.CreateCertificate(rand.Reader, clTmpl, caCert, &clKey.PublicKey, caKey)
+
+	_, _, _, addr := rlsServerWith(t, "", fmt.Sprintf("cert_file = %q\nkey_file = %q\nclient_ca_file = %q", certFile, keyFile, caFile))
+	pool := x509.NewCertPool()
+	pool.AddCert(serverCert)
+	call := func(certs []tls.Certificate) error {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: certs})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		resp, err := ask(t, rlsv3.NewRateLimitServiceClient(cc), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=mtls")}})
+		if err == nil && resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Errorf("with a client certificate: %v", resp)
+		}
+		return err
+	}
+	if err := call(nil); err == nil {
+		t.Error("a client without a certificate was answered")
+	}
+	if err := call([]tls.Certificate{{Certificate: [][]byte{clDER}, PrivateKey: clKey}}); err != nil {
+		t.Errorf("a client with a certificate the CA signed: %v", err)
 	}
 }
