@@ -554,6 +554,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 	} {
 		refine(path, node{"default": def})
 	}
+	refine("rls", node{"dependentRequired": node{"cert_file": []string{"key_file"}, "key_file": []string{"cert_file"}, "client_ca_file": []string{"cert_file"}}})
 	refine("rls.max_hits_addend", node{"minimum": 1, "maximum": limiter.MaxCount})
 	refine("rls.max_descriptors", node{"minimum": 1, "maximum": 1024})
 	refine("rls.max_entries", node{"minimum": 1, "maximum": 64})
