@@ -27,6 +27,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -106,6 +108,11 @@ func New(o Options) (*grpc.Server, error) {
 		log = zap.NewNop()
 	}
 	rlsv3.RegisterRateLimitServiceServer(s, &service{h: o.Handler, cfg: c, log: log})
+	// gRPC health checking (Envoy's grpc_health_check): SERVING while the
+	// server runs, for the whole server ("") and the service.
+	hs := health.NewServer()
+	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s, hs)
 	return s, nil
 }
 

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -575,5 +576,22 @@ func TestRLSMutualTLS(t *testing.T) {
 	}
 	if err := call([]tls.Certificate{{Certificate: [][]byte{clDER}, PrivateKey: clKey}}); err != nil {
 		t.Errorf("a client with a certificate the CA signed: %v", err)
+	}
+}
+
+// TestRLSHealth: the RLS listener answers gRPC health checks.
+func TestRLSHealth(t *testing.T) {
+	t.Parallel()
+	_, _, _, addr := rlsServerWith(t, "", "")
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		resp, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health of %q: %v %v", svc, resp, err)
+		}
 	}
 }
