@@ -13,6 +13,9 @@ import (
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
+// RLSMethod is the method of the access log line of an RLS descriptor.
+const RLSMethod = "RLS"
+
 // Descriptor is one rate limit descriptor of an Envoy rate limit call
 // (docs/envoy.md): its entries, in order, and its cost.
 type Descriptor struct {
@@ -255,5 +258,5 @@ func descriptorRequest(domain string, entries []policy.DescriptorEntry) *http.Re
 		b.WriteByte('=')
 		b.WriteString(v)
 	}
-	return &http.Request{Method: "RLS", Host: domain, URL: &url.URL{Path: b.String()}}
+	return &http.Request{Method: RLSMethod, Host: domain, URL: &url.URL{Path: b.String()}}
 }
