@@ -111,13 +111,13 @@ upstream = "app"
 // URL and its logs.
 func rlsServer(t *testing.T, store string) (rlsv3.RateLimitServiceClient, string, *syncWriter) {
 	t.Helper()
-	c, admin, logs, _ := rlsServerWith(t, store, "")
+	c, admin, logs, _, _ := rlsServerWith(t, store, "")
 	return c, admin, logs
 }
 
 // rlsServerWith is rlsServer with more [rls] keys, also returning the
-// RLS listener's address.
-func rlsServerWith(t *testing.T, store, rls string) (rlsv3.RateLimitServiceClient, string, *syncWriter, string) {
+// RLS listener's address and the configuration file's path.
+func rlsServerWith(t *testing.T, store, rls string) (rlsv3.RateLimitServiceClient, string, *syncWriter, string, string) {
 	t.Helper()
 	text := `[server]
 listen = "127.0.0.1:0"
@@ -147,7 +147,7 @@ targets = ["http://127.0.0.1:9"]
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return rlsv3.NewRateLimitServiceClient(cc), "http://" + l.Admin.String(), logs, l.RLS.String()
+	return rlsv3.NewRateLimitServiceClient(cc), "http://" + l.Admin.String(), logs, l.RLS.String(), path
 }
 
 // desc is a descriptor of the given key=value entries.
@@ -443,7 +443,7 @@ func TestRLSRedisOutage(t *testing.T) {
 // ENHANCE_YOUR_CALM.
 func TestRLSHangingClient(t *testing.T) {
 	t.Parallel()
-	c, _, _, addr := rlsServerWith(t, "", "max_concurrent_streams = 4")
+	c, _, _, addr, _ := rlsServerWith(t, "", "max_concurrent_streams = 4")
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -516,7 +516,7 @@ func TestRLSTLS(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	os.WriteFile(certFile, certPEM, 0o600)
 	os.WriteFile(keyFile, keyPEM, 0o600)
-	plain, _, _, addr := rlsServerWith(t, "", fmt.Sprintf("cert_file = %q\nkey_file = %q", certFile, keyFile))
+	plain, _, _, addr, _ := rlsServerWith(t, "", fmt.Sprintf("cert_file = %q\nkey_file = %q", certFile, keyFile))
 	if _, err := ask(t, plain, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=tls")}}); err == nil {
 		t.Error("a plaintext client was answered by the TLS listener")
 	}
@@ -556,7 +556,7 @@ func TestRLSMutualTLS(t *testing.T) {
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	clDER, _ := x509.CreateCertificate(rand.Reader, clTmpl, caCert, &clKey.PublicKey, caKey)
 
-	_, _, _, addr := rlsServerWith(t, "", fmt.Sprintf("cert_file = %q\nkey_file = %q\nclient_ca_file = %q", certFile, keyFile, caFile))
+	_, _, _, addr, _ := rlsServerWith(t, "", fmt.Sprintf("cert_file = %q\nkey_file = %q\nclient_ca_file = %q", certFile, keyFile, caFile))
 	pool := x509.NewCertPool()
 	pool.AddCert(serverCert)
 	call := func(certs []tls.Certificate) error {
@@ -582,7 +582,7 @@ func TestRLSMutualTLS(t *testing.T) {
 // TestRLSHealth: the RLS listener answers gRPC health checks.
 func TestRLSHealth(t *testing.T) {
 	t.Parallel()
-	_, _, _, addr := rlsServerWith(t, "", "")
+	_, _, _, addr, _ := rlsServerWith(t, "", "")
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -592,6 +592,42 @@ func TestRLSHealth(t *testing.T) {
 		resp, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("health of %q: %v %v", svc, resp, err)
+		}
+	}
+}
+
+// TestRLSReload: RLS policies reload like the others: a limit changed in
+// the file is what the next call is measured against, and its counters
+// survive.
+func TestRLSReload(t *testing.T) {
+	t.Parallel()
+	c, admin, _, _, path := rlsServerWith(t, "", "")
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=fw", "user=oscar")}}
+	for range 3 {
+		ask(t, c, req)
+	}
+	if resp, _ := ask(t, c, req); resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("4th call: %v", resp)
+	}
+	b, _ := os.ReadFile(path)
+	text := strings.Replace(string(b), "match = { rls_domain = \"edge\", descriptor = [\"alg=fw\", \"user\"] }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 3", "match = { rls_domain = \"edge\", descriptor = [\"alg=fw\", \"user\"] }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 5", 1)
+	if text == string(b) {
+		t.Fatal("the fw policy was not found in the file")
+	}
+	os.WriteFile(path, []byte(text), 0o644)
+	resp, err := http.Post(admin+"/api/v1/reload", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("reload: %d", resp.StatusCode)
+	}
+	// 3 counted of 5: two more pass, the third is over.
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := ask(t, c, req)
+		if err != nil || resp.OverallCode != want || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
+			t.Errorf("call %d after the reload: %v %v, want %v of 5", i, resp, err, want)
 		}
 	}
 }
