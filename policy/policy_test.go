@@ -108,6 +108,8 @@ func TestMatchDescriptor(t *testing.T) {
 			"  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n"
 	}
 	src += rls("login", "edge", `["generic_key=login", "remote_address"]`)
+	src += rls("orders", "edge", `["path=/v*/users/*/orders"]`)
+	src += rls("aa", "edge", `["x=a*a"]`)
 	src += rls("v1", "edge", `["path=/v1/*"]`)
 	src += rls("any-path", "edge", `["path"]`)
 	src += rls("other", "internal", `["path"]`)
@@ -149,6 +151,12 @@ func TestMatchDescriptor(t *testing.T) {
 		{"edge", e("generic_key", "login"), ""},
 		{"edge", e("remote_address", "192.0.2.1", "generic_key", "login"), ""},
 		{"edge", e("path", "/v1/users"), "v1"},
+		{"edge", e("path", "/v2/users/42/orders"), "orders"},
+		{"edge", e("path", "/v1/users/42/orders"), "orders"},
+		{"edge", e("path", "/v2/users/42/orders/1"), "any-path"},
+		{"edge", e("x", "a"), ""},
+		{"edge", e("x", "aa"), "aa"},
+		{"edge", e("x", "abca"), "aa"},
 		{"edge", e("path", "/v2/users"), "any-path"},
 		{"edge", e("path", "/v1/users", "extra", "x"), ""},
 		{"internal", e("path", "/v1/users"), "other"},

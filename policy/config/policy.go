@@ -123,10 +123,12 @@ type Match struct {
 
 // DescriptorPattern is one element of a match table's descriptor: it
 // matches a descriptor entry whose key is Key and whose value is Value
-// (Exact), starts with Value (Prefix), or any value (neither).
+// (Exact), matches the wildcard pattern Value (Glob: each * stands for
+// any run of characters, none included), or any value (neither).
 type DescriptorPattern struct {
-	Key, Value    string
-	Exact, Prefix bool
+	Key, Value  string
+	Exact, Glob bool
+	parts       []string // Value split at each *, with Glob
 }
 
 // Matches reports whether the entry key=value matches d.
@@ -136,35 +138,52 @@ func (d DescriptorPattern) Matches(key, value string) bool {
 		return false
 	case d.Exact:
 		return value == d.Value
-	case d.Prefix:
-		return strings.HasPrefix(value, d.Value)
+	case d.Glob:
+		return globMatch(d.parts, value)
 	}
 	return true
 }
 
-// String returns d as a descriptor array writes it: "KEY", "KEY=VALUE"
-// or "KEY=PREFIX*".
+// globMatch reports whether value matches parts, a pattern split at each
+// * (at least two parts), as envoyproxy/ratelimit's wildcards do.
+func globMatch(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
+
+// String returns d as a descriptor array writes it: "KEY" or
+// "KEY=VALUE" (with its wildcards).
 func (d DescriptorPattern) String() string {
-	switch {
-	case d.Exact:
+	if d.Exact || d.Glob {
 		return d.Key + "=" + d.Value
-	case d.Prefix:
-		return d.Key + "=" + d.Value + "*"
 	}
 	return d.Key
 }
 
-// parseDescriptorPattern parses "KEY", "KEY=VALUE" or "KEY=PREFIX*".
+// parseDescriptorPattern parses "KEY", "KEY=VALUE" or "KEY=PATTERN" with
+// wildcards (*).
 func parseDescriptorPattern(s string) (DescriptorPattern, error) {
 	k, v, hasValue := strings.Cut(s, "=")
 	if k == "" {
-		return DescriptorPattern{}, fmt.Errorf("%q: the entry's key is empty (write \"KEY\", \"KEY=VALUE\" or \"KEY=PREFIX*\")", s)
+		return DescriptorPattern{}, fmt.Errorf("%q: the entry's key is empty (write \"KEY\", \"KEY=VALUE\" or, with * wildcards, \"KEY=/v1/*\")", s)
 	}
 	d := DescriptorPattern{Key: k}
 	switch {
-	case !hasValue || v == "*":
-	case strings.HasSuffix(v, "*"):
-		d.Value, d.Prefix = strings.TrimSuffix(v, "*"), true
+	case !hasValue || strings.Trim(v, "*") == "" && v != "":
+		// "KEY", "KEY=*": any value.
+	case strings.Contains(v, "*"):
+		d.Value, d.Glob, d.parts = v, true, strings.Split(v, "*")
 	default:
 		d.Value, d.Exact = v, true
 	}

@@ -1218,7 +1218,7 @@ func compileMatch(m *rawMatch, key string, c *collector) Match {
 	mt.RLSDomain = m.RLSDomain.V
 	switch {
 	case mt.RLSDomain != "" && len(m.Descriptor.V) == 0:
-		c.add(key+".descriptor", "is required with rls_domain: one pattern (\"KEY\", \"KEY=VALUE\", \"KEY=PREFIX*\") per descriptor entry")
+		c.add(key+".descriptor", "is required with rls_domain: one pattern (\"KEY\", \"KEY=VALUE\", \"KEY=/v1/*\") per descriptor entry")
 	case mt.RLSDomain == "" && m.Descriptor.Set:
 		c.add(key+".descriptor", "goes with rls_domain: it matches Envoy rate limit descriptors, not HTTP requests")
 	case len(m.Descriptor.V) > 64:
