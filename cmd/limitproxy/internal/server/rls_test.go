@@ -17,8 +17,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,7 +119,7 @@ func rlsServer(t *testing.T, store string) (rlsv3.RateLimitServiceClient, string
 
 // rlsServerWith is rlsServer with more [rls] keys, also returning the
 // RLS listener's address and the configuration file's path.
-func rlsServerWith(t *testing.T, store, rls string) (rlsv3.RateLimitServiceClient, string, *syncWriter, string, string) {
+func rlsServerWith(t testing.TB, store, rls string) (rlsv3.RateLimitServiceClient, string, *syncWriter, string, string) {
 	t.Helper()
 	text := `[server]
 listen = "127.0.0.1:0"
@@ -160,7 +162,7 @@ func desc(kv ...string) *rlscommon.RateLimitDescriptor {
 	return d
 }
 
-func ask(t *testing.T, c rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func ask(t testing.TB, c rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -630,4 +632,22 @@ func TestRLSReload(t *testing.T) {
 			t.Errorf("call %d after the reload: %v %v, want %v of 5", i, resp, err, want)
 		}
 	}
+}
+
+// BenchmarkRLS measures one ShouldRateLimit call of one descriptor over
+// loopback on the memory store, a client key per call (a token bucket
+// that never runs out), from parallel clients.
+func BenchmarkRLS(b *testing.B) {
+	c, _, _, _, _ := rlsServerWith(b, "", "")
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			user := "user=" + strconv.FormatInt(n.Add(1), 10)
+			resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", user)}})
+			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+				b.Fatalf("%v %v", resp, err)
+			}
+		}
+	})
 }
