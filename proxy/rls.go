@@ -23,6 +23,9 @@ type Descriptor struct {
 	// Cost is the hits the descriptor adds (each limit multiplies it by
 	// its own cost); 0 counts as 1. The caller bounds it.
 	Cost int64
+	// CheckOnly asks what the limits would decide for one hit without
+	// counting it (Envoy's descriptor hits_addend of 0).
+	CheckOnly bool
 }
 
 // DescriptorVerdict is what DecideDescriptors decided about one
@@ -82,7 +85,7 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 	for i := range ds {
 		a := &all[i]
 		a.o.keys = make([]string, limiter.MaxLimits)
-		a.o.n = max(ds[i].Cost, 1)
+		a.o.n, a.o.peek = max(ds[i].Cost, 1), ds[i].CheckOnly
 		a.rec = &recorder{ResponseWriter: headerWriter{}}
 		h.decideDescriptor(ctx, snap, domain, ds[i].Entries, start, &a.o)
 		h.inform(a.rec, snap, start, &a.o)

@@ -190,8 +190,11 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 			return nil, bad("descriptor %d: is_negative_hits is not accepted: quota is never given back by a caller", i)
 		}
 		cost := uint64(req.GetHitsAddend())
+		checkOnly := false
 		if d.GetHitsAddend() != nil {
+			// The descriptor's own, which may be 0: check, count nothing.
 			cost = d.GetHitsAddend().GetValue()
+			checkOnly = cost == 0
 		}
 		if cost > uint64(s.cfg.MaxHitsAddend) {
 			return nil, bad("descriptor %d: hits_addend %d is above %d (rls.max_hits_addend)", i, cost, s.cfg.MaxHitsAddend)
@@ -203,7 +206,7 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 			}
 			entries[j] = policy.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()}
 		}
-		out[i] = proxy.Descriptor{Entries: entries, Cost: int64(cost)}
+		out[i] = proxy.Descriptor{Entries: entries, Cost: int64(cost), CheckOnly: checkOnly}
 	}
 	return out, nil
 }

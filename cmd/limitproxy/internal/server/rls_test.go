@@ -321,6 +321,41 @@ func TestRLSAlgorithms(t *testing.T) {
 				}
 			}
 
+			// A descriptor's own hits_addend of 0 checks without counting
+			// (nor banning, nor queueing).
+			check := func(alg, user string) *rlsv3.RateLimitResponse {
+				d := desc("alg="+alg, "user="+user)
+				d.HitsAddend = wrapperspb.UInt64(0)
+				resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{d}})
+				if err != nil {
+					t.Fatalf("check-only %s: %v", alg, err)
+				}
+				return resp
+			}
+			for _, alg := range []string{"tb", "fw", "sl", "sw", "lb"} {
+				for range 5 {
+					if resp := check(alg, "paul"); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+						t.Errorf("check-only %s: %v", alg, resp)
+					}
+				}
+			}
+			for i := range 3 {
+				resp, _ := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=fw", "user=paul")}})
+				if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+					t.Errorf("fw call %d after five checks: %v", i, resp)
+				}
+			}
+			if resp := check("fw", "paul"); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("check-only of a spent limit: %v", resp)
+			}
+			ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=ban", "user=trent")}})
+			if resp := check("ban", "trent"); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("check-only of a spent limit with a ban: %v", resp)
+			}
+			// Over, and the offence that begins the ban (a check began
+			// none): "rejected", not "banned" (the count below).
+			ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=ban", "user=trent")}})
+
 			// An unknown domain: OK, no limit.
 			resp, err = ask(t, c, &rlsv3.RateLimitRequest{Domain: "nowhere", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=alice")}})
 			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
