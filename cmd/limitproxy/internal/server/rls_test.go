@@ -356,6 +356,26 @@ func TestRLSAlgorithms(t *testing.T) {
 			// none): "rejected", not "banned" (the count below).
 			ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=ban", "user=trent")}})
 
+			// A per-key override through the admin API: the key is the
+			// descriptor: values, here the user alone.
+			put, _ := http.NewRequest("PUT", admin+"/api/v1/policies/tb/overrides/victor", strings.NewReader(`{"scale": 2}`))
+			put.Header.Set("Content-Type", "application/json")
+			if resp, err := http.DefaultClient.Do(put); err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("PUT override: %v %v", resp, err)
+			} else {
+				resp.Body.Close()
+			}
+			for i := range 7 {
+				resp, err := ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=victor")}})
+				want := rlsv3.RateLimitResponse_OK
+				if i == 6 {
+					want = rlsv3.RateLimitResponse_OVER_LIMIT
+				}
+				if err != nil || resp.OverallCode != want || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 6 {
+					t.Fatalf("overridden call %d: %v %v, want %v of 6", i, resp, err, want)
+				}
+			}
+
 			// An unknown domain: OK, no limit.
 			resp, err = ask(t, c, &rlsv3.RateLimitRequest{Domain: "nowhere", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=alice")}})
 			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
@@ -364,7 +384,7 @@ func TestRLSAlgorithms(t *testing.T) {
 
 			metrics := get(t, admin+"/metrics")
 			for _, want := range []string{
-				`limitproxy_requests_total{decision="rejected",policy="tb"} 2`,
+				`limitproxy_requests_total{decision="rejected",policy="tb"} 3`,
 				`limitproxy_requests_total{decision="shadow_rejected",policy="shadow"} 2`,
 				`limitproxy_requests_total{decision="queued",policy="lb"} 2`,
 				`limitproxy_requests_total{decision="unmatched",policy=""} 2`,
