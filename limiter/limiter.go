@@ -161,6 +161,17 @@ func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64)
 // len(Limits()). With every limit skipped the request is allowed with no
 // figures and Index -1.
 func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n int64) (Decision, error) {
+	return l.keys(ctx, keys, now, n, l.store.Decide)
+}
+
+// PeekKeys is PeekN with a client key per limit: what AllowKeys(ctx,
+// keys, now, n) would decide, changing nothing.
+func (l *Limiter) PeekKeys(ctx context.Context, keys []string, now time.Time, n int64) (Decision, error) {
+	return l.keys(ctx, keys, now, n, l.store.Peek)
+}
+
+// keys is AllowKeys and PeekKeys, deciding with step.
+func (l *Limiter) keys(ctx context.Context, keys []string, now time.Time, n int64, step func(context.Context, []driver.Limit, driver.Keys, time.Time, int64) (driver.Decision, error)) (Decision, error) {
 	if n <= 0 {
 		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
 	}
@@ -168,7 +179,7 @@ func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n
 		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
 	}
 	if !slices.Contains(keys, SkipKey) {
-		d, err := l.store.Decide(ctx, l.limits, driver.PerLimit(keys), now, n)
+		d, err := step(ctx, l.limits, driver.PerLimit(keys), now, n)
 		return Decision(d), err
 	}
 	// Decide the others; Index back to l's numbering.
@@ -185,7 +196,7 @@ func (l *Limiter) AllowKeys(ctx context.Context, keys []string, now time.Time, n
 	if len(lims) == 0 {
 		return Decision{Allowed: true, Index: -1}, nil
 	}
-	d, err := l.store.Decide(ctx, lims, driver.PerLimit(ks), now, n)
+	d, err := step(ctx, lims, driver.PerLimit(ks), now, n)
 	d.Index = idx[d.Index]
 	return Decision(d), err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/driver"
+	"github.com/limitproxy/limitproxy/limiter/memstore"
 )
 
 // noCharger is a Store that cannot charge.
@@ -88,5 +89,40 @@ func TestParamsRoundTrip(t *testing.T) {
 	}
 	if (limiter.Limit{}).Params() != nil {
 		t.Error("the zero Limit has Params")
+	}
+}
+
+// TestPeekKeys: PeekKeys says what AllowKeys would, for each limit's key
+// and skipping SkipKey, and counts nothing.
+func TestPeekKeys(t *testing.T) {
+	a, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 2, Window: time.Minute})
+	b, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 3, Window: time.Minute})
+	l, err := limiter.New(memstore.New(memstore.Options{}), "p", a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, keys := range [][]string{{"x", "y"}, {limiter.SkipKey, "y"}} {
+		for i := range 5 {
+			p, err := l.PeekKeys(ctx, keys, t0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 { // peeking again changes nothing
+				if again, _ := l.PeekKeys(ctx, keys, t0, 1); again != p {
+					t.Fatalf("%v call %d: peeks differ: %+v, %+v", keys, i, p, again)
+				}
+			}
+			d, err := l.AllowKeys(ctx, keys, t0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Allowed != d.Allowed || p.Index != d.Index || p.Remaining != d.Remaining {
+				t.Errorf("%v call %d: peek %+v, allow %+v", keys, i, p, d)
+			}
+		}
+	}
+	if _, err := l.PeekKeys(ctx, []string{"x"}, t0, 1); err == nil {
+		t.Error("PeekKeys took 1 key for 2 limits")
 	}
 }

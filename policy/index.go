@@ -51,6 +51,8 @@ func newIndex(ps []*Policy) *index {
 	for i, p := range ps {
 		m := &p.Match
 		switch {
+		case m.RLS():
+			// Never an HTTP request's: not a candidate.
 		case m.HasPath:
 			x.exact[m.Path] = append(x.exact[m.Path], i)
 		case m.PathPrefix != "":

@@ -24,6 +24,7 @@ type Set struct {
 	Policies []*Policy
 	LoadedAt time.Time
 	index    *index
+	rls      map[string][]*Policy // RLS policies by domain, in file order
 }
 
 // Policy is a compiled policy: its validated configuration, its matcher
@@ -77,6 +78,12 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 		}
 		p.matcher = newMatcher(&p.Match)
 		s.Policies = append(s.Policies, p)
+		if d := p.Match.RLSDomain; d != "" {
+			if s.rls == nil {
+				s.rls = map[string][]*Policy{}
+			}
+			s.rls[d] = append(s.rls[d], p)
+		}
 	}
 	s.index = newIndex(s.Policies)
 	return s, nil
@@ -98,6 +105,34 @@ func (s *Set) Match(r *http.Request) (*Policy, bool) {
 	return nil, false
 }
 
+// DescriptorEntry is one entry of an Envoy rate limit descriptor: a key
+// and its value.
+type DescriptorEntry struct{ Key, Value string }
+
+// MatchDescriptor returns the first RLS policy (in file order) whose
+// rls_domain is domain and whose descriptor patterns match entries, one
+// pattern per entry and as many patterns as entries (docs/envoy.md).
+func (s *Set) MatchDescriptor(domain string, entries []DescriptorEntry) (*Policy, bool) {
+	for _, p := range s.rls[domain] {
+		if matchEntries(p.Match.Descriptor, entries) {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+func matchEntries(ps []config.DescriptorPattern, entries []DescriptorEntry) bool {
+	if len(ps) != len(entries) {
+		return false
+	}
+	for i, e := range entries {
+		if !ps[i].Matches(e.Key, e.Value) {
+			return false
+		}
+	}
+	return true
+}
+
 // smallSet is the number of policies up to which trying each in turn is
 // as quick as asking the index.
 const smallSet = 8
@@ -114,6 +149,7 @@ func (s *Set) scan(r *http.Request) (*Policy, bool) {
 
 // matcher is a compiled match table: every condition given must hold.
 type matcher struct {
+	never   bool // an RLS policy's: no HTTP request matches it
 	all     bool
 	hosts   []string // lower case; "*.example.com" matches sub-domains
 	methods []string
@@ -124,11 +160,14 @@ type matcher struct {
 }
 
 func newMatcher(m *config.Match) matcher {
-	return matcher{all: m.All, hosts: m.Hosts, methods: m.Methods, path: m.Path, hasPath: m.HasPath, prefix: m.PathPrefix, m: m}
+	return matcher{never: m.RLS(), all: m.All, hosts: m.Hosts, methods: m.Methods, path: m.Path, hasPath: m.HasPath, prefix: m.PathPrefix, m: m}
 }
 
 // matches reports whether r satisfies every condition of m.
 func (m *matcher) matches(r *http.Request) bool {
+	if m.never {
+		return false
+	}
 	if m.all {
 		return true
 	}

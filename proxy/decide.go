@@ -117,6 +117,12 @@ type ruling struct {
 	// shadowBanned reports that a key r is counted under is in a shadow
 	// penalty box.
 	shadowBanned bool
+	// n is the request's weight (each limit multiplies it by its own
+	// cost); 0 counts as 1. peek asks the limits what they would decide
+	// without counting it (an RLS descriptor's hits_addend of 0): no
+	// offence, no place in a leaky bucket's queue.
+	n    int64
+	peek bool
 	// owes is what the answer owes the limits that read it (count,
 	// cost_from); nil: nothing.
 	owes *owed
@@ -257,7 +263,7 @@ func (h *Handler) applyLimits(ctx context.Context, r *http.Request, now time.Tim
 		}
 	}
 	banned := false
-	if !d.Allowed && !d.Degraded && !o.shadowBanned && p.Ban != nil && h.bans != nil {
+	if !d.Allowed && !d.Degraded && !o.shadowBanned && !o.peek && p.Ban != nil && h.bans != nil {
 		// Over a limit: an offence. (Not a rejection made without the
 		// shared store, on_error: an outage is nobody's offence.)
 		o.ban, banned = h.offend(context.WithoutCancel(ctx), p, o.key, o.keys[:len(p.Limits)], d, now)
@@ -274,6 +280,9 @@ func (h *Handler) applyLimits(ctx context.Context, r *http.Request, now time.Tim
 	case !d.Allowed:
 		o.refuse(Rejected, replyLimit, p.Reject.Status)
 		return
+	case d.Delay > 0 && o.peek:
+		// Would wait its turn: admitted, holding no place to wait in.
+		o.decision = Allowed
 	case d.Delay > 0 && p.Mode == config.Shadow:
 		// Counted in the queue like an enforced request, never held.
 		o.decision = Allowed
@@ -318,8 +327,10 @@ func (h *Handler) ask(ctx context.Context, r *http.Request, now time.Time, o *ru
 		d, owes, err := h.decideDeferred(ctx, r, p, keys, now)
 		o.owes = owes
 		return d, err
+	case p.OwnKeys && o.peek:
+		return p.Limiter.PeekKeys(ctx, o.keys[:len(p.Limits)], now, max(o.n, 1))
 	case p.OwnKeys:
-		return p.Limiter.AllowKeys(ctx, o.keys[:len(p.Limits)], now, 1)
+		return p.Limiter.AllowKeys(ctx, o.keys[:len(p.Limits)], now, max(o.n, 1))
 	}
 	l := p.Limiter
 	if h.overrides != nil {
@@ -327,5 +338,8 @@ func (h *Handler) ask(ctx context.Context, r *http.Request, now time.Time, o *ru
 			l, o.hp = ol, view
 		}
 	}
-	return l.Allow(ctx, o.key, now, 1)
+	if o.peek {
+		return l.PeekN(ctx, o.key, now, max(o.n, 1))
+	}
+	return l.Allow(ctx, o.key, now, max(o.n, 1))
 }

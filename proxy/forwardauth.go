@@ -47,6 +47,10 @@ func (f forwardAuth) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 	srv := snap.set.Config.Server
 	r, problemDetail := originalRequest(in, fa, &srv)
 	rec := h.newRecorder(w, r, snap, start)
+	if rec.access.srv != nil {
+		// The access log's client, too, is the one behind the sender.
+		rec.access.srv = &srv
+	}
 	if rec.replay != nil {
 		// The client as this endpoint finds it: behind a trusted sender.
 		rec.replay = captureReplay(r, snap.replay, &srv, start)

@@ -148,9 +148,6 @@ func logTail(path string) string {
 // Addr returns host:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
-// Log returns the end of the server's log (its last lines).
-func (s *Server) Log() string { return logTail(filepath.Join(s.dir, "redis.log")) }
-
 // Restart starts the server again on its port (after Kill), empty. If the
 // port was taken meanwhile, it tries again for up to upWithin.
 func (s *Server) Restart() {

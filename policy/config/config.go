@@ -23,6 +23,7 @@ type Config struct {
 	ForwardAuth ForwardAuth
 	Log         Log
 	Store       Store
+	RLS         RLS
 	Upstreams   []Upstream
 	Policies    []Policy
 
@@ -158,6 +159,29 @@ type ForwardAuth struct {
 	// before it answers 2xx; a longer delay is refused as over the
 	// limit. 0: every delay is refused.
 	MaxWait time.Duration
+}
+
+// RLS is [rls]: Envoy's rate limit service (docs/envoy.md). Every
+// field needs a restart.
+type RLS struct {
+	// Listen is the gRPC listener's address; "" turns the service off.
+	Listen string
+	// CertFile and KeyFile, both set, serve TLS; both "": h2c.
+	CertFile, KeyFile string
+	// ClientCAFile, with TLS, requires each client to present a
+	// certificate signed by one of its PEM certificates (mutual TLS);
+	// "": any client.
+	ClientCAFile string
+	// MaxHitsAddend is the largest cost one descriptor may ask for; a
+	// call asking more is refused whole.
+	MaxHitsAddend int64
+	// MaxDescriptors is the most descriptors one call may carry, and
+	// MaxEntries the most entries one descriptor may carry.
+	MaxDescriptors, MaxEntries int
+	// MaxMessageBytes is the largest request message read, in bytes.
+	MaxMessageBytes int
+	// MaxConcurrentStreams bounds the calls in flight per connection.
+	MaxConcurrentStreams int
 }
 
 // Log is [log].

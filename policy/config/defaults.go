@@ -78,6 +78,12 @@ const (
 	DefaultRejectContentType = "application/problem+json"
 	DefaultCustomContentType = "text/plain; charset=utf-8" // of a [policy.reject] body
 	DefaultSlots             = 1                           // the two-window approximation
+	// [rls]: bounds of one ShouldRateLimit call (docs/envoy.md).
+	DefaultRLSMaxHitsAddend   = 1000
+	DefaultRLSMaxDescriptors  = 64
+	DefaultRLSMaxEntries      = 16
+	DefaultRLSMaxMessageBytes = 64 << 10
+	DefaultRLSMaxStreams      = 1024
 )
 
 // DefaultUpgrades are the protocols a client may upgrade to through an

@@ -40,6 +40,7 @@ var (
 	exampleTable  = regexp.MustCompile(`^\s*#?\s*\[\[?\s*([a-z_.]+)\s*\]\]?`)
 	exampleKey    = regexp.MustCompile(`^\s*#?\s*([a-z_][a-z0-9_]*)\s*=\s*(.*)$`)
 	exampleInline = regexp.MustCompile(`([a-z_][a-z0-9_]*)\s*=`)
+	exampleString = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 )
 
 // exampleKeys returns the keys config.example.toml names, set or in a
@@ -61,6 +62,8 @@ func exampleKeys(src string) map[string]bool {
 		key, val := m[1], m[2]
 		out[table+key] = true
 		if strings.HasPrefix(strings.TrimSpace(val), "{") {
+			// Strings emptied first: "generic_key=login" is a value, not a key.
+			val = exampleString.ReplaceAllString(val, `""`)
 			body := val[:strings.LastIndex(val, "}")+1]
 			// Only the outer inline table's keys: drop nested ones.
 			for depth, i := 0, 0; i < len(body); i++ {

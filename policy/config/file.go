@@ -25,6 +25,7 @@ type (
 		FwdAuth  rawForwardAuth `toml:"forward_auth"`
 		Log      rawLog         `toml:"log"`
 		Store    rawStore       `toml:"store"`
+		RLS      rawRLS         `toml:"rls"`
 		Upstream []rawUpstream  `toml:"upstream"`
 		Shared   []rawLimit     `toml:"shared_limit"`
 		Policy   []rawPolicy    `toml:"policy"`
@@ -82,6 +83,17 @@ type (
 		Access Value[bool]   `toml:"access"`
 		Replay Value[bool]   `toml:"access_replay"`
 		Client Value[string] `toml:"client_address"`
+	}
+	rawRLS struct {
+		Listen         Value[string] `toml:"listen"`
+		CertFile       Value[string] `toml:"cert_file"`
+		KeyFile        Value[string] `toml:"key_file"`
+		ClientCAFile   Value[string] `toml:"client_ca_file"`
+		MaxHitsAddend  Value[int64]  `toml:"max_hits_addend"`
+		MaxDescriptors Value[int64]  `toml:"max_descriptors"`
+		MaxEntries     Value[int64]  `toml:"max_entries"`
+		MaxMessage     Value[int64]  `toml:"max_message_bytes"`
+		MaxStreams     Value[int64]  `toml:"max_concurrent_streams"`
 	}
 	rawStore struct {
 		Backend Value[string] `toml:"backend"`
@@ -160,6 +172,8 @@ type (
 		PathPrefix Value[string]            `toml:"path_prefix"`
 		PathRegex  Value[string]            `toml:"path_regex"`
 		Headers    map[string]Value[string] `toml:"headers"`
+		RLSDomain  Value[string]            `toml:"rls_domain"`
+		Descriptor Strings                  `toml:"descriptor"`
 	}
 	rawLimit struct {
 		Name      Value[string] `toml:"name"`   // [[shared_limit]]: its name; [[policy.limits]]: the name in the RateLimit fields

@@ -113,7 +113,85 @@ type Match struct {
 	PathPrefix string
 	PathRegex  *regexp.Regexp // nil: none
 	Headers    []HeaderMatch  // sorted by name
+	// RLSDomain, when not "", makes the policy one of Envoy's rate limit
+	// service (docs/envoy.md): it matches a descriptor of that domain
+	// whose entries Descriptor matches, one pattern per entry, and never
+	// an HTTP request.
+	RLSDomain  string
+	Descriptor []DescriptorPattern
 }
+
+// DescriptorPattern is one element of a match table's descriptor: it
+// matches a descriptor entry whose key is Key and whose value is Value
+// (Exact), matches the wildcard pattern Value (Glob: each * stands for
+// any run of characters, none included), or any value (neither).
+type DescriptorPattern struct {
+	Key, Value  string
+	Exact, Glob bool
+	parts       []string // Value split at each *, with Glob
+}
+
+// Matches reports whether the entry key=value matches d.
+func (d DescriptorPattern) Matches(key, value string) bool {
+	switch {
+	case key != d.Key:
+		return false
+	case d.Exact:
+		return value == d.Value
+	case d.Glob:
+		return globMatch(d.parts, value)
+	}
+	return true
+}
+
+// globMatch reports whether value matches parts, a pattern split at each
+// * (at least two parts), as envoyproxy/ratelimit's wildcards do.
+func globMatch(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
+
+// String returns d as a descriptor array writes it: "KEY" or
+// "KEY=VALUE" (with its wildcards).
+func (d DescriptorPattern) String() string {
+	if d.Exact || d.Glob {
+		return d.Key + "=" + d.Value
+	}
+	return d.Key
+}
+
+// parseDescriptorPattern parses "KEY", "KEY=VALUE" or "KEY=PATTERN" with
+// wildcards (*).
+func parseDescriptorPattern(s string) (DescriptorPattern, error) {
+	k, v, hasValue := strings.Cut(s, "=")
+	if k == "" {
+		return DescriptorPattern{}, fmt.Errorf("%q: the entry's key is empty (write \"KEY\", \"KEY=VALUE\" or, with * wildcards, \"KEY=/v1/*\")", s)
+	}
+	d := DescriptorPattern{Key: k}
+	switch {
+	case !hasValue || strings.Trim(v, "*") == "" && v != "":
+		// "KEY", "KEY=*": any value.
+	case strings.Contains(v, "*"):
+		d.Value, d.Glob, d.parts = v, true, strings.Split(v, "*")
+	default:
+		d.Value, d.Exact = v, true
+	}
+	return d, nil
+}
+
+// RLS reports whether m is an RLS policy's (RLSDomain set).
+func (m *Match) RLS() bool { return m.RLSDomain != "" }
 
 // HeaderMatch is one condition of a match table's headers.
 type HeaderMatch struct {
@@ -128,6 +206,14 @@ func (m *Match) String() string {
 		return "all"
 	}
 	var parts []string
+	if m.RLS() {
+		parts = append(parts, "rls_domain="+m.RLSDomain)
+		ds := make([]string, len(m.Descriptor))
+		for i, d := range m.Descriptor {
+			ds[i] = d.String()
+		}
+		parts = append(parts, fmt.Sprintf("descriptor=%q", ds))
+	}
 	if len(m.Hosts) > 0 {
 		parts = append(parts, fmt.Sprintf("hosts=%v", m.Hosts))
 	}
@@ -197,6 +283,7 @@ const (
 	KeyHost                      // the Host, lower case, without port
 	KeyMethod
 	KeyPath
+	KeyDescriptor // descriptor:KEY, an RLS descriptor entry's value (docs/envoy.md)
 )
 
 // KeyPart is one element of a policy's key list.
@@ -222,6 +309,8 @@ func (k KeyPart) String() string {
 		return "method"
 	case KeyPath:
 		return "path"
+	case KeyDescriptor:
+		return "descriptor:" + k.Name
 	}
 	return "?"
 }
@@ -281,6 +370,8 @@ func parseKeyPart(s string) (KeyPart, error) {
 			return KeyPart{Kind: KeyHeader, Name: canonicalHeader(name)}, nil
 		case "query":
 			return KeyPart{Kind: KeyQuery, Name: name}, nil
+		case "descriptor":
+			return KeyPart{Kind: KeyDescriptor, Name: name}, nil
 		case "cookie":
 			if !validToken(name) {
 				return KeyPart{}, fmt.Errorf("%q: %q is not a cookie name", s, name)
@@ -288,5 +379,5 @@ func parseKeyPart(s string) (KeyPart, error) {
 			return KeyPart{Kind: KeyCookie, Name: name}, nil
 		}
 	}
-	return KeyPart{}, fmt.Errorf("%q is not a key part (want ip, host, method, path, header:NAME, query:NAME or cookie:NAME)", s)
+	return KeyPart{}, fmt.Errorf("%q is not a key part (want ip, host, method, path, header:NAME, query:NAME, cookie:NAME or, in an RLS policy, descriptor:KEY)", s)
 }

@@ -140,11 +140,13 @@ func defs() node {
 			"anyOf": []node{
 				{"enum": []string{"ip", "host", "method", "path"}},
 				{"pattern": "^(query:[\\s\\S]+|cookie:" + tokenRE + ")$"},
+				// An RLS policy's (match.rls_domain) only.
+				{"pattern": "^descriptor:[\\s\\S]+$"},
 				// A client-address header is no key part: the proxy
 				// rewrites it on its way upstream.
 				{"pattern": "^header:" + tokenRE + "$", "not": node{"pattern": anyCaseOf("header:", clientAddr)}},
 			},
-			"description": `ip, host, method, path, header:NAME, query:NAME or cookie:NAME (not a client-address header such as X-Forwarded-For: key those by ip)`,
+			"description": `ip, host, method, path, header:NAME, query:NAME or cookie:NAME (not a client-address header such as X-Forwarded-For: key those by ip); in an RLS policy only descriptor:KEY`,
 		},
 		"status": node{
 			"anyOf": []node{
@@ -411,8 +413,14 @@ func generateSchema(docs []byte) ([]byte, error) {
 	// [[policy]]
 	refine("policy", node{"minItems": 1})
 	refine("policy[]", node{
-		"required": []string{"name", "upstream"},
+		"required": []string{"name"},
 		"allOf": []node{
+			{
+				// An RLS policy has no upstream; any other needs one.
+				"if":   node{"properties": node{"match": node{"required": []string{"rls_domain"}}}, "required": []string{"match"}},
+				"then": node{"properties": node{"upstream": false}},
+				"else": node{"required": []string{"upstream"}},
+			},
 			{
 				// Rate limits, a [policy.concurrency], or both.
 				"if":   node{"not": node{"required": []string{"concurrency"}}},
@@ -542,9 +550,26 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"policy[].limits[].queue":                  0,
 		"policy[].limits[].delay":                  0,
 		"policy[].limits[].estimate":               1,
+		"rls.listen":                               "",
+		"rls.cert_file":                            "",
+		"rls.key_file":                             "",
+		"rls.client_ca_file":                       "",
+		"rls.max_hits_addend":                      DefaultRLSMaxHitsAddend,
+		"rls.max_descriptors":                      DefaultRLSMaxDescriptors,
+		"rls.max_entries":                          DefaultRLSMaxEntries,
+		"rls.max_message_bytes":                    DefaultRLSMaxMessageBytes,
+		"rls.max_concurrent_streams":               DefaultRLSMaxStreams,
 	} {
 		refine(path, node{"default": def})
 	}
+	refine("rls", node{"dependentRequired": node{"cert_file": []string{"key_file"}, "key_file": []string{"cert_file"}, "client_ca_file": []string{"cert_file"}}})
+	refine("rls.max_hits_addend", node{"minimum": 1, "maximum": limiter.MaxCount})
+	refine("rls.max_descriptors", node{"minimum": 1, "maximum": 1024})
+	refine("rls.max_entries", node{"minimum": 1, "maximum": 64})
+	refine("rls.max_message_bytes", node{"minimum": 1024, "maximum": 16 << 20})
+	refine("rls.max_concurrent_streams", node{"minimum": 1, "maximum": 1 << 20})
+	refine("policy[].match.descriptor", node{"minItems": 1, "maxItems": 64})
+	refine("policy[].match.rls_domain", node{"minLength": 1})
 
 	// Descriptions, from docs/configuration.md.
 	desc, err := docDescriptions(docs)
@@ -624,6 +649,7 @@ var docSections = map[string]string{
 	"[forward_auth]":         "forward_auth",
 	"[log]":                  "log",
 	"[store]":                "store",
+	"[rls]":                  "rls",
 	"[[upstream]]":           "upstream[]",
 	"[upstream.concurrency]": "upstream[].concurrency",
 	"[[policy]]":             "policy[]",

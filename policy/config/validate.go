@@ -81,6 +81,7 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 		ForwardAuth: validateForwardAuth(&raw.FwdAuth, c),
 		Log:         validateLog(&raw.Log, c),
 		Store:       validateStore(&raw.Store, c),
+		RLS:         validateRLS(&raw.RLS, c),
 	}
 	upstreams := map[string]int{}
 	for i := range raw.Upstream {
@@ -90,6 +91,11 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 	shared := validateShared(raw.Shared, check, c)
 	cfg.Policies = validatePolicies(raw.Policy, upstreams, shared, check, c)
 	for i := range cfg.Policies {
+		if cfg.Policies[i].Match.RLS() {
+			checkRLSPolicy(&cfg.Policies[i], &raw.Policy[i], c)
+			continue
+		}
+		checkHTTPPolicyKeys(&cfg.Policies[i], c)
 		resolveClass(&cfg.Policies[i], &raw.Policy[i], cfg.Upstreams, upstreams, c)
 		checkClientHeaderKey(&cfg.Policies[i], cfg.Server.ClientIPHeader, c)
 	}
@@ -595,6 +601,105 @@ func checkClientHeaderKey(p *Policy, header string, c *collector) {
 	}
 }
 
+// validateRLS checks [rls].
+func validateRLS(r *rawRLS, c *collector) RLS {
+	out := RLS{
+		Listen: r.Listen.V, CertFile: r.CertFile.V, KeyFile: r.KeyFile.V, ClientCAFile: r.ClientCAFile.V,
+		MaxHitsAddend:        r.MaxHitsAddend.Or(DefaultRLSMaxHitsAddend),
+		MaxDescriptors:       int(r.MaxDescriptors.Or(DefaultRLSMaxDescriptors)),
+		MaxEntries:           int(r.MaxEntries.Or(DefaultRLSMaxEntries)),
+		MaxMessageBytes:      int(r.MaxMessage.Or(DefaultRLSMaxMessageBytes)),
+		MaxConcurrentStreams: int(r.MaxStreams.Or(DefaultRLSMaxStreams)),
+	}
+	if out.Listen != "" {
+		if _, _, err := net.SplitHostPort(out.Listen); err != nil {
+			c.add("rls.listen", "%q is not host:port (write e.g. \"127.0.0.1:8081\")", out.Listen)
+		}
+	}
+	if (out.CertFile == "") != (out.KeyFile == "") {
+		c.add("rls", "cert_file and key_file go together: both for TLS, neither for h2c")
+	}
+	if out.ClientCAFile != "" && out.CertFile == "" {
+		c.add("rls.client_ca_file", "needs TLS: set cert_file and key_file")
+	}
+	bound := func(key string, v, lo, hi int64) {
+		if v < lo || v > hi {
+			c.add("rls."+key, "%d: must be from %d to %d", v, lo, hi)
+		}
+	}
+	bound("max_hits_addend", out.MaxHitsAddend, 1, limiter.MaxCount)
+	bound("max_descriptors", int64(out.MaxDescriptors), 1, 1024)
+	bound("max_entries", int64(out.MaxEntries), 1, 64)
+	bound("max_message_bytes", int64(out.MaxMessageBytes), 1024, 16<<20)
+	bound("max_concurrent_streams", int64(out.MaxConcurrentStreams), 1, 1<<20)
+	return out
+}
+
+// checkRLSPolicy refuses what an RLS policy p (raw r) cannot have: HTTP
+// conditions, key parts other than descriptor:KEY of its own patterns, a
+// [policy.concurrency] or class, limits that read the answer.
+func checkRLSPolicy(p *Policy, r *rawPolicy, c *collector) {
+	key := fmt.Sprintf("policy[%d]", p.Index)
+	if m := r.Match; m.Hosts.Set || m.Methods.Set || m.Path.Set || m.PathPrefix.Set || m.PathRegex.Set || m.Headers != nil {
+		c.add(key+".match", "an RLS policy (rls_domain) matches descriptors only: hosts, methods, path, path_prefix, path_regex and headers are HTTP conditions")
+	}
+	if r.Conc != nil {
+		c.add(key+".concurrency", "an RLS policy cannot limit concurrency: the rate limit service never sees a request end")
+	}
+	if r.Class.Set {
+		c.add(key+".class", "an RLS policy has no upstream, whose classes a class names")
+	}
+	if r.Reject != nil {
+		c.add(key+".reject", "an RLS policy answers OVER_LIMIT: Envoy writes the refusal (its rate_limited_status)")
+	}
+	for i, ch := range p.Charges {
+		if ch.Count != nil || ch.CostFrom != "" || ch.Deferred() {
+			c.add(fmt.Sprintf("%s.limits[%d]", key, i), "an RLS policy's limits cannot read the answer (count, cost_from, estimate): the rate limit service never sees it")
+			break
+		}
+	}
+	bad := func(parts []KeyPart) string {
+		for _, kp := range parts {
+			if kp.Kind != KeyDescriptor {
+				return fmt.Sprintf("%q: an RLS policy is keyed by descriptor:KEY parts only", kp.String())
+			}
+			if !slices.ContainsFunc(p.Match.Descriptor, func(d DescriptorPattern) bool { return d.Key == kp.Name }) {
+				return fmt.Sprintf("%q: the match's descriptor has no entry %q, so the part would always be missing", kp.String(), kp.Name)
+			}
+		}
+		return ""
+	}
+	if why := bad(p.Key); why != "" {
+		c.add(key+".key", "%s", why)
+		return
+	}
+	for j, lk := range p.LimitKeys {
+		if why := bad(lk.Parts); why != "" {
+			c.add(fmt.Sprintf("%s.limits[%d].key", key, j), "%s (a shared limit used by an RLS policy needs a key of descriptor: parts)", why)
+			return
+		}
+	}
+}
+
+// checkHTTPPolicyKeys refuses a descriptor:KEY part in an HTTP policy's
+// key, or its limits'.
+func checkHTTPPolicyKeys(p *Policy, c *collector) {
+	has := func(parts []KeyPart) bool {
+		return slices.ContainsFunc(parts, func(kp KeyPart) bool { return kp.Kind == KeyDescriptor })
+	}
+	const why = "a descriptor: key part is an RLS policy's (match.rls_domain): an HTTP request has no descriptor"
+	if has(p.Key) {
+		c.add(fmt.Sprintf("policy[%d].key", p.Index), why)
+		return
+	}
+	for j, lk := range p.LimitKeys {
+		if has(lk.Parts) {
+			c.add(fmt.Sprintf("policy[%d].limits[%d].key", p.Index, j), why)
+			return
+		}
+	}
+}
+
 // validatePolicies checks every [[policy]]; upstreams are the names of the
 // upstreams, and check, if not nil, the store's own check of each limit.
 func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) []Policy {
@@ -620,7 +725,13 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 		default:
 			names[spec.Name] = i
 		}
+		spec.Match = compileMatch(p.Match, key+".match", c)
+		rls := spec.Match.RLS()
 		switch _, ok := upstreams[spec.Upstream]; {
+		case rls:
+			if p.Upstream.Set {
+				c.add(key+".upstream", "an RLS policy (match.rls_domain) has no upstream: Envoy forwards the request, limitproxy only decides")
+			}
 		case spec.Upstream == "":
 			c.add(key+".upstream", "is required")
 		case !ok:
@@ -629,6 +740,14 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 		oneOf(c, key+".mode", spec.Mode, modes...)
 		oneOf(c, key+".on_missing", spec.OnMissing, onMissings...)
 		keyParts := []string{"ip"}
+		if rls {
+			// The reference server's counting: one counter per distinct
+			// descriptor, every entry's value in order.
+			keyParts = keyParts[:0]
+			for _, d := range spec.Match.Descriptor {
+				keyParts = append(keyParts, "descriptor:"+d.Key)
+			}
+		}
 		if p.Key.Set {
 			keyParts = p.Key.V
 		}
@@ -640,8 +759,10 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 			}
 			spec.Key = append(spec.Key, kp)
 		}
-		spec.Match = compileMatch(p.Match, key+".match", c)
-		if catchAll >= 0 {
+		if rls {
+			// Never matches an HTTP request, nor shadowed by one that
+			// matches them all.
+		} else if catchAll >= 0 {
 			c.add(key, "policy %q can never match: policy[%d] %q before it matches every request", spec.Name, catchAll, raws[catchAll].Name.V)
 		} else if spec.Match.All {
 			catchAll = i
@@ -1122,6 +1243,26 @@ func compileMatch(m *rawMatch, key string, c *collector) Match {
 		return Match{All: true}
 	}
 	var mt Match
+	if m.RLSDomain.Set && m.RLSDomain.V == "" {
+		c.add(key+".rls_domain", "is empty: name the domain Envoy's rate limit filter sends")
+	}
+	mt.RLSDomain = m.RLSDomain.V
+	switch {
+	case mt.RLSDomain != "" && len(m.Descriptor.V) == 0:
+		c.add(key+".descriptor", "is required with rls_domain: one pattern (\"KEY\", \"KEY=VALUE\", \"KEY=/v1/*\") per descriptor entry")
+	case mt.RLSDomain == "" && m.Descriptor.Set:
+		c.add(key+".descriptor", "goes with rls_domain: it matches Envoy rate limit descriptors, not HTTP requests")
+	case len(m.Descriptor.V) > 64:
+		c.add(key+".descriptor", "%d patterns; at most 64", len(m.Descriptor.V))
+	}
+	for i, s := range m.Descriptor.V {
+		d, err := parseDescriptorPattern(s)
+		if err != nil {
+			c.add(key+".descriptor", "element %d: %v", i, err)
+			continue
+		}
+		mt.Descriptor = append(mt.Descriptor, d)
+	}
 	for i, h := range m.Hosts.V {
 		// As requests' hosts are compared: lower case, without the
 		// trailing dot of a fully qualified name.
@@ -1166,7 +1307,7 @@ func compileMatch(m *rawMatch, key string, c *collector) Match {
 		mt.Headers = append(mt.Headers, HeaderMatch{Name: canonicalHeader(name), Value: v.V, Any: v.V == "*"})
 	}
 	sortHeaders(mt.Headers)
-	mt.All = len(mt.Hosts) == 0 && len(mt.Methods) == 0 && !mt.HasPath && mt.PathPrefix == "" && mt.PathRegex == nil && len(mt.Headers) == 0
+	mt.All = !m.RLSDomain.Set && !m.Descriptor.Set && len(mt.Hosts) == 0 && len(mt.Methods) == 0 && !mt.HasPath && mt.PathPrefix == "" && mt.PathRegex == nil && len(mt.Headers) == 0
 	return mt
 }
 

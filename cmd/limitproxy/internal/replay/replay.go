@@ -276,9 +276,10 @@ func newEngine(sides []*side, top int, raw bool, secret []byte) *engine {
 
 // record replays one record under every side.
 func (e *engine) record(rec *logread.Record) {
-	if rec.Method == "" {
+	if rec.Method == "" || rec.Method == proxy.RLSMethod {
 		// Not a request: limitproxy's server refuses such a line before
-		// any policy sees it.
+		// any policy sees it; or a descriptor Envoy's rate limit service
+		// decided, which no HTTP policy ever sees.
 		e.notRequests++
 		return
 	}

@@ -451,3 +451,18 @@ func TestCost(t *testing.T) {
 		}
 	}
 }
+
+// TestRLSLinesNotReplayed: a descriptor Envoy's rate limit service logged
+// is no request: it is counted as such, never decided by HTTP policies.
+func TestRLSLinesNotReplayed(t *testing.T) {
+	log := `{"level":"info","ts":"2026-11-22T18:00:00.000Z","logger":"access","msg":"request","method":"GET","host":"a","path":"/api/items","status":200,"duration":0.001,"policy":"api","decision":"allowed","upstream":"app","queue_wait":0}
+{"level":"debug","ts":"2026-11-22T18:00:00.100Z","logger":"access","msg":"request","method":"RLS","host":"edge","path":"remote_address=192.0.2.1","status":429,"duration":0.001,"policy":"edge-ip","decision":"rejected","upstream":"","queue_wait":0}
+`
+	rep, lineErrs := replayString(t, log, logread.Options{}, true, newFake(2))
+	if len(lineErrs) != 0 {
+		t.Fatal(lineErrs)
+	}
+	if rep.Read.Replayed != 1 || rep.Read.NotRequests != 1 {
+		t.Errorf("Read = %+v, want 1 replayed and 1 not a request", rep.Read)
+	}
+}

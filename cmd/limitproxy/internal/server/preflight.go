@@ -44,6 +44,9 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 	if cfg.ForwardAuth.Listen != "" {
 		listens = append(listens, [2]string{"forward_auth.listen", cfg.ForwardAuth.Listen})
 	}
+	if cfg.RLS.Listen != "" {
+		listens = append(listens, [2]string{"rls.listen", cfg.RLS.Listen})
+	}
 	for _, l := range listens {
 		if err := checkListen(l[1], o.Bind); err != nil {
 			add(l[0], "%v", err)
@@ -61,6 +64,25 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 		if ok {
 			if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
 				add("server.tls.cert_file", "%s with key_file %s: %v", t.CertFile, t.KeyFile, err)
+			}
+		}
+	}
+
+	if r := cfg.RLS; r.Listen != "" && r.CertFile != "" {
+		ok := true
+		files := [][2]string{{"rls.cert_file", r.CertFile}, {"rls.key_file", r.KeyFile}}
+		if r.ClientCAFile != "" {
+			files = append(files, [2]string{"rls.client_ca_file", r.ClientCAFile})
+		}
+		for _, f := range files {
+			if err := readable(f[1]); err != nil {
+				add(f[0], "%v", err)
+				ok = false
+			}
+		}
+		if ok {
+			if _, err := tls.LoadX509KeyPair(r.CertFile, r.KeyFile); err != nil {
+				add("rls.cert_file", "%s with key_file %s: %v", r.CertFile, r.KeyFile, err)
 			}
 		}
 	}

@@ -213,7 +213,8 @@ func sortedKeys(names map[string]bool) []string {
 
 // restartOnly lists the settings of b that differ from those the process
 // started with and cannot change while it runs: the listeners, the server's
-// timeouts, TLS, the store, the admin listener and the log's format.
+// timeouts, TLS, the store, the admin and RLS listeners and the log's
+// format.
 func restartOnly(a, b *config.Config) []string {
 	var out []string
 	check := func(name string, x, y any) {
@@ -235,6 +236,7 @@ func restartOnly(a, b *config.Config) []string {
 	check("admin", a.Admin, b.Admin)
 	check("forward_auth.listen", a.ForwardAuth.Listen, b.ForwardAuth.Listen)
 	check("store", a.Store, b.Store)
+	check("rls", a.RLS, b.RLS)
 	check("log.format", a.Log.Format, b.Log.Format)
 	check("log.access", a.Log.Access, b.Log.Access)
 	return out

@@ -69,6 +69,7 @@ func newLogger(c config.Log, level zap.AtomicLevel, out zapcore.WriteSyncer) *za
 type Addrs struct {
 	Proxy, Admin net.Addr
 	ForwardAuth  net.Addr
+	RLS          net.Addr // nil without [rls] listen
 }
 
 // Options configures a Server.
@@ -137,7 +138,7 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 	for _, h := range hooks { // tests' changes, none in a real run
 		h(p)
 	}
-	for _, step := range []func() error{p.preflight, p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin, p.listenForwardAuth} {
+	for _, step := range []func() error{p.preflight, p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin, p.listenForwardAuth, p.listenRLS} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -196,6 +197,8 @@ type process struct {
 	adminTimeouts adminTimeouts // the admin server's: defaultAdminTimeouts
 	// With [forward_auth] listen.
 	fauth *forwardAuthServer
+	// With [rls] listen: Envoy's rate limit service (rls.go).
+	rls *rlsListener
 }
 
 // onClose registers f to run when the process closes, before every f
@@ -508,6 +511,9 @@ func (p *process) addrs() Addrs {
 	}
 	if p.fauth != nil {
 		a.ForwardAuth = p.fauth.ln.Addr()
+	}
+	if p.rls != nil {
+		a.RLS = p.rls.ln.Addr()
 	}
 	return a
 }
