@@ -25,7 +25,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
+
+	"github.com/limitproxy/limitproxy/bench/internal/rlsload"
 )
 
 func main() {
@@ -53,7 +54,7 @@ func mainErr(addr, streamFile string, n, c int, timeout time.Duration, seqFile s
 	if err != nil {
 		return err
 	}
-	stream, err := parseStream(f)
+	stream, err := rlsload.ParseStream(f)
 	f.Close()
 	if err != nil {
 		return fmt.Errorf("%s: %w", streamFile, err)
@@ -68,8 +69,8 @@ func mainErr(addr, streamFile string, n, c int, timeout time.Duration, seqFile s
 	defer conn.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	res := run(ctx, rlsv3.NewRateLimitServiceClient(conn), stream, options{calls: n, concurrency: c, timeout: timeout})
-	fmt.Println(res.summary(addr))
+	res := rlsload.Run(ctx, rlsv3.NewRateLimitServiceClient(conn), stream, rlsload.Options{Calls: n, Concurrency: c, Timeout: timeout})
+	fmt.Println(res.Summary(addr))
 	if seqFile != "" {
 		if err := os.WriteFile(seqFile, []byte(strings.Join(res.Sequence, "\n")+"\n"), 0o644); err != nil {
 			return err
@@ -96,8 +97,4 @@ func loopback(addr string) error {
 		return fmt.Errorf("%s: only loopback addresses", addr)
 	}
 	return nil
-}
-
-func grpcCode(err error) string {
-	return status.Code(err).String()
 }

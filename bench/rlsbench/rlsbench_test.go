@@ -10,6 +10,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/limitproxy/limitproxy/bench/internal/rlsload"
 	"github.com/limitproxy/limitproxy/bench/internal/rlsref"
 	"github.com/limitproxy/limitproxy/internal/redistest"
 )
@@ -120,12 +121,12 @@ func TestReference(t *testing.T) {
 		lines = append(lines, strings.TrimSpace(call))
 		want = append(want, strings.TrimSpace(codes))
 	}
-	stream, err := parseStream(strings.NewReader(strings.Join(lines, "\n")))
+	stream, err := rlsload.ParseStream(strings.NewReader(strings.Join(lines, "\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	day := time.Now().Unix() / 86400
-	res := run(ctx, client, stream, options{calls: len(stream), concurrency: 1, timeout: 5 * time.Second})
+	res := rlsload.Run(ctx, client, stream, rlsload.Options{Calls: len(stream), Concurrency: 1, Timeout: 5 * time.Second})
 	if time.Now().Unix()/86400 != day {
 		t.Skip("the run spanned midnight UTC, a new day window: its sequence is not the expected one")
 	}
@@ -145,27 +146,27 @@ func TestReference(t *testing.T) {
 	for i := range 500 {
 		fmt.Fprintf(&load, "bench user=load%d\n", i)
 	}
-	stream, err = parseStream(strings.NewReader(load.String()))
+	stream, err = rlsload.ParseStream(strings.NewReader(load.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	res = run(ctx, client, stream, options{calls: 2000, concurrency: 8, timeout: 5 * time.Second})
-	t.Log(res.summary(srv.Addr))
+	res = rlsload.Run(ctx, client, stream, rlsload.Options{Calls: 2000, Concurrency: 8, Timeout: 5 * time.Second})
+	t.Log(res.Summary(srv.Addr))
 	if res.Calls != 2000 || res.Errors != 0 || res.OK+res.OverLimit != 2000 || res.Descriptors != 2000 {
-		t.Errorf("load: %s", res.summary(srv.Addr))
+		t.Errorf("load: %s", res.Summary(srv.Addr))
 	}
 	if res.OverLimit != 500 { // 4 calls per user, 3 per day allowed
 		t.Errorf("load: %d calls over the limit, want 500 (each of 500 users called 4 times, 3 allowed)", res.OverLimit)
 	}
 	if !(res.P50 > 0 && res.P50 <= res.P99 && res.P99 <= res.Max && res.DecisionsPerSec > 0) {
-		t.Errorf("load: incoherent figures: %s", res.summary(srv.Addr))
+		t.Errorf("load: incoherent figures: %s", res.Summary(srv.Addr))
 	}
 }
 
 // TestParseStream: entries, %-escapes, several descriptors, comments, and
 // the lines refused.
 func TestParseStream(t *testing.T) {
-	calls, err := parseStream(strings.NewReader("# c\n\nd%20x a=1,b=x%2Cy c\n"))
+	calls, err := rlsload.ParseStream(strings.NewReader("# c\n\nd%20x a=1,b=x%2Cy c\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestParseStream(t *testing.T) {
 		t.Errorf("entries %v", calls[0].Descriptors)
 	}
 	for _, bad := range []string{"onlydomain\n", "d a=%zz\n", "# nothing\n"} {
-		if _, err := parseStream(strings.NewReader(bad)); err == nil {
+		if _, err := rlsload.ParseStream(strings.NewReader(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package rlsload
 
 import (
 	"context"
@@ -10,19 +10,20 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/status"
 
 	"github.com/limitproxy/limitproxy/bench/internal/stats"
 )
 
-// options of one run.
-type options struct {
-	calls       int           // calls to send, cycling through the stream
-	concurrency int           // calls in flight at once; 1 keeps the stream's order
-	timeout     time.Duration // per call
+// Options of one run.
+type Options struct {
+	Calls       int           // calls to send, cycling through the stream
+	Concurrency int           // calls in flight at once; 1 keeps the stream's order
+	Timeout     time.Duration // per call
 }
 
-// result of one run.
-type result struct {
+// Result of one run.
+type Result struct {
 	Calls, Errors   int
 	OK, OverLimit   int // calls, by overall code
 	Descriptors     int // descriptors decided (of calls without error)
@@ -34,10 +35,10 @@ type result struct {
 	FirstError      string
 }
 
-// code is one call's outcome as a line of the sequence: the overall code,
+// Code is one call's outcome as a line of the sequence: the overall code,
 // then each descriptor's ("OVER_LIMIT OK,OVER_LIMIT"), or "ERROR <gRPC
 // status code>".
-func code(resp *rlsv3.RateLimitResponse, err error) string {
+func Code(resp *rlsv3.RateLimitResponse, err error) string {
 	if err != nil {
 		return "ERROR " + grpcCode(err)
 	}
@@ -48,37 +49,37 @@ func code(resp *rlsv3.RateLimitResponse, err error) string {
 	return resp.OverallCode.String() + " " + strings.Join(parts, ",")
 }
 
-// run sends o.calls calls of stream through client, o.concurrency at a
+// Run sends o.Calls calls of stream through client, o.Concurrency at a
 // time, and measures each.
-func run(ctx context.Context, client rlsv3.RateLimitServiceClient, stream []*rlsv3.RateLimitRequest, o options) result {
-	o.concurrency = max(o.concurrency, 1)
-	lat := make([]time.Duration, o.calls)
-	seq := make([]string, o.calls)
+func Run(ctx context.Context, client rlsv3.RateLimitServiceClient, stream []*rlsv3.RateLimitRequest, o Options) Result {
+	o.Concurrency = max(o.Concurrency, 1)
+	lat := make([]time.Duration, o.Calls)
+	seq := make([]string, o.Calls)
 	var (
 		next    atomic.Int64
 		done    atomic.Int64
 		mu      sync.Mutex
-		res     result
+		res     Result
 		wg      sync.WaitGroup
-		ordered = o.concurrency == 1
+		ordered = o.Concurrency == 1
 	)
 	start := time.Now()
-	for range o.concurrency {
+	for range o.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= o.calls || ctx.Err() != nil {
+				if i >= o.Calls || ctx.Err() != nil {
 					return
 				}
 				req := stream[i%len(stream)]
-				cctx, cancel := context.WithTimeout(ctx, o.timeout)
+				cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 				t0 := time.Now()
 				resp, err := client.ShouldRateLimit(cctx, req)
 				lat[i] = time.Since(t0)
 				cancel()
-				c := code(resp, err)
+				c := Code(resp, err)
 				slot := i
 				if !ordered {
 					slot = int(done.Add(1) - 1)
@@ -117,7 +118,7 @@ func run(ctx context.Context, client rlsv3.RateLimitServiceClient, stream []*rls
 	return res
 }
 
-func (r result) summary(target string) string {
+func (r Result) Summary(target string) string {
 	s := fmt.Sprintf("target=%s calls=%d ok=%d over_limit=%d errors=%d descriptors=%d elapsed=%s calls_per_sec=%.0f decisions_per_sec=%.0f p50=%s p99=%s max=%s",
 		target, r.Calls, r.OK, r.OverLimit, r.Errors, r.Descriptors, r.Elapsed.Round(time.Millisecond), r.CallsPerSec, r.DecisionsPerSec,
 		r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond))
@@ -126,3 +127,5 @@ func (r result) summary(target string) string {
 	}
 	return s
 }
+
+func grpcCode(err error) string { return status.Code(err).String() }

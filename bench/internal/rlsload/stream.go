@@ -1,4 +1,7 @@
-package main
+// Package rlsload sends streams of descriptors to an Envoy rate limit
+// service and measures its answers: the decisions per second, the latency
+// and the sequence of codes.
+package rlsload
 
 import (
 	"bufio"
@@ -11,7 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
-// parseStream reads a descriptor stream: one call per line,
+// ParseStream reads a descriptor stream: one call per line,
 //
 //	DOMAIN DESCRIPTOR [DESCRIPTOR...]
 //
@@ -19,7 +22,7 @@ import (
 // '=' has an empty value), each KEY and VALUE %-escaped as a URL path
 // segment (%20 for a space, %2C for a comma). Blank lines and lines
 // starting with '#' are skipped.
-func parseStream(r io.Reader) ([]*rlsv3.RateLimitRequest, error) {
+func ParseStream(r io.Reader) ([]*rlsv3.RateLimitRequest, error) {
 	var calls []*rlsv3.RateLimitRequest
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
