@@ -3,6 +3,7 @@ module github.com/limitproxy/limitproxy/bench
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/limitproxy/limitproxy v0.0.0-00010101000000-000000000000
@@ -12,7 +13,6 @@ require (
 )
 
 require (
-	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
