@@ -127,11 +127,12 @@ func mainErr(redis, config, streamFile string, extra []string, calls, conc, roun
 		}
 	}
 
-	// Load: distinct clients, a generous limit (mostly OK) and one of 3
-	// a day (mostly OVER_LIMIT), interleaved rounds.
+	// Load: 5000 clients under a generous limit (OK), and 1000 users
+	// called 5 times each per pass under 3 a day (OVER_LIMIT from the
+	// fourth), interleaved rounds.
 	var load strings.Builder
 	for i := range 5000 {
-		fmt.Fprintf(&load, "bench client=c%d\nbench user=u%d\n", i, i)
+		fmt.Fprintf(&load, "bench client=c%d\nbench user=u%d\n", i, i%1000)
 	}
 	loadStream, _ := rlsload.ParseStream(strings.NewReader(load.String()))
 	for round := range rounds {

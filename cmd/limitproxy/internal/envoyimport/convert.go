@@ -104,6 +104,9 @@ func Import(files []Input, o Options) (*Result, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	if n := countPolicies(perDomain); n == 0 {
+		return nil, Errors{{File: names(files), Msg: "nothing to import: no descriptor has a rate_limit, so the reference answers OK to every call (and a configuration needs a policy)"}}
+	}
 	warnings = sortWarnings(files, append(warnings, c.warnings...))
 	return &Result{TOML: render(files, domains, perDomain, warnings, o), Warnings: warnings}, nil
 }
@@ -459,4 +462,20 @@ func sortWarnings(files []Input, ws []Warning) []Warning {
 		return cmp.Or(cmp.Compare(order[a.File], order[b.File]), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col), strings.Compare(a.Msg, b.Msg))
 	})
 	return slices.Compact(ws)
+}
+
+func countPolicies(perDomain [][]*policy) int {
+	n := 0
+	for _, ps := range perDomain {
+		n += len(ps)
+	}
+	return n
+}
+
+func names(files []Input) string {
+	s := make([]string, len(files))
+	for i, f := range files {
+		s[i] = f.Name
+	}
+	return strings.Join(s, ", ")
 }

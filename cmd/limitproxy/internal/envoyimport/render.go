@@ -7,6 +7,9 @@ import (
 	"unicode/utf8"
 )
 
+// noLimit is what a policy without limit is written as, in its comment.
+const noLimit = "OK for every call, as the reference's answer without a limit"
+
 // render writes the TOML of the policies of each domain.
 func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []Warning, o Options) []byte {
 	var b bytes.Buffer
@@ -20,7 +23,8 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 # (docs/envoy.md). The first policy of a domain whose descriptor matches
 # decides, and the order below is the reference's lookup: a value before
 # a wildcard before the bare key, level by level, never going back up.
-# A policy without limits ends a lookup where the reference's finds none.
+# A policy "without limit" (a shadow limit that nothing reaches: an RLS
+# policy needs one) ends a lookup where the reference's finds none.
 # Each limit is a fixed window of the unit, aligned to the Unix epoch as
 # the reference aligns it (a month is 30 days, a year 365).
 `, strings.Join(names, "\n#   "))
@@ -45,11 +49,17 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 			for _, n := range p.notes {
 				fmt.Fprintf(&b, "# NOTE %s\n", comment(n))
 			}
-			if p.why != "" {
+			if p.limit == nil {
+				// An RLS policy needs a limit: one in shadow mode, under
+				// one key, that no traffic reaches, answers OK always.
 				fmt.Fprintf(&b, "# no limit: %s\n", comment(p.why))
+				fmt.Fprintf(&b, "[[policy]]\nname = %s\nmode = \"shadow\"  # never refuses: %s\nkey = []\n", quote(p.name), noLimit)
+				fmt.Fprintf(&b, "[policy.match]\nrls_domain = %s\ndescriptor = %s\n", quote(p.domain), quoteList(p.descriptor))
+				fmt.Fprintf(&b, "[[policy.limits]]\nname = \"unlimited\"\nalgorithm = \"fixed_window\"\nlimit = %d\nwindow = \"1s\"\n", maxCount)
+				continue
 			}
 			fmt.Fprintf(&b, "[[policy]]\nname = %s\n", quote(p.name))
-			if p.shadow && p.limit != nil {
+			if p.shadow {
 				b.WriteString("mode = \"shadow\"\n")
 			}
 			if p.key != nil {
