@@ -3,8 +3,10 @@
 # service (gRPC) answered by the reference server, envoyproxy/ratelimit
 # (built from its Go module at bench/internal/rlsref's pinned version),
 # and by limitproxy's [rls], both on one local redis-server that the
-# script starts: the same descriptor stream to each, one call after
-# another, with identical OK/OVER_LIMIT codes required (fixed windows),
+# script starts: the same descriptor stream to each (bench/rls/
+# differential.txt, then 2000 calls made at random from the imported
+# policies), one call after another, with identical OK/OVER_LIMIT codes
+# required (fixed windows),
 # then decisions per second and p50/p99 latency under load in interleaved
 # rounds (bench/rlsdiff, bench/rlsbench's load generator).
 #
@@ -51,9 +53,9 @@ pids+=($!)
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 targets=()
+lp_port=$(free_port)
+"$tmp/limitproxy" import -listen "127.0.0.1:$lp_port" -o "$tmp/rls.toml" bench/rls/config.yaml
 if [ -z "$lp_addr" ]; then
-  lp_port=$(free_port)
-  "$tmp/limitproxy" import -listen "127.0.0.1:$lp_port" -o "$tmp/rls.toml" bench/rls/config.yaml
   cat >>"$tmp/rls.toml" <<TOML
 
 [server]
@@ -93,7 +95,7 @@ fi
   echo "(limitproxy serves its \`limitproxy import\`), the load generator shares the machine with them."
   echo
   "$tmp/rlsdiff" -redis "127.0.0.1:$redis_port" -refbin "$tmp/service_cmd" -config bench/rls/config.yaml \
-    -stream bench/rls/differential.txt "${targets[@]}" -calls "$calls" -rounds "$rounds"
+    -stream bench/rls/differential.txt -toml "$tmp/rls.toml" -random 2000 "${targets[@]}" -calls "$calls" -rounds "$rounds"
   echo "<!-- rls:end -->"
 } >"$tmp/section.md"
 write_section rls "$tmp/section.md"

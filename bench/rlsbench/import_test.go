@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/limitproxy/limitproxy/bench/internal/rlsload"
 	"github.com/limitproxy/limitproxy/bench/internal/rlsref"
 	"github.com/limitproxy/limitproxy/internal/redistest"
 )
@@ -181,55 +181,12 @@ func TestImportDecidesAsTheReference(t *testing.T) {
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
 
-	// Calls made from the policies' own patterns, a value or an entry
-	// changed now and then, over few values: counters fill, and lookups
-	// fall between what the patterns take.
 	byDomain := map[string][][]string{}
-	values := map[string]bool{"": true, "zz": true}
 	for _, p := range m.f.Policy {
 		byDomain[p.Match.RLSDomain] = append(byDomain[p.Match.RLSDomain], p.Match.Descriptor)
-		for _, pat := range p.Match.Descriptor {
-			if _, v, ok := strings.Cut(pat, "="); ok {
-				base := strings.TrimSuffix(v, "*")
-				values[base] = true
-				values[base+"x"] = true
-			}
-		}
 	}
-	domainList, valueList := sorted(byDomainKeys(byDomain)), sorted(values)
-	r := rand.New(rand.NewPCG(7, 28))
-	pick := func(s []string) string { return s[r.IntN(len(s))] }
-	instantiate := func(pats []string) *rlcommon.RateLimitDescriptor {
-		d := &rlcommon.RateLimitDescriptor{}
-		for _, pat := range pats {
-			k, v, _ := strings.Cut(pat, "=")
-			switch {
-			case r.IntN(4) == 0 || v == "":
-				v = pick(valueList[:min(len(valueList), 6)])
-			case strings.HasSuffix(v, "*"):
-				v = strings.TrimSuffix(v, "*") + pick([]string{"", "a", "b"})
-			}
-			d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: k, Value: v})
-		}
-		switch r.IntN(10) {
-		case 0:
-			d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: "extra", Value: "1"})
-		case 1:
-			if len(d.Entries) > 1 {
-				d.Entries = d.Entries[:len(d.Entries)-1]
-			}
-		}
-		return d
-	}
-	compared, unsure := 0, 0
-	over := 0
-	for call := range 3000 {
-		domain := pick(domainList)
-		req := &rlsv3.RateLimitRequest{Domain: domain}
-		for range 1 + r.IntN(2) {
-			pats := byDomain[domain]
-			req.Descriptors = append(req.Descriptors, instantiate(pats[r.IntN(len(pats))]))
-		}
+	compared, unsure, over := 0, 0, 0
+	for call, req := range rlsload.RandomCalls(byDomain, 3000, 7) {
 		tb := time.Now()
 		resp, err := client.ShouldRateLimit(ctx, req)
 		ta := time.Now()
@@ -256,23 +213,6 @@ func TestImportDecidesAsTheReference(t *testing.T) {
 	if compared < 3000 {
 		t.Errorf("only %d descriptors compared", compared)
 	}
-}
-
-func byDomainKeys(m map[string][][]string) map[string]bool {
-	out := map[string]bool{}
-	for k := range m {
-		out[k] = true
-	}
-	return out
-}
-
-func sorted(m map[string]bool) []string {
-	var s []string
-	for k := range m {
-		s = append(s, k)
-	}
-	slices.Sort(s)
-	return s
 }
 
 func entries(d *rlcommon.RateLimitDescriptor) string {

@@ -7,7 +7,8 @@
 // exits 1 when a target's codes differ from the reference's.
 //
 //	rlsdiff -redis 127.0.0.1:6390 -config bench/rls/config.yaml \
-//	    -stream bench/rls/differential.txt [-target limitproxy=127.0.0.1:8091] \
+//	    -stream bench/rls/differential.txt [-toml rls.toml -random 2000] \
+//	    [-target limitproxy=127.0.0.1:8091] \
 //	    [-calls 20000] [-c 16] [-rounds 3]
 package main
 
@@ -21,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -45,8 +47,10 @@ func main() {
 	conc := flag.Int("c", 16, "calls in flight under load")
 	rounds := flag.Int("rounds", 3, "interleaved load rounds")
 	refBin := flag.String("refbin", "", "a built reference service_cmd (default: build it)")
+	imported := flag.String("toml", "", "limitproxy import's `FILE` of -config: -random calls are made of its descriptor patterns")
+	random := flag.Int("random", 0, "calls made at random from -toml's patterns, sent after the stream's")
 	flag.Parse()
-	if err := mainErr(*redis, *config, *streamFile, extra, *calls, *conc, *rounds, *refBin); err != nil {
+	if err := mainErr(*redis, *config, *streamFile, extra, *calls, *conc, *rounds, *refBin, *imported, *random); err != nil {
 		fmt.Fprintln(os.Stderr, "rlsdiff:", err)
 		os.Exit(1)
 	}
@@ -58,7 +62,7 @@ type target struct {
 	loads      []rlsload.Result
 }
 
-func mainErr(redis, config, streamFile string, extra []string, calls, conc, rounds int, refBin string) error {
+func mainErr(redis, config, streamFile string, extra []string, calls, conc, rounds int, refBin, imported string, random int) error {
 	if redis == "" {
 		return fmt.Errorf("-redis is required")
 	}
@@ -109,6 +113,25 @@ func mainErr(redis, config, streamFile string, extra []string, calls, conc, roun
 	if err != nil {
 		return fmt.Errorf("%s: %w", streamFile, err)
 	}
+	given := len(stream)
+	if random > 0 {
+		var f struct {
+			Policy []struct {
+				Match struct {
+					RLSDomain  string   `toml:"rls_domain"`
+					Descriptor []string `toml:"descriptor"`
+				}
+			}
+		}
+		if _, err := toml.DecodeFile(imported, &f); err != nil {
+			return fmt.Errorf("-toml: %w", err)
+		}
+		patterns := map[string][][]string{}
+		for _, p := range f.Policy {
+			patterns[p.Match.RLSDomain] = append(patterns[p.Match.RLSDomain], p.Match.Descriptor)
+		}
+		stream = append(stream, rlsload.RandomCalls(patterns, random, 28)...)
+	}
 	day := time.Now().Unix() / 86400
 	seqs := make([][]string, len(all))
 	for i, t := range all {
@@ -122,7 +145,7 @@ func mainErr(redis, config, streamFile string, extra []string, calls, conc, roun
 	for i := 1; i < len(all); i++ {
 		for j := range seqs[0] {
 			if seqs[i][j] != seqs[0][j] {
-				differ = append(differ, fmt.Sprintf("%s, call %d: %q, the reference %q", all[i].name, j+1, seqs[i][j], seqs[0][j]))
+				differ = append(differ, fmt.Sprintf("%s, call %d (%s): %q, the reference %q", all[i].name, j+1, describe(stream[j]), seqs[i][j], seqs[0][j]))
 			}
 		}
 	}
@@ -146,7 +169,17 @@ func mainErr(redis, config, streamFile string, extra []string, calls, conc, roun
 		}
 	}
 
-	fmt.Printf("Differential: %d calls of `%s`, one after another, to each server (each on its own counters in one Redis): ", len(stream), streamFile)
+	fmt.Printf("Differential: the %d calls of `%s`", given, streamFile)
+	if random > 0 {
+		fmt.Printf(" and %d made at random from the imported policies' descriptors", random)
+	}
+	overs := 0
+	for _, c := range seqs[0] {
+		if strings.HasPrefix(c, "OVER_LIMIT") {
+			overs++
+		}
+	}
+	fmt.Printf(", one after another, to each server (each on its own counters in one Redis; the reference answered OVER_LIMIT to %d): ", overs)
 	if len(differ) == 0 {
 		fmt.Printf("the codes of %s are the reference's, call for call.\n\n", names(all[1:]))
 	} else {
@@ -172,6 +205,19 @@ func mainErr(redis, config, streamFile string, extra []string, calls, conc, roun
 		return fmt.Errorf("%d calls differ from the reference", len(differ))
 	}
 	return nil
+}
+
+// describe is a call as a stream line.
+func describe(req *rlsv3.RateLimitRequest) string {
+	parts := []string{req.Domain}
+	for _, d := range req.Descriptors {
+		var es []string
+		for _, e := range d.Entries {
+			es = append(es, e.Key+"="+e.Value)
+		}
+		parts = append(parts, strings.Join(es, ","))
+	}
+	return strings.Join(parts, " ")
 }
 
 func names(ts []*target) string {
