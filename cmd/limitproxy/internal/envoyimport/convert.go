@@ -193,6 +193,10 @@ func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
 		blocks := make([][]*policy, len(ordered))
 		steps := make([][]step, len(ordered))
 		for i, n := range ordered {
+			if len(path) == maxDepth {
+				c.errorf(n, "descriptor %s is %d levels deep: an RLS policy's descriptor has at most %d entries", pathName(d, path, n), len(path)+1, maxDepth)
+				continue
+			}
 			p, ok := c.pattern(n)
 			if !ok {
 				continue
@@ -289,6 +293,9 @@ func (c *converter) block(d *Domain, path []step) []*policy {
 	}
 	return append(out, c.level(d, path, n.Children)...)
 }
+
+// maxDepth is the most patterns an RLS policy's descriptor may have.
+const maxDepth = 16
 
 // pattern is n's descriptor pattern, or false after a refusal.
 func (c *converter) pattern(n *Node) (string, bool) {
