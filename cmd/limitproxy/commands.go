@@ -108,6 +108,7 @@ func init() {
 					return replayCmd(ctx, fs, r, args, stdout, stderr)
 				}
 			}},
+		importCommand(),
 		{name: "demo", summary: "run the example configuration against a local echo upstream",
 			flags: func(_ *flag.FlagSet, stdout, stderr io.Writer) func(context.Context, []string) error {
 				return func(ctx context.Context, args []string) error {

@@ -1,0 +1,158 @@
+// Package rlsref builds and runs the reference rate limit service,
+// envoyproxy/ratelimit, for benchmarks and differential tests: from its
+// Go module at a pinned version, against a Redis on loopback, with a
+// configuration directory of its YAML files.
+package rlsref
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Module and Version pin the reference: envoyproxy/ratelimit's commit
+// 3fb702589d36 (2026-01-22), the newest version the module mirror serves
+// (newer commits are refused by it: "This module version is not
+// available").
+const (
+	Module  = "github.com/envoyproxy/ratelimit"
+	Version = "v1.4.1-0.20260122083618-3fb702589d36"
+)
+
+// Build installs the reference's service_cmd into dir and returns the
+// binary's path. The error holds the go command's output.
+func Build(ctx context.Context, dir string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "install", Module+"/src/service_cmd@"+Version)
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go install %s/src/service_cmd@%s: %v\n%s", Module, Version, err, bytes.TrimSpace(out.Bytes()))
+	}
+	return filepath.Join(dir, "service_cmd"), nil
+}
+
+// Options configure one reference server.
+type Options struct {
+	Bin       string            // from Build
+	Dir       string            // a directory of its own: the runtime tree and the log
+	RedisAddr string            // host:port of a redis-server
+	Configs   map[string][]byte // YAML files by name (one domain each)
+	// MergeDomains sets MERGE_DOMAIN_CONFIG.
+	MergeDomains bool
+}
+
+// Server is a running reference server.
+type Server struct {
+	Addr string // its gRPC address
+	Log  string // its output's file
+	cmd  *exec.Cmd
+	done chan struct{} // closed when it has exited
+}
+
+// Start writes the configuration under o.Dir (RUNTIME_ROOT/ratelimit/
+// config/), starts the server on free loopback ports (gRPC, HTTP, debug)
+// with statsd off, and waits until its gRPC port accepts connections.
+func Start(o Options) (*Server, error) {
+	confDir := filepath.Join(o.Dir, "runtime", "ratelimit", "config")
+	if err := os.MkdirAll(confDir, 0o755); err != nil {
+		return nil, err
+	}
+	for name, b := range o.Configs {
+		if err := os.WriteFile(filepath.Join(confDir, name), b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Log: filepath.Join(o.Dir, "ratelimit.log")}
+	logf, err := os.Create(s.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	s.cmd = exec.Command(o.Bin)
+	s.cmd.Env = append(os.Environ(), Env(o, ports)...)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	s.done = make(chan struct{})
+	go func() {
+		s.cmd.Wait()
+		close(s.done)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+		if err == nil {
+			c.Close()
+			return s, nil
+		}
+		if time.Now().After(deadline) || s.exited() {
+			s.Stop()
+			log, _ := os.ReadFile(s.Log)
+			return nil, fmt.Errorf("the reference did not listen on %s: %v\n%s", s.Addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Env is the reference's environment for o: gRPC, HTTP and debug ports
+// (in that order) on 127.0.0.1, the runtime directory, Redis over TCP,
+// no statsd, no local cache.
+func Env(o Options, ports []int) []string {
+	return []string{
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[0]),
+		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[1]),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[2]),
+		"USE_STATSD=false", "LOG_LEVEL=warn", "BACKEND_TYPE=redis",
+		"RUNTIME_ROOT=" + filepath.Join(o.Dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit",
+		"RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + o.RedisAddr,
+		"LOCAL_CACHE_SIZE_IN_BYTES=0",
+		"MERGE_DOMAIN_CONFIG=" + strconv.FormatBool(o.MergeDomains),
+	}
+}
+
+func (s *Server) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop kills the server by its PID and waits for it.
+func (s *Server) Stop() {
+	s.cmd.Process.Kill()
+	<-s.done
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

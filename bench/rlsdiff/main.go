@@ -1,0 +1,239 @@
+// Command rlsdiff is bench/rls.sh's driver: it starts envoyproxy/ratelimit
+// (built at bench/internal/rlsref's pinned version) on a given Redis with
+// a YAML configuration, sends the same descriptor stream, one call after
+// another, to it and to every other target (limitproxy's [rls]), and
+// compares their codes line by line; then it measures each target under
+// load in interleaved rounds. It prints a Markdown section on stdout and
+// exits 1 when a target's codes differ from the reference's.
+//
+//	rlsdiff -redis 127.0.0.1:6390 -config bench/rls/config.yaml \
+//	    -stream bench/rls/differential.txt [-toml rls.toml -random 2000] \
+//	    [-target limitproxy=127.0.0.1:8091] \
+//	    [-calls 20000] [-c 16] [-rounds 3]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/limitproxy/limitproxy/bench/internal/rlsload"
+	"github.com/limitproxy/limitproxy/bench/internal/rlsref"
+	"github.com/limitproxy/limitproxy/bench/internal/stats"
+)
+
+type targets []string
+
+func (t *targets) String() string     { return strings.Join(*t, ",") }
+func (t *targets) Set(s string) error { *t = append(*t, s); return nil }
+
+func main() {
+	var extra targets
+	redis := flag.String("redis", "", "the redis-server `ADDRESS` the reference uses")
+	config := flag.String("config", "bench/rls/config.yaml", "the reference's YAML configuration `FILE`")
+	streamFile := flag.String("stream", "bench/rls/differential.txt", "the differential stream `FILE` (rlsbench's format)")
+	flag.Var(&extra, "target", "another RLS server to compare and measure, as `NAME=ADDRESS` (repeatable)")
+	calls := flag.Int("calls", 20000, "calls per target and round under load")
+	conc := flag.Int("c", 16, "calls in flight under load")
+	rounds := flag.Int("rounds", 3, "interleaved load rounds")
+	refBin := flag.String("refbin", "", "a built reference service_cmd (default: build it)")
+	imported := flag.String("toml", "", "limitproxy import's `FILE` of -config: -random calls are made of its descriptor patterns")
+	random := flag.Int("random", 0, "calls made at random from -toml's patterns, sent after the stream's")
+	flag.Parse()
+	if err := mainErr(*redis, *config, *streamFile, extra, *calls, *conc, *rounds, *refBin, *imported, *random); err != nil {
+		fmt.Fprintln(os.Stderr, "rlsdiff:", err)
+		os.Exit(1)
+	}
+}
+
+type target struct {
+	name, addr string
+	client     rlsv3.RateLimitServiceClient
+	loads      []rlsload.Result
+}
+
+func mainErr(redis, config, streamFile string, extra []string, calls, conc, rounds int, refBin, imported string, random int) error {
+	if redis == "" {
+		return fmt.Errorf("-redis is required")
+	}
+	ctx := context.Background()
+	tmp, err := os.MkdirTemp("", "rlsdiff")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if refBin == "" {
+		fmt.Fprintf(os.Stderr, "building %s@%s\n", rlsref.Module, rlsref.Version)
+		if refBin, err = rlsref.Build(ctx, tmp); err != nil {
+			return err
+		}
+	}
+	yaml, err := os.ReadFile(config)
+	if err != nil {
+		return err
+	}
+	ref, err := rlsref.Start(rlsref.Options{Bin: refBin, Dir: tmp, RedisAddr: redis, Configs: map[string][]byte{filepath.Base(config): yaml}})
+	if err != nil {
+		return err
+	}
+	defer ref.Stop()
+	all := []*target{{name: "envoyproxy/ratelimit", addr: ref.Addr}}
+	for _, e := range extra {
+		name, addr, ok := strings.Cut(e, "=")
+		if !ok {
+			return fmt.Errorf("-target %q: want NAME=ADDRESS", e)
+		}
+		all = append(all, &target{name: name, addr: addr})
+	}
+	for _, t := range all {
+		conn, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		t.client = rlsv3.NewRateLimitServiceClient(conn)
+	}
+
+	f, err := os.Open(streamFile)
+	if err != nil {
+		return err
+	}
+	stream, err := rlsload.ParseStream(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", streamFile, err)
+	}
+	given := len(stream)
+	if random > 0 {
+		var f struct {
+			Policy []struct {
+				Match struct {
+					RLSDomain  string   `toml:"rls_domain"`
+					Descriptor []string `toml:"descriptor"`
+				}
+			}
+		}
+		if _, err := toml.DecodeFile(imported, &f); err != nil {
+			return fmt.Errorf("-toml: %w", err)
+		}
+		patterns := map[string][][]string{}
+		for _, p := range f.Policy {
+			patterns[p.Match.RLSDomain] = append(patterns[p.Match.RLSDomain], p.Match.Descriptor)
+		}
+		stream = append(stream, rlsload.RandomCalls(patterns, random, 28)...)
+	}
+	day := time.Now().Unix() / 86400
+	seqs := make([][]string, len(all))
+	for i, t := range all {
+		r := rlsload.Run(ctx, t.client, stream, rlsload.Options{Calls: len(stream), Concurrency: 1, Timeout: 5 * time.Second})
+		seqs[i] = r.Sequence
+	}
+	if time.Now().Unix()/86400 != day {
+		return fmt.Errorf("the differential spanned midnight UTC (a new day window): run it again")
+	}
+	var differ []string
+	for i := 1; i < len(all); i++ {
+		for j := range seqs[0] {
+			if seqs[i][j] != seqs[0][j] {
+				differ = append(differ, fmt.Sprintf("%s, call %d (%s): %q, the reference %q", all[i].name, j+1, describe(stream[j]), seqs[i][j], seqs[0][j]))
+			}
+		}
+	}
+
+	// Load: 5000 clients under a generous limit (OK), and 1000 users
+	// called 5 times each per pass under 3 a day (OVER_LIMIT from the
+	// fourth), interleaved rounds.
+	var load strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&load, "bench client=c%d\nbench user=u%d\n", i, i%1000)
+	}
+	loadStream, _ := rlsload.ParseStream(strings.NewReader(load.String()))
+	for round := range rounds {
+		for _, t := range all {
+			r := rlsload.Run(ctx, t.client, loadStream, rlsload.Options{Calls: calls, Concurrency: conc, Timeout: 5 * time.Second})
+			fmt.Fprintf(os.Stderr, "round %d: %s %s\n", round+1, t.name, r.Summary(t.addr))
+			if r.Errors > 0 {
+				return fmt.Errorf("%s: %d calls failed under load, the first: %s", t.name, r.Errors, r.FirstError)
+			}
+			t.loads = append(t.loads, r)
+		}
+	}
+
+	fmt.Printf("Differential: the %d calls of `%s`", given, streamFile)
+	if random > 0 {
+		fmt.Printf(" and %d made at random from the imported policies' descriptors", random)
+	}
+	overs := 0
+	for _, c := range seqs[0] {
+		if strings.HasPrefix(c, "OVER_LIMIT") {
+			overs++
+		}
+	}
+	fmt.Printf(", one after another, to each server (each on its own counters in one Redis; the reference answered OVER_LIMIT to %d): ", overs)
+	if len(differ) == 0 {
+		fmt.Printf("the codes of %s are the reference's, call for call.\n\n", names(all[1:]))
+	} else {
+		fmt.Printf("**%d calls differ**:\n\n", len(differ))
+		for _, d := range differ {
+			fmt.Printf("- %s\n", d)
+		}
+		fmt.Println()
+	}
+	fmt.Printf("Load: %d calls per server and round (one descriptor each, %d in flight), %d interleaved rounds; medians with min–max.\n\n", calls, conc, rounds)
+	fmt.Println("| server | decisions/s | p50 | p99 |")
+	fmt.Println("|---|---|---|---|")
+	for _, t := range all {
+		var dps, p50, p99 []float64
+		for _, r := range t.loads {
+			dps = append(dps, r.DecisionsPerSec)
+			p50 = append(p50, float64(r.P50.Microseconds()))
+			p99 = append(p99, float64(r.P99.Microseconds()))
+		}
+		fmt.Printf("| %s | %s | %s µs | %s µs |\n", t.name, span(dps), span(p50), span(p99))
+	}
+	if len(differ) > 0 {
+		return fmt.Errorf("%d calls differ from the reference", len(differ))
+	}
+	return nil
+}
+
+// describe is a call as a stream line.
+func describe(req *rlsv3.RateLimitRequest) string {
+	parts := []string{req.Domain}
+	for _, d := range req.Descriptors {
+		var es []string
+		for _, e := range d.Entries {
+			es = append(es, e.Key+"="+e.Value)
+		}
+		parts = append(parts, strings.Join(es, ","))
+	}
+	return strings.Join(parts, " ")
+}
+
+func names(ts []*target) string {
+	if len(ts) == 0 {
+		return "no other target (none given)"
+	}
+	var n []string
+	for _, t := range ts {
+		n = append(n, t.name)
+	}
+	return strings.Join(n, ", ")
+}
+
+// span is "median (min–max)".
+func span(v []float64) string {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return fmt.Sprintf("%.0f (%.0f–%.0f)", stats.Median(s), s[0], s[len(s)-1])
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/envoyimport"
+	"github.com/limitproxy/limitproxy/policy/config"
+)
+
+// maxImportBytes bounds each YAML file import reads.
+const maxImportBytes = 4 << 20
+
+// importFlags are the flags of limitproxy import.
+type importFlags struct {
+	out, listen          string
+	merge, allowStricter bool
+}
+
+func declareImportFlags(fs *flag.FlagSet) *importFlags {
+	f := &importFlags{}
+	fs.StringVar(&f.out, "o", "", "write the TOML to `FILE` (replaced whole, or left alone on an error) instead of stdout")
+	fs.StringVar(&f.listen, "listen", envoyimport.DefaultListen, "the [rls] listen `ADDRESS` written")
+	fs.BoolVar(&f.merge, "merge-domains", false, "merge files of one domain, as the reference's MERGE_DOMAIN_CONFIG=true does (default: refused, as it does)")
+	fs.BoolVar(&f.allowStricter, "allow-stricter", false, "carry over, with a comment, what limitproxy would enforce more strictly: replaces (both limits enforced) and quota_mode (enforced)")
+	return f
+}
+
+// importCmd converts envoyproxy/ratelimit YAML files to limitproxy TOML.
+// Warnings go to stderr; the TOML to -o or stdout.
+func importCmd(f *importFlags, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"import: name the envoyproxy/ratelimit YAML files (a RUNTIME_ROOT's config/*.yaml)\n" + commandUsage("import")}
+	}
+	var in []envoyimport.Input
+	for _, p := range args {
+		src, err := readBounded(p, maxImportBytes)
+		if err != nil {
+			return err
+		}
+		in = append(in, envoyimport.Input{Name: p, Src: src})
+	}
+	res, err := envoyimport.Import(in, envoyimport.Options{Listen: f.listen, MergeDomains: f.merge, AllowStricter: f.allowStricter})
+	if err != nil {
+		return err
+	}
+	if len(res.TOML) > config.MaxFileBytes {
+		return fmt.Errorf("import: the TOML would be %d bytes, above the %d a configuration may have", len(res.TOML), config.MaxFileBytes)
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(stderr, "%s (noted in the output)\n", w)
+	}
+	if f.out == "" {
+		_, err := stdout.Write(res.TOML)
+		return err
+	}
+	return writeReplacing(f.out, res.TOML)
+}
+
+// readBounded reads the file at p, refusing one above limit bytes.
+func readBounded(p string, limit int64) ([]byte, error) {
+	fh, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", p, limit)
+	}
+	return b, nil
+}
+
+// writeReplacing writes b to path through a file beside it renamed over
+// it, so that a reader never sees half a configuration.
+func writeReplacing(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// importCommand is the command table's entry for import.
+func importCommand() command {
+	return command{name: "import", synopsis: "[-o FILE] [-listen ADDRESS] [-merge-domains] [-allow-stricter] CONFIG.yaml...",
+		summary: "convert envoyproxy/ratelimit YAML configuration to RLS policies (docs/envoy.md)", files: true,
+		flags: func(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Context, []string) error {
+			f := declareImportFlags(fs)
+			return func(_ context.Context, args []string) error {
+				return importCmd(f, args, stdout, stderr)
+			}
+		}}
+}
