@@ -16,9 +16,10 @@ import (
 const testKeySecret = "limitproxy-test-key-hash-secret"
 
 // withKeySecret returns text with [admin] key_hash_secret_env naming a
-// variable set to testKeySecret for the test.
+// variable set to testKeySecret (by TestMain, once: t.Setenv would keep
+// the tests that use it from running in parallel).
 func withKeySecret(t *testing.T, text string) string {
-	t.Setenv("LIMITPROXY_TEST_KEY_SECRET", testKeySecret)
+	t.Helper()
 	return strings.Replace(text, "[admin]\n", "[admin]\nkey_hash_secret_env = \"LIMITPROXY_TEST_KEY_SECRET\"\n", 1)
 }
 

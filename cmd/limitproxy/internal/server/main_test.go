@@ -84,6 +84,7 @@ func (s *syncWriter) String() string {
 func TestMain(m *testing.M) {
 	os.Setenv("PEBBLE_VA_NOSLEEP", "1")
 	os.Setenv("LIMITPROXY_TEST_TOKEN", "s3cret")
+	os.Setenv("LIMITPROXY_TEST_KEY_SECRET", testKeySecret)
 	flag.Parse()
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
