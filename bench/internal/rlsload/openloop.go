@@ -32,13 +32,13 @@ type OpenResult struct {
 	FirstError      string
 }
 
-// OpenLoop sends calls of stream (cycling through it) through client at
-// o.Rate per second for o.Dur, each at its intended instant whatever the
-// answers to the ones before, each on a goroutine of its own (gRPC
-// multiplexes them on the client's connection), and waits for the last
-// answer or its timeout. The dispatcher sleeps on a thread of its own
-// (proc.Pacer).
-func OpenLoop(ctx context.Context, client rlsv3.RateLimitServiceClient, stream []*rlsv3.RateLimitRequest, o OpenOptions) OpenResult {
+// OpenLoop sends calls of stream (cycling through it) through clients
+// (in turn: one per connection spreads the calls over them) at o.Rate
+// per second for o.Dur, each at its intended instant whatever the
+// answers to the ones before, each on a goroutine of its own, and waits
+// for the last answer or its timeout. The dispatcher sleeps on a thread
+// of its own (proc.Pacer).
+func OpenLoop(ctx context.Context, clients []rlsv3.RateLimitServiceClient, stream []*rlsv3.RateLimitRequest, o OpenOptions) OpenResult {
 	n := loadgen.Count(o.Dur, o.Rate)
 	lat := make([]time.Duration, n)
 	var (
@@ -59,7 +59,7 @@ func OpenLoop(ctx context.Context, client rlsv3.RateLimitServiceClient, stream [
 		go func() {
 			defer wg.Done()
 			cctx, cancel := context.WithDeadline(ctx, at.Add(o.Timeout))
-			resp, err := client.ShouldRateLimit(cctx, stream[i%len(stream)])
+			resp, err := clients[i%len(clients)].ShouldRateLimit(cctx, stream[i%len(stream)])
 			lat[i] = time.Since(at)
 			cancel()
 			mu.Lock()
