@@ -9,7 +9,14 @@
 //	rlsdiff -redis 127.0.0.1:6390 -config bench/rls/config.yaml \
 //	    -stream bench/rls/differential.txt [-toml rls.toml -random 2000] \
 //	    [-target limitproxy=127.0.0.1:8091] \
-//	    [-calls 20000] [-c 16] [-rounds 3]
+//	    [-calls 20000] [-c 16] [-rounds 3] [-rate 20000 -openfor 2s] \
+//	    [-memory NAME] [-redis-target NAME]
+//
+// Each round measures every target closed loop (-c calls in flight, as
+// fast as it answers: throughput) and then open loop (-rate calls a
+// second at fixed instants: latency at that rate). -memory and
+// -redis-target name the targets whose figures are checked against the
+// issue's targets (p99 ≤ 1 ms at 20,000/s; the reference's throughput).
 package main
 
 import (
@@ -49,8 +56,14 @@ func main() {
 	refBin := flag.String("refbin", "", "a built reference service_cmd (default: build it)")
 	imported := flag.String("toml", "", "limitproxy import's `FILE` of -config: -random calls are made of its descriptor patterns")
 	random := flag.Int("random", 0, "calls made at random from -toml's patterns, sent after the stream's")
+	rate := flag.Float64("rate", 20000, "the open-loop rate, in calls (one descriptor each) per second; 0: no open-loop runs")
+	conns := flag.Int("conns", 1, "gRPC connections per target for the open loop (calls spread over them in turn)")
+	openFor := flag.Duration("openfor", 2*time.Second, "each open-loop run's length")
+	memName := flag.String("memory", "", "the `NAME` of the -target that is limitproxy with the memory store: its open-loop p99 is checked against 1 ms")
+	redisName := flag.String("redis-target", "", "the `NAME` of the -target that is limitproxy with Redis: its throughput is compared with the reference's")
 	flag.Parse()
-	if err := mainErr(*redis, *config, *streamFile, extra, *calls, *conc, *rounds, *refBin, *imported, *random); err != nil {
+	o := loadOptions{conns: max(*conns, 1), calls: *calls, conc: *conc, rounds: *rounds, rate: *rate, openFor: *openFor, memory: *memName, redis: *redisName}
+	if err := mainErr(*redis, *config, *streamFile, extra, o, *refBin, *imported, *random); err != nil {
 		fmt.Fprintln(os.Stderr, "rlsdiff:", err)
 		os.Exit(1)
 	}
@@ -59,10 +72,22 @@ func main() {
 type target struct {
 	name, addr string
 	client     rlsv3.RateLimitServiceClient
+	open       []rlsv3.RateLimitServiceClient // -conns of them, for the open loop
 	loads      []rlsload.Result
+	opens      []rlsload.OpenResult
 }
 
-func mainErr(redis, config, streamFile string, extra []string, calls, conc, rounds int, refBin, imported string, random int) error {
+// loadOptions are the measurements' flags.
+type loadOptions struct {
+	calls, conc, rounds int
+	conns               int // gRPC connections per target in the open loop
+	rate                float64
+	openFor             time.Duration
+	memory, redis       string // target names
+}
+
+func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, refBin, imported string, random int) error {
+	calls, conc, rounds := lo.calls, lo.conc, lo.rounds
 	if redis == "" {
 		return fmt.Errorf("-redis is required")
 	}
@@ -102,6 +127,15 @@ func mainErr(redis, config, streamFile string, extra []string, calls, conc, roun
 		}
 		defer conn.Close()
 		t.client = rlsv3.NewRateLimitServiceClient(conn)
+		for range lo.conns {
+			conn, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			conn.Connect() // ready by the open loop, after the differential and a closed-loop run
+			t.open = append(t.open, rlsv3.NewRateLimitServiceClient(conn))
+		}
 	}
 
 	f, err := os.Open(streamFile)
@@ -167,6 +201,15 @@ func mainErr(redis, config, streamFile string, extra []string, calls, conc, roun
 			}
 			t.loads = append(t.loads, r)
 		}
+		if lo.rate <= 0 {
+			continue
+		}
+		for _, t := range all {
+			r := rlsload.OpenLoop(ctx, t.open, loadStream, rlsload.OpenOptions{Rate: lo.rate, Dur: lo.openFor, Timeout: 5 * time.Second})
+			fmt.Fprintf(os.Stderr, "round %d: %s open loop at %.0f/s: calls=%d errors=%d elapsed=%s decisions_per_sec=%.0f p50=%s p99=%s max=%s\n",
+				round+1, t.name, lo.rate, r.Calls, r.Errors, r.Elapsed.Round(time.Millisecond), r.DecisionsPerSec, r.P50, r.P99, r.Max)
+			t.opens = append(t.opens, r)
+		}
 	}
 
 	fmt.Printf("Differential: the %d calls of `%s`", given, streamFile)
@@ -189,7 +232,7 @@ func mainErr(redis, config, streamFile string, extra []string, calls, conc, roun
 		}
 		fmt.Println()
 	}
-	fmt.Printf("Load: %d calls per server and round (one descriptor each, %d in flight), %d interleaved rounds; medians with min–max.\n\n", calls, conc, rounds)
+	fmt.Printf("Closed loop (throughput): %d calls per server and round (one descriptor each, %d in flight), %d interleaved rounds; medians with min–max.\n\n", calls, conc, rounds)
 	fmt.Println("| server | decisions/s | p50 | p99 |")
 	fmt.Println("|---|---|---|---|")
 	for _, t := range all {
@@ -200,6 +243,54 @@ func mainErr(redis, config, streamFile string, extra []string, calls, conc, roun
 			p99 = append(p99, float64(r.P99.Microseconds()))
 		}
 		fmt.Printf("| %s | %s | %s µs | %s µs |\n", t.name, span(dps), span(p50), span(p99))
+	}
+	if lo.rate > 0 {
+		fmt.Printf("\nOpen loop: %.0f calls per second (one descriptor each) on %d gRPC connection(s), each sent at its instant whatever the answers, for %s per server and round,\n", lo.rate, lo.conns, lo.openFor)
+		fmt.Printf("in the same rounds; latency counted from each call's intended instant; decisions/s over the time to the last answer (below the rate: the server, or the generator beside it, fell behind); medians with min–max.\n\n")
+		fmt.Println("| server | decisions/s answered | p50 | p99 | calls failed |")
+		fmt.Println("|---|---|---|---|---|")
+		for _, t := range all {
+			var dps, p50, p99, errs []float64
+			for _, r := range t.opens {
+				dps = append(dps, r.DecisionsPerSec)
+				p50 = append(p50, float64(r.P50.Microseconds()))
+				p99 = append(p99, float64(r.P99.Microseconds()))
+				errs = append(errs, float64(r.Errors))
+			}
+			fmt.Printf("| %s | %s | %s | %s | %s |\n", t.name, span(dps), spanµs(p50), spanµs(p99), span(errs))
+		}
+	}
+	fmt.Println()
+	for _, t := range all[1:] {
+		switch t.name {
+		case lo.memory:
+			if lo.rate <= 0 {
+				break
+			}
+			var p99 []float64
+			for _, r := range t.opens {
+				p99 = append(p99, float64(r.P99.Microseconds()))
+			}
+			slices.Sort(p99)
+			met := "**not met**"
+			if stats.Median(p99) <= 1000 {
+				met = "met"
+			}
+			fmt.Printf("- Target p99 ≤ 1 ms at 20,000 decisions/s with the memory store: %s, p99 %s at %.0f/s (median of the rounds, min–max).\n",
+				met, spanµs(p99), lo.rate)
+		case lo.redis:
+			var ratio []float64
+			for i, r := range t.loads {
+				ratio = append(ratio, r.DecisionsPerSec/all[0].loads[i].DecisionsPerSec)
+			}
+			slices.Sort(ratio)
+			met := "**not met**"
+			if stats.Median(ratio) >= 1 {
+				met = "met"
+			}
+			fmt.Printf("- Target at least envoyproxy/ratelimit's throughput with Redis: %s, %s's decisions/s are %.2f× the reference's (median of the rounds' ratios; %.2f–%.2f×).\n",
+				met, t.name, stats.Median(ratio), ratio[0], ratio[len(ratio)-1])
+		}
 	}
 	if len(differ) > 0 {
 		return fmt.Errorf("%d calls differ from the reference", len(differ))
@@ -236,4 +327,14 @@ func span(v []float64) string {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return fmt.Sprintf("%.0f (%.0f–%.0f)", stats.Median(s), s[0], s[len(s)-1])
+}
+
+// spanµs is span of microseconds, in ms when the median is 10 ms or more.
+func spanµs(v []float64) string {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if m := stats.Median(s); m >= 10000 {
+		return fmt.Sprintf("%.0f (%.0f–%.0f) ms", m/1000, s[0]/1000, s[len(s)-1]/1000)
+	}
+	return span(v) + " µs"
 }
