@@ -1,0 +1,209 @@
+package limiter_test
+
+// Edge cases the model suites do not reach: arithmetic near its saturation
+// points, idle times a store relies on to forget keys, the leaky bucket's
+// queue across a drain and a reload, charges with the clock gone backwards
+// and at their debt bound, and the constructors' bounds. Each goes through
+// the Limiter API on the memory store, with fixed instants.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/memstore"
+)
+
+var edgeT0 = time.Unix(1_800_000_000, 0) // a whole minute
+
+func edgeLimiter(t *testing.T, s limiter.Store, lim limiter.Limit, err error) *limiter.Limiter {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := limiter.New(s, "p", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestEdgeTokenBucketLongIdle: a fast bucket idle for hours earns more
+// nano-tokens than 63 bits hold (10⁶/s for 3 h is 1.08·10¹⁹; for 10 h the
+// 128-bit product's high word is set); the refill saturates and the
+// bucket is simply full, never negative.
+func TestEdgeTokenBucketLongIdle(t *testing.T) {
+	lim, err := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1_000_000, Per: time.Second}, Burst: 10})
+	l := edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+	now := edgeT0
+	for _, idle := range []time.Duration{0, 3 * time.Hour, 10 * time.Hour, 30 * 24 * time.Hour} {
+		now = now.Add(idle)
+		d, err := l.Allow(context.Background(), "k", now, 10)
+		if err != nil || !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("after %v idle: %+v (%v), want the whole burst of 10 admitted", idle, d, err)
+		}
+		if d, _ := l.Allow(context.Background(), "k", now, 1); d.Allowed || d.RetryAfter != time.Microsecond {
+			t.Fatalf("after %v idle, emptied: %+v, want refused for 1µs", idle, d)
+		}
+	}
+}
+
+// TestEdgeSlidingWindowIdle: the store forgets a sliding-window key only
+// once its last written slot has left the window entirely; until then the
+// slot still counts (weighted) and the key must be kept. Window 60 s in 6
+// slots of 10 s, limit 1: a request at +15 s (slot [+10 s, +20 s)) counts
+// until +80 s.
+func TestEdgeSlidingWindowIdle(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	lim, err := limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 1, Window: time.Minute, Slots: 6})
+	l := edgeLimiter(t, store, lim, err)
+	ctx := context.Background()
+	if d, err := l.Allow(ctx, "k", edgeT0.Add(15*time.Second), 1); err != nil || !d.Allowed {
+		t.Fatalf("first request: %+v (%v)", d, err)
+	}
+	last := edgeT0.Add(80*time.Second - time.Nanosecond)
+	if n := store.Sweep(last); n != 0 {
+		t.Fatalf("Sweep at +80s−1ns dropped %d keys; the slot at +10s still counts", n)
+	}
+	// Peek: one nanosecond of the slot is still in the window.
+	if d, err := l.Peek(ctx, "k", last); err != nil || d.Allowed {
+		t.Fatalf("at +80s−1ns: %+v (%v), want refused (the request at +15s still counts)", d, err)
+	}
+	if n := store.Sweep(edgeT0.Add(80 * time.Second)); n != 1 {
+		t.Fatalf("Sweep at +80s dropped %d keys, want the key, fresh again", n)
+	}
+}
+
+// TestEdgeLeakyDelayAfterDrain: with delay=, the first request after the
+// queue drained takes its place after the queue's last release, not after
+// the last request that left at once; so the one behind it waits. 10/s,
+// queue 2, delay 1 (one interval of a burst forwarded at once).
+func TestEdgeLeakyDelayAfterDrain(t *testing.T) {
+	lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Queue: 2, MaxWait: time.Minute, Delay: 1})
+	l := edgeLimiter(t, memstore.New(memstore.Options{VirtualQueues: true}), lim, err)
+	ms := time.Millisecond
+	for i, c := range []struct {
+		at      time.Duration
+		allowed bool
+		delay   time.Duration
+	}{
+		// A burst: two leave at once (the delay's one and the head),
+		// two wait, one is refused.
+		{0, true, 0}, {0, true, 0}, {0, true, 100 * ms}, {0, true, 200 * ms}, {0, false, 0},
+		// The queue released at +100 ms and +200 ms, and reopened at
+		// +300 ms: the schedule's next place is +300 ms + the lead.
+		{300 * ms, true, 0},
+		{300 * ms, true, 100 * ms},
+	} {
+		d, err := l.Allow(context.Background(), "k", edgeT0.Add(c.at), 1)
+		if err != nil || d.Allowed != c.allowed || d.Delay != c.delay {
+			t.Fatalf("request %d at +%v: allowed %v delay %v (%v), want %v %v", i, c.at, d.Allowed, d.Delay, err, c.allowed, c.delay)
+		}
+	}
+}
+
+// TestEdgeLeakyRetryAfterReload: a reload that shrinks queue= below the
+// number already waiting refuses new requests until enough have left for
+// the new queue to have room: with 3 waiting and queue 1, until the third
+// waiter leaves, not the first.
+func TestEdgeLeakyRetryAfterReload(t *testing.T) {
+	store := memstore.New(memstore.Options{VirtualQueues: true})
+	rate := limiter.Rate{N: 10, Per: time.Second}
+	lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: rate, Queue: 3, MaxWait: time.Minute})
+	l := edgeLimiter(t, store, lim, err)
+	ctx := context.Background()
+	for i, want := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond} {
+		if d, err := l.Allow(ctx, "k", edgeT0, 1); err != nil || !d.Allowed || d.Delay != want {
+			t.Fatalf("request %d: %+v (%v), want a delay of %v", i, d, err, want)
+		}
+	}
+	lim, err = limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: rate, Queue: 1, MaxWait: time.Minute})
+	l = edgeLimiter(t, store, lim, err)
+	// Waiters leave at +100, +200, +300 ms; queue 1 has room once all
+	// three have: +300 ms.
+	for _, at := range []time.Duration{50 * time.Millisecond, 150 * time.Millisecond, 250 * time.Millisecond} {
+		if d, err := l.Allow(ctx, "k", edgeT0.Add(at), 1); err != nil || d.Allowed || d.RetryAfter != 300*time.Millisecond-at {
+			t.Fatalf("at +%v after the reload: %+v (%v), want refused, Retry-After %v", at, d, err, 300*time.Millisecond-at)
+		}
+	}
+	if d, err := l.Allow(ctx, "k", edgeT0.Add(300*time.Millisecond), 1); err != nil || !d.Allowed || d.Delay != 100*time.Millisecond {
+		t.Fatalf("at +300ms: %+v (%v), want queued for 100ms", d, err)
+	}
+}
+
+// TestEdgeChargeSlidingLogBackwards: a charge whose clock went back past
+// the window, with a reservation as old, is placed at the latest instant
+// the log has seen (as Decide reads such a clock), so it counts; it is not
+// written where the window has already passed.
+func TestEdgeChargeSlidingLogBackwards(t *testing.T) {
+	lim, err := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 10, Window: time.Minute})
+	l := edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+	ctx := context.Background()
+	late, early := edgeT0.Add(100*time.Second), edgeT0.Add(10*time.Second)
+	if d, err := l.Charge(ctx, "k", late, late, 3); err != nil || d.Remaining != 7 {
+		t.Fatalf("charge 3: %+v (%v)", d, err)
+	}
+	if d, err := l.Charge(ctx, "k", early, early, 2); err != nil || d.Remaining != 5 {
+		t.Fatalf("charge 2 with the clock 90s back: %+v (%v), want 5 left (counted at +100s)", d, err)
+	}
+	if d, err := l.Allow(ctx, "k", late.Add(59*time.Second), 5); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("5 at +159s: %+v (%v), want admitted, the last 5", d, err)
+	}
+	if d, _ := l.Allow(ctx, "k", late.Add(59*time.Second), 1); d.Allowed {
+		t.Fatalf("at +159s: a sixth admitted: %+v", d)
+	}
+}
+
+// TestEdgeChargeTokenBucketCap: a charge takes at most ⌊content⌋ + Burst
+// whole tokens, so the content never falls below −Burst and the fraction
+// of a token the bucket holds is kept: 1 token/s, burst 10, 1.5 tokens
+// held; a charge of 100 takes 11, leaving −9.5: the next token in 10.5 s.
+func TestEdgeChargeTokenBucketCap(t *testing.T) {
+	lim, err := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Burst: 10})
+	l := edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+	ctx := context.Background()
+	if d, err := l.Allow(ctx, "k", edgeT0, 10); err != nil || !d.Allowed {
+		t.Fatalf("emptying: %+v (%v)", d, err)
+	}
+	now := edgeT0.Add(1500 * time.Millisecond)
+	d, err := l.Charge(ctx, "k", now, edgeT0, 100)
+	if err != nil || !d.Capped || d.Remaining != 0 || d.Next != 10500*time.Millisecond {
+		t.Fatalf("charge 100 holding 1.5 tokens: %+v (%v), want capped, the next token in 10.5s", d, err)
+	}
+	if d, err := l.Charge(ctx, "k", now, edgeT0, 1); err != nil || !d.Capped || d.Next != 10500*time.Millisecond {
+		t.Fatalf("charge 1 more at −9.5: %+v (%v), want capped, nothing taken", d, err)
+	}
+	// A refund of everything gives back 11 tokens at most: 1.5 held.
+	if d, err := l.Charge(ctx, "k", now, edgeT0, -100); err != nil || d.Capped || d.Remaining != 10 {
+		t.Fatalf("refund 100: %+v (%v), want a full bucket", d, err)
+	}
+}
+
+// TestEdgeConstructorBounds: limits and windows at and past their bounds.
+func TestEdgeConstructorBounds(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		ok   bool
+	}{
+		{"fixed_window limit MaxCount", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limiter.MaxCount, Window: time.Second})), true},
+		{"fixed_window limit MaxCount+1", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limiter.MaxCount + 1, Window: time.Second})), false},
+		{"fixed_window limit 0", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 0, Window: time.Second})), false},
+		{"fixed_window window 1ns", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1, Window: 1})), true},
+		{"fixed_window window 0", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1, Window: 0})), false},
+		{"sliding_window window 0", second(limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 1, Window: 0, Slots: 1})), false},
+		{"sliding_window window −1s", second(limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 1, Window: -time.Second, Slots: 1})), false},
+		{"sliding_window window 1ns", second(limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 1, Window: 1, Slots: 1})), true},
+		{"sliding_window limit MaxCount+1", second(limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: limiter.MaxCount + 1, Window: time.Second, Slots: 1})), false},
+		{"sliding_log limit max", second(limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: limiter.MaxSlidingLogLimit, Window: time.Second})), true},
+		{"sliding_log limit max+1", second(limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: limiter.MaxSlidingLogLimit + 1, Window: time.Second})), false},
+		{"sliding_log window 0", second(limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 1, Window: 0})), false},
+	} {
+		if (c.err == nil) != c.ok {
+			t.Errorf("%s: error %v, want accepted %v", c.name, c.err, c.ok)
+		}
+	}
+}
+
+func second(_ limiter.Limit, err error) error { return err }
