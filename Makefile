@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops
+.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops mutants
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -49,3 +49,9 @@ bench-capacity:
 # Regenerates the replay and top-offenders section of BENCHMARKS.md (issue 18; about 2 minutes).
 bench-ops:
 	bench/ops.sh 5
+
+# The mutation harness over the limiter's algorithms, the leaky-bucket queue and
+# the proxy's key and canonicalization (bench/mutants; hours on two shared cores,
+# not part of test): make mutants ARGS="-j 2"
+mutants:
+	bench/mutants.sh $(ARGS)
