@@ -8,6 +8,7 @@ package limiter_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -207,3 +208,184 @@ func TestEdgeConstructorBounds(t *testing.T) {
 }
 
 func second(_ limiter.Limit, err error) error { return err }
+
+// TestEdgeTokenBucketSaturated: a bucket so slow and so large that its
+// refill time does not fit in int64 nanoseconds (10⁶ tokens at one per
+// 20,000 s is 6·10⁵ years): the instants saturate at the largest Time,
+// they do not wrap into the past or panic.
+func TestEdgeTokenBucketSaturated(t *testing.T) {
+	lim, err := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: 20000 * time.Second}, Burst: 1_000_000})
+	l := edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+	end := time.Unix(0, math.MaxInt64)
+	d, err := l.Allow(context.Background(), "k", edgeT0, 1_000_000)
+	if err != nil || !d.Allowed || !d.ResetAt.Equal(end) {
+		t.Fatalf("emptying: %+v (%v), want ResetAt the largest instant", d, err)
+	}
+	d, err = l.Allow(context.Background(), "k", edgeT0, 1)
+	if err != nil || d.Allowed || d.RetryAfter != 20000*time.Second || !d.ResetAt.Equal(end) {
+		t.Fatalf("empty: %+v (%v), want refused for 20000s", d, err)
+	}
+	if q, w := lim.Quota(); q != 1_000_000 || w != time.Duration(math.MaxInt64) {
+		t.Fatalf("Quota = %d, %v; want 10⁶ over the longest Duration", q, w)
+	}
+	// Product in (2⁶³, 2⁶⁴): 10 tokens over 10¹⁸ ns each.
+	lim, _ = limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Duration(1e18)}, Burst: 10})
+	if q, w := lim.Quota(); q != 10 || w != time.Duration(math.MaxInt64) {
+		t.Fatalf("Quota = %d, %v; want 10 over the longest Duration", q, w)
+	}
+}
+
+// TestEdgeQuota: each algorithm's quota and window, the leaky bucket's
+// counting the requests its delay forwards at once.
+func TestEdgeQuota(t *testing.T) {
+	rate := limiter.Rate{N: 10, Per: time.Second}
+	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 2, Per: time.Second}, Burst: 10})
+	lb, _ := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: rate, Queue: 3, Delay: 2})
+	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 7, Window: time.Minute})
+	sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 8, Window: time.Hour})
+	sw, _ := limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 9, Window: time.Minute, Slots: 6})
+	for _, c := range []struct {
+		lim    limiter.Limit
+		quota  int64
+		window time.Duration
+	}{
+		{tb, 10, 5 * time.Second},
+		{lb, 6, 600 * time.Millisecond},
+		{fw, 7, time.Minute},
+		{sl, 8, time.Hour},
+		{sw, 9, time.Minute},
+	} {
+		if q, w := c.lim.Quota(); q != c.quota || w != c.window {
+			t.Errorf("%v: Quota = %d, %v; want %d, %v", c.lim.Algorithm(), q, w, c.quota, c.window)
+		}
+	}
+}
+
+// TestEdgeLeakyBucketBounds: the leaky bucket's parameters at and past
+// their bounds, and costs against capacities.
+func TestEdgeLeakyBucketBounds(t *testing.T) {
+	rate := limiter.Rate{N: 10, Per: time.Second}
+	lb := func(p limiter.LeakyBucketParams) error {
+		p.Rate = rate
+		_, err := limiter.NewLeakyBucket(p)
+		return err
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		ok   bool
+	}{
+		{"queue 0", lb(limiter.LeakyBucketParams{Queue: 0}), true},
+		{"queue −1", lb(limiter.LeakyBucketParams{Queue: -1}), false},
+		{"queue MaxQueue", lb(limiter.LeakyBucketParams{Queue: limiter.MaxQueue}), true},
+		{"queue MaxQueue+1", lb(limiter.LeakyBucketParams{Queue: limiter.MaxQueue + 1}), false},
+		{"max_wait 0", lb(limiter.LeakyBucketParams{MaxWait: 0}), true},
+		{"max_wait −1ns", lb(limiter.LeakyBucketParams{MaxWait: -1}), false},
+		{"delay 0", lb(limiter.LeakyBucketParams{Delay: 0}), true},
+		{"delay −1", lb(limiter.LeakyBucketParams{Delay: -1}), false},
+		{"delay MaxQueue", lb(limiter.LeakyBucketParams{Delay: limiter.MaxQueue}), true},
+		{"delay MaxQueue+1", lb(limiter.LeakyBucketParams{Delay: limiter.MaxQueue + 1}), false},
+		{"cost MaxCount", lb(limiter.LeakyBucketParams{Cost: limiter.MaxCount}), true},
+		{"cost MaxCount+1", lb(limiter.LeakyBucketParams{Cost: limiter.MaxCount + 1}), false},
+		{"cost −1", lb(limiter.LeakyBucketParams{Cost: -1}), false},
+		{"rate 0", second(limiter.NewLeakyBucket(limiter.LeakyBucketParams{})), false},
+		{"token_bucket cost above burst", second(limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: rate, Burst: 5, Cost: 6})), false},
+		{"token_bucket cost burst", second(limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: rate, Burst: 5, Cost: 5})), true},
+	} {
+		if (c.err == nil) != c.ok {
+			t.Errorf("%s: error %v, want accepted %v", c.name, c.err, c.ok)
+		}
+	}
+	// Cost 0 means 1, as the accessors say.
+	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: rate, Burst: 5})
+	l, _ := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: rate})
+	if tb.TokenBucket().Cost != 1 || l.LeakyBucket().Cost != 1 || tb.Cost() != 1 {
+		t.Errorf("cost 0: token bucket %d, leaky bucket %d; want 1", tb.TokenBucket().Cost, l.LeakyBucket().Cost)
+	}
+}
+
+// TestEdgeFreshState: an unbound limit has no state ID, and a fresh
+// state is idle from the start (the zero Time), for every algorithm.
+func TestEdgeFreshState(t *testing.T) {
+	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Burst: 5})
+	if tb.StateID() != -1 {
+		t.Errorf("unbound limit: StateID %d, want -1", tb.StateID())
+	}
+	if at := tb.TokenBucketIdleAt(&limiter.TokenBucketState{}); !at.IsZero() {
+		t.Errorf("fresh token bucket idle at %v, want the zero Time", at)
+	}
+	l, err := limiter.New(memstore.New(memstore.Options{}), "edge-fresh", tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := l.Limits()[0].StateID(); id < 0 {
+		t.Errorf("bound limit: StateID %d", id)
+	}
+}
+
+// TestEdgeChargeFresh: a charge of one unit on a fresh key takes it.
+func TestEdgeChargeFresh(t *testing.T) {
+	lim, err := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Burst: 10})
+	l := edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+	if d, err := l.Charge(context.Background(), "k", edgeT0, edgeT0, 1); err != nil || d.Remaining != 9 {
+		t.Fatalf("charge 1 on a fresh key: %+v (%v), want 9 left", d, err)
+	}
+}
+
+// TestEdgeLeakyDecisionFigures: the figures of each kind of leaky-bucket
+// decision (at once, queued, refused, too heavy), with delay=: 10/s,
+// queue 3, delay 2. A request leaves at once while its place is within
+// the lead of now; Remaining counts those that still would, then the
+// queue's free places.
+func TestEdgeLeakyDecisionFigures(t *testing.T) {
+	lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Queue: 3, MaxWait: time.Minute, Delay: 2})
+	l := edgeLimiter(t, memstore.New(memstore.Options{VirtualQueues: true}), lim, err)
+	ms := time.Millisecond
+	for i, want := range []struct {
+		allowed         bool
+		delay, retry    time.Duration
+		remaining       int64
+		resetAt, next   time.Duration // from edgeT0 / from now
+		limitOfDecision int64
+	}{
+		{true, 0, 0, 5, 100 * ms, 100 * ms, 6}, // places +0, +100, +200 ms leave at once
+		{true, 0, 0, 4, 200 * ms, 100 * ms, 6},
+		{true, 0, 0, 3, 300 * ms, 100 * ms, 6},
+		{true, 100 * ms, 0, 2, 400 * ms, 100 * ms, 6}, // place +300 ms, leaves at +100 ms
+		{true, 200 * ms, 0, 1, 500 * ms, 100 * ms, 6},
+		{true, 300 * ms, 0, 0, 600 * ms, 100 * ms, 6},
+		{false, 0, 100 * ms, 0, 600 * ms, 100 * ms, 6}, // full until the head leaves
+	} {
+		d, err := l.Allow(context.Background(), "k", edgeT0, 1)
+		if err != nil || d.Allowed != want.allowed || d.Delay != want.delay || d.RetryAfter != want.retry ||
+			d.Remaining != want.remaining || !d.ResetAt.Equal(edgeT0.Add(want.resetAt)) || d.Next != want.next || d.Limit != want.limitOfDecision {
+			t.Errorf("request %d: %+v (%v), want %+v", i, d, err, want)
+		}
+	}
+	// A request heavier than any wait can admit.
+	if d, _ := l.Allow(context.Background(), "k", edgeT0, limiter.MaxCount+1); d.Allowed || d.RetryAfter != limiter.Never || d.Limit != 4 {
+		t.Errorf("weight MaxCount+1: %+v, want never, Limit 4", d)
+	}
+}
+
+// TestEdgeFixedWindowRefundedToZero: a window whose count a refund took
+// back to zero is a fresh key's: a request with the clock gone back to an
+// earlier window opens that window, it is not counted in the later one.
+func TestEdgeFixedWindowRefundedToZero(t *testing.T) {
+	lim, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 5, Window: time.Minute})
+	if lim.FixedWindow().Cost != 1 {
+		t.Errorf("cost 0: FixedWindow().Cost %d, want 1", lim.FixedWindow().Cost)
+	}
+	l := edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+	ctx := context.Background()
+	w1 := edgeT0.Add(70 * time.Second)
+	if d, err := l.Allow(ctx, "k", w1, 1); err != nil || !d.Allowed {
+		t.Fatalf("at +70s: %+v (%v)", d, err)
+	}
+	if d, err := l.Charge(ctx, "k", w1, w1, -1); err != nil || d.Remaining != 5 {
+		t.Fatalf("refund: %+v (%v), want 5 left", d, err)
+	}
+	if d, err := l.Allow(ctx, "k", edgeT0.Add(30*time.Second), 1); err != nil || !d.Allowed || d.Remaining != 4 || !d.ResetAt.Equal(edgeT0.Add(time.Minute)) {
+		t.Fatalf("at +30s: %+v (%v), want 4 left in the window ending at +60s", d, err)
+	}
+}
