@@ -389,3 +389,57 @@ func TestEdgeFixedWindowRefundedToZero(t *testing.T) {
 		t.Fatalf("at +30s: %+v (%v), want 4 left in the window ending at +60s", d, err)
 	}
 }
+
+// TestEdgeLeakyIdle: DrainTime and LeakyBucketReopensAt, which the store
+// uses to size max_wait and to forget idle keys.
+func TestEdgeLeakyIdle(t *testing.T) {
+	p := limiter.LeakyBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Queue: 3, Cost: 2}
+	if d := p.DrainTime(); d != 800*time.Millisecond {
+		t.Errorf("DrainTime = %v, want 4 requests of 2 intervals: 800ms", d)
+	}
+	if d := (limiter.LeakyBucketParams{Queue: 3}).DrainTime(); d != 0 {
+		t.Errorf("DrainTime without a rate = %v, want 0", d)
+	}
+	p.Cost = 0
+	if d := p.DrainTime(); d != 400*time.Millisecond {
+		t.Errorf("DrainTime of cost 0 = %v, want 400ms", d)
+	}
+	lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Delay: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh limiter.LeakyBucketState
+	for _, q := range []*limiter.LeakyQueue{nil, {}} {
+		if at := lim.LeakyBucketReopensAt(&fresh, q); !at.IsZero() {
+			t.Errorf("fresh key, queue %+v: reopens at %v, want the zero Time", q, at)
+		}
+	}
+	gate := edgeT0.Add(time.Second)
+	if at := lim.LeakyBucketReopensAt(&fresh, &limiter.LeakyQueue{Gate: gate}); !at.Equal(gate.Add(100 * time.Millisecond)) {
+		t.Errorf("queue reopened at +1s: free at %v, want a lead of one interval later", at)
+	}
+	var s limiter.LeakyBucketState
+	lim.StepLeakyBucket(&s, nil, edgeT0, 1)
+	if at := lim.LeakyBucketReopensAt(&s, nil); !at.Equal(edgeT0.Add(100 * time.Millisecond)) {
+		t.Errorf("one request at +0: reopens at %v, want +100ms", at)
+	}
+}
+
+// TestEdgeChargeZero: a charge of nothing leaves a fresh key fresh: the
+// store keeps no state for it.
+func TestEdgeChargeZero(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	lim, err := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Burst: 10})
+	l := edgeLimiter(t, store, lim, err)
+	if d, err := l.Charge(context.Background(), "k", edgeT0, edgeT0, 0); err != nil || d.Remaining != 10 {
+		t.Fatalf("charge 0: %+v (%v)", d, err)
+	}
+	if n := store.Sweep(edgeT0); n != 0 {
+		t.Fatalf("Sweep after a charge of 0 dropped %d keys, want none kept", n)
+	}
+	// The step itself, for a store that does not short-cut it.
+	var fresh limiter.TokenBucketState
+	if lim.ChargeTokenBucket(&fresh, edgeT0, edgeT0, 0); fresh != (limiter.TokenBucketState{}) {
+		t.Fatalf("ChargeTokenBucket(0) on a fresh state changed it: %+v", fresh)
+	}
+}
