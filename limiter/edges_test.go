@@ -443,3 +443,77 @@ func TestEdgeChargeZero(t *testing.T) {
 		t.Fatalf("ChargeTokenBucket(0) on a fresh state changed it: %+v", fresh)
 	}
 }
+
+// TestEdgeWindowAccessors: cost 0 means 1, slots are bounded, and fresh
+// window states are idle from the start.
+func TestEdgeWindowAccessors(t *testing.T) {
+	sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 5, Window: time.Minute})
+	sw, _ := limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 5, Window: time.Minute, Slots: 6})
+	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 5, Window: time.Minute})
+	if sl.SlidingLog().Cost != 1 || sw.SlidingWindow().Cost != 1 {
+		t.Errorf("cost 0: sliding log %d, sliding window %d; want 1", sl.SlidingLog().Cost, sw.SlidingWindow().Cost)
+	}
+	if _, err := limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 5, Window: 64 * time.Second, Slots: limiter.MaxSlots}); err != nil {
+		t.Errorf("MaxSlots slots: %v", err)
+	}
+	if _, err := limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 5, Window: 65 * time.Second, Slots: limiter.MaxSlots + 1}); err == nil {
+		t.Errorf("MaxSlots+1 slots accepted")
+	}
+	if at := fw.FixedWindowIdleAt(&limiter.FixedWindowState{}); !at.IsZero() {
+		t.Errorf("fresh fixed window idle at %v", at)
+	}
+	if at := sl.SlidingLogIdleAt(&limiter.SlidingLogState{}); !at.IsZero() {
+		t.Errorf("fresh sliding log idle at %v", at)
+	}
+}
+
+// TestEdgeSlidingLogBackwards: a sliding log reads an instant earlier than
+// its newest entry as that entry's, in its decision's figures too, and
+// entries a refused request found expired stay expired for a later
+// request whose clock went back.
+func TestEdgeSlidingLogBackwards(t *testing.T) {
+	lim, err := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 3, Window: time.Minute})
+	l := edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+	ctx := context.Background()
+	at := func(s int) time.Time { return edgeT0.Add(time.Duration(s) * time.Second) }
+	l.Allow(ctx, "k", at(100), 1)
+	if d, err := l.Allow(ctx, "k", at(10), 1); err != nil || !d.Allowed || d.Remaining != 1 || !d.ResetAt.Equal(at(160)) {
+		t.Fatalf("at +10s after +100s: %+v (%v), want 1 left, the window empty at +160s", d, err)
+	}
+
+	lim, err = limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 2, Window: time.Minute})
+	l = edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+	l.Allow(ctx, "k", at(0), 1)
+	l.Allow(ctx, "k", at(50), 1)
+	// At +70s the entry of +0s has left; 2 more do not fit.
+	if d, _ := l.Allow(ctx, "k", at(70), 2); d.Allowed {
+		t.Fatalf("2 at +70s admitted: %+v", d)
+	}
+	// Back at +20s, read as +50s: only the entry of +50s counts.
+	if d, err := l.Allow(ctx, "k", at(20), 1); err != nil || !d.Allowed {
+		t.Fatalf("at +20s after a refusal at +70s: %+v (%v), want admitted (the +0s entry left)", d, err)
+	}
+}
+
+// TestEdgeWindowRefundFigures: after a refund, the decision's figures
+// describe the window that is left: empty, reset now; else when its newest
+// entry leaves.
+func TestEdgeWindowRefundFigures(t *testing.T) {
+	ctx := context.Background()
+	at := func(s int) time.Time { return edgeT0.Add(time.Duration(s) * time.Second) }
+	fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 5, Window: time.Minute})
+	l := edgeLimiter(t, memstore.New(memstore.Options{}), fw, err)
+	l.Allow(ctx, "k", at(10), 1)
+	if d, err := l.Charge(ctx, "k", at(20), at(10), -1); err != nil || d.Remaining != 5 || !d.ResetAt.Equal(at(20)) {
+		t.Errorf("fixed window refunded to zero: %+v (%v), want reset now (+20s)", d, err)
+	}
+	sl, err := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 10, Window: time.Minute})
+	l = edgeLimiter(t, memstore.New(memstore.Options{}), sl, err)
+	l.Allow(ctx, "k", at(0), 2)
+	if d, err := l.Charge(ctx, "k", at(30), at(0), -1); err != nil || d.Remaining != 9 || !d.ResetAt.Equal(at(60)) {
+		t.Errorf("sliding log refund of 1 of 2: %+v (%v), want 9 left, empty at +60s", d, err)
+	}
+	if d, err := l.Charge(ctx, "k", at(30), at(0), -1); err != nil || d.Remaining != 10 || !d.ResetAt.Equal(at(30)) {
+		t.Errorf("sliding log refunded to zero: %+v (%v), want reset now (+30s)", d, err)
+	}
+}
