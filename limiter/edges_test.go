@@ -517,3 +517,30 @@ func TestEdgeWindowRefundFigures(t *testing.T) {
 		t.Errorf("sliding log refunded to zero: %+v (%v), want reset now (+30s)", d, err)
 	}
 }
+
+// TestEdgeSlidingWindowBackwards: a sliding window reads an instant before
+// its newest slot as the start of that slot (the oldest slot then fully
+// weighted), except when the refunds emptied it: an empty window is a
+// fresh key's, whatever slot it last wrote. Window 60 s in 6 slots, limit 5.
+func TestEdgeSlidingWindowBackwards(t *testing.T) {
+	ctx := context.Background()
+	at := func(s int) time.Time { return edgeT0.Add(time.Duration(s) * time.Second) }
+	lim, err := limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 5, Window: time.Minute, Slots: 6})
+	l := edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+	l.Allow(ctx, "k", at(45), 1)  // slot 4
+	l.Allow(ctx, "k", at(100), 1) // slot 10; slot 4 still weighs 1
+	// At +30s, read as +100s: slots 5–10 hold 1, slot 4 weighs 1: 3 with this one.
+	if d, err := l.Allow(ctx, "k", at(30), 1); err != nil || !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("at +30s after +100s: %+v (%v), want admitted, 2 left", d, err)
+	}
+
+	l = edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+	l.Allow(ctx, "k", at(100), 1)
+	if d, err := l.Charge(ctx, "k", at(100), at(100), -1); err != nil || d.Remaining != 5 {
+		t.Fatalf("refund: %+v (%v)", d, err)
+	}
+	// Empty again: +30s opens slot 3, which leaves the window at +100s.
+	if d, err := l.Allow(ctx, "k", at(30), 1); err != nil || !d.Allowed || d.Remaining != 4 || !d.ResetAt.Equal(at(100)) {
+		t.Fatalf("at +30s after a refund emptied the window: %+v (%v), want 4 left, empty at +100s", d, err)
+	}
+}

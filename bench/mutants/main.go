@@ -85,6 +85,7 @@ func main() {
 	files := flag.String("files", "", "comma-separated subset of the scope's files")
 	list := flag.Bool("list", false, "list the mutants without running them")
 	show := flag.String("show", "", "run one mutant FILE:LINE:N (N-th mutant on that line, from 1) and print its test output")
+	lines := flag.String("lines", "", "run only the mutants on these lines: a file of FILE:LINE, one a line (e.g. an earlier run's survivors)")
 	ops := flag.String("ops", "default", "operator set: default, or all (about 30% more mutants)")
 	rerun := flag.String("rerun", "", "run only the mutants that survived in this -results file of an earlier run, and carry the other results over")
 	resultsFile := flag.String("results", "", "also write every mutant's result to this file (tab-separated)")
@@ -123,6 +124,18 @@ func main() {
 		check(err)
 		all = append(all, ms...)
 		byFile[s.file] = s
+	}
+
+	if *lines != "" {
+		b, err := os.ReadFile(*lines)
+		check(err)
+		want := map[string]bool{}
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 0 {
+				want[strings.TrimSuffix(f[0], ":")] = true
+			}
+		}
+		all = slicesFilter(all, func(m *mutant) bool { return want[m.file+":"+strconv.Itoa(m.line)] })
 	}
 
 	if *list {
