@@ -8,6 +8,7 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -542,5 +543,23 @@ func TestEdgeSlidingWindowBackwards(t *testing.T) {
 	// Empty again: +30s opens slot 3, which leaves the window at +100s.
 	if d, err := l.Allow(ctx, "k", at(30), 1); err != nil || !d.Allowed || d.Remaining != 4 || !d.ResetAt.Equal(at(100)) {
 		t.Fatalf("at +30s after a refund emptied the window: %+v (%v), want 4 left, empty at +100s", d, err)
+	}
+}
+
+// TestEdgeCheckCharge: a leaky bucket cannot be charged after the fact,
+// nor a Limit no constructor built; the others can.
+func TestEdgeCheckCharge(t *testing.T) {
+	var zero limiter.Limit
+	if err := zero.CheckCharge(); err == nil {
+		t.Errorf("zero Limit: CheckCharge nil")
+	}
+	lb, _ := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}})
+	var pe *limiter.ParamError
+	if err := lb.CheckCharge(); !errors.As(err, &pe) || pe.Field != "cost_from" {
+		t.Errorf("leaky bucket: CheckCharge %v, want a ParamError on cost_from", err)
+	}
+	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Burst: 1})
+	if err := tb.CheckCharge(); err != nil {
+		t.Errorf("token bucket: CheckCharge %v", err)
 	}
 }
