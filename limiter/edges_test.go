@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,63 +75,6 @@ func TestEdgeSlidingWindowIdle(t *testing.T) {
 	}
 	if n := store.Sweep(edgeT0.Add(80 * time.Second)); n != 1 {
 		t.Fatalf("Sweep at +80s dropped %d keys, want the key, fresh again", n)
-	}
-}
-
-// TestEdgeLeakyDelayAfterDrain: with delay=, the first request after the
-// queue drained takes its place after the queue's last release, not after
-// the last request that left at once; so the one behind it waits. 10/s,
-// queue 2, delay 1 (one interval of a burst forwarded at once).
-func TestEdgeLeakyDelayAfterDrain(t *testing.T) {
-	lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Queue: 2, MaxWait: time.Minute, Delay: 1})
-	l := edgeLimiter(t, memstore.New(memstore.Options{VirtualQueues: true}), lim, err)
-	ms := time.Millisecond
-	for i, c := range []struct {
-		at      time.Duration
-		allowed bool
-		delay   time.Duration
-	}{
-		// A burst: two leave at once (the delay's one and the head),
-		// two wait, one is refused.
-		{0, true, 0}, {0, true, 0}, {0, true, 100 * ms}, {0, true, 200 * ms}, {0, false, 0},
-		// The queue released at +100 ms and +200 ms, and reopened at
-		// +300 ms: the schedule's next place is +300 ms + the lead.
-		{300 * ms, true, 0},
-		{300 * ms, true, 100 * ms},
-	} {
-		d, err := l.Allow(context.Background(), "k", edgeT0.Add(c.at), 1)
-		if err != nil || d.Allowed != c.allowed || d.Delay != c.delay {
-			t.Fatalf("request %d at +%v: allowed %v delay %v (%v), want %v %v", i, c.at, d.Allowed, d.Delay, err, c.allowed, c.delay)
-		}
-	}
-}
-
-// TestEdgeLeakyRetryAfterReload: a reload that shrinks queue= below the
-// number already waiting refuses new requests until enough have left for
-// the new queue to have room: with 3 waiting and queue 1, until the third
-// waiter leaves, not the first.
-func TestEdgeLeakyRetryAfterReload(t *testing.T) {
-	store := memstore.New(memstore.Options{VirtualQueues: true})
-	rate := limiter.Rate{N: 10, Per: time.Second}
-	lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: rate, Queue: 3, MaxWait: time.Minute})
-	l := edgeLimiter(t, store, lim, err)
-	ctx := context.Background()
-	for i, want := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond} {
-		if d, err := l.Allow(ctx, "k", edgeT0, 1); err != nil || !d.Allowed || d.Delay != want {
-			t.Fatalf("request %d: %+v (%v), want a delay of %v", i, d, err, want)
-		}
-	}
-	lim, err = limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: rate, Queue: 1, MaxWait: time.Minute})
-	l = edgeLimiter(t, store, lim, err)
-	// Waiters leave at +100, +200, +300 ms; queue 1 has room once all
-	// three have: +300 ms.
-	for _, at := range []time.Duration{50 * time.Millisecond, 150 * time.Millisecond, 250 * time.Millisecond} {
-		if d, err := l.Allow(ctx, "k", edgeT0.Add(at), 1); err != nil || d.Allowed || d.RetryAfter != 300*time.Millisecond-at {
-			t.Fatalf("at +%v after the reload: %+v (%v), want refused, Retry-After %v", at, d, err, 300*time.Millisecond-at)
-		}
-	}
-	if d, err := l.Allow(ctx, "k", edgeT0.Add(300*time.Millisecond), 1); err != nil || !d.Allowed || d.Delay != 100*time.Millisecond {
-		t.Fatalf("at +300ms: %+v (%v), want queued for 100ms", d, err)
 	}
 }
 
@@ -561,5 +505,74 @@ func TestEdgeCheckCharge(t *testing.T) {
 	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Burst: 1})
 	if err := tb.CheckCharge(); err != nil {
 		t.Errorf("token bucket: CheckCharge %v", err)
+	}
+}
+
+// TestEdgeBans: ban parameters at their bounds, the escalation's
+// arithmetic near overflow, an expired record starting again at level 1,
+// and the listing order.
+func TestEdgeBans(t *testing.T) {
+	ok := limiter.BanParams{Duration: time.Nanosecond, Factor: 1, Max: time.Nanosecond}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("duration 1ns, factor 1, max = duration, memory 0: %v", err)
+	}
+	for _, p := range []limiter.BanParams{
+		{Duration: 0, Factor: 1, Max: time.Second},
+		{Duration: time.Second, Factor: 0, Max: time.Second},
+		{Duration: time.Second, Factor: 1, Max: time.Second - 1},
+		{Duration: time.Second, Factor: 1, Max: time.Second, Memory: -1},
+	} {
+		if p.Validate() == nil {
+			t.Errorf("%+v accepted", p)
+		}
+	}
+	p := limiter.BanParams{Duration: time.Second, Factor: 2, Max: 10 * time.Second}
+	for level, want := range map[int64]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second, 5: 10 * time.Second, math.MaxInt64: 10 * time.Second} {
+		if got := p.DurationAt(level); got != want {
+			t.Errorf("DurationAt(%d) = %v, want %v", level, got, want)
+		}
+	}
+	// Factor 1 never escalates, and returns at once at any level.
+	if got := (limiter.BanParams{Duration: time.Second, Factor: 1, Max: time.Hour}).DurationAt(math.MaxInt64); got != time.Second {
+		t.Errorf("factor 1 at the top level: %v", got)
+	}
+	// d·Factor exactly representable is not clamped.
+	half := time.Duration(math.MaxInt64 / 2)
+	if got := (limiter.BanParams{Duration: half, Factor: 2, Max: math.MaxInt64}).DurationAt(2); got != 2*half {
+		t.Errorf("DurationAt(2) of MaxInt64/2 ×2 = %v, want %v", got, 2*half)
+	}
+	if got := (limiter.BanParams{Duration: half + 1, Factor: 2, Max: math.MaxInt64}).DurationAt(2); got != math.MaxInt64 {
+		t.Errorf("DurationAt(2) past MaxInt64 = %v, want MaxInt64", got)
+	}
+
+	// An expired record: the next offence is level 1 again.
+	p = limiter.BanParams{Duration: time.Minute, Factor: 2, Max: time.Hour, Memory: time.Hour}
+	b := p.Offend(limiter.Ban{}, edgeT0)
+	b = p.Offend(b, edgeT0.Add(2*time.Minute))
+	if b.Level != 2 {
+		t.Fatalf("second offence within memory: level %d, want 2", b.Level)
+	}
+	if b = p.Offend(b, b.Expires.Add(time.Second)); b.Level != 1 {
+		t.Errorf("offence after the record expired: level %d, want 1", b.Level)
+	}
+	// Near the end of time the ban saturates, it does not wrap.
+	end := time.Unix(0, math.MaxInt64)
+	if b := p.Offend(limiter.Ban{}, end.Add(-time.Second)); !b.Until.Equal(end) || !b.Expires.Equal(end) {
+		t.Errorf("ban a second before the end of time: until %v, expires %v", b.Until, b.Expires)
+	}
+
+	bans := []limiter.Ban{
+		{Policy: "b", Key: "k", Until: edgeT0},
+		{Policy: "a", Key: "z", Until: edgeT0},
+		{Policy: "a", Key: "y", Until: edgeT0},
+		{Policy: "c", Key: "k", Until: edgeT0.Add(time.Second)},
+	}
+	limiter.SortBans(bans)
+	var got []string
+	for _, b := range bans {
+		got = append(got, b.Policy+"/"+b.Key)
+	}
+	if strings.Join(got, " ") != "c/k a/y a/z b/k" {
+		t.Errorf("SortBans: %v, want c/k a/y a/z b/k", got)
 	}
 }
