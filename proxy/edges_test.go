@@ -7,8 +7,11 @@ package proxy
 
 import (
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 
+	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
@@ -102,5 +105,163 @@ func TestEdgeUnparseablePeer(t *testing.T) {
 	// A bare address (no port) is an address.
 	if k, res := edgeKey("203.0.113.7", edgePolicy(config.MissingReject, ip), s); res != keyOK || k != "11:203.0.113.7;" {
 		t.Errorf("bare peer address: key %q (%v)", k, res)
+	}
+}
+
+// TestEdgeKeyParts: KeyParts splits what KeyFor and the data path build,
+// and refuses what they cannot have built.
+func TestEdgeKeyParts(t *testing.T) {
+	for _, c := range []struct {
+		key   string
+		parts []string
+		ok    bool
+	}{
+		{"", nil, true},
+		{"11:203.0.113.7;", []string{"203.0.113.7"}, true},
+		{"0:;3:a;b;", []string{"", "a;b"}, true},
+		{"3:abc;2:de;", []string{"abc", "de"}, true},
+		{"3:abc", []string{"3:abc"}, false},   // no ';'
+		{"3:ab;", []string{"3:ab;"}, false},   // shorter than its length
+		{"2:abc;", []string{"2:abc;"}, false}, // ';' missing at the length
+		{"-1:x;", []string{"-1:x;"}, false},
+		{"x:1;", []string{"x:1;"}, false},
+		{"abc", []string{"abc"}, false},
+		{"3:abc;-;", []string{"abc", "-;"}, false}, // an on_missing marker
+	} {
+		parts, ok := KeyParts(c.key)
+		if ok != c.ok || strings.Join(parts, "|") != strings.Join(c.parts, "|") || len(parts) != len(c.parts) {
+			t.Errorf("KeyParts(%q) = %q, %v; want %q, %v", c.key, parts, ok, c.parts, c.ok)
+		}
+	}
+}
+
+// TestEdgeKeyFor: KeyFor builds the key the data path builds, and refuses
+// a wrong number of values or an ip part that is not an address.
+func TestEdgeKeyFor(t *testing.T) {
+	ip := config.KeyPart{Kind: config.KeyIP}
+	hdr := config.KeyPart{Kind: config.KeyHeader, Name: "X-Key"}
+	p := edgePolicy(config.MissingReject, ip, hdr)
+	s := &config.Server{IPv6Prefix: 64}
+	if k, err := KeyFor(p, s, []string{"2001:db8::1", "v"}); err != nil || k != "10:2001:db8::;1:v;" {
+		t.Errorf("KeyFor = %q, %v", k, err)
+	}
+	if k, _ := edgeKey("[2001:db8::99]:1", p, s); k != "10:2001:db8::;1:v;" {
+		t.Errorf("data path key %q, want what KeyFor builds", k)
+	}
+	for _, vs := range [][]string{{"2001:db8::1"}, {"2001:db8::1", "v", "w"}, {"not-an-address", "v"}} {
+		if k, err := KeyFor(p, s, vs); err == nil {
+			t.Errorf("KeyFor(%q) = %q, want an error", vs, k)
+		}
+	}
+	// A non-ip part is taken as it is, even if it looks like an address.
+	if k, err := KeyFor(edgePolicy(config.MissingReject, hdr), s, []string{"2001:db8::1"}); err != nil || k != "11:2001:db8::1;" {
+		t.Errorf("KeyFor(header) = %q, %v", k, err)
+	}
+}
+
+// TestEdgeKeyOnMissing: each key part read from a request, and what each
+// on_missing makes of an absent one.
+func TestEdgeKeyOnMissing(t *testing.T) {
+	s := &config.Server{IPv6Prefix: 64}
+	r := &http.Request{Method: "PATCH", RemoteAddr: "203.0.113.7:1", Host: "API.Example.com:8080", URL: &url.URL{Path: "/a/b"}, Header: http.Header{"X-Key": {"v"}}}
+	all := []config.KeyPart{{Kind: config.KeyHost}, {Kind: config.KeyMethod}, {Kind: config.KeyPath}, {Kind: config.KeyHeader, Name: "X-Key"}}
+	if k, res := clientKey(r, edgePolicy(config.MissingReject, all...), s); res != keyOK || k != "15:api.example.com;5:PATCH;4:/a/b;1:v;" {
+		t.Errorf("host, method, path, header: %q (%v)", k, res)
+	}
+	missing := config.KeyPart{Kind: config.KeyHeader, Name: "X-Absent"}
+	hdr := config.KeyPart{Kind: config.KeyHeader, Name: "X-Key"}
+	for _, c := range []struct {
+		on   config.OnMissing
+		key  string
+		want keyResult
+	}{
+		{config.MissingShared, "-;1:v;", keyOK},
+		{config.MissingIP, "ip=203.0.113.7", keyOK},
+		{config.MissingSkip, "", keySkip},
+		{config.MissingReject, "", keyReject},
+	} {
+		if k, res := clientKey(r, edgePolicy(c.on, missing, hdr), s); k != c.key || res != c.want {
+			t.Errorf("on_missing %s: %q (%v), want %q (%v)", c.on, k, res, c.key, c.want)
+		}
+	}
+}
+
+// TestEdgeLimitKeys: limits with keys of their own get one key each, the
+// same key built once; a limit whose key the request lacks is skipped or
+// rejects it as its on_missing says; all skipped skips the request.
+func TestEdgeLimitKeys(t *testing.T) {
+	s := &config.Server{IPv6Prefix: 64}
+	ip := config.LimitKey{Parts: []config.KeyPart{{Kind: config.KeyIP}}, OnMissing: config.MissingReject}
+	hdr := config.LimitKey{Parts: []config.KeyPart{{Kind: config.KeyHeader, Name: "X-Key"}}, OnMissing: config.MissingReject}
+	absentSkip := config.LimitKey{Parts: []config.KeyPart{{Kind: config.KeyHeader, Name: "X-Absent"}}, OnMissing: config.MissingSkip}
+	absentReject := config.LimitKey{Parts: []config.KeyPart{{Kind: config.KeyHeader, Name: "X-Absent"}}, OnMissing: config.MissingReject}
+	r := &http.Request{Method: "GET", RemoteAddr: "203.0.113.7:1", Header: http.Header{"X-Key": {"v"}}}
+	for _, c := range []struct {
+		lks  []config.LimitKey
+		keys []string
+		want keyResult
+	}{
+		{[]config.LimitKey{ip, hdr, ip}, []string{"11:203.0.113.7;", "1:v;", "11:203.0.113.7;"}, keyOK},
+		{[]config.LimitKey{hdr, absentSkip}, []string{"1:v;", limiter.SkipKey}, keyOK},
+		{[]config.LimitKey{absentSkip, absentSkip}, []string{limiter.SkipKey, limiter.SkipKey}, keySkip},
+		{[]config.LimitKey{hdr, absentReject}, nil, keyReject},
+	} {
+		p := &policy.Policy{Policy: config.Policy{Name: "p", LimitKeys: c.lks, OwnKeys: true}}
+		keys := make([]string, len(c.lks))
+		res := limitKeys(r, p, s, keys)
+		if res != c.want || (c.keys != nil && strings.Join(keys, "|") != strings.Join(c.keys, "|")) {
+			t.Errorf("limit keys %v: %q (%v), want %q (%v)", c.lks, keys, res, c.keys, c.want)
+		}
+	}
+}
+
+// TestEdgeFirstHeaderValue: a header key part is the first element of the
+// first line: a comma inside double quotes does not end it, a backslash
+// escapes only inside quotes, and the upstream is left that one value.
+func TestEdgeFirstHeaderValue(t *testing.T) {
+	for in, want := range map[string]string{
+		`a, b`:          "a",
+		`"x,y", z`:      `"x,y"`,
+		`"x\",y", z`:    `"x\",y"`,
+		`a\,b`:          `a\`,
+		` , b`:          "",
+		`"unterminated`: `"unterminated`,
+	} {
+		got, ok := firstHeaderValue(http.Header{"X-Key": {in, "second"}}, "X-Key")
+		if got != want || ok != (want != "") {
+			t.Errorf("firstHeaderValue(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+	hdr := config.KeyPart{Kind: config.KeyHeader, Name: "X-Key"}
+	p := edgePolicy(config.MissingReject, config.KeyPart{Kind: config.KeyMethod}, hdr)
+	for _, c := range []struct {
+		in   []string
+		want []string
+	}{
+		{[]string{"a, junk", "more"}, []string{"a"}},
+		{[]string{"a"}, []string{"a"}},
+		{[]string{" , x"}, nil},
+		{nil, nil},
+	} {
+		h := http.Header{"X-Other": {"1, 2", "3"}}
+		if c.in != nil {
+			h["X-Key"] = c.in
+		}
+		pinKeyHeaders(&http.Request{Header: h}, p)
+		if strings.Join(h["X-Key"], "|") != strings.Join(c.want, "|") || (c.want == nil && h["X-Key"] != nil) || len(h["X-Other"]) != 2 {
+			t.Errorf("pinKeyHeaders(%q) left %q (and X-Other %q), want %q", c.in, h["X-Key"], h["X-Other"], c.want)
+		}
+	}
+}
+
+// TestEdgeTrustedHops: with trusted_hops = 1 the client is the element
+// nearest to the trusted peer, even when that element is itself a trusted
+// address (it is not walked past, as it would be with trusted_hops = 0).
+func TestEdgeTrustedHops(t *testing.T) {
+	h := http.Header{"X-Forwarded-For": {"198.51.100.1, 10.0.0.9"}}
+	for hops, want := range map[int]string{0: "198.51.100.1", 1: "10.0.0.9", 2: "198.51.100.1", 3: "10.1.2.3"} {
+		if got, ok := clientIP(&http.Request{RemoteAddr: "10.1.2.3:1", Header: h}, srvFor("", hops, "10.0.0.0/8")); !ok || got.String() != want {
+			t.Errorf("trusted_hops %d: %v, want %s", hops, got, want)
+		}
 	}
 }
