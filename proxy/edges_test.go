@@ -7,6 +7,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -263,5 +264,101 @@ func TestEdgeTrustedHops(t *testing.T) {
 		if got, ok := clientIP(&http.Request{RemoteAddr: "10.1.2.3:1", Header: h}, srvFor("", hops, "10.0.0.0/8")); !ok || got.String() != want {
 			t.Errorf("trusted_hops %d: %v, want %s", hops, got, want)
 		}
+	}
+}
+
+// TestEdgeParseHop: the spellings of one address in a forwarding header
+// are one address; anything else is no address.
+func TestEdgeParseHop(t *testing.T) {
+	for in, want := range map[string]string{
+		" 198.51.100.1 ":       "198.51.100.1",
+		`"198.51.100.1"`:       "198.51.100.1",
+		`"198.51.100.1:8080"`:  "198.51.100.1",
+		"[2001:db8::1]":        "2001:db8::1",
+		"[2001:db8::1]:80":     "2001:db8::1",
+		`"[2001:db8::1]:80"`:   "2001:db8::1",
+		"[::ffff:203.0.113.7]": "203.0.113.7",
+		"fe80::1%eth0":         "fe80::1",
+		`"`:                    "",
+		`""`:                   "",
+		`"198.51.100.1`:        "",
+		`198.51.100.1"`:        "",
+		"[":                    "",
+		"[]":                   "",
+		"[2001:db8::1":         "",
+		"2001:db8::1]":         "",
+		"[198.51.100.1]x":      "",
+	} {
+		a, err := parseHop(in)
+		if (err == nil) != (want != "") || (err == nil && a.String() != want) {
+			t.Errorf("parseHop(%q) = %v, %v; want %q", in, a, err, want)
+		}
+	}
+}
+
+// TestEdgeClientChain: the client and the trusted hops between it and the
+// peer, left to right, for both ways of walking the header; empty
+// elements are skipped, a for= is found among other pairs, and a Server
+// without a header name reads X-Forwarded-For.
+func TestEdgeClientChain(t *testing.T) {
+	xff := func(v string) http.Header { return http.Header{"X-Forwarded-For": {v}} }
+	for _, c := range []struct {
+		name   string
+		s      *config.Server
+		h      http.Header
+		client string
+		hops   string
+	}{
+		{"recursive", srvFor("", 0, "10.0.0.0/8"), xff("198.51.100.1, 10.0.0.7, 10.0.0.8"), "198.51.100.1", "10.0.0.7 10.0.0.8"},
+		{"recursive, all trusted", srvFor("", 0, "10.0.0.0/8"), xff("10.0.0.6, 10.0.0.7"), "10.0.0.6", "10.0.0.7"},
+		{"recursive, unknown hop", srvFor("", 0, "10.0.0.0/8"), xff("198.51.100.1, unknown, 10.0.0.8"), "10.0.0.8", ""},
+		{"leading comma", srvFor("", 0, "10.0.0.0/8"), xff(",198.51.100.1"), "198.51.100.1", ""},
+		{"hops 2", srvFor("", 2, "10.0.0.0/8"), xff("198.51.100.1, 10.0.0.7, 10.0.0.8"), "10.0.0.7", "10.0.0.8"},
+		{"hops 3", srvFor("", 3, "10.0.0.0/8"), xff("198.51.100.1, 10.0.0.7, 10.0.0.8"), "198.51.100.1", "10.0.0.7 10.0.0.8"},
+		{"hops 3, garbage between", srvFor("", 3, "10.0.0.0/8"), xff("198.51.100.1, garbage, 10.0.0.8"), "198.51.100.1", "10.0.0.8"},
+		{"hops 2, garbage chosen", srvFor("", 2, "10.0.0.0/8"), xff("garbage, 10.0.0.8"), "10.1.2.3", ""},
+		{"hops 5, too few", srvFor("", 5, "10.0.0.0/8"), xff("198.51.100.1, 10.0.0.8"), "10.1.2.3", ""},
+		{"forwarded, empty element", srvFor("Forwarded", 0, "10.0.0.0/8"), http.Header{"Forwarded": {"for=198.51.100.1,,for=10.0.0.5"}}, "198.51.100.1", "10.0.0.5"},
+		{"forwarded, by before for", srvFor("Forwarded", 0, "10.0.0.0/8"), http.Header{"Forwarded": {"by=10.0.0.50;for=198.51.100.1"}}, "198.51.100.1", ""},
+		{"forwarded, no for", srvFor("Forwarded", 0, "10.0.0.0/8"), http.Header{"Forwarded": {"by=198.51.100.1;proto=https"}}, "10.1.2.3", ""},
+		{"no header name", &config.Server{TrustedProxies: srvFor("", 0, "10.0.0.0/8").TrustedProxies}, xff("198.51.100.1"), "198.51.100.1", ""},
+	} {
+		r := &http.Request{RemoteAddr: "10.1.2.3:1", Header: c.h}
+		client, peer, hops, ok := resolveClient(r, c.s, []netip.Addr{})
+		var hs []string
+		for _, h := range hops {
+			hs = append(hs, h.String())
+		}
+		if !ok || client.String() != c.client || peer.String() != "10.1.2.3" || strings.Join(hs, " ") != c.hops {
+			t.Errorf("%s: client %v, peer %v, hops %v (%v); want %s, hops %q", c.name, client, peer, hs, ok, c.client, c.hops)
+		}
+	}
+}
+
+// TestEdgeKeyCookieParts: an ambiguous cookie after a missing part is
+// refused when the key goes on past the missing part (on_missing shared);
+// a cookie key part reads its value; a cookie named like a header leaves that header alone; and an
+// ipv6_prefix of 128 keeps every IPv6 bit.
+func TestEdgeKeyCookieParts(t *testing.T) {
+	s := &config.Server{IPv6Prefix: 128, AmbiguousKeyParts: config.AmbiguousReject}
+	missing := config.KeyPart{Kind: config.KeyHeader, Name: "X-Absent"}
+	cookie := config.KeyPart{Kind: config.KeyCookie, Name: "X-Key"}
+	r := &http.Request{Method: "GET", RemoteAddr: "[2001:db8::2]:1", Header: http.Header{"Cookie": {"X-Key=junk; X-Key=real"}, "X-Key": {"a, b"}}}
+	if k, res := clientKey(r, edgePolicy(config.MissingShared, missing, cookie), s); res != keyInvalid {
+		t.Errorf("on_missing shared, missing part then ambiguous cookie: %q (%v), want refused as ambiguous", k, res)
+	}
+	r.Header["Cookie"] = []string{"X-Key=real"}
+	if v, ok := keyPart(r, cookie, s); !ok || v != "real" {
+		t.Errorf("keyPart(cookie) = %q, %v", v, ok)
+	}
+	pinKeyHeaders(r, edgePolicy(config.MissingReject, cookie))
+	if got := r.Header["X-Key"]; len(got) != 1 || got[0] != "a, b" {
+		t.Errorf("a cookie part named X-Key changed the X-Key header: %q", got)
+	}
+	ip := edgePolicy(config.MissingReject, config.KeyPart{Kind: config.KeyIP})
+	ka, _ := edgeKey("[2001:db8::2]:1", ip, s)
+	kb, _ := edgeKey("[2001:db8::3]:1", ip, s)
+	if ka == kb {
+		t.Errorf("ipv6_prefix 128: 2001:db8::2 and ::3 share the key %q", ka)
 	}
 }
