@@ -7,6 +7,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/http/httputil"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -360,5 +361,79 @@ func TestEdgeKeyCookieParts(t *testing.T) {
 	kb, _ := edgeKey("[2001:db8::3]:1", ip, s)
 	if ka == kb {
 		t.Errorf("ipv6_prefix 128: 2001:db8::2 and ::3 share the key %q", ka)
+	}
+}
+
+// TestEdgeSetForwarded: what the upstream is told when the client is the
+// peer and it sent Forwarded, when a quoted Forwarded value holds a comma,
+// and when the peer address does not parse (a header named by
+// client_ip_header is removed too).
+func TestEdgeSetForwarded(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		s      *config.Server
+		remote string
+		in     http.Header
+		want   http.Header
+	}{
+		{"untrusted peer, Forwarded sent", srvFor("", 0, "10.0.0.0/8"), "203.0.113.9:1",
+			http.Header{"Forwarded": {"for=10.9.8.1"}, "X-Forwarded-For": {"10.9.8.2"}},
+			http.Header{"Forwarded": {"for=203.0.113.9"}, "X-Forwarded-For": {"203.0.113.9"}}},
+		{"quoted comma", srvFor("Forwarded", 0, "10.0.0.0/8"), "10.1.2.3:1",
+			http.Header{"Forwarded": {`for="198.51.100.1";ext="a,b", for=10.0.0.5`}},
+			http.Header{"Forwarded": {"for=198.51.100.1, for=10.0.0.5, for=10.1.2.3"}, "X-Forwarded-For": {"198.51.100.1, 10.0.0.5, 10.1.2.3"}}},
+		{"unparseable peer", srvFor("X-Client-Address", 0, "10.0.0.0/8"), "garbage",
+			http.Header{"Forwarded": {"for=1.2.3.4"}, "X-Forwarded-For": {"1.2.3.4"}, "X-Client-Address": {"1.2.3.4"}, "X-Real-Ip": {"1.2.3.4"}, "Accept": {"*/*"}},
+			http.Header{"Accept": {"*/*"}}},
+	} {
+		in := &http.Request{RemoteAddr: c.remote, Header: c.in}
+		out := &http.Request{Header: c.in.Clone()}
+		setForwarded(&httputil.ProxyRequest{In: in, Out: out}, c.s)
+		out.Header.Del("X-Forwarded-Host") // TestSetForwardedHostProto's
+		out.Header.Del("X-Forwarded-Proto")
+		if len(out.Header) != len(c.want) {
+			t.Errorf("%s: upstream headers %v, want %v", c.name, out.Header, c.want)
+			continue
+		}
+		for k, v := range c.want {
+			if strings.Join(out.Header[k], "|") != strings.Join(v, "|") {
+				t.Errorf("%s: %s = %q, want %q", c.name, k, out.Header[k], v)
+			}
+		}
+	}
+}
+
+// TestEdgeKeyedPartStates: what a cookie or query key part is, beyond its
+// value: an empty value is absent, several are ambiguous (or, rewritten,
+// the last well-formed one, even the first), and the places a cookie name
+// can hide in another pair.
+func TestEdgeKeyedPartStates(t *testing.T) {
+	cookie := config.KeyPart{Kind: config.KeyCookie, Name: "sid"}
+	for _, c := range []struct {
+		cookie string
+		mode   config.AmbiguousMode
+		value  string
+		st     partState
+	}{
+		{"sid=", config.AmbiguousReject, "", partAbsent},
+		{`sid=""`, config.AmbiguousReject, "", partAbsent},
+		{`sid="`, config.AmbiguousReject, "", partAmbiguous},
+		{"sid=a~b", config.AmbiguousReject, "a~b", partPresent},
+		{"sid=RE\x7fAL", config.AmbiguousReject, "", partAmbiguous},
+		{"sid=junk; sid=REAL", config.AmbiguousReject, "", partAmbiguous},
+		{"sid=REAL; sid", config.AmbiguousRewrite, "REAL", partPresent},
+		{"sid=; sid", config.AmbiguousRewrite, "", partAbsent},
+		{"a=1,sid=junk; sid=REAL", config.AmbiguousReject, "", partAmbiguous},
+		{"a=1\tsid=junk; sid=REAL", config.AmbiguousReject, "", partAmbiguous},
+		{",sid=junk; sid=REAL", config.AmbiguousReject, "", partAmbiguous},
+		{"a=1 b; sid=REAL", config.AmbiguousReject, "REAL", partPresent},
+	} {
+		r := &http.Request{Header: http.Header{"Cookie": {c.cookie}}, URL: &url.URL{}}
+		if v, st := keyedPart(r, cookie, c.mode); v != c.value || st != c.st {
+			t.Errorf("cookie %q (%s): %q, %v; want %q, %v", c.cookie, c.mode, v, st, c.value, c.st)
+		}
+	}
+	if v, st := keyedPart(&http.Request{Header: http.Header{"X-Key": {"v"}}}, config.KeyPart{Kind: config.KeyHeader, Name: "X-Key"}, config.AmbiguousReject); v != "" || st != partAbsent {
+		t.Errorf("keyedPart of a header part: %q, %v", v, st)
 	}
 }
