@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls
+.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls mutants
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -57,3 +57,9 @@ bench-ops:
 # reference is built; installs redis-server when missing and root).
 bench-rls:
 	bench/rls.sh 20000 3 20000 2s
+
+# The mutation harness over the limiter's algorithms, the leaky-bucket queue and
+# the proxy's key and canonicalization (bench/mutants; hours on two shared cores,
+# not part of test): make mutants ARGS="-j 2"
+mutants:
+	bench/mutants.sh $(ARGS)
