@@ -300,8 +300,11 @@ func TestLeakyBucket(t *testing.T) {
 		resp.Body.Close()
 		results <- result{seq, resp.StatusCode, time.Since(begin)}
 	}
-	// Request 2 gives up 100ms after it is sent, while it waits.
-	cancelCtx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	// Request 2 gives up while it waits: at 470ms, before its turn at
+	// 500ms (4/s after 0 at once and 1 at 250ms; a stall only makes turns
+	// later). Request 6, sent at 360ms, must find the queue full (2, 3, 4,
+	// 5) until then: a stall of up to 110ms still leaves it full.
+	cancelCtx, cancel := context.WithTimeout(context.Background(), 470*time.Millisecond)
 	defer cancel()
 	for seq := range 7 {
 		ctx := context.Background()
