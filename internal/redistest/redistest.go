@@ -148,6 +148,10 @@ func logTail(path string) string {
 // Addr returns host:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
+// createWithin bounds redis-cli --cluster create (a loaded machine takes
+// seconds; a cluster that never forms fails the test instead of hanging).
+const createWithin = 60 * time.Second
+
 // Restart starts the server again on its port (after Kill), empty. If the
 // port was taken meanwhile, it tries again for up to upWithin.
 func (s *Server) Restart() {
@@ -397,7 +401,11 @@ func cluster(ctx context.Context, bin, cli string, o owner, n int, nodeTimeout t
 	if n == 6 {
 		replicas = "1"
 	}
-	out, err := exec.CommandContext(ctx, cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", replicas, "--cluster-yes")...).CombinedOutput()
+	// redis-cli waits for the nodes to agree with no bound of its own: a
+	// node that never joins would hold the test until go test's timeout.
+	cctx, cancel := context.WithTimeout(ctx, createWithin)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", replicas, "--cluster-yes")...).CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
 	}
