@@ -437,3 +437,57 @@ func TestEdgeKeyedPartStates(t *testing.T) {
 		t.Errorf("keyedPart of a header part: %q, %v", v, st)
 	}
 }
+
+// TestEdgeNormalizePathEscapes: escapes at the end of a segment, half
+// escapes, every unreserved character spelled escaped, and paths that
+// only look like dot segments.
+func TestEdgeNormalizePathEscapes(t *testing.T) {
+	for _, c := range []struct {
+		in, raw, decoded string
+		err              error
+	}{
+		{"/a%41", "/aA", "/aA", nil},
+		{"/a%41/b", "/aA/b", "/aA/b", nil},
+		{"/%7a%5a%39%7e%2d%2e%5f", "/zZ9~-._", "/zZ9~-._", nil},
+		{"/%61%41%30", "/aA0", "/aA0", nil},
+		{"/a%4", "", "", errBadEscape},
+		{"/a%", "", "", errBadEscape},
+		{"/%4z", "", "", errBadEscape},
+		{"/%z4", "", "", errBadEscape},
+		{"/a/.b/..c/d.", "/a/.b/..c/d.", "/a/.b/..c/d.", nil},
+	} {
+		raw, decoded, err := normalizePath(c.in)
+		if err != c.err || raw != c.raw || decoded != c.decoded {
+			t.Errorf("normalizePath(%q) = %q, %q, %v; want %q, %q, %v", c.in, raw, decoded, err, c.raw, c.decoded, c.err)
+		}
+	}
+}
+
+// TestEdgeKeyPartNames: a cookie name spelled with other capitals (A and
+// Z included), dots or spaces, or escaped, is the same name to PHP-like
+// parsers; lenientUnescape keeps what is no escape; and the refusal names
+// the ambiguous part.
+func TestEdgeKeyPartNames(t *testing.T) {
+	for _, c := range []struct{ name, cookie string }{
+		{"aid", "Aid=junk; aid=REAL"},
+		{"zid", "Zid=junk; zid=REAL"},
+		{"a_b", "a.b=junk; a_b=REAL"},
+		{"a_b", "a b=junk; a_b=REAL"},
+		{"sid", "s%69d=junk; sid=REAL"},
+	} {
+		r := &http.Request{Header: http.Header{"Cookie": {c.cookie}}, URL: &url.URL{}}
+		if _, st := keyedPart(r, config.KeyPart{Kind: config.KeyCookie, Name: c.name}, config.AmbiguousReject); st != partAmbiguous {
+			t.Errorf("cookie %s in %q: %v, want ambiguous", c.name, c.cookie, st)
+		}
+	}
+	for in, want := range map[string]string{"a+b": "a b", "%41%4": "A%4", "x%4": "x%4", "%zz": "%zz", "%4z1": "%4z1", "ab12": "ab12", "%": "%", "%41": "A"} {
+		if got := lenientUnescape(in); got != want {
+			t.Errorf("lenientUnescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+	p := edgePolicy(config.MissingReject, config.KeyPart{Kind: config.KeyCookie, Name: "ok"}, config.KeyPart{Kind: config.KeyCookie, Name: "sid"})
+	r := &http.Request{Header: http.Header{"Cookie": {"ok=1; sid=a; sid=b"}}, URL: &url.URL{}}
+	if got := ambiguousPart(r, p, config.AmbiguousReject); got != (config.KeyPart{Kind: config.KeyCookie, Name: "sid"}).String() {
+		t.Errorf("ambiguousPart = %q, want the sid cookie", got)
+	}
+}
