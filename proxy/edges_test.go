@@ -491,3 +491,34 @@ func TestEdgeKeyPartNames(t *testing.T) {
 		t.Errorf("ambiguousPart = %q, want the sid cookie", got)
 	}
 }
+
+// TestEdgeCanonicalize: the path is taken from the request line as sent
+// (an encoded slash stays apart from a slash), the decoded form replaces
+// a stale raw one, a NUL byte is refused, and headers whose names hold an
+// underscore anywhere, first byte included, are dropped unless allowed.
+func TestEdgeCanonicalize(t *testing.T) {
+	req := func(uri string) *http.Request {
+		u, _ := url.ParseRequestURI(uri)
+		return &http.Request{Method: "GET", RequestURI: uri, URL: u, Host: "h", Header: http.Header{"_X": {"1"}, "X_Y": {"2"}, "X-Z": {"3"}}}
+	}
+	r := req("/a%2Fb/%41?q=1")
+	if st, d := canonicalize(r, &config.Server{}); st != 0 || r.URL.Path != "/a/b/A" || r.URL.RawPath != "/a%2Fb/A" || r.URL.RawQuery != "q=1" {
+		t.Errorf("origin form: %d %s, path %q raw %q query %q", st, d, r.URL.Path, r.URL.RawPath, r.URL.RawQuery)
+	}
+	if len(r.Header) != 1 || r.Header.Get("X-Z") != "3" {
+		t.Errorf("underscore headers left: %v", r.Header)
+	}
+	r = req("/plain")
+	r.URL.RawPath = "/stale"
+	if st, _ := canonicalize(r, &config.Server{UnderscoresInHeaders: true}); st != 0 || r.URL.Path != "/plain" || r.URL.RawPath != "" || len(r.Header) != 3 {
+		t.Errorf("plain path: %d, path %q raw %q, headers %v", st, r.URL.Path, r.URL.RawPath, r.Header)
+	}
+	r = req("/a")
+	r.RequestURI = "/a\x00b"
+	if st, _ := canonicalize(r, &config.Server{}); st != http.StatusBadRequest {
+		t.Errorf("NUL in the path: %d, want 400", st)
+	}
+	if _, _, err := normalizePath("/a\x00b"); err != errNUL {
+		t.Errorf("normalizePath with NUL: %v", err)
+	}
+}
