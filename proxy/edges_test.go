@@ -455,6 +455,7 @@ func TestEdgeNormalizePathEscapes(t *testing.T) {
 		{"/%4z", "", "", errBadEscape},
 		{"/%z4", "", "", errBadEscape},
 		{"/a/.b/..c/d.", "/a/.b/..c/d.", "/a/.b/..c/d.", nil},
+		{"/\"", "/%22", "/\"", nil}, // a one-byte segment to escape
 	} {
 		raw, decoded, err := normalizePath(c.in)
 		if err != c.err || raw != c.raw || decoded != c.decoded {

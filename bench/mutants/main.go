@@ -174,6 +174,7 @@ func main() {
 		}
 	}
 
+	counts := keyCounts(all)
 	start := time.Now()
 	results := make([]result, len(all))
 	todo := make([]int, 0, len(all))
@@ -201,7 +202,7 @@ func main() {
 			for i := range next {
 				m := all[i]
 				r, _ := runMutant(absRoot, tmp, byFile[m.file], m, *timeout)
-				if r == survived && eq[m.key()] {
+				if r == survived && eq.match(m, counts) {
 					r = equivalent
 				}
 				results[i] = r
@@ -243,7 +244,7 @@ func readPrevious(name string) (map[string]result, error) {
 
 // readResults reads a -results file back, marking as equivalent the
 // survivors eq lists.
-func readResults(name string, eq map[string]bool) ([]*mutant, []result, error) {
+func readResults(name string, eq equivalents) ([]*mutant, []result, error) {
 	b, err := os.ReadFile(name)
 	if err != nil {
 		return nil, nil, err
@@ -267,11 +268,14 @@ func readResults(name string, eq map[string]bool) ([]*mutant, []result, error) {
 		if r == equivalent {
 			r = survived
 		}
-		if r == survived && eq[m.key()] {
-			r = equivalent
-		}
 		all = append(all, m)
 		results = append(results, r)
+	}
+	counts := keyCounts(all)
+	for i, m := range all {
+		if results[i] == survived && eq.match(m, counts) {
+			results[i] = equivalent
+		}
 	}
 	return all, results, nil
 }
@@ -640,17 +644,19 @@ func readScope(name string) ([]scope, error) {
 // readEquivalent reads the survivors judged equivalent, one per line as the
 // report lists them, "FILE:LINE:COL<TAB>OP<TAB>BEFORE → AFTER", each
 // followed by its reason on lines that start with whitespace; # starts a
-// comment line. The key is the file and the change of the line, not its
-// number, so an entry holds across edits elsewhere in the file.
-func readEquivalent(name string) (map[string]bool, error) {
+// comment line. An entry names its mutant by the file and the change of
+// the line, so that it holds across edits elsewhere in the file; the line
+// number counts only when the file has several mutants making the same
+// change.
+func readEquivalent(name string) (equivalents, error) {
 	b, err := os.ReadFile(name)
 	if errors.Is(err, os.ErrNotExist) {
-		return map[string]bool{}, nil
+		return equivalents{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	eq := map[string]bool{}
+	eq := equivalents{}
 	for n, l := range strings.Split(string(b), "\n") {
 		if l == "" || l[0] == '#' || l[0] == ' ' || l[0] == '\t' {
 			continue
@@ -659,10 +665,35 @@ func readEquivalent(name string) (map[string]bool, error) {
 		if len(fs) != 3 || !strings.Contains(fs[2], " → ") {
 			return nil, fmt.Errorf("%s:%d: want FILE:LINE:COL<TAB>OP<TAB>BEFORE → AFTER", name, n+1)
 		}
-		file, _, _ := strings.Cut(fs[0], ":")
-		eq[file+": "+fs[2]] = true
+		pos := strings.Split(fs[0], ":")
+		line := 0
+		if len(pos) > 1 {
+			line, _ = strconv.Atoi(pos[1])
+		}
+		k := pos[0] + ": " + fs[2]
+		eq[k] = append(eq[k], line)
 	}
 	return eq, nil
+}
+
+// equivalents maps a mutant's key (file and change) to the lines the list
+// gives for it.
+type equivalents map[string][]int
+
+// match says whether m is listed: by its file and change when no other
+// mutant of the file makes the same change (count[key] = 1), else by its
+// line too.
+func (eq equivalents) match(m *mutant, count map[string]int) bool {
+	lines, ok := eq[m.key()]
+	return ok && (count[m.key()] == 1 || slices.Contains(lines, m.line))
+}
+
+func keyCounts(all []*mutant) map[string]int {
+	c := map[string]int{}
+	for _, m := range all {
+		c[m.key()]++
+	}
+	return c
 }
 
 func slicesFilter[T any](s []T, keep func(T) bool) []T {
