@@ -82,6 +82,7 @@ func main() {
 	eqFile := flag.String("equivalent", "mutants/equivalent.txt", "equivalent mutants file")
 	jobs := flag.Int("j", 1, "mutants tested at once")
 	timeout := flag.Duration("timeout", 90*time.Second, "timeout per mutant (all its packages)")
+	flag.Int64Var(&memLimitMiB, "mem", 3072, "address-space limit of each go test and its test binary, in MiB (a mutant can allocate without bound)")
 	files := flag.String("files", "", "comma-separated subset of the scope's files")
 	list := flag.Bool("list", false, "list the mutants without running them")
 	show := flag.String("show", "", "run one mutant FILE:LINE:N (N-th mutant on that line, from 1) and print its test output")
@@ -174,6 +175,11 @@ func main() {
 		}
 	}
 
+	var resultsOut *os.File
+	if *resultsFile != "" {
+		resultsOut, err = os.Create(*resultsFile)
+		check(err)
+	}
 	counts := keyCounts(all)
 	start := time.Now()
 	results := make([]result, len(all))
@@ -207,6 +213,11 @@ func main() {
 				}
 				results[i] = r
 				mu.Lock()
+				if resultsOut != nil {
+					// As each is done, so that a run cut short can be
+					// rerun from where it stopped (-rerun).
+					fmt.Fprintf(resultsOut, "%s\n", resultLine(m, r))
+				}
 				done++
 				fmt.Fprintf(os.Stderr, "[%d/%d %s] %s:%d %s: %s\n", done, len(todo), time.Since(start).Round(time.Second), m.file, m.line, m.op, resultNames[r])
 				mu.Unlock()
@@ -218,14 +229,20 @@ func main() {
 	}
 	close(next)
 	wg.Wait()
-	if *resultsFile != "" {
+	if resultsOut != nil {
+		// Rewritten whole, in order, with the results carried over.
+		check(resultsOut.Close())
 		var b strings.Builder
 		for i, m := range all {
-			fmt.Fprintf(&b, "%s:%d:%d\t%s\t%s → %s\t%s\n", m.file, m.line, m.col, m.op, m.before, m.after, resultNames[results[i]])
+			fmt.Fprintf(&b, "%s\n", resultLine(m, results[i]))
 		}
 		check(os.WriteFile(*resultsFile, []byte(b.String()), 0o644))
 	}
 	report(os.Stdout, scopes, all, results, time.Since(start))
+}
+
+func resultLine(m *mutant, r result) string {
+	return fmt.Sprintf("%s:%d:%d\t%s\t%s → %s\t%s", m.file, m.line, m.col, m.op, m.before, m.after, resultNames[r])
 }
 
 // readPrevious reads a -results file into the result of each mutant, by
@@ -329,6 +346,9 @@ func score(c [5]int) string {
 	return "-"
 }
 
+// memLimitMiB is -mem.
+var memLimitMiB int64
+
 // runMutant runs the scope's test packages with m applied (none if m is
 // nil) and says what became of it, with the output of the last go test.
 func runMutant(root, tmp string, s scope, m *mutant, timeout time.Duration) (result, string) {
@@ -355,7 +375,10 @@ func runMutant(root, tmp string, s scope, m *mutant, timeout time.Duration) (res
 	defer cancel()
 	var out []byte
 	for _, p := range s.pkgs {
-		cmd := exec.CommandContext(ctx, "go", append(args, p)...)
+		// ulimit -v caps the address space of go test and the test
+		// binary it starts: a mutant that allocates without bound fails
+		// there instead of taking the machine's memory.
+		cmd := exec.CommandContext(ctx, "sh", append([]string{"-c", `ulimit -v "$0" && exec go "$@"`, strconv.FormatInt(memLimitMiB<<10, 10)}, append(args, p)...)...)
 		cmd.Dir = root
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		// Kill the whole group: go test, the test binary and what it started.
