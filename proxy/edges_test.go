@@ -71,6 +71,8 @@ func TestEdgeHostOneCapital(t *testing.T) {
 		"A":                    "a",
 		"Z.":                   "z",
 		"[::1]:8080":           "[::1]:8080",
+		"[::1].":               "[::1].", // after the bracket is the port's place
+		"[X]":                  "[x]",
 		"@[`.example.{":        "@[`.example.{", // the bytes around A–Z stay
 	} {
 		if got := normalizeHost(in); got != want {
@@ -361,6 +363,12 @@ func TestEdgeKeyCookieParts(t *testing.T) {
 	kb, _ := edgeKey("[2001:db8::3]:1", ip, s)
 	if ka == kb {
 		t.Errorf("ipv6_prefix 128: 2001:db8::2 and ::3 share the key %q", ka)
+	}
+	s.IPv6Prefix = 127
+	ka, _ = edgeKey("[2001:db8::2]:1", ip, s)
+	kb, _ = edgeKey("[2001:db8::3]:1", ip, s)
+	if ka != kb {
+		t.Errorf("ipv6_prefix 127: 2001:db8::2 and ::3 keyed %q and %q, want one /127", ka, kb)
 	}
 }
 
