@@ -71,6 +71,8 @@ func TestEdgeHostOneCapital(t *testing.T) {
 		"A":                    "a",
 		"Z.":                   "z",
 		"[::1]:8080":           "[::1]:8080",
+		"[::1].":               "[::1].", // after the bracket is the port's place
+		"[X]":                  "[x]",
 		"@[`.example.{":        "@[`.example.{", // the bytes around A–Z stay
 	} {
 		if got := normalizeHost(in); got != want {
@@ -362,6 +364,12 @@ func TestEdgeKeyCookieParts(t *testing.T) {
 	if ka == kb {
 		t.Errorf("ipv6_prefix 128: 2001:db8::2 and ::3 share the key %q", ka)
 	}
+	s.IPv6Prefix = 127
+	ka, _ = edgeKey("[2001:db8::2]:1", ip, s)
+	kb, _ = edgeKey("[2001:db8::3]:1", ip, s)
+	if ka != kb {
+		t.Errorf("ipv6_prefix 127: 2001:db8::2 and ::3 keyed %q and %q, want one /127", ka, kb)
+	}
 }
 
 // TestEdgeSetForwarded: what the upstream is told when the client is the
@@ -435,5 +443,91 @@ func TestEdgeKeyedPartStates(t *testing.T) {
 	}
 	if v, st := keyedPart(&http.Request{Header: http.Header{"X-Key": {"v"}}}, config.KeyPart{Kind: config.KeyHeader, Name: "X-Key"}, config.AmbiguousReject); v != "" || st != partAbsent {
 		t.Errorf("keyedPart of a header part: %q, %v", v, st)
+	}
+}
+
+// TestEdgeNormalizePathEscapes: escapes at the end of a segment, half
+// escapes, every unreserved character spelled escaped, and paths that
+// only look like dot segments.
+func TestEdgeNormalizePathEscapes(t *testing.T) {
+	for _, c := range []struct {
+		in, raw, decoded string
+		err              error
+	}{
+		{"/a%41", "/aA", "/aA", nil},
+		{"/a%41/b", "/aA/b", "/aA/b", nil},
+		{"/%7a%5a%39%7e%2d%2e%5f", "/zZ9~-._", "/zZ9~-._", nil},
+		{"/%61%41%30", "/aA0", "/aA0", nil},
+		{"/a%4", "", "", errBadEscape},
+		{"/a%", "", "", errBadEscape},
+		{"/%4z", "", "", errBadEscape},
+		{"/%z4", "", "", errBadEscape},
+		{"/a/.b/..c/d.", "/a/.b/..c/d.", "/a/.b/..c/d.", nil},
+		{"/\"", "/%22", "/\"", nil}, // a one-byte segment to escape
+	} {
+		raw, decoded, err := normalizePath(c.in)
+		if err != c.err || raw != c.raw || decoded != c.decoded {
+			t.Errorf("normalizePath(%q) = %q, %q, %v; want %q, %q, %v", c.in, raw, decoded, err, c.raw, c.decoded, c.err)
+		}
+	}
+}
+
+// TestEdgeKeyPartNames: a cookie name spelled with other capitals (A and
+// Z included), dots or spaces, or escaped, is the same name to PHP-like
+// parsers; lenientUnescape keeps what is no escape; and the refusal names
+// the ambiguous part.
+func TestEdgeKeyPartNames(t *testing.T) {
+	for _, c := range []struct{ name, cookie string }{
+		{"aid", "Aid=junk; aid=REAL"},
+		{"zid", "Zid=junk; zid=REAL"},
+		{"a_b", "a.b=junk; a_b=REAL"},
+		{"a_b", "a b=junk; a_b=REAL"},
+		{"sid", "s%69d=junk; sid=REAL"},
+	} {
+		r := &http.Request{Header: http.Header{"Cookie": {c.cookie}}, URL: &url.URL{}}
+		if _, st := keyedPart(r, config.KeyPart{Kind: config.KeyCookie, Name: c.name}, config.AmbiguousReject); st != partAmbiguous {
+			t.Errorf("cookie %s in %q: %v, want ambiguous", c.name, c.cookie, st)
+		}
+	}
+	for in, want := range map[string]string{"a+b": "a b", "%41%4": "A%4", "x%4": "x%4", "%zz": "%zz", "%4z1": "%4z1", "ab12": "ab12", "%": "%", "%41": "A"} {
+		if got := lenientUnescape(in); got != want {
+			t.Errorf("lenientUnescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+	p := edgePolicy(config.MissingReject, config.KeyPart{Kind: config.KeyCookie, Name: "ok"}, config.KeyPart{Kind: config.KeyCookie, Name: "sid"})
+	r := &http.Request{Header: http.Header{"Cookie": {"ok=1; sid=a; sid=b"}}, URL: &url.URL{}}
+	if got := ambiguousPart(r, p, config.AmbiguousReject); got != (config.KeyPart{Kind: config.KeyCookie, Name: "sid"}).String() {
+		t.Errorf("ambiguousPart = %q, want the sid cookie", got)
+	}
+}
+
+// TestEdgeCanonicalize: the path is taken from the request line as sent
+// (an encoded slash stays apart from a slash), the decoded form replaces
+// a stale raw one, a NUL byte is refused, and headers whose names hold an
+// underscore anywhere, first byte included, are dropped unless allowed.
+func TestEdgeCanonicalize(t *testing.T) {
+	req := func(uri string) *http.Request {
+		u, _ := url.ParseRequestURI(uri)
+		return &http.Request{Method: "GET", RequestURI: uri, URL: u, Host: "h", Header: http.Header{"_X": {"1"}, "X_Y": {"2"}, "X-Z": {"3"}}}
+	}
+	r := req("/a%2Fb/%41?q=1")
+	if st, d := canonicalize(r, &config.Server{}); st != 0 || r.URL.Path != "/a/b/A" || r.URL.RawPath != "/a%2Fb/A" || r.URL.RawQuery != "q=1" {
+		t.Errorf("origin form: %d %s, path %q raw %q query %q", st, d, r.URL.Path, r.URL.RawPath, r.URL.RawQuery)
+	}
+	if len(r.Header) != 1 || r.Header.Get("X-Z") != "3" {
+		t.Errorf("underscore headers left: %v", r.Header)
+	}
+	r = req("/plain")
+	r.URL.RawPath = "/stale"
+	if st, _ := canonicalize(r, &config.Server{UnderscoresInHeaders: true}); st != 0 || r.URL.Path != "/plain" || r.URL.RawPath != "" || len(r.Header) != 3 {
+		t.Errorf("plain path: %d, path %q raw %q, headers %v", st, r.URL.Path, r.URL.RawPath, r.Header)
+	}
+	r = req("/a")
+	r.RequestURI = "/a\x00b"
+	if st, _ := canonicalize(r, &config.Server{}); st != http.StatusBadRequest {
+		t.Errorf("NUL in the path: %d, want 400", st)
+	}
+	if _, _, err := normalizePath("/a\x00b"); err != errNUL {
+		t.Errorf("normalizePath with NUL: %v", err)
 	}
 }

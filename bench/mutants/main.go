@@ -82,6 +82,7 @@ func main() {
 	eqFile := flag.String("equivalent", "mutants/equivalent.txt", "equivalent mutants file")
 	jobs := flag.Int("j", 1, "mutants tested at once")
 	timeout := flag.Duration("timeout", 90*time.Second, "timeout per mutant (all its packages)")
+	flag.Int64Var(&memLimitMiB, "mem", 3072, "address-space limit of each go test and its test binary, in MiB (a mutant can allocate without bound)")
 	files := flag.String("files", "", "comma-separated subset of the scope's files")
 	list := flag.Bool("list", false, "list the mutants without running them")
 	show := flag.String("show", "", "run one mutant FILE:LINE:N (N-th mutant on that line, from 1) and print its test output")
@@ -174,6 +175,12 @@ func main() {
 		}
 	}
 
+	var resultsOut *os.File
+	if *resultsFile != "" {
+		resultsOut, err = os.Create(*resultsFile)
+		check(err)
+	}
+	counts := keyCounts(all)
 	start := time.Now()
 	results := make([]result, len(all))
 	todo := make([]int, 0, len(all))
@@ -201,11 +208,16 @@ func main() {
 			for i := range next {
 				m := all[i]
 				r, _ := runMutant(absRoot, tmp, byFile[m.file], m, *timeout)
-				if r == survived && eq[m.key()] {
+				if r == survived && eq.match(m, counts) {
 					r = equivalent
 				}
 				results[i] = r
 				mu.Lock()
+				if resultsOut != nil {
+					// As each is done, so that a run cut short can be
+					// rerun from where it stopped (-rerun).
+					fmt.Fprintf(resultsOut, "%s\n", resultLine(m, r))
+				}
 				done++
 				fmt.Fprintf(os.Stderr, "[%d/%d %s] %s:%d %s: %s\n", done, len(todo), time.Since(start).Round(time.Second), m.file, m.line, m.op, resultNames[r])
 				mu.Unlock()
@@ -217,14 +229,20 @@ func main() {
 	}
 	close(next)
 	wg.Wait()
-	if *resultsFile != "" {
+	if resultsOut != nil {
+		// Rewritten whole, in order, with the results carried over.
+		check(resultsOut.Close())
 		var b strings.Builder
 		for i, m := range all {
-			fmt.Fprintf(&b, "%s:%d:%d\t%s\t%s → %s\t%s\n", m.file, m.line, m.col, m.op, m.before, m.after, resultNames[results[i]])
+			fmt.Fprintf(&b, "%s\n", resultLine(m, results[i]))
 		}
 		check(os.WriteFile(*resultsFile, []byte(b.String()), 0o644))
 	}
 	report(os.Stdout, scopes, all, results, time.Since(start))
+}
+
+func resultLine(m *mutant, r result) string {
+	return fmt.Sprintf("%s:%d:%d\t%s\t%s → %s\t%s", m.file, m.line, m.col, m.op, m.before, m.after, resultNames[r])
 }
 
 // readPrevious reads a -results file into the result of each mutant, by
@@ -243,7 +261,7 @@ func readPrevious(name string) (map[string]result, error) {
 
 // readResults reads a -results file back, marking as equivalent the
 // survivors eq lists.
-func readResults(name string, eq map[string]bool) ([]*mutant, []result, error) {
+func readResults(name string, eq equivalents) ([]*mutant, []result, error) {
 	b, err := os.ReadFile(name)
 	if err != nil {
 		return nil, nil, err
@@ -267,11 +285,14 @@ func readResults(name string, eq map[string]bool) ([]*mutant, []result, error) {
 		if r == equivalent {
 			r = survived
 		}
-		if r == survived && eq[m.key()] {
-			r = equivalent
-		}
 		all = append(all, m)
 		results = append(results, r)
+	}
+	counts := keyCounts(all)
+	for i, m := range all {
+		if results[i] == survived && eq.match(m, counts) {
+			results[i] = equivalent
+		}
 	}
 	return all, results, nil
 }
@@ -325,6 +346,9 @@ func score(c [5]int) string {
 	return "-"
 }
 
+// memLimitMiB is -mem.
+var memLimitMiB int64
+
 // runMutant runs the scope's test packages with m applied (none if m is
 // nil) and says what became of it, with the output of the last go test.
 func runMutant(root, tmp string, s scope, m *mutant, timeout time.Duration) (result, string) {
@@ -351,7 +375,10 @@ func runMutant(root, tmp string, s scope, m *mutant, timeout time.Duration) (res
 	defer cancel()
 	var out []byte
 	for _, p := range s.pkgs {
-		cmd := exec.CommandContext(ctx, "go", append(args, p)...)
+		// ulimit -v caps the address space of go test and the test
+		// binary it starts: a mutant that allocates without bound fails
+		// there instead of taking the machine's memory.
+		cmd := exec.CommandContext(ctx, "sh", append([]string{"-c", `ulimit -v "$0" && exec go "$@"`, strconv.FormatInt(memLimitMiB<<10, 10)}, append(args, p)...)...)
 		cmd.Dir = root
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		// Kill the whole group: go test, the test binary and what it started.
@@ -640,17 +667,19 @@ func readScope(name string) ([]scope, error) {
 // readEquivalent reads the survivors judged equivalent, one per line as the
 // report lists them, "FILE:LINE:COL<TAB>OP<TAB>BEFORE → AFTER", each
 // followed by its reason on lines that start with whitespace; # starts a
-// comment line. The key is the file and the change of the line, not its
-// number, so an entry holds across edits elsewhere in the file.
-func readEquivalent(name string) (map[string]bool, error) {
+// comment line. An entry names its mutant by the file and the change of
+// the line, so that it holds across edits elsewhere in the file; the line
+// number counts only when the file has several mutants making the same
+// change.
+func readEquivalent(name string) (equivalents, error) {
 	b, err := os.ReadFile(name)
 	if errors.Is(err, os.ErrNotExist) {
-		return map[string]bool{}, nil
+		return equivalents{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	eq := map[string]bool{}
+	eq := equivalents{}
 	for n, l := range strings.Split(string(b), "\n") {
 		if l == "" || l[0] == '#' || l[0] == ' ' || l[0] == '\t' {
 			continue
@@ -659,10 +688,35 @@ func readEquivalent(name string) (map[string]bool, error) {
 		if len(fs) != 3 || !strings.Contains(fs[2], " → ") {
 			return nil, fmt.Errorf("%s:%d: want FILE:LINE:COL<TAB>OP<TAB>BEFORE → AFTER", name, n+1)
 		}
-		file, _, _ := strings.Cut(fs[0], ":")
-		eq[file+": "+fs[2]] = true
+		pos := strings.Split(fs[0], ":")
+		line := 0
+		if len(pos) > 1 {
+			line, _ = strconv.Atoi(pos[1])
+		}
+		k := pos[0] + ": " + fs[2]
+		eq[k] = append(eq[k], line)
 	}
 	return eq, nil
+}
+
+// equivalents maps a mutant's key (file and change) to the lines the list
+// gives for it.
+type equivalents map[string][]int
+
+// match says whether m is listed: by its file and change when no other
+// mutant of the file makes the same change (count[key] = 1), else by its
+// line too.
+func (eq equivalents) match(m *mutant, count map[string]int) bool {
+	lines, ok := eq[m.key()]
+	return ok && (count[m.key()] == 1 || slices.Contains(lines, m.line))
+}
+
+func keyCounts(all []*mutant) map[string]int {
+	c := map[string]int{}
+	for _, m := range all {
+		c[m.key()]++
+	}
+	return c
 }
 
 func slicesFilter[T any](s []T, keep func(T) bool) []T {
