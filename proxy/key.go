@@ -86,8 +86,19 @@ func limitKeys(r *http.Request, p *policy.Policy, s *config.Server, keys []strin
 func keyOf(r *http.Request, parts []config.KeyPart, onMissing config.OnMissing, s *config.Server) (key string, res keyResult) {
 	var stack [128]byte
 	b := stack[:0]
-	missing := false
+	missing, stopped := false, false
 	for _, part := range parts {
+		if stopped {
+			// The key is settled by on_missing, but a keyed cookie or
+			// query parameter sent ambiguously is still refused, as
+			// whatever the key, the upstream may read another value.
+			if (part.Kind == config.KeyCookie || part.Kind == config.KeyQuery) && s.AmbiguousKeyParts != config.AmbiguousRewrite {
+				if _, st := keyedPart(r, part, s.AmbiguousKeyParts); st == partAmbiguous {
+					return "", keyInvalid
+				}
+			}
+			continue
+		}
 		if part.Kind == config.KeyIP {
 			// The common case, without an intermediate string.
 			if a, ok := clientIP(r, s); ok {
@@ -110,7 +121,8 @@ func keyOf(r *http.Request, parts []config.KeyPart, onMissing config.OnMissing, 
 		}
 		missing = true
 		if onMissing != config.MissingShared {
-			break
+			stopped = true
+			continue
 		}
 		b = append(b, "-;"...)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strconv"
@@ -623,6 +624,40 @@ func TestKeyedPartAllocs(t *testing.T) {
 	for _, p := range []config.KeyPart{{Kind: config.KeyCookie, Name: "sid"}, {Kind: config.KeyQuery, Name: "k"}} {
 		if n := testing.AllocsPerRun(100, func() { keyedPart(r, p, config.AmbiguousReject) }); n != 0 {
 			t.Errorf("%s: %v allocations, want 0", p, n)
+		}
+	}
+}
+
+// TestAmbiguousAfterMissingPart: a keyed cookie or query parameter sent
+// ambiguously is refused even when an earlier key part is missing and
+// on_missing settles the key (skip, reject or ip): the request must not
+// go on, keyed or not, with a part its upstream may read otherwise.
+func TestAmbiguousAfterMissingPart(t *testing.T) {
+	s := &config.Server{AmbiguousKeyParts: config.AmbiguousReject}
+	parts := []config.KeyPart{{Kind: config.KeyHeader, Name: "X-User"}, {Kind: config.KeyCookie, Name: "sid"}, {Kind: config.KeyQuery, Name: "k"}}
+	for _, om := range []config.OnMissing{config.MissingSkip, config.MissingReject, config.MissingIP, config.MissingShared} {
+		for _, c := range []struct {
+			target, cookie string
+			want           keyResult
+		}{
+			{"/?k=1", "sid=junk; sid=REAL", keyInvalid},
+			{"/?k=1&k=2", "sid=REAL", keyInvalid},
+			{"/?k=%zz", "sid=REAL", keyInvalid},
+		} {
+			r := httptest.NewRequest("GET", c.target, nil)
+			r.RemoteAddr = "203.0.113.7:1"
+			r.Header.Set("Cookie", c.cookie)
+			if _, res := keyOf(r, parts, om, s); res != c.want {
+				t.Errorf("on_missing %s, %s with Cookie %q: result %d, want %d (refused)", om, c.target, c.cookie, res, c.want)
+			}
+		}
+		// Unambiguous: on_missing decides, as before.
+		r := httptest.NewRequest("GET", "/?k=1", nil)
+		r.RemoteAddr = "203.0.113.7:1"
+		r.Header.Set("Cookie", "sid=REAL")
+		want := map[config.OnMissing]keyResult{config.MissingSkip: keySkip, config.MissingReject: keyReject, config.MissingIP: keyOK, config.MissingShared: keyOK}[om]
+		if _, res := keyOf(r, parts, om, s); res != want {
+			t.Errorf("on_missing %s, unambiguous: result %d, want %d", om, res, want)
 		}
 	}
 }
