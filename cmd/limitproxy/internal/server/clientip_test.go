@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -166,34 +164,18 @@ func loopbackPort(t *testing.T, host string) int {
 // the client sent passed through.
 func startNginxBalancer(t *testing.T, backend string) string {
 	t.Helper()
-	dir := t.TempDir()
-	port := loopbackPort(t, "127.0.0.2")
-	conf := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
-  server {
-    listen 127.0.0.2:%[2]d;
+	addr := runNginx(t, "127.0.0.2", func(port int) string {
+		return fmt.Sprintf(`  server {
+    listen 127.0.0.2:%[1]d;
     location / {
-      proxy_pass http://%[3]s;
+      proxy_pass http://%[2]s;
       proxy_bind 127.0.0.2;
       proxy_set_header Host $host;
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
     }
   }
-}
-`, dir, port, backend)
-	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
-	addr := fmt.Sprintf("127.0.0.2:%d", port)
-	startProcess(t, addr, "nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
+`, port, backend)
+	})
 	return addr
 }
 

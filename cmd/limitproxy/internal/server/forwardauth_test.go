@@ -113,33 +113,20 @@ func spoofs(i int) []string {
 func TestForwardAuthNginx(t *testing.T) {
 	up, api := countingUpstream(t)
 	fa := startForwardAuth(t, `"127.0.0.1"`, "deny_status = 403\n")
-	dir := t.TempDir()
-	port := freePort(t)
-	conf := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
-  server {
-    listen 127.0.0.1:%[2]d;
+	addr := runNginx(t, "127.0.0.1", func(port int) string {
+		return fmt.Sprintf(`  server {
+    listen 127.0.0.1:%[1]d;
     location / {
       auth_request /_limitproxy;
       auth_request_set $limit_retry $upstream_http_retry_after;
       auth_request_set $limit_fields $upstream_http_ratelimit;
       add_header RateLimit $limit_fields always;
       error_page 403 = @ratelimited;
-      proxy_pass http://%[3]s;
+      proxy_pass http://%[2]s;
     }
     location = /_limitproxy {
       internal;
-      proxy_pass http://%[4]s;
+      proxy_pass http://%[3]s;
       proxy_pass_request_body off;
       proxy_set_header Content-Length "";
       proxy_set_header X-Original-URI $request_uri;
@@ -155,11 +142,8 @@ http {
       return 429 "rate limited\n";
     }
   }
-}
-`, dir, port, up, fa)
-	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	startProcess(t, addr, "nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
+`, port, up, fa)
+	})
 
 	checkForwardAuthFront(t, addr, api)
 	if resp, _ := fromClient(t, addr, "/api/x"); resp.Header.Get("RateLimit") == "" {

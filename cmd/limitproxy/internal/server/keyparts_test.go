@@ -49,29 +49,13 @@ upstream = "up"
 `
 
 func startKeyNginx(t *testing.T) string {
-	dir := t.TempDir()
-	port := freePort(t)
-	conf := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
-  server {
-    listen 127.0.0.1:%[2]d default_server;
+	addr := runNginx(t, "127.0.0.1", func(port int) string {
+		return fmt.Sprintf(`  server {
+    listen 127.0.0.1:%[1]d default_server;
     location / { return 200 "sid=$cookie_sid k=$arg_k\n"; }
   }
-}
-`, dir, port)
-	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	startProcess(t, addr, "nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
+`, port)
+	})
 	return addr
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,27 +97,14 @@ func startProcess(t *testing.T, addr string, name string, args ...string) {
 }
 
 func startNginx(t *testing.T) string {
-	dir := t.TempDir()
-	port := freePort(t)
-	conf := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
-  server {
-    listen 127.0.0.1:%[2]d;
+	addr := runNginx(t, "127.0.0.1", func(port int) string {
+		return fmt.Sprintf(`  server {
+    listen 127.0.0.1:%[1]d;
     server_name limited.example.com;
     location / { return 200 "PROTECTED\n"; }
   }
   server {
-    listen 127.0.0.1:%[2]d default_server;
+    listen 127.0.0.1:%[1]d default_server;
     location = /login { return 200 "PROTECTED\n"; }
     location /api/ {
       if ($http_x_api_key = "realkey") { return 200 "PROTECTED\n"; }
@@ -124,11 +112,8 @@ http {
     }
     location / { return 200 "other\n"; }
   }
-}
-`, dir, port)
-	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	startProcess(t, addr, "nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
+`, port)
+	})
 	return addr
 }
 
@@ -339,4 +324,32 @@ func TestUpgradesStripped(t *testing.T) {
 			t.Errorf("Upgrade: %s: %d, want %d", c.upgrade, status, c.wantStatus)
 		}
 	}
+}
+
+// runNginx starts nginx (Debian's, stopped when the test ends) listening
+// on host, a loopback address, with the server blocks servers gives for
+// the port it chose inside an http block that logs nothing and keeps its
+// temporary files in the test's directory; it returns nginx's address.
+func runNginx(t *testing.T, host string, servers func(port int) string) string {
+	t.Helper()
+	dir := t.TempDir()
+	port := loopbackPort(t, host)
+	conf := fmt.Sprintf(`daemon off;
+master_process off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+%[2]s}
+`, dir, servers(port))
+	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	startProcess(t, addr, "nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
+	return addr
 }

@@ -175,33 +175,17 @@ func TestWebSocketEarlyFrame(t *testing.T) {
 // as nginx's documentation configures it.
 func startNginxWebSocket(t *testing.T, upstream string) string {
 	t.Helper()
-	dir := t.TempDir()
-	port := freePort(t)
-	conf := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
-  server {
-    listen 127.0.0.1:%[2]d;
+	addr := runNginx(t, "127.0.0.1", func(port int) string {
+		return fmt.Sprintf(`  server {
+    listen 127.0.0.1:%[1]d;
     location / {
-      proxy_pass http://%[3]s;
+      proxy_pass http://%[2]s;
       proxy_http_version 1.1;
       proxy_set_header Upgrade $http_upgrade;
       proxy_set_header Connection "upgrade";
     }
   }
-}
-`, dir, port, upstream)
-	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	startProcess(t, addr, "nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
+`, port, upstream)
+	})
 	return addr
 }
