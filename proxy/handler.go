@@ -112,7 +112,7 @@ func New(set *policy.Set, o Options) *Handler {
 	}
 	// temp_dir and response_buffer_budget are the process's: a reload
 	// does not change them.
-	h.resp = newRespBuffers(h.buffers, set.Config.Server.TempDir, set.Config.Server.ResponseBufferBudget, h.log)
+	h.resp = newRespBuffers(h.buffers, set.Config.Server.TempDir, set.Config.Server.ResponseBufferBudget, set.Config.Server.ResponseBufferDisk, h.log)
 	h.closing, h.closeQueues = context.WithCancel(context.Background())
 	if h.now == nil {
 		h.now = MonotonicClock()

@@ -48,12 +48,29 @@ type respBuffers struct {
 	dir    string
 	budget int64        // bytes of memory all buffered answers may hold at once
 	used   atomic.Int64 // bytes held now, in copyBufferSize buffers
+	disk   int64        // bytes all spool files may hold at once
+	onDisk atomic.Int64 // bytes spool files hold now, or are reserved for a read
 	files  atomic.Int64 // spool files open now
 	log    *zap.Logger
 }
 
-func newRespBuffers(chunks *bufferPool, dir string, budget int64, log *zap.Logger) *respBuffers {
-	return &respBuffers{chunks: chunks, dir: dir, budget: budget, log: log}
+func newRespBuffers(chunks *bufferPool, dir string, budget, disk int64, log *zap.Logger) *respBuffers {
+	return &respBuffers{chunks: chunks, dir: dir, budget: budget, disk: disk, log: log}
+}
+
+// reserveDisk reserves up to want bytes of spool file within the disk
+// budget and returns how many it got (0: the budget is spent).
+func (b *respBuffers) reserveDisk(want int64) int64 {
+	for {
+		u := b.onDisk.Load()
+		got := min(want, b.disk-u)
+		if got <= 0 {
+			return 0
+		}
+		if b.onDisk.CompareAndSwap(u, u+got) {
+			return got
+		}
+	}
 }
 
 type chunk = [copyBufferSize]byte
@@ -315,7 +332,7 @@ func (s *spool) fill() {
 			}
 		}
 		if dst == nil {
-			room := s.fileMax - s.fileEnd
+			room := s.b.reserveDisk(min(s.fileMax-s.fileEnd, copyBufferSize))
 			if room <= 0 {
 				// Past both bounds: the rest goes as the client takes it.
 				s.state = spoolPass
@@ -324,7 +341,7 @@ func (s *spool) fill() {
 				return
 			}
 			toFile = true
-			dst = scratch[:min(room, copyBufferSize)]
+			dst = scratch[:room]
 		}
 		s.mu.Unlock()
 
@@ -332,6 +349,7 @@ func (s *spool) fill() {
 			f, err := s.b.createTemp()
 			if err != nil {
 				s.b.log.Error("cannot buffer an answer on disk; it streams", zap.String("temp_dir", s.b.dir), zap.Error(err))
+				s.b.onDisk.Add(-int64(len(dst)))
 				s.mu.Lock()
 				s.fileMax = 0
 				s.mu.Unlock()
@@ -347,6 +365,10 @@ func (s *spool) fill() {
 				s.b.log.Error("cannot write a buffered answer to disk; it is cut short", zap.String("temp_dir", s.b.dir), zap.Error(werr))
 				n, err = 0, werr
 			}
+		}
+		if toFile {
+			// Keep what the file now holds; give back the rest.
+			s.b.onDisk.Add(int64(n - len(dst)))
 		}
 		s.mu.Lock()
 		if n > 0 {
@@ -408,6 +430,7 @@ func (s *spool) freeLocked() {
 	s.segs, s.chunks = nil, 0
 	if s.f != nil {
 		s.b.closeTemp(s.f)
+		s.b.onDisk.Add(-s.fileEnd)
 		s.f = nil
 	}
 }

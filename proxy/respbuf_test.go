@@ -373,3 +373,39 @@ func TestStreamsStillStream(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// TestBufferedPastDiskBudget: the files of all buffered answers together
+// stay within [server] response_buffer_disk. Two slow readers of 8 MiB
+// answers under a 1 MiB disk budget: the files hold at most 1 MiB between
+// them, the answers that find it spent pass the rest on as their clients
+// read (holding their upstream connections), every byte arrives in
+// order, and the budget is whole again once they are done.
+func TestBufferedPastDiskBudget(t *testing.T) {
+	u := newBigUpstream(t)
+	dir := t.TempDir()
+	const disk = 1 << 20
+	conf := strings.Replace(fmt.Sprintf(bufConfig, dir, 64<<10, "response_buffer_memory = 65536"),
+		"response_buffer_budget", fmt.Sprintf("response_buffer_disk = %d\nresponse_buffer_budget", disk), 1)
+	e := newRLEnv(t, conf, u.url, newRLBackend(t, "memory", time.Now), time.Now)
+	const n = 8 << 20
+	a := slowClient(t, e.addr, "/big?n="+strconv.Itoa(n))
+	b := slowClient(t, e.addr, "/big?n="+strconv.Itoa(n))
+	waitFor(t, "the disk budget to be spent", func() bool { return e.h.resp.onDisk.Load() == disk })
+	var total int64
+	for _, fd := range tempFDs(t, dir) {
+		if fi, err := os.Stat(fd); err == nil {
+			total += fi.Size()
+		}
+	}
+	if total > disk {
+		t.Fatalf("spool files hold %d bytes, over the disk budget of %d", total, disk)
+	}
+	if u.held() == 0 {
+		t.Fatalf("no upstream connection held: past the budget an answer passes on as its client reads")
+	}
+	readAnswer(t, a, n)
+	readAnswer(t, b, n)
+	waitFor(t, "the budget to be whole again", func() bool {
+		return e.h.resp.onDisk.Load() == 0 && e.h.resp.files.Load() == 0 && inFlight(e) == 0 && u.held() == 0
+	})
+}

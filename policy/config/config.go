@@ -92,6 +92,11 @@ type Server struct {
 	// responses hold at once, every upstream together; past it they spill
 	// to TempDir.
 	ResponseBufferBudget int64
+	// ResponseBufferDisk bounds, in bytes, what all buffered responses
+	// hold in their files in TempDir at once; an answer that finds it
+	// spent stops buffering and passes the rest on as its client reads,
+	// holding its upstream connection and slot. 0: no response file.
+	ResponseBufferDisk int64
 	// ProxyProtocol makes the proxy listener read a PROXY protocol (v1
 	// or v2) header, before TLS, from peers in ProxyProtocolFrom: they
 	// must send one, and the address it carries becomes the connection's

@@ -62,11 +62,13 @@ const (
 	// A buffered answer: 64 KiB in memory (nginx's proxy_buffers 8 8k
 	// plus proxy_buffer_size, and what a request body keeps in memory),
 	// then up to 1 GiB on disk (nginx's proxy_max_temp_file_size).
-	// All buffered answers together hold at most 64 MiB of memory.
+	// All buffered answers together hold at most 64 MiB of memory and
+	// 4 GiB of files.
 	DefaultResponseBuffering    = true
 	DefaultResponseBufferMemory = 64 << 10
 	DefaultResponseBufferFile   = 1 << 30
 	DefaultResponseBufferBudget = 64 << 20
+	DefaultResponseBufferDisk   = 4 << 30
 	DefaultMode                 = Enforce
 	DefaultOnMissing            = MissingShared
 	DefaultUpstreamProtocol     = ProtocolHTTP1

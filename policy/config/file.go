@@ -49,6 +49,7 @@ type (
 		SendTimeout       Duration      `toml:"send_timeout"`
 		TempDir           Value[string] `toml:"temp_dir"`
 		RespBudget        Value[int64]  `toml:"response_buffer_budget"`
+		RespDisk          Value[int64]  `toml:"response_buffer_disk"`
 		ProxyProtocol     Value[bool]   `toml:"proxy_protocol"`
 		H2C               Value[bool]   `toml:"h2c"`
 		TLS               *rawTLS       `toml:"tls"`

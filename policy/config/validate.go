@@ -220,6 +220,7 @@ func validateServer(s *rawServer, c *collector) Server {
 		SendTimeout:          s.SendTimeout.Or(DefaultSendTimeout),
 		TempDir:              s.TempDir.Or(os.TempDir()),
 		ResponseBufferBudget: s.RespBudget.Or(DefaultResponseBufferBudget),
+		ResponseBufferDisk:   s.RespDisk.Or(DefaultResponseBufferDisk),
 		ProxyProtocol:        s.ProxyProtocol.V,
 		H2C:                  s.H2C.V,
 	}
@@ -268,6 +269,9 @@ func validateServer(s *rawServer, c *collector) Server {
 	}
 	if s.RespBudget.Set && s.RespBudget.err == nil && srv.ResponseBufferBudget < 0 {
 		c.add("server.response_buffer_budget", "must not be negative (0 keeps every buffered answer on disk)")
+	}
+	if s.RespDisk.Set && s.RespDisk.err == nil && srv.ResponseBufferDisk < 0 {
+		c.add("server.response_buffer_disk", "must not be negative (0: no buffered answer goes to disk)")
 	}
 	if n := s.MaxHeaderBytes.V; s.MaxHeaderBytes.Set && s.MaxHeaderBytes.err == nil && (n < 1024 || n > 16<<20) {
 		c.add("server.max_header_bytes", "%d is outside 1024..16777216", n)

@@ -232,6 +232,7 @@ func restartOnly(a, b *config.Config) []string {
 	check("server.h2c", a.Server.H2C, b.Server.H2C)
 	check("server.temp_dir", a.Server.TempDir, b.Server.TempDir)
 	check("server.response_buffer_budget", a.Server.ResponseBufferBudget, b.Server.ResponseBufferBudget)
+	check("server.response_buffer_disk", a.Server.ResponseBufferDisk, b.Server.ResponseBufferDisk)
 	check("server.tls", a.Server.TLS, b.Server.TLS)
 	check("admin", a.Admin, b.Admin)
 	check("forward_auth.listen", a.ForwardAuth.Listen, b.ForwardAuth.Listen)
