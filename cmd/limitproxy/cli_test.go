@@ -54,14 +54,16 @@ func writeFile(t *testing.T, path, text string) string {
 
 // TestCheckOpensWhatServingOpens: `check` finds, all at once and each at
 // its key's position, what would stop the start: a certificate file
-// missing, the token's variable unset, the overrides file's directory
-// missing; and an unset variable of a {$NAME} placeholder. A start of the
+// missing, the token's variable unset, the key hash's secret too short,
+// the overrides file's directory missing; and an unset variable of a {$NAME} placeholder. A start of the
 // same file reports the same list.
 func TestCheckOpensWhatServingOpens(t *testing.T) {
 	t.Setenv("LIMITPROXY_TEST_CLI_TOKEN", "")
+	t.Setenv("LIMITPROXY_TEST_CLI_HASH", "fifteen bytes..")
 	dir := t.TempDir()
 	text := minimalConfig(`listen = "127.0.0.1:0"
 token_env = "LIMITPROXY_TEST_CLI_TOKEN"
+key_hash_secret_env = "LIMITPROXY_TEST_CLI_HASH"
 [store]
 overrides_file = "`+filepath.Join(dir, "no-dir", "ov.json")+`"
 `, `[server.tls]
@@ -75,7 +77,8 @@ key_file = "`+filepath.Join(dir, "key.pem")+`"
 		path + ":5:1: server.tls.cert_file: open " + filepath.Join(dir, "cert.pem"),
 		path + ":6:1: server.tls.key_file: open " + filepath.Join(dir, "key.pem"),
 		path + ":9:1: admin.token_env: environment variable LIMITPROXY_TEST_CLI_TOKEN is empty or unset",
-		path + ":11:1: store.overrides_file: ",
+		path + ":10:1: admin.key_hash_secret_env: environment variable LIMITPROXY_TEST_CLI_HASH is unset or shorter than 16 bytes",
+		path + ":12:1: store.overrides_file: ",
 	}
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	if code != 1 || stdout != "" || len(lines) != len(want) {

@@ -24,7 +24,8 @@ type PreflightOptions struct {
 // Preflight opens and parses, without starting anything, what starting
 // cfg would open beyond the file itself: the certificate and key of
 // [server.tls] mode = "files", the variables token_env and password_env
-// name (set and not empty), the overrides file (its directory exists and
+// name (set and not empty) and key_hash_secret_env names (set, at least
+// proxy.MinKeyHashSecret bytes), the overrides file (its directory exists and
 // takes files; the file, if there, reads and parses), temp_dir (exists,
 // takes files), and the listen addresses (parse; with o.Bind, free).
 // It returns nil, or config.Errors holding every problem, each at its
@@ -91,6 +92,9 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 		if _, err := secretEnv(cfg.Admin.TokenEnv); err != nil {
 			add("admin.token_env", "%v", err)
 		}
+	}
+	if name := cfg.Admin.KeyHashSecretEnv; name != "" && len(os.Getenv(name)) < proxy.MinKeyHashSecret {
+		add("admin.key_hash_secret_env", "environment variable %s is unset or shorter than %d bytes", name, proxy.MinKeyHashSecret)
 	}
 	if cfg.Store.Backend == config.BackendRedis {
 		if _, err := secretEnv(cfg.Store.Redis.PasswordEnv); err != nil {
