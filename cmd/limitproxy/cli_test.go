@@ -106,6 +106,59 @@ key_file = "`+filepath.Join(dir, "key.pem")+`"
 	}
 }
 
+// TestCheckAllAtOnce: a file that does not validate (an unknown key, a
+// placeholder's variable unset) still has what it would open checked, so
+// that one run of check lists every problem, in file order: a bad listen
+// address, a missing certificate, an unset token variable and a missing
+// overrides directory beside the file's own errors; a key whose value is
+// in error is not checked again.
+func TestCheckAllAtOnce(t *testing.T) {
+	t.Setenv("LIMITPROXY_TEST_CLI_TOKEN", "")
+	dir := t.TempDir()
+	path := writeFile(t, filepath.Join(dir, "c.toml"), `[server]
+listen = "0.0.0.0:80800"
+  [server.tls]
+  mode = "files"
+  cert_file = "`+filepath.Join(dir, "cert.pem")+`"
+  key_file = "`+filepath.Join(dir, "key.pem")+`"
+[admin]
+listen = "localhost"
+token_env = "LIMITPROXY_TEST_CLI_TOKEN"
+[store]
+overrides_file = "`+filepath.Join(dir, "no-dir", "ov.json")+`"
+[[upstream]]
+name = "app"
+targets = ["http://{$LIMITPROXY_TEST_CLI_UNSET}:1"]
+[[policy]]
+name = "p"
+upstream = "app"
+  [[policy.limits]]
+  algoritm = "token_bucket"
+  rate = "10/s"
+`)
+	code, stdout, stderr := runCLI(t, "check", "-config", path)
+	want := []string{
+		path + `:2:1: server.listen: "0.0.0.0:80800": port "80800" is not a number from 0 to 65535`,
+		path + ":5:3: server.tls.cert_file: open " + filepath.Join(dir, "cert.pem"),
+		path + ":6:3: server.tls.key_file: open " + filepath.Join(dir, "key.pem"),
+		path + `:8:1: admin.listen: "localhost": address localhost: missing port in address`,
+		path + ":9:1: admin.token_env: environment variable LIMITPROXY_TEST_CLI_TOKEN is empty or unset",
+		path + ":11:1: store.overrides_file: overrides file " + filepath.Join(dir, "no-dir", "ov.json") + ": directory " + filepath.Join(dir, "no-dir") + " does not exist",
+		path + ":14:1: upstream[0].targets: environment variable LIMITPROXY_TEST_CLI_UNSET is unset",
+		path + ":18:3: policy[0].limits[0].algorithm: is required",
+		path + `:19:3: policy[0].limits[0].algoritm: unknown key "algoritm"`,
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if code != 1 || stdout != "" || len(lines) != len(want) {
+		t.Fatalf("check: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and %d errors", code, stdout, stderr, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("error %d = %q, want it to begin %q", i, lines[i], w)
+		}
+	}
+}
+
 // TestCommandHelp: every command's -h (and -help, --help) prints its own
 // usage and flags on stdout and exits 0; the top level's lists every
 // command; -version, --version and version print the same line.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,8 +104,12 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 	}
 	if cfg.Store.Backend == config.BackendMemory && cfg.Store.OverridesFile != "" {
 		// What the memory store opens at start, opened and closed: the
-		// file read and parsed, a temporary file made beside it.
-		if ov, err := memstore.NewOverrides(memstore.OverrideOptions{Path: cfg.Store.OverridesFile}); err != nil {
+		// file read and parsed, a temporary file made beside it. A
+		// missing directory is said plainly (the probe file's random name
+		// would otherwise be all the message names).
+		if dir := filepath.Dir(cfg.Store.OverridesFile); !isDir(dir) {
+			add("store.overrides_file", "overrides file %s: directory %s does not exist", cfg.Store.OverridesFile, dir)
+		} else if ov, err := memstore.NewOverrides(memstore.OverrideOptions{Path: cfg.Store.OverridesFile}); err != nil {
 			add("store.overrides_file", "%v", err)
 		} else {
 			ov.Close()
@@ -166,6 +171,12 @@ func checkListen(addr string, bind bool) error {
 		ln.Close()
 	}
 	return nil
+}
+
+// isDir reports whether path is a directory (following links).
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // readable opens path for reading and closes it.
