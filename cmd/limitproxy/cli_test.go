@@ -274,6 +274,22 @@ func TestCompletionScripts(t *testing.T) {
 // its admin API, with the token token_env names: a good file is applied
 // (exit 0), a refused one prints every error at its position (exit 1) and
 // the configuration in force stays, a wrong token is refused (exit 1).
+// TestReloadNothingListens: reload of a file no server runs says so, and
+// where it asked.
+func TestReloadNothingListens(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	path := writeFile(t, filepath.Join(t.TempDir(), "c.toml"), minimalConfig(fmt.Sprintf("listen = %q\n", addr), ""))
+	code, _, stderr := runCLI(t, "reload", "-config", path)
+	if w := "reload: nothing listens on " + addr + ", the [admin] listen of " + path + ": is limitproxy running with this file?"; code != 1 || !strings.HasPrefix(stderr, w) {
+		t.Errorf("reload with no server: exit %d, %q; want exit 1 and %q", code, stderr, w)
+	}
+}
+
 func TestReloadCommand(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
