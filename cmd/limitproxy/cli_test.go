@@ -206,7 +206,7 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	writeFile(t, "limitproxy.toml", minimalConfig("", ""))
 	code, stdout, stderr := runCLI(t, "check")
-	if code != 0 || !strings.HasPrefix(stdout, "limitproxy.toml: ok: 1 policies") {
+	if code != 0 || !strings.HasPrefix(stdout, "limitproxy.toml: ok: 1 policy, ") {
 		t.Errorf("check with ./limitproxy.toml: exit %d, %q, %q", code, stdout, stderr)
 	}
 }

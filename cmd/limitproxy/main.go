@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -156,8 +157,17 @@ func check(ctx context.Context, path string, connect, bind bool, stdout io.Write
 	for _, p := range cfg.Policies {
 		limits += len(p.Limits)
 	}
-	fmt.Fprintf(stdout, "%s: ok: %d policies, %d limits, %d upstreams, listen %s\n", path, len(cfg.Policies), limits, len(cfg.Upstreams), cfg.Server.Listen)
+	fmt.Fprintf(stdout, "%s: ok: %s, %s, %s, listen %s\n", path, count(len(cfg.Policies), "policy", "policies"),
+		count(limits, "limit", "limits"), count(len(cfg.Upstreams), "upstream", "upstreams"), cfg.Server.Listen)
 	return nil
+}
+
+// count writes n and the noun, singular for 1.
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // withPreflight adds to a file's errors the problems Preflight found in
