@@ -156,6 +156,9 @@ func secretEnv(name string) (string, error) {
 func checkListen(addr string, bind bool) error {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
+		if _, numErr := strconv.ParseUint(addr, 10, 16); numErr == nil {
+			return fmt.Errorf("%q is a port alone: write \":%s\" for every address, or \"127.0.0.1:%s\" for loopback only", addr, addr, addr)
+		}
 		return fmt.Errorf("%q: %v", addr, err)
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || port == "" {

@@ -181,3 +181,17 @@ func TestStartAddressesTaken(t *testing.T) {
 		}
 	}
 }
+
+// TestPreflightPortAlone: a listen address that is a port alone, the
+// commonest slip, is answered with the address to write.
+func TestPreflightPortAlone(t *testing.T) {
+	text := "[server]\nlisten = \"8080\"\n[admin]\nlisten = \"\"\n[[upstream]]\nname = \"app\"\ntargets = [\"http://127.0.0.1:1\"]\n[[policy]]\nname = \"p\"\nupstream = \"app\"\n[[policy.limits]]\nalgorithm = \"token_bucket\"\nrate = \"1/s\"\n"
+	cfg, err := config.Parse("port.toml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `port.toml:2:1: server.listen: "8080" is a port alone: write ":8080" for every address, or "127.0.0.1:8080" for loopback only`
+	if err := Preflight(cfg, PreflightOptions{}); err == nil || err.Error() != want {
+		t.Errorf("Preflight: %v\nwant %s", err, want)
+	}
+}
