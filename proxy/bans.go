@@ -56,7 +56,7 @@ func (h *Handler) offend(ctx context.Context, p *policy.Policy, key string, keys
 	}
 	if began(ban, now) {
 		h.metrics.banned(p.Name)
-		h.log.Info("key banned", zap.String("policy", p.Name), zap.Int64("level", ban.Level), zap.Time("until", ban.Until), zap.Bool("shadow", b.Shadow))
+		h.log.Info("key banned", zap.String("policy", p.Name), zap.String("key", h.hasher.Stored(StoreKey(k))), zap.Int64("level", ban.Level), zap.Time("until", ban.Until), zap.Bool("shadow", b.Shadow))
 	}
 	return ban, true
 }

@@ -214,6 +214,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wait time.Duration
 	)
 	defer func() { h.done(rec, r, start, &o, wait) }()
+	defer abortIfGone(rec)
 	h.decide(r.Context(), r, snap, &snap.set.Config.Server, start, &o)
 	if o.owes != nil {
 		defer h.settle(rec, o.owes)
@@ -248,6 +249,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.forward(rec, r, snap, o.p)
+}
+
+// abortIfGone ends the exchange of a client that left before anything was
+// written (a 499: gone while queued, or before the upstream answered)
+// without an answer, by aborting the handler as net/http provides: the
+// connection is closed (an HTTP/2 stream reset). Returning would have the
+// server send an empty 200 with whatever headers were set, which a client
+// that only half-closed its connection (a request piped through nc) would
+// still read as a successful answer.
+func abortIfGone(rec *recorder) {
+	if rec.status == statusClientClosed && rec.head == 0 {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // newRecorder returns the recorder of w for r, arriving at start.

@@ -199,7 +199,8 @@ func (t *target) failed(w http.ResponseWriter, r *http.Request, err error, log *
 }
 
 // statusClientClosed is what the access log records for a request whose
-// client left before an answer (nginx's 499); nothing is written.
+// client left before an answer (nginx's 499); nothing is written, and the
+// connection is closed (abortIfGone).
 const statusClientClosed = 499
 
 // filterUpgrade keeps, of the protocols a request asks to upgrade to, only

@@ -62,7 +62,7 @@ upstream = "app"
 		{"cluster", []string{"-config", file(cluster...), "-connect"}, 0, "store: ok: redis answers"},
 		{"down", []string{"-config", file(dead.Addr()), "-connect"}, 1, "store.redis: redis: dial tcp " + dead.Addr()},
 		{"one cluster node", []string{"-config", file(cluster[0]), "-connect"}, 1, "store.redis.addrs: redis at " + cluster[0] + " is a Redis Cluster node"},
-		{"no connect", []string{"-config", file(cluster[0])}, 0, "ok: 1 policies"},
+		{"no connect", []string{"-config", file(cluster[0])}, 0, "ok: 1 policy, 1 limit, 1 upstream"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), append([]string{"check"}, c.args...), &stdout, &stderr)

@@ -54,14 +54,16 @@ func writeFile(t *testing.T, path, text string) string {
 
 // TestCheckOpensWhatServingOpens: `check` finds, all at once and each at
 // its key's position, what would stop the start: a certificate file
-// missing, the token's variable unset, the overrides file's directory
-// missing; and an unset variable of a {$NAME} placeholder. A start of the
+// missing, the token's variable unset, the key hash's secret too short,
+// the overrides file's directory missing; and an unset variable of a {$NAME} placeholder. A start of the
 // same file reports the same list.
 func TestCheckOpensWhatServingOpens(t *testing.T) {
 	t.Setenv("LIMITPROXY_TEST_CLI_TOKEN", "")
+	t.Setenv("LIMITPROXY_TEST_CLI_HASH", "fifteen bytes..")
 	dir := t.TempDir()
 	text := minimalConfig(`listen = "127.0.0.1:0"
 token_env = "LIMITPROXY_TEST_CLI_TOKEN"
+key_hash_secret_env = "LIMITPROXY_TEST_CLI_HASH"
 [store]
 overrides_file = "`+filepath.Join(dir, "no-dir", "ov.json")+`"
 `, `[server.tls]
@@ -75,7 +77,8 @@ key_file = "`+filepath.Join(dir, "key.pem")+`"
 		path + ":5:1: server.tls.cert_file: open " + filepath.Join(dir, "cert.pem"),
 		path + ":6:1: server.tls.key_file: open " + filepath.Join(dir, "key.pem"),
 		path + ":9:1: admin.token_env: environment variable LIMITPROXY_TEST_CLI_TOKEN is empty or unset",
-		path + ":11:1: store.overrides_file: ",
+		path + ":10:1: admin.key_hash_secret_env: environment variable LIMITPROXY_TEST_CLI_HASH is unset or shorter than 16 bytes",
+		path + ":12:1: store.overrides_file: ",
 	}
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	if code != 1 || stdout != "" || len(lines) != len(want) {
@@ -100,6 +103,59 @@ key_file = "`+filepath.Join(dir, "key.pem")+`"
 	code, _, stderr = runCLI(t, "check", "-config", unset)
 	if w := unset + ":6:1: upstream[0].targets: environment variable LIMITPROXY_TEST_CLI_UNSET is unset"; code != 1 || !strings.HasPrefix(stderr, w) {
 		t.Errorf("check of an unset variable: exit %d, %q; want exit 1 with %q", code, stderr, w)
+	}
+}
+
+// TestCheckAllAtOnce: a file that does not validate (an unknown key, a
+// placeholder's variable unset) still has what it would open checked, so
+// that one run of check lists every problem, in file order: a bad listen
+// address, a missing certificate, an unset token variable and a missing
+// overrides directory beside the file's own errors; a key whose value is
+// in error is not checked again.
+func TestCheckAllAtOnce(t *testing.T) {
+	t.Setenv("LIMITPROXY_TEST_CLI_TOKEN", "")
+	dir := t.TempDir()
+	path := writeFile(t, filepath.Join(dir, "c.toml"), `[server]
+listen = "0.0.0.0:80800"
+  [server.tls]
+  mode = "files"
+  cert_file = "`+filepath.Join(dir, "cert.pem")+`"
+  key_file = "`+filepath.Join(dir, "key.pem")+`"
+[admin]
+listen = "localhost"
+token_env = "LIMITPROXY_TEST_CLI_TOKEN"
+[store]
+overrides_file = "`+filepath.Join(dir, "no-dir", "ov.json")+`"
+[[upstream]]
+name = "app"
+targets = ["http://{$LIMITPROXY_TEST_CLI_UNSET}:1"]
+[[policy]]
+name = "p"
+upstream = "app"
+  [[policy.limits]]
+  algoritm = "token_bucket"
+  rate = "10/s"
+`)
+	code, stdout, stderr := runCLI(t, "check", "-config", path)
+	want := []string{
+		path + `:2:1: server.listen: "0.0.0.0:80800": port "80800" is not a number from 0 to 65535`,
+		path + ":5:3: server.tls.cert_file: open " + filepath.Join(dir, "cert.pem"),
+		path + ":6:3: server.tls.key_file: open " + filepath.Join(dir, "key.pem"),
+		path + `:8:1: admin.listen: "localhost": address localhost: missing port in address`,
+		path + ":9:1: admin.token_env: environment variable LIMITPROXY_TEST_CLI_TOKEN is empty or unset",
+		path + ":11:1: store.overrides_file: overrides file " + filepath.Join(dir, "no-dir", "ov.json") + ": directory " + filepath.Join(dir, "no-dir") + " does not exist",
+		path + ":14:1: upstream[0].targets: environment variable LIMITPROXY_TEST_CLI_UNSET is unset",
+		path + ":18:3: policy[0].limits[0].algorithm: is required",
+		path + `:19:3: policy[0].limits[0].algoritm: unknown key "algoritm"`,
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if code != 1 || stdout != "" || len(lines) != len(want) {
+		t.Fatalf("check: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and %d errors", code, stdout, stderr, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("error %d = %q, want it to begin %q", i, lines[i], w)
+		}
 	}
 }
 
@@ -150,7 +206,7 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	writeFile(t, "limitproxy.toml", minimalConfig("", ""))
 	code, stdout, stderr := runCLI(t, "check")
-	if code != 0 || !strings.HasPrefix(stdout, "limitproxy.toml: ok: 1 policies") {
+	if code != 0 || !strings.HasPrefix(stdout, "limitproxy.toml: ok: 1 policy, ") {
 		t.Errorf("check with ./limitproxy.toml: exit %d, %q, %q", code, stdout, stderr)
 	}
 }
@@ -218,6 +274,22 @@ func TestCompletionScripts(t *testing.T) {
 // its admin API, with the token token_env names: a good file is applied
 // (exit 0), a refused one prints every error at its position (exit 1) and
 // the configuration in force stays, a wrong token is refused (exit 1).
+// TestReloadNothingListens: reload of a file no server runs says so, and
+// where it asked.
+func TestReloadNothingListens(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	path := writeFile(t, filepath.Join(t.TempDir(), "c.toml"), minimalConfig(fmt.Sprintf("listen = %q\n", addr), ""))
+	code, _, stderr := runCLI(t, "reload", "-config", path)
+	if w := "reload: nothing listens on " + addr + ", the [admin] listen of " + path + ": is limitproxy running with this file?"; code != 1 || !strings.HasPrefix(stderr, w) {
+		t.Errorf("reload with no server: exit %d, %q; want exit 1 and %q", code, stderr, w)
+	}
+}
+
 func TestReloadCommand(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

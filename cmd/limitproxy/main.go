@@ -14,6 +14,9 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -111,14 +114,23 @@ func check(ctx context.Context, path string, connect, bind bool, stdout io.Write
 	}
 	done := make(chan loaded, 1)
 	go func() {
-		cfg, err := config.LoadWith(path, server.LoadOptions())
+		o := server.LoadOptions()
+		o.Partial = true
+		cfg, err := config.LoadWith(path, o)
 		done <- loaded{cfg, err}
 	}()
 	var cfg *config.Config
 	select {
 	case l := <-done:
 		if l.err != nil {
-			return l.err
+			var fileErrs config.Errors
+			if l.cfg == nil || !errors.As(l.err, &fileErrs) {
+				return l.err
+			}
+			// The file decoded but does not validate: what the rest of
+			// it would open is checked too, so that one run lists
+			// every problem.
+			return withPreflight(fileErrs, server.Preflight(l.cfg, server.PreflightOptions{Bind: bind}))
 		}
 		cfg = l.cfg
 	case <-ctx.Done():
@@ -145,8 +157,50 @@ func check(ctx context.Context, path string, connect, bind bool, stdout io.Write
 	for _, p := range cfg.Policies {
 		limits += len(p.Limits)
 	}
-	fmt.Fprintf(stdout, "%s: ok: %d policies, %d limits, %d upstreams, listen %s\n", path, len(cfg.Policies), limits, len(cfg.Upstreams), cfg.Server.Listen)
+	fmt.Fprintf(stdout, "%s: ok: %s, %s, %s, listen %s\n", path, count(len(cfg.Policies), "policy", "policies"),
+		count(limits, "limit", "limits"), count(len(cfg.Upstreams), "upstream", "upstreams"), cfg.Server.Listen)
 	return nil
+}
+
+// count writes n and the noun, singular for 1.
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// withPreflight adds to a file's errors the problems Preflight found in
+// what the file would open, leaving out those of a key that already has an
+// error of the file (or a key above or below it: a value that failed to
+// validate was checked as its zero value), and sorts them in file order.
+func withPreflight(fileErrs config.Errors, pre error) error {
+	var preErrs config.Errors
+	if !errors.As(pre, &preErrs) {
+		return fileErrs
+	}
+	related := func(a, b string) bool {
+		return a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(b, a+".")
+	}
+	all := slices.Clone(fileErrs)
+	for _, p := range preErrs {
+		if !slices.ContainsFunc(fileErrs, func(f *config.Error) bool { return related(p.Key, f.Key) }) {
+			all = append(all, p)
+		}
+	}
+	slices.SortStableFunc(all, func(a, b *config.Error) int {
+		if (a.Line == 0) != (b.Line == 0) {
+			if a.Line == 0 {
+				return 1
+			}
+			return -1
+		}
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return a.Col - b.Col
+	})
+	return all
 }
 
 // versionNumber is the version stamped at build time, else the module's

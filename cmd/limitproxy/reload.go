@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -46,6 +47,9 @@ func reload(ctx context.Context, path string, timeout time.Duration, stdout io.W
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("reload: nothing listens on %s, the [admin] listen of %s: is limitproxy running with this file? (%w)", listen, path, err)
+	}
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}

@@ -93,4 +93,12 @@ targets = ["http://a", "{$LP_UNSET_2}"]
 			t.Errorf("error %v\nwant it to hold %q", err, w)
 		}
 	}
+
+	// A placeholder where a number goes is a string, and stays one: the
+	// error names what was written, not what it expanded to.
+	t.Setenv("LP_LIMIT", "5")
+	_, err = Parse("num.toml", []byte("[store]\nmax_keys = \"{$LP_LIMIT}\"\n"))
+	if w := `num.toml:2:1: store.max_keys: must be an integer, not the string "{$LP_LIMIT}" ({$NAME} placeholders are replaced in string values only; an integer cannot take one)`; err == nil || !strings.HasPrefix(err.Error(), w+"\n") {
+		t.Errorf("placeholder for a number: %v\nwant %s", err, w)
+	}
 }

@@ -311,6 +311,13 @@ type Options struct {
 	// them; an error of type *limiter.ParamError is reported at the key it
 	// names. nil: none.
 	StoreChecks map[Backend]func(limiter.Limit) error
+	// Partial: when the file decodes but does not validate, ParseWith
+	// returns the Config validated so far beside the Errors (a value that
+	// failed holds its zero value or default), so that a caller such as
+	// `limitproxy check` can go on to check what the rest would open and
+	// report it all at once. Such a Config must never be served. A file
+	// that does not decode (TOML syntax, size, nesting) still gives nil.
+	Partial bool
 }
 
 // Load reads and validates the configuration file at path, with no store
@@ -360,6 +367,10 @@ func ParseWith(name string, src []byte, o Options) (*Config, error) {
 	walkValues(reflect.ValueOf(&raw).Elem(), "", c)
 	cfg := validate(&raw, c, o)
 	if err := c.err(); err != nil {
+		if o.Partial {
+			cfg.File, cfg.at = name, c.at
+			return cfg, err
+		}
 		return nil, err
 	}
 	sum := sha256.Sum256(src)

@@ -29,13 +29,19 @@ type Value[T string | int64 | bool] struct {
 // UnmarshalTOML implements toml.Unmarshaler.
 func (v *Value[T]) UnmarshalTOML(data any) error {
 	v.Set = true
+	orig := data
 	data, v.err = expandData(data)
 	if v.err != nil {
 		return nil
 	}
 	x, ok := data.(T)
 	if !ok {
-		v.err = fmt.Errorf("must be %s, not %s", kindOf(v.V), describe(data))
+		v.err = fmt.Errorf("must be %s, not %s", kindOf(v.V), describe(orig))
+		if s, isString := orig.(string); isString && s != data {
+			// A placeholder put where a number or boolean goes: the
+			// quotes made it a string, which is expanded, and stays one.
+			v.err = fmt.Errorf("%w ({$NAME} placeholders are replaced in string values only; %s cannot take one)", v.err, kindOf(v.V))
+		}
 		return nil
 	}
 	v.V = x

@@ -312,14 +312,21 @@ func TestConfigMapConfiguration(t *testing.T) {
 	if cfg.Admin.TokenEnv == "" {
 		t.Fatal("admin.token_env is not set: the admin API would be open to the cluster")
 	}
-	var env *corev1.EnvVar
-	for i := range c.Env {
-		if c.Env[i].Name == cfg.Admin.TokenEnv {
-			env = &c.Env[i]
-		}
+	// The key hash's secret too: without one each replica draws its own
+	// at every start, and a client shows a different hash on each.
+	if cfg.Admin.KeyHashSecretEnv == "" {
+		t.Error("admin.key_hash_secret_env is not set: a client's key hash would differ between replicas and restarts")
 	}
-	if env == nil || env.ValueFrom == nil || env.ValueFrom.SecretKeyRef == nil {
-		t.Errorf("%s is not set from a Secret", cfg.Admin.TokenEnv)
+	for _, name := range []string{cfg.Admin.TokenEnv, cfg.Admin.KeyHashSecretEnv} {
+		var env *corev1.EnvVar
+		for i := range c.Env {
+			if c.Env[i].Name == name {
+				env = &c.Env[i]
+			}
+		}
+		if env == nil || env.ValueFrom == nil || env.ValueFrom.SecretKeyRef == nil {
+			t.Errorf("%s is not set from a Secret", name)
+		}
 	}
 	// The drain fits in the grace period, after the preStop pause.
 	grace := m.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds

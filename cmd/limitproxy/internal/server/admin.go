@@ -129,12 +129,24 @@ func (a *adminAPI) client(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	_, window := p.Limits[d.Index].Quota()
-	writeJSON(w, http.StatusOK, map[string]any{
+	out := map[string]any{
 		"policy": p.Name, "next_request_allowed": d.Allowed,
 		"limit": d.Limit, "remaining": d.Remaining, "window_seconds": window.Seconds(),
 		"limiting": p.Limits[d.Index].String(), "reset_in_seconds": d.ResetAt.Sub(now).Seconds(),
 		"retry_after_seconds": d.RetryAfter.Seconds(), "next_quota_in_seconds": d.Next.Seconds(),
-	})
+	}
+	// A ban in force refuses the next request before the limits see it,
+	// as the proxy does (a shadow ban refuses nothing): the answer says
+	// so, and until when, rather than the limits' figures alone.
+	if p.Ban != nil && !p.Ban.Shadow && a.stores.bans != nil {
+		if b, banned := a.stores.bans.Banned(p.Name, proxy.StoreKey(key), now); banned {
+			out["next_request_allowed"] = false
+			out["banned_until"] = b.Until.UTC().Format(time.RFC3339Nano)
+			out["ban_level"] = b.Level
+			out["retry_after_seconds"] = max(d.RetryAfter, b.Until.Sub(now)).Seconds()
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // resetClient is DELETE /api/v1/policies/{policy}/keys/{key}: the

@@ -70,8 +70,28 @@ func TestBansAPI(t *testing.T) {
 	if bs := list(); len(bs) != 1 || bs[0].Key != testHasher.Key("9:127.0.0.1;") || bs[0].Level != 1 {
 		t.Fatalf("bans %+v, want 127.0.0.1's hash at level 1", bs)
 	}
+	// The client's standing says the ban refuses it, and until when.
+	standing := func() map[string]any {
+		t.Helper()
+		resp, err := http.Get(r.admin + "/api/v1/policies/all/keys/127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("keys: %d %v", resp.StatusCode, err)
+		}
+		return out
+	}
+	if s := standing(); s["next_request_allowed"] != false || s["banned_until"] != list()[0].Until || s["ban_level"] != float64(1) || s["retry_after_seconds"].(float64) < 3500 {
+		t.Fatalf("standing of a banned client %v, want not allowed, banned_until %s, ban_level 1, retry_after_seconds about 3600", s, list()[0].Until)
+	}
 	if c := lift("127.0.0.1"); c != 204 {
 		t.Fatalf("lift: %d, want 204", c)
+	}
+	if s := standing(); s["banned_until"] != nil || s["ban_level"] != nil {
+		t.Fatalf("standing after the lift %v, want no ban fields", s)
 	}
 	if bs := list(); len(bs) != 0 {
 		t.Fatalf("bans after the lift %+v, want none", bs)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,7 +25,8 @@ type PreflightOptions struct {
 // Preflight opens and parses, without starting anything, what starting
 // cfg would open beyond the file itself: the certificate and key of
 // [server.tls] mode = "files", the variables token_env and password_env
-// name (set and not empty), the overrides file (its directory exists and
+// name (set and not empty) and key_hash_secret_env names (set, at least
+// proxy.MinKeyHashSecret bytes), the overrides file (its directory exists and
 // takes files; the file, if there, reads and parses), temp_dir (exists,
 // takes files), and the listen addresses (parse; with o.Bind, free).
 // It returns nil, or config.Errors holding every problem, each at its
@@ -92,6 +94,9 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 			add("admin.token_env", "%v", err)
 		}
 	}
+	if name := cfg.Admin.KeyHashSecretEnv; name != "" && len(os.Getenv(name)) < proxy.MinKeyHashSecret {
+		add("admin.key_hash_secret_env", "environment variable %s is unset or shorter than %d bytes", name, proxy.MinKeyHashSecret)
+	}
 	if cfg.Store.Backend == config.BackendRedis {
 		if _, err := secretEnv(cfg.Store.Redis.PasswordEnv); err != nil {
 			add("store.redis.password_env", "%v", err)
@@ -99,8 +104,12 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 	}
 	if cfg.Store.Backend == config.BackendMemory && cfg.Store.OverridesFile != "" {
 		// What the memory store opens at start, opened and closed: the
-		// file read and parsed, a temporary file made beside it.
-		if ov, err := memstore.NewOverrides(memstore.OverrideOptions{Path: cfg.Store.OverridesFile}); err != nil {
+		// file read and parsed, a temporary file made beside it. A
+		// missing directory is said plainly (the probe file's random name
+		// would otherwise be all the message names).
+		if dir := filepath.Dir(cfg.Store.OverridesFile); !isDir(dir) {
+			add("store.overrides_file", "overrides file %s: directory %s does not exist", cfg.Store.OverridesFile, dir)
+		} else if ov, err := memstore.NewOverrides(memstore.OverrideOptions{Path: cfg.Store.OverridesFile}); err != nil {
 			add("store.overrides_file", "%v", err)
 		} else {
 			ov.Close()
@@ -147,6 +156,9 @@ func secretEnv(name string) (string, error) {
 func checkListen(addr string, bind bool) error {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
+		if _, numErr := strconv.ParseUint(addr, 10, 16); numErr == nil {
+			return fmt.Errorf("%q is a port alone: write \":%s\" for every address, or \"127.0.0.1:%s\" for loopback only", addr, addr, addr)
+		}
 		return fmt.Errorf("%q: %v", addr, err)
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || port == "" {
@@ -162,6 +174,12 @@ func checkListen(addr string, bind bool) error {
 		ln.Close()
 	}
 	return nil
+}
+
+// isDir reports whether path is a directory (following links).
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // readable opens path for reading and closes it.

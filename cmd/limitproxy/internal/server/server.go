@@ -229,9 +229,10 @@ func openLogs(cfg *config.Config, path, version string, stderr io.Writer) *proce
 }
 
 // preflight checks, before anything is opened, everything the other
-// steps will open (Preflight, as `limitproxy check` does), so that a
-// start fails with every problem at once rather than one per try.
-func (p *process) preflight() error { return Preflight(p.cfg, PreflightOptions{}) }
+// steps will open (Preflight, as `limitproxy check -bind` does: each
+// listen address is listened on and closed), so that a start fails with
+// every problem at once, each at its key, rather than one per try.
+func (p *process) preflight() error { return Preflight(p.cfg, PreflightOptions{Bind: true}) }
 
 // openStore opens the [store].
 func (p *process) openStore() error {

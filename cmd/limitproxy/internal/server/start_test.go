@@ -30,7 +30,7 @@ func TestStartFailureReleases(t *testing.T) {
 		name, admin, tls, want string
 	}{
 		{"token unset", "listen = \"127.0.0.1:0\"\ntoken_env = \"LIMITPROXY_TEST_UNSET_TOKEN\"\n", "", "admin.token_env"},
-		{"admin address taken", fmt.Sprintf("listen = %q\n", taken.Addr()), "", "admin: listen"},
+		{"admin address taken", fmt.Sprintf("listen = %q\n", taken.Addr()), "", "admin.listen: listen tcp " + taken.Addr().String()},
 		{"certificate", "listen = \"127.0.0.1:0\"\n", fmt.Sprintf("[server.tls]\nmode = \"files\"\ncert_file = %q\nkey_file = %q\nhttp_listen = \"127.0.0.1:%d\"\n",
 			garbage, garbage, freePort(t)), "server.tls.cert_file"},
 	} {
@@ -141,5 +141,57 @@ func TestPreflightBind(t *testing.T) {
 	err = Preflight(cfg, PreflightOptions{Bind: true})
 	if err == nil || !strings.HasPrefix(err.Error(), "bind.toml:2:1: server.listen: listen tcp "+taken.Addr().String()) {
 		t.Errorf("with Bind: %v", err)
+	}
+}
+
+// TestStartAddressesTaken: a start whose proxy and admin addresses are
+// both taken fails with both, each at its key's position (as check -bind
+// reports them), not with the first alone and unpositioned.
+func TestStartAddressesTaken(t *testing.T) {
+	var taken [2]net.Listener
+	for i := range taken {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		taken[i] = ln
+	}
+	text := fmt.Sprintf("[server]\nlisten = %q\n[admin]\nlisten = %q\n[[upstream]]\nname = \"app\"\ntargets = [\"http://127.0.0.1:1\"]\n[[policy]]\nname = \"p\"\nupstream = \"app\"\n[[policy.limits]]\nalgorithm = \"token_bucket\"\nrate = \"1/s\"\n", taken[0].Addr(), taken[1].Addr())
+	cfg, err := config.Parse("taken.toml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{Path: "taken.toml", Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = srv.Run(t.Context())
+	want := []string{
+		"taken.toml:2:1: server.listen: listen tcp " + taken[0].Addr().String(),
+		"taken.toml:4:1: admin.listen: listen tcp " + taken[1].Addr().String(),
+	}
+	lines := strings.Split(fmt.Sprint(err), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("start: %v\nwant %d errors", err, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("error %d = %q, want it to begin %q", i, lines[i], w)
+		}
+	}
+}
+
+// TestPreflightPortAlone: a listen address that is a port alone, the
+// commonest slip, is answered with the address to write.
+func TestPreflightPortAlone(t *testing.T) {
+	text := "[server]\nlisten = \"8080\"\n[admin]\nlisten = \"\"\n[[upstream]]\nname = \"app\"\ntargets = [\"http://127.0.0.1:1\"]\n[[policy]]\nname = \"p\"\nupstream = \"app\"\n[[policy.limits]]\nalgorithm = \"token_bucket\"\nrate = \"1/s\"\n"
+	cfg, err := config.Parse("port.toml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `port.toml:2:1: server.listen: "8080" is a port alone: write ":8080" for every address, or "127.0.0.1:8080" for loopback only`
+	if err := Preflight(cfg, PreflightOptions{}); err == nil || err.Error() != want {
+		t.Errorf("Preflight: %v\nwant %s", err, want)
 	}
 }
