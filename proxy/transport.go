@@ -67,6 +67,11 @@ type syncConn struct {
 	raw    syscall.RawConn // nil: not a socket, no peek
 	peek   func(fd uintptr) bool
 	peeked bool // set by peek: nothing has arrived
+
+	// abort fails the connection's pending and future I/O at once (when
+	// the request's context ends); made once per connection, for the same
+	// reason.
+	abort func()
 }
 
 func newSyncTransport(fallback *http.Transport, headerTimeout time.Duration) *syncTransport {
@@ -130,7 +135,7 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 	if t.headerTimeout > 0 {
 		pc.conn.SetDeadline(time.Now().Add(t.headerTimeout))
 	}
-	stop := context.AfterFunc(ctx, func() { pc.conn.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, pc.abort)
 	var err error
 	if pc.keys, err = writeHead(pc.bw, req, pc.keys); err == nil {
 		err = pc.bw.Flush()
@@ -139,7 +144,11 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 		stop()
 		return nil, ctxErr(ctx, err)
 	}
-	var resp *http.Response
+	var (
+		resp   *http.Response
+		simple *syncResponse // read by readSimpleResponse: resp is its
+		direct int64         // its Content-Length
+	)
 	pc.lr.left = maxHeaderBytes
 	for {
 		if _, err := pc.br.Peek(1); err != nil {
@@ -148,6 +157,11 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 				return nil, errStaleConn
 			}
 			return nil, ctxErr(ctx, err)
+		}
+		if r, n, ok := readSimpleResponse(pc.br, req); ok {
+			simple, resp, direct = r, &r.resp, n
+			resp.Body = http.NoBody // until its own below
+			break
 		}
 		r, err := http.ReadResponse(pc.br, req)
 		if err != nil {
@@ -190,7 +204,7 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 		return resp, nil
 	}
 	reusable := !resp.Close && !req.Close
-	if resp.Body == http.NoBody {
+	if resp.Body == http.NoBody && direct <= 0 {
 		// No body (HEAD, 204, 304, Content-Length 0): the connection is
 		// free now, unless the context ended meanwhile (its deadline
 		// would then fail the next request).
@@ -204,26 +218,48 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 	// While the body is read, the watch goes on (http.Transport does the
 	// same), so that an upstream that stalls mid-body does not hold the
 	// handler and the connection once the client has gone.
-	resp.Body = &syncBody{rc: resp.Body, t: t, pc: pc, addr: addr, reusable: reusable, stop: stop}
+	var b *syncBody
+	if simple != nil {
+		b = &simple.body
+		*b = syncBody{left: direct}
+	} else {
+		b = &syncBody{rc: resp.Body}
+	}
+	b.t, b.pc, b.addr, b.reusable, b.stop = t, pc, addr, reusable, stop
+	resp.Body = b
 	return resp, nil
 }
 
 // syncBody is a response body that returns its connection at EOF.
 type syncBody struct {
-	rc       io.ReadCloser
+	rc       io.ReadCloser // nil: the next left bytes of pc.br are the body
+	left     int64
 	t        *syncTransport
 	pc       *syncConn
 	addr     string
 	reusable bool
 	done     bool
 	stop     func() bool // stops watching the request's context
+
+	// mem is the body that takes this one's place when the response
+	// buffer reads a small answer whole (respbuf.go): part of this
+	// allocation rather than one more. A syncBody is never reused.
+	mem memBody
 }
 
 func (b *syncBody) Read(p []byte) (int, error) {
 	if b.done {
 		return 0, io.EOF
 	}
-	n, err := b.rc.Read(p)
+	var (
+		n   int
+		err error
+	)
+	if b.rc != nil {
+		n, err = b.rc.Read(p)
+	} else {
+		n, err = b.readDirect(p)
+	}
 	if err == io.EOF {
 		b.release(true)
 	} else if err != nil {
@@ -241,9 +277,29 @@ func (b *syncBody) Close() error {
 	return nil
 }
 
+// readDirect reads the body of a head readSimpleResponse read, as
+// net/http reads a Content-Length body: the last bytes come with io.EOF,
+// and a body cut short is io.ErrUnexpectedEOF.
+func (b *syncBody) readDirect(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.pc.br.Read(p)
+	b.left -= int64(n)
+	switch {
+	case b.left == 0:
+		return n, io.EOF
+	case err == io.EOF:
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
 func (b *syncBody) release(atEOF bool) {
 	b.done = true
-	b.rc.Close()
+	if b.rc != nil {
+		b.rc.Close()
+	}
 	// If the context ended meanwhile, the connection's read deadline may
 	// lie in the past: it is not reused.
 	if b.stop() && atEOF && b.reusable {
@@ -319,6 +375,7 @@ func (pc *syncConn) quiet() bool {
 func newSyncConn(c net.Conn) *syncConn {
 	lr := &limitedConn{Conn: c, left: math.MaxInt64}
 	pc := &syncConn{conn: c, lr: lr, br: bufio.NewReaderSize(lr, 4096), bw: bufio.NewWriterSize(c, 4096)}
+	pc.abort = func() { c.SetDeadline(aLongTimeAgo) }
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			pc.raw = raw

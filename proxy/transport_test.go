@@ -137,6 +137,29 @@ var responseShapes = []struct {
 	{"garbage", "hello there\r\n\r\n", true},
 	{"nothing", "", true},
 	{"keep-alive-then-closed", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true}, // closed without saying so: stale on reuse
+	// Heads at the edges of readSimpleResponse's form (resphead.go).
+	{"typical-head", "HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Wed, 25 Nov 2026 03:00:00 GMT\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: 5\r\nVary: Accept-Encoding\r\nX-Empty:\r\nX-Spaces: \t a b \t\r\n\r\nhello", false},
+	{"lower-case-names", "HTTP/1.1 201 Created\r\ncontent-length: 2\r\nx-trace-id: abc\r\nlocation: /n/1\r\n\r\nok", false},
+	{"no-reason", "HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok", false},
+	{"reason-trailing-space", "HTTP/1.1 500 Oops \r\nContent-Length: 2\r\n\r\nok", false},
+	{"status-599", "HTTP/1.1 599 Whatever\r\nContent-Length: 2\r\n\r\nok", false},
+	{"status-600", "HTTP/1.1 600 Whatever\r\nContent-Length: 2\r\n\r\nok", false},
+	{"pragma", "HTTP/1.1 200 OK\r\nPragma: no-cache\r\nContent-Length: 2\r\n\r\nok", false},
+	{"obs-fold", "HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\nContent-Length: 2\r\n\r\nok", false},
+	{"obs-text", "HTTP/1.1 200 OK\r\nX-A: caf\xc3\xa9\r\nContent-Length: 2\r\n\r\nok", false},
+	{"bare-lf", "HTTP/1.1 200 OK\nContent-Length: 2\nX-A: b\r\n\r\nok", false},
+	{"bare-lf-end", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\nok", false},
+	{"length-plus", "HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nok", true},
+	{"length-empty", "HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\nok", true},
+	{"length-same-twice", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nok", false},
+	{"length-huge", "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\nok", true},
+	{"space-before-colon", "HTTP/1.1 200 OK\r\nX-A : b\r\nContent-Length: 2\r\n\r\nok", true},
+	{"control-in-value", "HTTP/1.1 200 OK\r\nX-A: b\x01c\r\nContent-Length: 2\r\n\r\nok", true},
+	{"cr-in-value", "HTTP/1.1 200 OK\r\nX-A: b\rc\r\nContent-Length: 2\r\n\r\nok", true},
+	{"connection-keep-alive", "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok", false},
+	{"trailer-unchunked", "HTTP/1.1 200 OK\r\nTrailer: X-Sum\r\nContent-Length: 2\r\n\r\nok", false},
+	{"lower-transfer-encoding", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 9\r\n\r\n2\r\nok\r\n0\r\n\r\n", false},
+	{"http-1.1-lower", "http/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true},
 }
 
 // TestSyncTransportDifferential: for every shape, GET twice in a row on
