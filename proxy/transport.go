@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -69,9 +70,29 @@ type syncConn struct {
 	peeked bool // set by peek: nothing has arrived
 
 	// abort fails the connection's pending and future I/O at once (when
-	// the request's context ends); made once per connection, for the same
-	// reason.
+	// the request's context ends, or the header timeout passes); made
+	// once per connection, for the same reason.
 	abort func()
+	// headerTimer runs abort when a response head is late; nil until the
+	// first request with a header timeout.
+	headerTimer *time.Timer
+}
+
+// armHeaderTimer starts pc's header timer: abort runs in d unless the
+// timer is disarmed first.
+func (pc *syncConn) armHeaderTimer(d time.Duration) {
+	if pc.headerTimer == nil {
+		pc.headerTimer = time.AfterFunc(d, pc.abort)
+		return
+	}
+	pc.headerTimer.Reset(d)
+}
+
+// disarmHeaderTimer stops pc's header timer and reports whether it had
+// not fired: false means the connection's deadline is (or is about to
+// be) in the past. True when there is no timer.
+func (pc *syncConn) disarmHeaderTimer() bool {
+	return pc.headerTimer == nil || pc.headerTimer.Stop()
 }
 
 func newSyncTransport(fallback *http.Transport, headerTimeout time.Duration) *syncTransport {
@@ -129,11 +150,14 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 	ctx := req.Context()
 	// A client that goes away ends a blocked write or read at once, until
 	// the response body has been read (the connection is then closed,
-	// never reused); the header timeout bounds the head.
-	// (The deadline first: the watch's, if the context has ended, must
-	// not be overwritten.)
+	// never reused); the header timeout bounds the head. Both put the
+	// connection's deadline in the past, so that what was blocked fails
+	// and nothing after it can succeed: the connection is not used again.
+	// The timeout is the connection's own timer, re-armed for each
+	// request and stopped once the head is in, rather than a deadline set
+	// and cleared on the socket (two each time, for reads and writes).
 	if t.headerTimeout > 0 {
-		pc.conn.SetDeadline(time.Now().Add(t.headerTimeout))
+		pc.armHeaderTimer(t.headerTimeout)
 	}
 	stop := context.AfterFunc(ctx, pc.abort)
 	var err error
@@ -142,6 +166,7 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 	}
 	if err != nil {
 		stop()
+		pc.disarmHeaderTimer()
 		return nil, ctxErr(ctx, err)
 	}
 	var (
@@ -153,6 +178,7 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 	for {
 		if _, err := pc.br.Peek(1); err != nil {
 			stop()
+			pc.disarmHeaderTimer()
 			if ctx.Err() == nil && (err == io.EOF || errors.Is(err, net.ErrClosed) || isReset(err)) {
 				return nil, errStaleConn
 			}
@@ -166,6 +192,7 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 		r, err := http.ReadResponse(pc.br, req)
 		if err != nil {
 			stop()
+			pc.disarmHeaderTimer()
 			if pc.lr.left <= 0 {
 				err = fmt.Errorf("response head over %d bytes", maxHeaderBytes)
 			}
@@ -180,16 +207,12 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 		// count towards maxHeaderBytes).
 		io.Copy(io.Discard, r.Body)
 	}
-	if t.headerTimeout > 0 {
-		pc.conn.SetDeadline(time.Time{})
-		// The context may have ended before the deadline was cleared
-		// (the watch's deadline in the past then wiped): if it ended, the
-		// body is not read; if not, the watch fires after this point.
-		if ctx.Err() != nil {
-			stop()
-			resp.Body.Close()
-			return nil, ctx.Err()
-		}
+	if !pc.disarmHeaderTimer() {
+		// The head came, but the timer fired (or is firing): the
+		// connection's deadline is in the past, its body unreadable.
+		stop()
+		resp.Body.Close()
+		return nil, fmt.Errorf("response head after %v: %w", t.headerTimeout, os.ErrDeadlineExceeded)
 	}
 	pc.lr.left = math.MaxInt64 // no bound on bodies
 	if resp.StatusCode == http.StatusSwitchingProtocols {

@@ -480,3 +480,55 @@ func TestSyncTransportClientGoneMidBody(t *testing.T) {
 		t.Error("the connection of an aborted body went back to the idle pool")
 	}
 }
+
+// TestSyncTransportHeaderTimeoutSpares: the header timeout bounds the
+// head alone. A body that takes longer than it comes whole, and the
+// connection, idle longer than it afterwards, serves the next request:
+// the timer of one exchange never reaches the body or the next exchange.
+func TestSyncTransportHeaderTimeoutSpares(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab")
+			time.Sleep(250 * time.Millisecond) // the rest of the body, well after the 100ms header timeout
+			io.WriteString(c, "cd")
+		}
+	}()
+	tr := newSyncTransport(NewTransport(config.Upstream{Timeout: 5 * time.Second}), 100*time.Millisecond)
+	defer tr.CloseIdleConnections()
+	var dials atomic.Int64
+	dial := tr.dial
+	tr.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dial(ctx, network, addr)
+	}
+	for i := range 2 {
+		req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/x", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != "abcd" {
+			t.Fatalf("request %d: body %q, %v; want abcd", i, body, err)
+		}
+		time.Sleep(150 * time.Millisecond) // idle past the header timeout
+	}
+	if d := dials.Load(); d != 1 {
+		t.Errorf("two requests took %d connections, want 1 (kept alive)", d)
+	}
+}
