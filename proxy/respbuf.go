@@ -263,6 +263,11 @@ func (m *memBody) Read(p []byte) (int, error) {
 	}
 	k := copy(p, m.c[m.off:m.n])
 	m.off += k
+	if m.off == m.n {
+		// The last bytes come with io.EOF (as net/http's bodies give
+		// them): the copy to the client ends without one more Read.
+		return k, io.EOF
+	}
 	return k, nil
 }
 
