@@ -16,6 +16,7 @@ import (
 // outcome, and the request id its answer carries.
 type accessFields struct {
 	requestID string
+	idValue   []string   // requestID as a header value, for the request forwarded and the answer alike; nil until needed
 	sent      int64      // bytes of response body written to the client
 	body      *timedBody // the request body as read, if it was; nil: none read
 	log       *config.Log
@@ -41,7 +42,16 @@ func (h *Handler) beginRequest(r *http.Request, rec *recorder, snap *snapshot) {
 // replacing what the client sent. (Not before: the policies match and
 // key on the request's headers as the client sent them.)
 func forwardRequestID(r *http.Request, rec *recorder) {
-	r.Header[requestIDHeader] = []string{rec.access.requestID}
+	r.Header[requestIDHeader] = rec.access.idHeader()
+}
+
+// idHeader returns the request id as a header's values: one slice for
+// both headers that carry it (neither is changed in place).
+func (a *accessFields) idHeader() []string {
+	if a.idValue == nil {
+		a.idValue = []string{a.requestID}
+	}
+	return a.idValue
 }
 
 // stampHeader sets the request id on the answer, once, as its head is
@@ -49,7 +59,7 @@ func forwardRequestID(r *http.Request, rec *recorder) {
 // holds the id the access log has.
 func (r *recorder) stampHeader() {
 	if r.access.requestID != "" {
-		r.Header()[requestIDHeader] = []string{r.access.requestID}
+		r.Header()[requestIDHeader] = r.access.idHeader()
 	}
 }
 

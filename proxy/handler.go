@@ -209,8 +209,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	snap := h.snap.Load()
 	rec := h.newRecorder(w, r, snap, start)
 	var (
-		keys [limiter.MaxLimits]string
-		o    = ruling{keys: keys[:]}
+		o    = ruling{keys: rec.keys[:]}
 		wait time.Duration
 	)
 	defer func() { h.done(rec, r, start, &o, wait) }()
@@ -279,8 +278,8 @@ func (h *Handler) newRecorder(w http.ResponseWriter, r *http.Request, snap *snap
 // done counts and logs the exchange once the handler is through with it.
 func (h *Handler) done(rec *recorder, r *http.Request, start time.Time, o *ruling, wait time.Duration) {
 	// The server writes what remains of the response after ServeHTTP
-	// returns: give it a fresh send_timeout too.
-	rec.renewed = time.Time{}
+	// returns: it has send_timeout too (at least 7/8 of it, as every
+	// write: a deadline set within the last eighth is not set again).
 	rec.renewDeadline()
 	name := ""
 	if o.p != nil {
@@ -498,6 +497,10 @@ type recorder struct {
 	clock            func() time.Time
 	sentAt, headerAt time.Time
 	slot             slotHold // the upstream slot held, if any
+
+	// keys are the ruling's (decide.go): here, they take no allocation
+	// of their own.
+	keys [limiter.MaxLimits]string
 }
 
 func (r *recorder) WriteHeader(code int) {

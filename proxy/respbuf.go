@@ -211,7 +211,14 @@ func (b *respBuffers) buffer(resp *http.Response, cfg *config.Upstream) error {
 			}
 			resp.Body.Close()
 			hold.release(outcome, latency)
-			resp.Body = &memBody{b: b, c: c, n: got}
+			var m *memBody
+			if sb, ok := resp.Body.(*syncBody); ok {
+				m = &sb.mem // closed, never reused: its room saves an allocation
+			} else {
+				m = new(memBody)
+			}
+			*m = memBody{b: b, c: c, n: got}
+			resp.Body = m
 			return nil
 		}
 	}
@@ -256,6 +263,11 @@ func (m *memBody) Read(p []byte) (int, error) {
 	}
 	k := copy(p, m.c[m.off:m.n])
 	m.off += k
+	if m.off == m.n {
+		// The last bytes come with io.EOF (as net/http's bodies give
+		// them): the copy to the client ends without one more Read.
+		return k, io.EOF
+	}
 	return k, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -67,6 +68,31 @@ type syncConn struct {
 	raw    syscall.RawConn // nil: not a socket, no peek
 	peek   func(fd uintptr) bool
 	peeked bool // set by peek: nothing has arrived
+
+	// abort fails the connection's pending and future I/O at once (when
+	// the request's context ends, or the header timeout passes); made
+	// once per connection, for the same reason.
+	abort func()
+	// headerTimer runs abort when a response head is late; nil until the
+	// first request with a header timeout.
+	headerTimer *time.Timer
+}
+
+// armHeaderTimer starts pc's header timer: abort runs in d unless the
+// timer is disarmed first.
+func (pc *syncConn) armHeaderTimer(d time.Duration) {
+	if pc.headerTimer == nil {
+		pc.headerTimer = time.AfterFunc(d, pc.abort)
+		return
+	}
+	pc.headerTimer.Reset(d)
+}
+
+// disarmHeaderTimer stops pc's header timer and reports whether it had
+// not fired: false means the connection's deadline is (or is about to
+// be) in the past. True when there is no timer.
+func (pc *syncConn) disarmHeaderTimer() bool {
+	return pc.headerTimer == nil || pc.headerTimer.Stop()
 }
 
 func newSyncTransport(fallback *http.Transport, headerTimeout time.Duration) *syncTransport {
@@ -124,34 +150,49 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 	ctx := req.Context()
 	// A client that goes away ends a blocked write or read at once, until
 	// the response body has been read (the connection is then closed,
-	// never reused); the header timeout bounds the head.
-	// (The deadline first: the watch's, if the context has ended, must
-	// not be overwritten.)
+	// never reused); the header timeout bounds the head. Both put the
+	// connection's deadline in the past, so that what was blocked fails
+	// and nothing after it can succeed: the connection is not used again.
+	// The timeout is the connection's own timer, re-armed for each
+	// request and stopped once the head is in, rather than a deadline set
+	// and cleared on the socket (two each time, for reads and writes).
 	if t.headerTimeout > 0 {
-		pc.conn.SetDeadline(time.Now().Add(t.headerTimeout))
+		pc.armHeaderTimer(t.headerTimeout)
 	}
-	stop := context.AfterFunc(ctx, func() { pc.conn.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, pc.abort)
 	var err error
 	if pc.keys, err = writeHead(pc.bw, req, pc.keys); err == nil {
 		err = pc.bw.Flush()
 	}
 	if err != nil {
 		stop()
+		pc.disarmHeaderTimer()
 		return nil, ctxErr(ctx, err)
 	}
-	var resp *http.Response
+	var (
+		resp   *http.Response
+		simple *syncResponse // read by readSimpleResponse: resp is its
+		direct int64         // its Content-Length
+	)
 	pc.lr.left = maxHeaderBytes
 	for {
 		if _, err := pc.br.Peek(1); err != nil {
 			stop()
+			pc.disarmHeaderTimer()
 			if ctx.Err() == nil && (err == io.EOF || errors.Is(err, net.ErrClosed) || isReset(err)) {
 				return nil, errStaleConn
 			}
 			return nil, ctxErr(ctx, err)
 		}
+		if r, n, ok := readSimpleResponse(pc.br, req); ok {
+			simple, resp, direct = r, &r.resp, n
+			resp.Body = http.NoBody // until its own below
+			break
+		}
 		r, err := http.ReadResponse(pc.br, req)
 		if err != nil {
 			stop()
+			pc.disarmHeaderTimer()
 			if pc.lr.left <= 0 {
 				err = fmt.Errorf("response head over %d bytes", maxHeaderBytes)
 			}
@@ -166,16 +207,12 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 		// count towards maxHeaderBytes).
 		io.Copy(io.Discard, r.Body)
 	}
-	if t.headerTimeout > 0 {
-		pc.conn.SetDeadline(time.Time{})
-		// The context may have ended before the deadline was cleared
-		// (the watch's deadline in the past then wiped): if it ended, the
-		// body is not read; if not, the watch fires after this point.
-		if ctx.Err() != nil {
-			stop()
-			resp.Body.Close()
-			return nil, ctx.Err()
-		}
+	if !pc.disarmHeaderTimer() {
+		// The head came, but the timer fired (or is firing): the
+		// connection's deadline is in the past, its body unreadable.
+		stop()
+		resp.Body.Close()
+		return nil, fmt.Errorf("response head after %v: %w", t.headerTimeout, os.ErrDeadlineExceeded)
 	}
 	pc.lr.left = math.MaxInt64 // no bound on bodies
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -190,7 +227,7 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 		return resp, nil
 	}
 	reusable := !resp.Close && !req.Close
-	if resp.Body == http.NoBody {
+	if resp.Body == http.NoBody && direct <= 0 {
 		// No body (HEAD, 204, 304, Content-Length 0): the connection is
 		// free now, unless the context ended meanwhile (its deadline
 		// would then fail the next request).
@@ -204,26 +241,48 @@ func (t *syncTransport) exchange(pc *syncConn, req *http.Request, addr string) (
 	// While the body is read, the watch goes on (http.Transport does the
 	// same), so that an upstream that stalls mid-body does not hold the
 	// handler and the connection once the client has gone.
-	resp.Body = &syncBody{rc: resp.Body, t: t, pc: pc, addr: addr, reusable: reusable, stop: stop}
+	var b *syncBody
+	if simple != nil {
+		b = &simple.body
+		*b = syncBody{left: direct}
+	} else {
+		b = &syncBody{rc: resp.Body}
+	}
+	b.t, b.pc, b.addr, b.reusable, b.stop = t, pc, addr, reusable, stop
+	resp.Body = b
 	return resp, nil
 }
 
 // syncBody is a response body that returns its connection at EOF.
 type syncBody struct {
-	rc       io.ReadCloser
+	rc       io.ReadCloser // nil: the next left bytes of pc.br are the body
+	left     int64
 	t        *syncTransport
 	pc       *syncConn
 	addr     string
 	reusable bool
 	done     bool
 	stop     func() bool // stops watching the request's context
+
+	// mem is the body that takes this one's place when the response
+	// buffer reads a small answer whole (respbuf.go): part of this
+	// allocation rather than one more. A syncBody is never reused.
+	mem memBody
 }
 
 func (b *syncBody) Read(p []byte) (int, error) {
 	if b.done {
 		return 0, io.EOF
 	}
-	n, err := b.rc.Read(p)
+	var (
+		n   int
+		err error
+	)
+	if b.rc != nil {
+		n, err = b.rc.Read(p)
+	} else {
+		n, err = b.readDirect(p)
+	}
 	if err == io.EOF {
 		b.release(true)
 	} else if err != nil {
@@ -241,9 +300,29 @@ func (b *syncBody) Close() error {
 	return nil
 }
 
+// readDirect reads the body of a head readSimpleResponse read, as
+// net/http reads a Content-Length body: the last bytes come with io.EOF,
+// and a body cut short is io.ErrUnexpectedEOF.
+func (b *syncBody) readDirect(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.pc.br.Read(p)
+	b.left -= int64(n)
+	switch {
+	case b.left == 0:
+		return n, io.EOF
+	case err == io.EOF:
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
 func (b *syncBody) release(atEOF bool) {
 	b.done = true
-	b.rc.Close()
+	if b.rc != nil {
+		b.rc.Close()
+	}
 	// If the context ended meanwhile, the connection's read deadline may
 	// lie in the past: it is not reused.
 	if b.stop() && atEOF && b.reusable {
@@ -319,6 +398,7 @@ func (pc *syncConn) quiet() bool {
 func newSyncConn(c net.Conn) *syncConn {
 	lr := &limitedConn{Conn: c, left: math.MaxInt64}
 	pc := &syncConn{conn: c, lr: lr, br: bufio.NewReaderSize(lr, 4096), bw: bufio.NewWriterSize(c, 4096)}
+	pc.abort = func() { c.SetDeadline(aLongTimeAgo) }
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			pc.raw = raw

@@ -137,6 +137,29 @@ var responseShapes = []struct {
 	{"garbage", "hello there\r\n\r\n", true},
 	{"nothing", "", true},
 	{"keep-alive-then-closed", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true}, // closed without saying so: stale on reuse
+	// Heads at the edges of readSimpleResponse's form (resphead.go).
+	{"typical-head", "HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Wed, 25 Nov 2026 03:00:00 GMT\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: 5\r\nVary: Accept-Encoding\r\nX-Empty:\r\nX-Spaces: \t a b \t\r\n\r\nhello", false},
+	{"lower-case-names", "HTTP/1.1 201 Created\r\ncontent-length: 2\r\nx-trace-id: abc\r\nlocation: /n/1\r\n\r\nok", false},
+	{"no-reason", "HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok", false},
+	{"reason-trailing-space", "HTTP/1.1 500 Oops \r\nContent-Length: 2\r\n\r\nok", false},
+	{"status-599", "HTTP/1.1 599 Whatever\r\nContent-Length: 2\r\n\r\nok", false},
+	{"status-600", "HTTP/1.1 600 Whatever\r\nContent-Length: 2\r\n\r\nok", false},
+	{"pragma", "HTTP/1.1 200 OK\r\nPragma: no-cache\r\nContent-Length: 2\r\n\r\nok", false},
+	{"obs-fold", "HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\nContent-Length: 2\r\n\r\nok", false},
+	{"obs-text", "HTTP/1.1 200 OK\r\nX-A: caf\xc3\xa9\r\nContent-Length: 2\r\n\r\nok", false},
+	{"bare-lf", "HTTP/1.1 200 OK\nContent-Length: 2\nX-A: b\r\n\r\nok", false},
+	{"bare-lf-end", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\nok", false},
+	{"length-plus", "HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nok", true},
+	{"length-empty", "HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\nok", true},
+	{"length-same-twice", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nok", false},
+	{"length-huge", "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\nok", true},
+	{"space-before-colon", "HTTP/1.1 200 OK\r\nX-A : b\r\nContent-Length: 2\r\n\r\nok", true},
+	{"control-in-value", "HTTP/1.1 200 OK\r\nX-A: b\x01c\r\nContent-Length: 2\r\n\r\nok", true},
+	{"cr-in-value", "HTTP/1.1 200 OK\r\nX-A: b\rc\r\nContent-Length: 2\r\n\r\nok", true},
+	{"connection-keep-alive", "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok", false},
+	{"trailer-unchunked", "HTTP/1.1 200 OK\r\nTrailer: X-Sum\r\nContent-Length: 2\r\n\r\nok", false},
+	{"lower-transfer-encoding", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 9\r\n\r\n2\r\nok\r\n0\r\n\r\n", false},
+	{"http-1.1-lower", "http/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true},
 }
 
 // TestSyncTransportDifferential: for every shape, GET twice in a row on
@@ -455,5 +478,57 @@ func TestSyncTransportClientGoneMidBody(t *testing.T) {
 	defer tr.mu.Unlock()
 	if len(tr.idle) != 0 {
 		t.Error("the connection of an aborted body went back to the idle pool")
+	}
+}
+
+// TestSyncTransportHeaderTimeoutSpares: the header timeout bounds the
+// head alone. A body that takes longer than it comes whole, and the
+// connection, idle longer than it afterwards, serves the next request:
+// the timer of one exchange never reaches the body or the next exchange.
+func TestSyncTransportHeaderTimeoutSpares(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab")
+			time.Sleep(250 * time.Millisecond) // the rest of the body, well after the 100ms header timeout
+			io.WriteString(c, "cd")
+		}
+	}()
+	tr := newSyncTransport(NewTransport(config.Upstream{Timeout: 5 * time.Second}), 100*time.Millisecond)
+	defer tr.CloseIdleConnections()
+	var dials atomic.Int64
+	dial := tr.dial
+	tr.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dial(ctx, network, addr)
+	}
+	for i := range 2 {
+		req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/x", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != "abcd" {
+			t.Fatalf("request %d: body %q, %v; want abcd", i, body, err)
+		}
+		time.Sleep(150 * time.Millisecond) // idle past the header timeout
+	}
+	if d := dials.Load(); d != 1 {
+		t.Errorf("two requests took %d connections, want 1 (kept alive)", d)
 	}
 }
