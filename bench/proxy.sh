@@ -31,12 +31,14 @@ if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
 fi
 go test -c -o "$bin/proxy.test" ./proxy
 go test -c -o "$bin/server.test" ./cmd/limitproxy/internal/server
-overhead="$bin/overhead.txt" forwarded="$bin/forwarded.txt"
+overhead="$bin/overhead.txt" forwarded="$bin/forwarded.txt" rejected="$bin/rejected.txt"
 for i in $(seq 1 "$rounds"); do
   echo "# round $i" >>"$overhead"
   (cd proxy && "$bin/proxy.test" -test.run '^$' -test.bench Overhead -test.benchmem) >>"$overhead"
   echo "# round $i" >>"$forwarded"
   (cd cmd/limitproxy/internal/server && "$bin/server.test" -test.run '^$' -test.bench Forwarded -test.benchmem) >>"$forwarded"
+  echo "# round $i" >>"$rejected"
+  (cd cmd/limitproxy/internal/server && "$bin/server.test" -test.run '^$' -test.bench Rejected -test.benchmem) >>"$rejected"
 done
 section="$bin/section.md"
 {
@@ -71,6 +73,11 @@ section="$bin/section.md"
   echo "so allocs/op is the proxy's own. Its ns/op is a round trip on one connection, client and upstream included."
   echo
   (cd bench && go run ./benchmd -anchor Forwarded=accesslog=false) <"$forwarded"
+  echo
+  echo "Allocations per rejection, the same way (\`BenchmarkRejected\`, beside it, $rounds rounds): the same server and client, the client far over"
+  echo "its policy's limit (1/d, burst 1), so that every answer is a 429; metrics on, the access log off and on."
+  echo
+  (cd bench && go run ./benchmd -anchor Rejected=accesslog=false) <"$rejected"
   echo "<!-- proxy:end -->"
 } >"$section"
 write_section proxy "$section"
