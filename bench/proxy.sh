@@ -75,7 +75,7 @@ section="$bin/section.md"
   (cd bench && go run ./benchmd -anchor Forwarded=accesslog=false) <"$forwarded"
   echo
   echo "Allocations per rejection, the same way (\`BenchmarkRejected\`, beside it, $rounds rounds): the same server and client, the client far over"
-  echo "its policy's limit (1/d, burst 1), so that every answer is a 429; metrics on, the access log off and on."
+  echo "its policy's limit (1/10s, burst 1), so that every answer is a 429; metrics on, the access log off and on."
   echo
   (cd bench && go run ./benchmd -anchor Rejected=accesslog=false) <"$rejected"
   echo "<!-- proxy:end -->"

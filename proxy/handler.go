@@ -53,11 +53,11 @@ type Handler struct {
 }
 
 // snapshot is a policy set with what is built once for it: the upstream
-// pools, and each policy's rejection body.
+// pools, and each policy's rejection (its body and fixed fields).
 type snapshot struct {
 	set       *policy.Set
 	pools     map[string]*pool
-	rejection map[*policy.Policy][]byte
+	rejection map[*policy.Policy]*rejection
 	// replay lists the request headers the access log carries with
 	// [log] access_replay (replayHeaders); nil without it.
 	replay []string
@@ -135,12 +135,12 @@ func New(set *policy.Set, o Options) *Handler {
 func (h *Handler) Swap(set *policy.Set) {
 	srv := &set.Config.Server
 	old := h.snap.Load()
-	s := &snapshot{set: set, pools: map[string]*pool{}, rejection: map[*policy.Policy][]byte{}}
+	s := &snapshot{set: set, pools: map[string]*pool{}, rejection: map[*policy.Policy]*rejection{}}
 	if set.Config.Log.AccessReplay {
 		s.replay = replayHeaders(set)
 	}
 	for _, p := range set.Policies {
-		s.rejection[p] = rejectionBody(p)
+		s.rejection[p] = newRejection(p, srv.RateLimitHeaders)
 	}
 	for _, u := range set.Config.Upstreams {
 		if old != nil {
@@ -289,7 +289,11 @@ func (h *Handler) inform(rec *recorder, snap *snapshot, now time.Time, o *ruling
 	if !o.limited {
 		return
 	}
-	setRateLimitHeaders(rec.Header(), snap.set.Config.Server.RateLimitHeaders, o.hp, o.d, now)
+	// A rejection's fields are built once per policy, unless a per-key
+	// override changes its limits (o.hp is then a view of its own).
+	if o.d.Allowed || o.hp != o.p || !snap.rejection[o.p].setFields(rec.Header(), o.d) {
+		setRateLimitHeaders(rec.Header(), snap.set.Config.Server.RateLimitHeaders, o.hp, o.d, now)
+	}
 	if o.d.Index >= 0 {
 		h.top.observe(o.p, o.counted, o.d, now)
 	}

@@ -135,18 +135,21 @@ func BenchmarkForwarded(b *testing.B) {
 }
 
 // BenchmarkRejected is BenchmarkForwarded's request refused: the whole
-// server answering a client far over its policy's limit (1/d, burst 1)
-// with a 429, access log on and off, metrics on. allocs/op is the proxy's
-// allocations per rejection, net/http's server included.
+// server answering a client far over its policy's limit (1/10s, burst 1:
+// a Retry-After of a few seconds, as under most limits) with a 429, access
+// log on and off, metrics on. allocs/op is the proxy's allocations per
+// rejection, net/http's server included. (A benchmark longer than 10s
+// sees a request admitted every 10s: one in hundreds of thousands.)
 //
 //	go test -run '^$' -bench Rejected -benchmem ./cmd/limitproxy/internal/server
 func BenchmarkRejected(b *testing.B) {
-	benchmarkServer(b, "1/d", 1, 429)
+	benchmarkServer(b, "1/10s", 1, 429)
 }
 
 // benchmarkServer times one GET at a time over one keep-alive connection
 // through the whole server, under a token bucket of rate and burst, every
-// answer after the warm-up having status want.
+// answer after the warm-up having status want (or 200, which the bucket
+// may admit now and then).
 func benchmarkServer(b *testing.B, rate string, burst, want int) {
 	for _, access := range []bool{false, true} {
 		b.Run(fmt.Sprintf("accesslog=%v", access), func(b *testing.B) {
@@ -197,7 +200,7 @@ key = ["ip"]
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if code, err := c.do(); err != nil || code != want {
+				if code, err := c.do(); err != nil || (code != want && code != 200) {
 					b.Fatalf("%d %v", code, err)
 				}
 			}
