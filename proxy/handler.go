@@ -6,6 +6,7 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"reflect"
 	"slices"
@@ -31,6 +32,7 @@ type Handler struct {
 	now     func() time.Time
 	log     *zap.Logger
 	acc     *zap.Logger  // access log; nil when off
+	accJSON io.Writer    // Options.AccessJSON
 	buffers *bufferPool  // ReverseProxy's copy buffers, shared by every upstream
 	resp    *respBuffers // response buffering's budget and temp_dir (respbuf.go)
 	metrics *Metrics     // nil: none
@@ -73,6 +75,14 @@ type Options struct {
 	// AccessLogger, if not nil, receives the access log instead of
 	// Logger (the server gives it a buffered destination).
 	AccessLogger *zap.Logger
+	// AccessJSON, if not nil, is the destination of the access logger,
+	// which encodes JSON as zap.NewProductionEncoderConfig with ISO 8601
+	// times does: the handler then encodes its access lines itself, the
+	// same bytes without building zap fields, and writes each line with
+	// one Write (which must not keep the slice), when the access logger
+	// is enabled at the line's level. Lines with [log] access_replay's
+	// fields still go through the access logger.
+	AccessJSON io.Writer
 	// Metrics, if not nil, receives docs/metrics.md's data-path metrics.
 	Metrics *Metrics
 	// Bans is the store's penalty box, for policies with a [policy.ban];
@@ -118,6 +128,9 @@ func New(set *policy.Set, o Options) *Handler {
 		h.now = MonotonicClock()
 	}
 	if o.AccessLog {
+		if o.AccessLogger != nil {
+			h.accJSON = o.AccessJSON
+		}
 		h.acc = o.AccessLogger
 		if h.acc == nil {
 			h.acc = h.log.Named("access")
