@@ -44,12 +44,12 @@ func TestAccessJSONAsZap(t *testing.T) {
 	longUA := strings.Repeat("a", maxLoggedUserAgent-1) + "é and more"
 	for _, c := range []struct {
 		name, method, target, host, remote, ua, xff, err string
-		mode                                          config.ClientAddress
-		p                                             *policy.Policy
-		status                                        int
-		key                                           string
-		cost                                          int64
-		wait                                          time.Duration
+		mode                                             config.ClientAddress
+		p                                                *policy.Policy
+		status                                           int
+		key                                              string
+		cost                                             int64
+		wait                                             time.Duration
 	}{
 		{name: "plain", method: "GET", target: "/a/b?c=d", host: "example.com", remote: "192.0.2.7:5555", ua: "curl/8", p: pol, status: 429, key: "192.0.2.7"},
 		{name: "escapes", method: "POST", target: "/x", host: "h\"o\\st\x01\x1f\t\r\n", remote: "192.0.2.7:5555", ua: "ua \xff\xfe bad, \u00e9 good, \U0001F600, \uFFFD as sent", p: pol, status: 200, key: "k"},
