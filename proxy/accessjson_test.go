@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"fmt"
+	"hash/maphash"
 	"net/http/httptest"
 	"net/netip"
 	"regexp"
@@ -96,5 +98,37 @@ func TestAccessJSONAsZap(t *testing.T) {
 				t.Errorf("logAccess wrote:\n%s\nwant (but the time):\n%s", got, want)
 			}
 		})
+	}
+}
+
+// TestKeyHashCache: the cached key hash is the hash itself, whatever the
+// slots' collisions (more keys than slots, each asked twice), for a key
+// too long to be cached, and under another hasher sharing the cache.
+func TestKeyHashCache(t *testing.T) {
+	var c keyHashCache
+	other := NewKeyHasher([]byte("another-secret-of-16+"))
+	keys := []string{strings.Repeat("k", maxCachedKey+1), ""}
+	for i := range 3 * keyHashSlots {
+		keys = append(keys, fmt.Sprintf("198.51.%d.%d", i/256, i%256))
+	}
+	for pass := range 2 {
+		for _, k := range keys {
+			for _, h := range []*KeyHasher{accessHasher, other} {
+				if got, want := string(c.appendKey([]byte("x"), h, k)), "x"+h.Key(k); got != want {
+					t.Fatalf("pass %d, key %q: %s, want %s", pass, k, got, want)
+				}
+			}
+		}
+	}
+	hits := 0
+	for _, k := range keys {
+		if len(k) <= maxCachedKey {
+			if e := c.slots[maphash.String(c.seed, k)%keyHashSlots].Load(); e != nil && e.key == k {
+				hits++
+			}
+		}
+	}
+	if hits == 0 {
+		t.Error("no key is cached")
 	}
 }

@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"hash/maphash"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -222,7 +224,7 @@ func appendAccessJSON(b []byte, h *Handler, r *http.Request, rec *recorder, ts t
 	b = h.appendLoggedClient(b, r, rec)
 	b = append(b, `,"key":"`...)
 	if rec.key != "" && h.hasher != nil {
-		b = h.hasher.appendKey(b, rec.key)
+		b = h.keyHashes.appendKey(b, h.hasher, rec.key)
 	}
 	b = append(b, `","bytes_sent":`...)
 	b = strconv.AppendInt(b, rec.access.sent, 10)
@@ -333,4 +335,44 @@ func appendJSONString[S []byte | string](b []byte, s S) []byte {
 	}
 	b = append(b, s[last:]...)
 	return append(b, '"')
+}
+
+// keyHashCache remembers the key hashes of recent client keys, so that a
+// client sending many requests (a flood, most of them refused) has its
+// key hashed (three SHA-256 sums) once, not on each access line. It is
+// direct-mapped, keyHashSlots entries, each a slot's last key; keys
+// longer than maxCachedKey bytes are hashed each time, so that it holds
+// at most keyHashSlots short keys. The zero value is ready; safe for
+// concurrent use.
+type keyHashCache struct {
+	seedOnce sync.Once
+	seed     maphash.Seed
+	slots    [keyHashSlots]atomic.Pointer[keyHashEntry]
+}
+
+const (
+	keyHashSlots = 1024
+	maxCachedKey = 128
+)
+
+type keyHashEntry struct {
+	hasher *KeyHasher
+	key    string
+	hash   [16]byte // hex
+}
+
+// appendKey appends h.Key(key) to b.
+func (c *keyHashCache) appendKey(b []byte, h *KeyHasher, key string) []byte {
+	if len(key) > maxCachedKey {
+		return h.appendKey(b, key)
+	}
+	c.seedOnce.Do(func() { c.seed = maphash.MakeSeed() })
+	slot := &c.slots[maphash.String(c.seed, key)%keyHashSlots]
+	if e := slot.Load(); e != nil && e.hasher == h && e.key == key {
+		return append(b, e.hash[:]...)
+	}
+	e := &keyHashEntry{hasher: h, key: key}
+	h.appendKey(e.hash[:0], key)
+	slot.Store(e)
+	return append(b, e.hash[:]...)
 }

@@ -37,7 +37,9 @@ type Handler struct {
 	resp    *respBuffers // response buffering's budget and temp_dir (respbuf.go)
 	metrics *Metrics     // nil: none
 	hasher  *KeyHasher   // the key hash, for the access log
-	bans    perkey.Bans  // the penalty box; nil: none
+	// keyHashes are recent keys' hashes, for the access log.
+	keyHashes keyHashCache
+	bans      perkey.Bans // the penalty box; nil: none
 	// averages are the running averages of the costs answers reported,
 	// for estimate_from = "average".
 	averages costAverages
