@@ -21,6 +21,9 @@ import (
 // outcome, and the request id its answer carries.
 type accessFields struct {
 	requestID string
+	// answerID is requestID as the answer's X-Request-Id values: the
+	// header map takes a slice of it (capacity 1), not a new slice.
+	answerID [1]string
 	sent      int64      // bytes of response body written to the client
 	body      *timedBody // the request body as read, if it was; nil: none read
 	log       *config.Log
@@ -40,6 +43,7 @@ func (h *Handler) beginRequest(r *http.Request, rec *recorder, snap *snapshot) {
 	cfg := snap.set.Config
 	rec.access.log, rec.access.srv = &cfg.Log, &cfg.Server
 	rec.access.requestID = requestID(r, &cfg.Server)
+	rec.access.answerID[0] = rec.access.requestID
 }
 
 // forwardRequestID sets the request id on r as it goes to the upstream,
@@ -54,7 +58,7 @@ func forwardRequestID(r *http.Request, rec *recorder) {
 // holds the id the access log has.
 func (r *recorder) stampHeader() {
 	if r.access.requestID != "" {
-		r.Header()[requestIDHeader] = []string{r.access.requestID}
+		r.Header()[requestIDHeader] = r.access.answerID[:]
 	}
 }
 
