@@ -112,7 +112,13 @@ func run(lp, floor string, dur time.Duration, conns int, wrkCPU, ownCPU string, 
 		return err
 	}
 	defer os.RemoveAll(dir)
-	logs := []string{filepath.Join(dir, "nginx-access.log")}
+	// The logs in a directory of their own: limitproxy watches its
+	// configuration's directory, which a log would wake at each write.
+	logDir := filepath.Join(dir, "logs")
+	if err := os.Mkdir(logDir, 0o755); err != nil {
+		return err
+	}
+	logs := []string{filepath.Join(logDir, "nginx-access.log")}
 	ng := [2]string{proc.FreeAddr(), proc.FreeAddr()}
 	ngx, err := proc.StartNginx(proc.NginxPreamble+fmt.Sprintf(nginxConf, upAddr, ng[0], ng[1], logs[0]), ng[1])
 	if err != nil {
@@ -139,7 +145,7 @@ func run(lp, floor string, dur time.Duration, conns int, wrkCPU, ownCPU string, 
 		if err := os.WriteFile(conf, fmt.Appendf([]byte(proc.LimitproxyConfigAccessLog(addr, upAddr, "draft")), policyTemplate, c.rate, c.burst), 0o644); err != nil {
 			return err
 		}
-		logPath := filepath.Join(dir, c.path+".log")
+		logPath := filepath.Join(logDir, c.path+".log")
 		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
 			return err

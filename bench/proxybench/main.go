@@ -144,7 +144,11 @@ func run(lp, bare, bare429 string, rounds int, dur time.Duration, conns, threads
 		cmd: exec.Command(bare429, "-listen", floorAddr)})
 	// The access logs: truncated after each measurement (their writers
 	// append), so that they do not fill the disk.
-	nginxLog := filepath.Join(dir, "nginx-access.log")
+	logDir := filepath.Join(dir, "logs")
+	if err := os.Mkdir(logDir, 0o755); err != nil {
+		return err
+	}
+	nginxLog := filepath.Join(logDir, "nginx-access.log")
 	logs := []string{nginxLog}
 	ng := [3]string{proc.FreeAddr(), proc.FreeAddr(), proc.FreeAddr()}
 	ngx, err := proc.StartNginx(proc.NginxPreamble+fmt.Sprintf(nginxConf, upAddr, ng[0], ng[1], ng[2], nginxLog), ng[2])
@@ -170,8 +174,10 @@ func run(lp, bare, bare429 string, rounds int, dur time.Duration, conns, threads
 		if err := os.WriteFile(path, fmt.Appendf([]byte(proc.LimitproxyConfigAccessLog(addr, upAddr, "draft")), policyTemplate, c.rate, c.burst), 0o644); err != nil {
 			return err
 		}
-		// Its log, the access log with it, goes to a file.
-		logPath := strings.TrimSuffix(path, ".toml") + ".log"
+		// Its log, the access log with it, goes to a file, in a directory
+		// of its own: limitproxy watches its configuration's directory,
+		// and a log written there would wake its watcher at each write.
+		logPath := filepath.Join(logDir, strconv.Itoa(len(targets))+".log")
 		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
 			return err
