@@ -280,8 +280,12 @@ func (h *Handler) newRecorder(w http.ResponseWriter, r *http.Request, snap *snap
 // done counts and logs the exchange once the handler is through with it.
 func (h *Handler) done(rec *recorder, r *http.Request, start time.Time, o *ruling, wait time.Duration) {
 	// The server writes what remains of the response after ServeHTTP
-	// returns: give it a fresh send_timeout too.
-	rec.renewed = time.Time{}
+	// returns: give it a fresh send_timeout too. An answer of the
+	// proxy's own (a 429...) was written whole a moment ago, and its
+	// deadline set then: renewed only as any write renews it.
+	if rec.forwarded {
+		rec.renewed = time.Time{}
+	}
 	rec.renewDeadline()
 	name := ""
 	if o.p != nil {
