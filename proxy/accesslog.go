@@ -24,10 +24,10 @@ type accessFields struct {
 	// answerID is requestID as the answer's X-Request-Id values: the
 	// header map takes a slice of it (capacity 1), not a new slice.
 	answerID [1]string
-	sent      int64      // bytes of response body written to the client
-	body      *timedBody // the request body as read, if it was; nil: none read
-	log       *config.Log
-	srv       *config.Server
+	sent     int64      // bytes of response body written to the client
+	body     *timedBody // the request body as read, if it was; nil: none read
+	log      *config.Log
+	srv      *config.Server
 }
 
 // maxLoggedUserAgent bounds the user agent the access log carries, in
