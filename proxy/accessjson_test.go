@@ -132,3 +132,21 @@ func TestKeyHashCache(t *testing.T) {
 		t.Error("no key is cached")
 	}
 }
+
+// TestAppendTimestamp: the access line's time is what zap's ISO 8601
+// encoder writes, across seconds, zones (a half-hour offset, UTC, a
+// negative one) and a time before the Unix epoch.
+func TestAppendTimestamp(t *testing.T) {
+	zones := []*time.Location{time.UTC, time.FixedZone("IST", 5*3600+1800), time.FixedZone("X", -7*3600), time.Local}
+	base := time.Date(2026, 11, 25, 23, 59, 58, 0, time.UTC)
+	for _, d := range []time.Duration{0, 999999999, time.Second, 1500 * time.Millisecond, 1999 * time.Millisecond, 2*time.Second + 1, -60 * 365 * 24 * time.Hour} {
+		for _, loc := range zones { // the same second in one zone, then in another
+			for range 2 { // the second cached, then again
+				at := base.Add(d).In(loc)
+				if got, want := string(appendTimestamp(nil, at)), at.Format("2006-01-02T15:04:05.000Z0700"); got != want {
+					t.Errorf("%v: %s, want %s", at, got, want)
+				}
+			}
+		}
+	}
+}

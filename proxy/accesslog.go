@@ -201,7 +201,7 @@ func appendAccessJSON(b []byte, h *Handler, r *http.Request, rec *recorder, ts t
 	b = append(b, `{"level":"`...)
 	b = append(b, level.String()...)
 	b = append(b, `","ts":"`...)
-	b = ts.AppendFormat(b, "2006-01-02T15:04:05.000Z0700")
+	b = appendTimestamp(b, ts)
 	b = append(b, `","logger":"access","msg":"request","method":`...)
 	b = appendJSONString(b, r.Method)
 	b = append(b, `,"host":`...)
@@ -379,4 +379,32 @@ func (c *keyHashCache) appendKey(b []byte, h *KeyHasher, key string) []byte {
 	h.appendKey(e.hash[:0], key)
 	slot.Store(e)
 	return append(b, e.hash[:]...)
+}
+
+// stampSecond is the part of a second's timestamps that stays the same
+// through the second (appendTimestamp).
+type stampSecond struct {
+	unix   int64
+	loc    *time.Location
+	prefix []byte // "2006-01-02T15:04:05."
+	zone   []byte // "Z0700"
+}
+
+// lastSecond is the second the latest access line was stamped in.
+var lastSecond atomic.Pointer[stampSecond]
+
+// appendTimestamp appends t as t.AppendFormat(b,
+// "2006-01-02T15:04:05.000Z0700") does (zap's ISO 8601 time encoder),
+// formatting the date, time and zone once a second.
+func appendTimestamp(b []byte, t time.Time) []byte {
+	s := lastSecond.Load()
+	if s == nil || s.unix != t.Unix() || s.loc != t.Location() {
+		s = &stampSecond{unix: t.Unix(), loc: t.Location(),
+			prefix: t.AppendFormat(nil, "2006-01-02T15:04:05."), zone: t.AppendFormat(nil, "Z0700")}
+		lastSecond.Store(s)
+	}
+	ms := t.Nanosecond() / int(time.Millisecond)
+	b = append(b, s.prefix...)
+	b = append(b, byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
+	return append(b, s.zone...)
 }
