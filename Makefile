@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test release bench bench-limiter bench-proxy bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls mutants
+.PHONY: test release bench bench-limiter bench-proxy bench-profile bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls mutants
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -22,6 +22,10 @@ bench-limiter:
 # Regenerates the proxy section of BENCHMARKS.md with wrk and nginx (about 4 minutes).
 bench-proxy:
 	bench/proxy.sh 5 5s
+
+# Regenerates the profile section of BENCHMARKS.md with perf, wrk and nginx (about a minute).
+bench-profile:
+	bench/profile.sh 4s
 
 # Regenerates the Redis section of BENCHMARKS.md (about 3 minutes).
 bench-redis:

@@ -17,6 +17,7 @@ export BENCHMARKS_FILE="$tmp/sections.md"
 : >"$BENCHMARKS_FILE"
 bench/limiter.sh 3
 bench/proxy.sh 5 4s
+bench/profile.sh 4s
 bench/openloop.sh 5 2s
 bench/redis.sh 5
 bench/accuracy.sh 1

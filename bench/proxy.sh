@@ -2,8 +2,9 @@
 # Regenerates the "proxy" section of BENCHMARKS.md: wrk against the upstream
 # alone, a bare httputil.ReverseProxy with limitproxy's Transport, nginx
 # proxy_pass, nginx and limitproxy under a limit that never rejects, and
-# both far over a limit (mostly 429s), in interleaved rounds on 127.0.0.1
-# (bench/proxybench).
+# both far over a limit (mostly 429s) beside the 429 path's floor (a bare
+# net/http server answering the same 429: bench/bare429), in interleaved
+# rounds on 127.0.0.1 (bench/proxybench).
 # Installs wrk and nginx from Debian's packages when missing and root.
 #
 #   bench/proxy.sh [ROUNDS] [DURATION]     (default 5 rounds of 5s: about 2 minutes)
@@ -18,6 +19,7 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/limitproxy" ./cmd/limitproxy
 (cd bench && go build -o "$bin/bareproxy" ./bareproxy)
+(cd bench && go build -o "$bin/bare429" ./bare429)
 (cd bench && go build -o "$bin/proxybench" ./proxybench)
 # On a machine with two or more cores, wrk gets CPU 0 and everything it
 # measures (proxies, upstream) CPU 1, so that the load generator does not
@@ -29,12 +31,14 @@ if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
 fi
 go test -c -o "$bin/proxy.test" ./proxy
 go test -c -o "$bin/server.test" ./cmd/limitproxy/internal/server
-overhead="$bin/overhead.txt" forwarded="$bin/forwarded.txt"
+overhead="$bin/overhead.txt" forwarded="$bin/forwarded.txt" rejected="$bin/rejected.txt"
 for i in $(seq 1 "$rounds"); do
   echo "# round $i" >>"$overhead"
   (cd proxy && "$bin/proxy.test" -test.run '^$' -test.bench Overhead -test.benchmem) >>"$overhead"
   echo "# round $i" >>"$forwarded"
   (cd cmd/limitproxy/internal/server && "$bin/server.test" -test.run '^$' -test.bench Forwarded -test.benchmem) >>"$forwarded"
+  echo "# round $i" >>"$rejected"
+  (cd cmd/limitproxy/internal/server && "$bin/server.test" -test.run '^$' -test.bench Rejected -test.benchmem) >>"$rejected"
 done
 section="$bin/section.md"
 {
@@ -45,11 +49,15 @@ section="$bin/section.md"
   echo "Everything runs on this one machine, on 127.0.0.1: $placement."
   echo "With the proxy alone on its core, requests/s is what one core of that proxy forwards when the generator and upstream keep up;"
   echo "proxy CPU µs/request (from /proc/PID/stat) is a proxy's own cost."
-  echo "limitproxy runs with access logging off and one token-bucket policy keyed by client IP; nginx $(nginx -v 2>&1 | cut -d/ -f2) with one worker, upstream keepalive, access log off,"
-  echo "limit_req keyed by \$binary_remote_addr with nodelay. The over-limit cases allow 1000/s with a burst of 100;"
+  echo "The measured configuration keeps logging and metrics on, as deployed: limitproxy with its default log (level info, the access log on: a JSON line per"
+  echo "request, rejections included, written to a file by its batching writer, a 64 KiB buffer written out at least every 100 ms), its metrics"
+  echo "(collected, not scraped) and one token-bucket policy keyed by client IP; nginx $(nginx -v 2>&1 | cut -d/ -f2) with one worker, upstream keepalive,"
+  echo "an access log in the combined format to a file (\`buffer=64k flush=100ms\`, the same buffering), limit_req keyed by \$binary_remote_addr"
+  echo "with nodelay. The over-limit cases allow 1000/s with a burst of 100; the floor (bench/bare429) is a bare net/http server that answers"
+  echo "every request with limitproxy's 429 (the same header fields and body size, values assigned from slices built once) and does nothing else."
   echo "wrk is a closed loop, so it then offers as much as the 429 path can answer: the non-2xx column shows the share rejected."
   echo
-  "${pin[@]}" "$bin/proxybench" -limitproxy "$bin/limitproxy" -bareproxy "$bin/bareproxy" -rounds "$rounds" -duration "$duration" "${wrkcpu[@]}"
+  "${pin[@]}" "$bin/proxybench" -limitproxy "$bin/limitproxy" -bareproxy "$bin/bareproxy" -bare429 "$bin/bare429" -rounds "$rounds" -duration "$duration" "${wrkcpu[@]}"
   echo "limitproxy gives httputil.ReverseProxy a pool of its 32 KiB copy buffers; the bare ReverseProxy above keeps httputil's default"
   echo "(a new buffer per request), as the comparison asks for a bare one. What each part costs, in process (\`BenchmarkOverhead\` in"
   echo "proxy/bench_test.go, $rounds interleaved rounds): the same request through the bare ReverseProxy, the same with limitproxy's buffer"
@@ -65,6 +73,11 @@ section="$bin/section.md"
   echo "so allocs/op is the proxy's own. Its ns/op is a round trip on one connection, client and upstream included."
   echo
   (cd bench && go run ./benchmd -anchor Forwarded=accesslog=false) <"$forwarded"
+  echo
+  echo "Allocations per rejection, the same way (\`BenchmarkRejected\`, beside it, $rounds rounds): the same server and client, the client far over"
+  echo "its policy's limit (1/10s, burst 1), so that every answer is a 429; metrics on, the access log off and on."
+  echo
+  (cd bench && go run ./benchmd -anchor Rejected=accesslog=false) <"$rejected"
   echo "<!-- proxy:end -->"
 } >"$section"
 write_section proxy "$section"

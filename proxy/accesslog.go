@@ -1,9 +1,14 @@
 package proxy
 
 import (
+	"hash/maphash"
 	"net/http"
 	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -16,11 +21,14 @@ import (
 // outcome, and the request id its answer carries.
 type accessFields struct {
 	requestID string
-	idValue   []string   // requestID as a header value, for the request forwarded and the answer alike; nil until needed
-	sent      int64      // bytes of response body written to the client
-	body      *timedBody // the request body as read, if it was; nil: none read
-	log       *config.Log
-	srv       *config.Server
+	// idValue is requestID as a header's values, for the request
+	// forwarded and the answer alike: the header maps take a slice of it
+	// (capacity 1), not a new slice; neither is changed in place.
+	idValue [1]string
+	sent    int64      // bytes of response body written to the client
+	body    *timedBody // the request body as read, if it was; nil: none read
+	log     *config.Log
+	srv     *config.Server
 }
 
 // maxLoggedUserAgent bounds the user agent the access log carries, in
@@ -36,6 +44,7 @@ func (h *Handler) beginRequest(r *http.Request, rec *recorder, snap *snapshot) {
 	cfg := snap.set.Config
 	rec.access.log, rec.access.srv = &cfg.Log, &cfg.Server
 	rec.access.requestID = requestID(r, &cfg.Server)
+	rec.access.idValue[0] = rec.access.requestID
 }
 
 // forwardRequestID sets the request id on r as it goes to the upstream,
@@ -47,12 +56,7 @@ func forwardRequestID(r *http.Request, rec *recorder) {
 
 // idHeader returns the request id as a header's values: one slice for
 // both headers that carry it (neither is changed in place).
-func (a *accessFields) idHeader() []string {
-	if a.idValue == nil {
-		a.idValue = []string{a.requestID}
-	}
-	return a.idValue
-}
+func (a *accessFields) idHeader() []string { return a.idValue[:] }
 
 // stampHeader sets the request id on the answer, once, as its head is
 // written: an upstream's own X-Request-Id is replaced, so that the client
@@ -76,6 +80,12 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 	level := zapcore.InfoLevel
 	if rec.err != "" {
 		level = zapcore.WarnLevel
+	}
+	if h.accJSON != nil && rec.replay == nil {
+		if h.acc.Core().Enabled(level) {
+			h.writeAccessJSON(r, rec, start, p, decision, wait, o, level)
+		}
+		return
 	}
 	ce := h.acc.Check(level, "request")
 	if ce == nil {
@@ -165,4 +175,241 @@ func maskAddr(a netip.Addr) netip.Prefix {
 	}
 	p, _ := a.Prefix(bits)
 	return p
+}
+
+// accessBufs are the buffers access lines are encoded in
+// (writeAccessJSON): a line is encoded and written without allocating.
+var accessBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledLine bounds the buffers accessBufs keeps, in bytes: a line as
+// long as a long path or host makes is encoded once, not kept.
+const maxPooledLine = 16 << 10
+
+// writeAccessJSON writes logAccess's line to Options.AccessJSON as the
+// server's JSON access logger encodes it (zap's JSON encoder: level, ts
+// in ISO 8601 with milliseconds, logger "access", msg, then the fields in
+// logAccess's order, strings escaped as zap escapes them, durations in
+// seconds), byte for byte, but appended into a pooled buffer and written
+// in one Write, without building zap fields.
+func (h *Handler) writeAccessJSON(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision Decision, wait time.Duration, o *owed, level zapcore.Level) {
+	bp := accessBufs.Get().(*[]byte)
+	b := appendAccessJSON((*bp)[:0], h, r, rec, time.Now(), h.now().Sub(start), p, decision, wait, o, level)
+	h.accJSON.Write(b)
+	if cap(b) <= maxPooledLine {
+		*bp = b
+		accessBufs.Put(bp)
+	}
+}
+
+// appendAccessJSON appends the access line, stamped ts, to b.
+func appendAccessJSON(b []byte, h *Handler, r *http.Request, rec *recorder, ts time.Time, duration time.Duration, p *policy.Policy, decision Decision, wait time.Duration, o *owed, level zapcore.Level) []byte {
+	b = append(b, `{"level":"`...)
+	b = append(b, level.String()...)
+	b = append(b, `","ts":"`...)
+	b = appendTimestamp(b, ts)
+	b = append(b, `","logger":"access","msg":"request","method":`...)
+	b = appendJSONString(b, r.Method)
+	b = append(b, `,"host":`...)
+	b = appendJSONString(b, r.Host)
+	b = append(b, `,"path":`...)
+	b = appendJSONString(b, r.URL.Path)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(rec.statusCode()), 10)
+	b = append(b, `,"duration":`...)
+	b = appendSeconds(b, duration)
+	b = append(b, `,"policy":`...)
+	if p != nil {
+		b = appendJSONString(b, p.Name)
+	} else {
+		b = append(b, `""`...)
+	}
+	b = append(b, `,"decision":`...)
+	b = appendJSONString(b, decision.String())
+	b = append(b, `,"upstream":`...)
+	b = appendJSONString(b, rec.upstream)
+	b = append(b, `,"queue_wait":`...)
+	b = appendSeconds(b, wait)
+	b = append(b, `,"client":`...)
+	b = h.appendLoggedClient(b, r, rec)
+	b = append(b, `,"key":"`...)
+	if rec.key != "" && h.hasher != nil {
+		b = h.keyHashes.appendKey(b, h.hasher, rec.key)
+	}
+	b = append(b, `","bytes_sent":`...)
+	b = strconv.AppendInt(b, rec.access.sent, 10)
+	b = append(b, `,"bytes_received":`...)
+	var received int64
+	if rec.access.body != nil {
+		received = rec.access.body.read.Load()
+	}
+	b = strconv.AppendInt(b, received, 10)
+	b = append(b, `,"user_agent":`...)
+	ua := r.Header.Get("User-Agent")
+	if len(ua) > maxLoggedUserAgent {
+		ua = ua[:maxLoggedUserAgent]
+	}
+	b = appendJSONString(b, ua)
+	b = append(b, `,"request_id":`...)
+	b = appendJSONString(b, rec.access.requestID)
+	if rec.err != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, rec.err)
+	}
+	if o != nil && o.cost >= 0 {
+		b = append(b, `,"cost":`...)
+		b = strconv.AppendInt(b, o.cost, 10)
+	}
+	return append(b, "}\n"...)
+}
+
+// appendLoggedClient appends loggedClient's value as a JSON string,
+// without allocating for a full or masked address.
+func (h *Handler) appendLoggedClient(b []byte, r *http.Request, rec *recorder) []byte {
+	if rec.access.srv == nil {
+		return append(b, `""`...)
+	}
+	a, ok := clientIP(r, rec.access.srv)
+	if !ok {
+		return append(b, `""`...)
+	}
+	var scratch [64]byte
+	var text []byte
+	switch rec.access.log.ClientAddress {
+	case config.ClientMasked:
+		text = maskAddr(a).AppendTo(scratch[:0])
+	case config.ClientHashed:
+		if h.hasher == nil {
+			return append(b, `""`...)
+		}
+		return appendJSONString(b, h.hasher.Addr(a))
+	default:
+		text = a.AppendTo(scratch[:0])
+	}
+	return appendJSONString(b, text)
+}
+
+// appendSeconds appends d in seconds, as zap's SecondsDurationEncoder.
+func appendSeconds(b []byte, d time.Duration) []byte {
+	return strconv.AppendFloat(b, float64(d)/float64(time.Second), 'f', -1, 64)
+}
+
+// appendJSONString appends s as a JSON string escaped as zap's JSON
+// encoder escapes it: \\, \" and \n, \r, \t by their escapes, other
+// bytes below 0x20 as \u00XX, a byte that is not UTF-8 as \ufffd, the
+// rest as is.
+func appendJSONString[S []byte | string](b []byte, s S) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	last := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			var r rune
+			var size int
+			switch v := any(s).(type) {
+			case string:
+				r, size = utf8.DecodeRuneInString(v[i:])
+			case []byte:
+				r, size = utf8.DecodeRune(v[i:])
+			}
+			if r != utf8.RuneError || size != 1 {
+				i += size
+				continue
+			}
+			b = append(b, s[last:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			last = i
+			continue
+		}
+		if c >= 0x20 && c != '\\' && c != '"' {
+			i++
+			continue
+		}
+		b = append(b, s[last:i]...)
+		switch c {
+		case '\\', '"':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
+		last = i
+	}
+	b = append(b, s[last:]...)
+	return append(b, '"')
+}
+
+// keyHashCache remembers the key hashes of recent client keys, so that a
+// client sending many requests (a flood, most of them refused) has its
+// key hashed (three SHA-256 sums) once, not on each access line. It is
+// direct-mapped, keyHashSlots entries, each a slot's last key; keys
+// longer than maxCachedKey bytes are hashed each time, so that it holds
+// at most keyHashSlots short keys. The zero value is ready; safe for
+// concurrent use.
+type keyHashCache struct {
+	seedOnce sync.Once
+	seed     maphash.Seed
+	slots    [keyHashSlots]atomic.Pointer[keyHashEntry]
+}
+
+const (
+	keyHashSlots = 1024
+	maxCachedKey = 128
+)
+
+type keyHashEntry struct {
+	hasher *KeyHasher
+	key    string
+	hash   [16]byte // hex
+}
+
+// appendKey appends h.Key(key) to b.
+func (c *keyHashCache) appendKey(b []byte, h *KeyHasher, key string) []byte {
+	if len(key) > maxCachedKey {
+		return h.appendKey(b, key)
+	}
+	c.seedOnce.Do(func() { c.seed = maphash.MakeSeed() })
+	slot := &c.slots[maphash.String(c.seed, key)%keyHashSlots]
+	if e := slot.Load(); e != nil && e.hasher == h && e.key == key {
+		return append(b, e.hash[:]...)
+	}
+	e := &keyHashEntry{hasher: h, key: key}
+	h.appendKey(e.hash[:0], key)
+	slot.Store(e)
+	return append(b, e.hash[:]...)
+}
+
+// stampSecond is the part of a second's timestamps that stays the same
+// through the second (appendTimestamp).
+type stampSecond struct {
+	unix   int64
+	loc    *time.Location
+	prefix []byte // "2006-01-02T15:04:05."
+	zone   []byte // "Z0700"
+}
+
+// lastSecond is the second the latest access line was stamped in.
+var lastSecond atomic.Pointer[stampSecond]
+
+// appendTimestamp appends t as t.AppendFormat(b,
+// "2006-01-02T15:04:05.000Z0700") does (zap's ISO 8601 time encoder),
+// formatting the date, time and zone once a second.
+func appendTimestamp(b []byte, t time.Time) []byte {
+	s := lastSecond.Load()
+	if s == nil || s.unix != t.Unix() || s.loc != t.Location() {
+		s = &stampSecond{unix: t.Unix(), loc: t.Location(),
+			prefix: t.AppendFormat(nil, "2006-01-02T15:04:05."), zone: t.AppendFormat(nil, "Z0700")}
+		lastSecond.Store(s)
+	}
+	ms := t.Nanosecond() / int(time.Millisecond)
+	b = append(b, s.prefix...)
+	b = append(b, byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
+	return append(b, s.zone...)
 }

@@ -6,6 +6,7 @@ package proxy
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"reflect"
 	"slices"
@@ -31,11 +32,14 @@ type Handler struct {
 	now     func() time.Time
 	log     *zap.Logger
 	acc     *zap.Logger  // access log; nil when off
+	accJSON io.Writer    // Options.AccessJSON
 	buffers *bufferPool  // ReverseProxy's copy buffers, shared by every upstream
 	resp    *respBuffers // response buffering's budget and temp_dir (respbuf.go)
 	metrics *Metrics     // nil: none
 	hasher  *KeyHasher   // the key hash, for the access log
-	bans    perkey.Bans  // the penalty box; nil: none
+	// keyHashes are recent keys' hashes, for the access log.
+	keyHashes keyHashCache
+	bans      perkey.Bans // the penalty box; nil: none
 	// averages are the running averages of the costs answers reported,
 	// for estimate_from = "average".
 	averages costAverages
@@ -53,11 +57,11 @@ type Handler struct {
 }
 
 // snapshot is a policy set with what is built once for it: the upstream
-// pools, and each policy's rejection body.
+// pools, and each policy's rejection (its body and fixed fields).
 type snapshot struct {
 	set       *policy.Set
 	pools     map[string]*pool
-	rejection map[*policy.Policy][]byte
+	rejection map[*policy.Policy]*rejection
 	// replay lists the request headers the access log carries with
 	// [log] access_replay (replayHeaders); nil without it.
 	replay []string
@@ -73,6 +77,14 @@ type Options struct {
 	// AccessLogger, if not nil, receives the access log instead of
 	// Logger (the server gives it a buffered destination).
 	AccessLogger *zap.Logger
+	// AccessJSON, if not nil, is the destination of the access logger,
+	// which encodes JSON as zap.NewProductionEncoderConfig with ISO 8601
+	// times does: the handler then encodes its access lines itself, the
+	// same bytes without building zap fields, and writes each line with
+	// one Write (which must not keep the slice), when the access logger
+	// is enabled at the line's level. Lines with [log] access_replay's
+	// fields still go through the access logger.
+	AccessJSON io.Writer
 	// Metrics, if not nil, receives docs/metrics.md's data-path metrics.
 	Metrics *Metrics
 	// Bans is the store's penalty box, for policies with a [policy.ban];
@@ -118,6 +130,9 @@ func New(set *policy.Set, o Options) *Handler {
 		h.now = MonotonicClock()
 	}
 	if o.AccessLog {
+		if o.AccessLogger != nil {
+			h.accJSON = o.AccessJSON
+		}
 		h.acc = o.AccessLogger
 		if h.acc == nil {
 			h.acc = h.log.Named("access")
@@ -135,12 +150,12 @@ func New(set *policy.Set, o Options) *Handler {
 func (h *Handler) Swap(set *policy.Set) {
 	srv := &set.Config.Server
 	old := h.snap.Load()
-	s := &snapshot{set: set, pools: map[string]*pool{}, rejection: map[*policy.Policy][]byte{}}
+	s := &snapshot{set: set, pools: map[string]*pool{}, rejection: map[*policy.Policy]*rejection{}}
 	if set.Config.Log.AccessReplay {
 		s.replay = replayHeaders(set)
 	}
 	for _, p := range set.Policies {
-		s.rejection[p] = rejectionBody(p)
+		s.rejection[p] = newRejection(p, srv.RateLimitHeaders)
 	}
 	for _, u := range set.Config.Upstreams {
 		if old != nil {
@@ -302,7 +317,11 @@ func (h *Handler) inform(rec *recorder, snap *snapshot, now time.Time, o *ruling
 	if !o.limited {
 		return
 	}
-	setRateLimitHeaders(rec.Header(), snap.set.Config.Server.RateLimitHeaders, o.hp, o.d, now)
+	// A rejection's fields are built once per policy, unless a per-key
+	// override changes its limits (o.hp is then a view of its own).
+	if o.d.Allowed || o.hp != o.p || !snap.rejection[o.p].setFields(rec.Header(), o.d) {
+		setRateLimitHeaders(rec.Header(), snap.set.Config.Server.RateLimitHeaders, o.hp, o.d, now)
+	}
 	if o.d.Index >= 0 {
 		h.top.observe(o.p, o.counted, o.d, now)
 	}

@@ -54,6 +54,13 @@ const maxHashed = 64
 // sum returns 16 hex digits of HMAC-SHA-256 of msg (at most maxHashed
 // bytes) under h's secret.
 func (h *KeyHasher) sum(msg []byte) string {
+	mac := h.mac(msg)
+	return hex.EncodeToString(mac[:])
+}
+
+// mac returns the first 8 bytes of HMAC-SHA-256 of msg (at most maxHashed
+// bytes) under h's secret.
+func (h *KeyHasher) mac(msg []byte) [8]byte {
 	var in [sha256.BlockSize + maxHashed]byte
 	copy(in[:], h.ipad[:])
 	n := copy(in[sha256.BlockSize:], msg)
@@ -62,15 +69,26 @@ func (h *KeyHasher) sum(msg []byte) string {
 	copy(out[:], h.opad[:])
 	copy(out[sha256.BlockSize:], inner[:])
 	mac := sha256.Sum256(out[:])
-	return hex.EncodeToString(mac[:8])
+	return [8]byte(mac[:8])
 }
 
 // Key returns the key hash of a client key as the limiters see it.
 func (h *KeyHasher) Key(key string) string {
+	mac := h.keyMAC(key)
+	return hex.EncodeToString(mac[:])
+}
+
+// appendKey appends Key(key) to b.
+func (h *KeyHasher) appendKey(b []byte, key string) []byte {
+	mac := h.keyMAC(key)
+	return hex.AppendEncode(b, mac[:])
+}
+
+func (h *KeyHasher) keyMAC(key string) [8]byte {
 	sum := sha256.Sum256([]byte(key))
 	var stored [32]byte
 	hex.Encode(stored[:], sum[:16]) // StoreKey, on the stack
-	return h.sum(stored[:])
+	return h.mac(stored[:])
 }
 
 // Stored returns the key hash of a client key in its stored form, as the

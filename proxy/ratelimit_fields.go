@@ -161,3 +161,51 @@ func (h *Handler) quotaView(p *policy.Policy, key string) *policy.Policy {
 	}
 	return p
 }
+
+// cachedT bounds the t values whose RateLimit field a rejection finds
+// built (rejectFields): a rejection's t is at most its Retry-After, a
+// second or a few under most limits.
+const cachedT = 16
+
+// rejectFields are a policy's draft rate-limit fields on a rejection by a
+// limit with no quota left (r=0) that frees more within cachedT seconds:
+// RateLimit-Policy, and each limit's RateLimit for each such t, built once
+// per policy set and shared read-only by the answers (each value a slice
+// of capacity 1, as secondsField's).
+type rejectFields struct {
+	policy []string
+	limit  [][]string // limit index → t → value
+}
+
+// newRejectFields builds p's rejectFields under mode, nil unless mode is
+// "draft" (the other modes set their fields as setRateLimitHeaders does).
+func newRejectFields(p *policy.Policy, mode config.HeadersMode) *rejectFields {
+	if mode != config.HeadersDraft || len(p.Limits) == 0 {
+		return nil
+	}
+	f := &rejectFields{policy: []string{string(appendQuotaPolicies(nil, p))}, limit: make([][]string, len(p.Limits))}
+	for i := range p.Limits {
+		v := make([]string, cachedT)
+		for t := range v {
+			v[t] = string(appendServiceLimit(nil, p, i, 0, int64(t)))
+		}
+		f.limit[i] = v
+	}
+	return f
+}
+
+// set writes what setRateLimitHeaders would for a rejection d of the
+// policy f was built for, and reports true, when f holds it built;
+// otherwise it writes nothing and reports false.
+func (f *rejectFields) set(h http.Header, d limiter.Decision) bool {
+	if f == nil || d.Allowed || d.Remaining != 0 || d.Index < 0 || int(d.Index) >= len(f.limit) {
+		return false
+	}
+	t := min(ceilSeconds(d.Next), retryAfter(d))
+	if t >= cachedT {
+		return false
+	}
+	h["Ratelimit-Policy"] = f.policy
+	h["Ratelimit"] = f.limit[d.Index][t : t+1 : t+1]
+	return true
+}

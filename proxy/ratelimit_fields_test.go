@@ -11,6 +11,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
+	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
 	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy"
@@ -240,5 +241,52 @@ func TestBanFields(t *testing.T) {
 	}
 	if got, want := h.Get("Ratelimit"), `"attempts";r=0;t=60, "site";r=0;t=10`; got != want {
 		t.Errorf("the offence under a 10 s ban: RateLimit %q, want %q", got, want)
+	}
+}
+
+// TestRejectFieldsAsBuilt: the rate-limit fields a rejection takes built
+// once per policy set are, byte for byte, those setRateLimitHeaders
+// writes for the same decision, and they are taken for the common
+// rejection (r=0, t of a few seconds); a decision they do not hold is left
+// to setRateLimitHeaders.
+func TestRejectFieldsAsBuilt(t *testing.T) {
+	env := newFieldsEnv(t, "1m", newClock())
+	for _, p := range env.set.Policies {
+		f := newRejectFields(p, config.HeadersDraft)
+		for i := range p.Limits {
+			for _, d := range []limiter.Decision{
+				{Index: int32(i), RetryAfter: 300 * time.Millisecond, Next: 300 * time.Millisecond},
+				{Index: int32(i), RetryAfter: 4 * time.Second, Next: 9 * time.Second},
+				{Index: int32(i), RetryAfter: 15 * time.Second, Next: 15 * time.Second},
+				{Index: int32(i), RetryAfter: 16 * time.Second, Next: 16 * time.Second},
+				{Index: int32(i), RetryAfter: time.Hour, Next: time.Hour},
+				{Index: int32(i), Remaining: 2, RetryAfter: time.Second, Next: time.Second},
+				{Index: int32(i), Allowed: true, Remaining: 0, Next: time.Second},
+			} {
+				want, got := http.Header{}, http.Header{}
+				setRateLimitHeaders(want, config.HeadersDraft, p, d, time.Unix(0, 0))
+				took := f.set(got, d)
+				short := !d.Allowed && d.Remaining == 0 && d.RetryAfter <= 15*time.Second
+				if took != short {
+					t.Errorf("%s limit %d, %+v: built fields taken %v, want %v", p.Name, i, d, took, short)
+				}
+				if !took {
+					if len(got) != 0 {
+						t.Errorf("%s limit %d, %+v: not taken but wrote %v", p.Name, i, d, got)
+					}
+					continue
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("%s limit %d, %+v: built %v, setRateLimitHeaders %v", p.Name, i, d, got, want)
+				}
+				got.Add("Ratelimit", "x") // an Add copies: the shared value stays
+				if again := (http.Header{}); !f.set(again, d) || fmt.Sprint(again) != fmt.Sprint(want) {
+					t.Errorf("%s limit %d, %+v: after an Add, built %v", p.Name, i, d, again)
+				}
+			}
+		}
+		if newRejectFields(p, config.HeadersBoth) != nil || newRejectFields(p, config.HeadersLegacy) != nil {
+			t.Errorf("%s: built fields outside draft mode", p.Name)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // problem is an RFC 9457 problem details body.
@@ -57,6 +58,34 @@ func ceilSeconds(d time.Duration) int64 {
 // least 1.
 func retryAfter(d limiter.Decision) int64 { return max(1, ceilSeconds(d.RetryAfter)) }
 
+// rejection is what every rejection of a policy carries whatever the
+// request: built once per policy set (Swap), so that a rejection sets its
+// fixed header fields from slices shared read-only by every answer (the
+// header map's values; net/http only reads them, and each has capacity 1,
+// so that an Add copies rather than writes into them).
+type rejection struct {
+	body          []byte
+	contentType   []string
+	contentLength []string
+	// fields are the policy's rate-limit fields on a rejection, when
+	// they can be built once (rejectionFields); nil otherwise.
+	fields *rejectFields
+}
+
+// cacheControlNoStore is every rejection's Cache-Control.
+var cacheControlNoStore = []string{"no-store"}
+
+// newRejection builds p's rejection under mode's rate-limit fields.
+func newRejection(p *policy.Policy, mode config.HeadersMode) *rejection {
+	body := rejectionBody(p)
+	return &rejection{
+		body:          body,
+		contentType:   []string{p.Reject.ContentType},
+		contentLength: []string{strconv.Itoa(len(body))},
+		fields:        newRejectFields(p, mode),
+	}
+}
+
 // rejectionBody returns what a policy's rejections carry: its
 // [policy.reject] body, or docs/responses.md's problem+json, which is the same for
 // every rejection of the policy and so is built once per policy set.
@@ -73,19 +102,46 @@ func rejectionBody(p *policy.Policy) []byte {
 	return append(body, '\n')
 }
 
+// smallSeconds are the values 0 to len-1 as header field values, each a
+// slice of capacity 1 of one shared array: Retry-After and the RateLimit
+// field's t without formatting or allocating.
+var smallSeconds = func() []string {
+	v := make([]string, 3600)
+	for i := range v {
+		v[i] = strconv.Itoa(i)
+	}
+	return v
+}()
+
+// secondsField returns s as a header field's values, shared read-only
+// when s is small.
+func secondsField(s int64) []string {
+	if s >= 0 && s < int64(len(smallSeconds)) {
+		return smallSeconds[s : s+1 : s+1]
+	}
+	return []string{strconv.FormatInt(s, 10)}
+}
+
 // reject answers a rejected request: the policy's status (429), Retry-After
-// in whole seconds rounded up, and its body (see rejectionBody).
-func reject(w http.ResponseWriter, p *policy.Policy, d limiter.Decision, body []byte) {
+// in whole seconds rounded up, and its body (see rejectionBody), with the
+// fields rj holds built once.
+func reject(w http.ResponseWriter, p *policy.Policy, d limiter.Decision, rj *rejection) {
 	if rec, ok := w.(*recorder); ok && rec.grpc {
 		rec.grpcStatus = p.Reject.Status
 		writeGRPCRejection(w, p, d)
 		return
 	}
 	h := w.Header()
-	h.Set("Retry-After", strconv.FormatInt(retryAfter(d), 10))
-	h.Set("Content-Type", p.Reject.ContentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
+	h["Retry-After"] = secondsField(retryAfter(d))
+	h["Content-Type"] = rj.contentType
+	h["Content-Length"] = rj.contentLength
+	h["Cache-Control"] = cacheControlNoStore
 	w.WriteHeader(p.Reject.Status)
-	w.Write(body)
+	w.Write(rj.body)
+}
+
+// setFields writes the rate-limit fields of rejection d from those rj
+// holds built, if it does (rejectFields.set); nil holds none.
+func (rj *rejection) setFields(h http.Header, d limiter.Decision) bool {
+	return rj != nil && rj.fields.set(h, d)
 }

@@ -137,7 +137,7 @@ func wake(ch chan struct{}) {
 // (the policy's reject status with Retry-After: 1; in shadow mode it lets
 // r through holding nothing) and reports false for a request not to be
 // forwarded. decision is updated as the metrics count it.
-func (h *Handler) concurrencyGate(rec *recorder, r *http.Request, p *policy.Policy, key string, body []byte, decision *Decision) (release func(), ok bool) {
+func (h *Handler) concurrencyGate(rec *recorder, r *http.Request, p *policy.Policy, key string, rj *rejection, decision *Decision) (release func(), ok bool) {
 	s, taken, err := h.takeSlot(r.Context(), p, key)
 	switch {
 	case taken:
@@ -155,6 +155,6 @@ func (h *Handler) concurrencyGate(rec *recorder, r *http.Request, p *policy.Poli
 	}
 	*decision = Rejected
 	rec.err = "concurrency limit"
-	reject(rec, p, limiter.Decision{RetryAfter: time.Second, Index: -1}, body)
+	reject(rec, p, limiter.Decision{RetryAfter: time.Second, Index: -1}, rj)
 	return nil, false
 }

@@ -4,8 +4,12 @@
 // limitproxy forwarding under a token bucket that never rejects, and
 // limitproxy and nginx far over a limit of 1000/s, burst 100 (wrk, a closed
 // loop, then offers tens of times the limit and nearly every answer is a
-// 429). nginx runs one worker, upstream keepalive on, access log off:
-// the configuration one would deploy. It runs interleaved
+// 429), and beside them the floor of the 429 path: a bare net/http server
+// answering every request with the same 429 (bench/bare429). nginx runs
+// one worker, upstream keepalive on, and an access log to a file, buffered
+// (64 KiB, flushed at least every 100 ms); limitproxy its default log
+// (level info, a line per request) to a file through its own batching
+// writer: the configuration one would deploy. It runs interleaved
 // rounds (each round measures every target once, in a rotated order, so a
 // busy moment of this shared machine hits all of them alike) and writes a
 // Markdown section: medians with min–max, ratios to the bare proxy computed
@@ -14,7 +18,7 @@
 //
 // It starts every process it measures and stops each by its PID when done.
 //
-//	proxybench -limitproxy BIN -bareproxy BIN [-rounds 5] [-duration 5s] [-conns 64] > section.md
+//	proxybench -limitproxy BIN -bareproxy BIN -bare429 BIN [-rounds 5] [-duration 5s] [-conns 64] > section.md
 package main
 
 import (
@@ -53,19 +57,21 @@ const (
 	nameNever      = "limitproxy, token bucket never rejecting"
 	nameOver       = "limitproxy over its limit of 1000/s (429s)"
 	nameNginxOver  = "nginx limit_req over its limit of 1000/s (429s)"
+	nameFloor      = "bare net/http 429, the floor (no limit, no log)"
 )
 
 // nginxConf is the http block's content after proc.NginxPreamble: %[1]s the
 // upstream, %[2]s..%[4]s the listen addresses of plain proxying, a limit
-// that never rejects, and 1000/s with a burst of 100.
+// that never rejects, and 1000/s with a burst of 100; %[5]s the access
+// log's file (the combined format, buffered as one would deploy it).
 const nginxConf = `  upstream app { server %[1]s; keepalive 64; }
   limit_req_zone $binary_remote_addr zone=never:10m rate=1000000000r/s;
   limit_req_zone $binary_remote_addr zone=over:10m rate=1000r/s;
   proxy_http_version 1.1;
   proxy_set_header Connection "";
-  server { listen %[2]s; location / { proxy_pass http://app; } }
-  server { listen %[3]s; location / { limit_req zone=never burst=1000000 nodelay; proxy_pass http://app; } }
-  server { listen %[4]s; location / { limit_req zone=over burst=100 nodelay; proxy_pass http://app; } }
+  server { listen %[2]s; access_log %[5]s combined buffer=64k flush=100ms; location / { proxy_pass http://app; } }
+  server { listen %[3]s; access_log %[5]s combined buffer=64k flush=100ms; location / { limit_req zone=never burst=1000000 nodelay; proxy_pass http://app; } }
+  server { listen %[4]s; access_log %[5]s combined buffer=64k flush=100ms; location / { limit_req zone=over burst=100 nodelay; proxy_pass http://app; } }
 }
 `
 
@@ -78,6 +84,7 @@ type sample struct {
 func main() {
 	lp := flag.String("limitproxy", "", "limitproxy binary")
 	bare := flag.String("bareproxy", "", "bareproxy binary")
+	bare429 := flag.String("bare429", "", "bare429 binary (the 429 path's floor)")
 	rounds := flag.Int("rounds", 5, "interleaved rounds")
 	dur := flag.Duration("duration", 5*time.Second, "wrk duration per measurement")
 	conns := flag.Int("conns", 64, "wrk connections")
@@ -85,11 +92,11 @@ func main() {
 	wrkCPU := flag.String("wrk-cpu", "", "run wrk on these CPUs (taskset -c), e.g. 0; the caller pins the rest elsewhere")
 	ownCPU := flag.String("own-cpu", "", "once the proxies have started (inheriting this process's CPUs), move this process — the upstream — to these CPUs (taskset -a -p -c), e.g. 0, so that the proxies have their CPUs to themselves")
 	flag.Parse()
-	if *lp == "" || *bare == "" {
-		fmt.Fprintln(os.Stderr, "usage: proxybench -limitproxy BIN -bareproxy BIN [-rounds N] [-duration D] [-conns N]")
+	if *lp == "" || *bare == "" || *bare429 == "" {
+		fmt.Fprintln(os.Stderr, "usage: proxybench -limitproxy BIN -bareproxy BIN -bare429 BIN [-rounds N] [-duration D] [-conns N]")
 		os.Exit(2)
 	}
-	if err := run(*lp, *bare, *rounds, *dur, *conns, *threads, *wrkCPU, *ownCPU, os.Stdout); err != nil {
+	if err := run(*lp, *bare, *bare429, *rounds, *dur, *conns, *threads, *wrkCPU, *ownCPU, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "proxybench:", err)
 		os.Exit(1)
 	}
@@ -106,7 +113,7 @@ key = ["ip"]
   burst = %d
 `
 
-func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrkCPU, ownCPU string, out io.Writer) error {
+func run(lp, bare, bare429 string, rounds int, dur time.Duration, conns, threads int, wrkCPU, ownCPU string, out io.Writer) error {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return errors.New("wrk is not installed (bench/proxy.sh installs it when run as root)")
 	}
@@ -132,8 +139,19 @@ func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrk
 	bareAddr := proc.FreeAddr()
 	targets = append(targets, &target{name: nameBare, url: "http://" + bareAddr,
 		cmd: exec.Command(bare, "-listen", bareAddr, "-target", "http://"+upAddr)})
+	floorAddr := proc.FreeAddr()
+	targets = append(targets, &target{name: nameFloor, url: "http://" + floorAddr,
+		cmd: exec.Command(bare429, "-listen", floorAddr)})
+	// The access logs: truncated after each measurement (their writers
+	// append), so that they do not fill the disk.
+	logDir := filepath.Join(dir, "logs")
+	if err := os.Mkdir(logDir, 0o755); err != nil {
+		return err
+	}
+	nginxLog := filepath.Join(logDir, "nginx-access.log")
+	logs := []string{nginxLog}
 	ng := [3]string{proc.FreeAddr(), proc.FreeAddr(), proc.FreeAddr()}
-	ngx, err := proc.StartNginx(proc.NginxPreamble+fmt.Sprintf(nginxConf, upAddr, ng[0], ng[1], ng[2]), ng[2])
+	ngx, err := proc.StartNginx(proc.NginxPreamble+fmt.Sprintf(nginxConf, upAddr, ng[0], ng[1], ng[2], nginxLog), ng[2])
 	if err != nil {
 		return err
 	}
@@ -153,16 +171,30 @@ func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrk
 	} {
 		addr := proc.FreeAddr()
 		path := filepath.Join(dir, strconv.Itoa(len(targets))+".toml")
-		if err := os.WriteFile(path, fmt.Appendf([]byte(proc.LimitproxyConfig(addr, upAddr, "draft")), policyTemplate, c.rate, c.burst), 0o644); err != nil {
+		if err := os.WriteFile(path, fmt.Appendf([]byte(proc.LimitproxyConfigAccessLog(addr, upAddr, "draft")), policyTemplate, c.rate, c.burst), 0o644); err != nil {
 			return err
 		}
-		targets = append(targets, &target{name: c.name, url: "http://" + addr, cmd: exec.Command(lp, "-config", path)})
+		// Its log, the access log with it, goes to a file, in a directory
+		// of its own: limitproxy watches its configuration's directory,
+		// and a log written there would wake its watcher at each write.
+		logPath := filepath.Join(logDir, strconv.Itoa(len(targets))+".log")
+		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logs = append(logs, logPath)
+		cmd := exec.Command(lp, "-config", path)
+		cmd.Stderr = f
+		targets = append(targets, &target{name: c.name, url: "http://" + addr, cmd: cmd})
 	}
 	for _, t := range targets {
 		if t.cmd == nil {
 			continue
 		}
-		t.cmd.Stderr = os.Stderr
+		if t.cmd.Stderr == nil {
+			t.cmd.Stderr = os.Stderr
+		}
 		if err := t.cmd.Start(); err != nil {
 			return err
 		}
@@ -189,6 +221,11 @@ func run(lp, bare string, rounds int, dur time.Duration, conns, threads int, wrk
 				return fmt.Errorf("%s: %w", t.name, err)
 			}
 			t.rounds = append(t.rounds, s)
+			for _, l := range logs {
+				if err := os.Truncate(l, 0); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	report(out, targets, rounds, dur, conns, threads)
@@ -323,8 +360,11 @@ func report(out io.Writer, targets []*target, rounds int, dur time.Duration, con
 	fmt.Fprintf(out, "- limitproxy's 429 path answers %s as many requests per second as its forwarding path.\n", ratio(nameOver, nameNever, rps))
 	fmt.Fprintf(out, "- Forwarding under a limit that never rejects, limitproxy against nginx limit_req: %s the requests/s, %s the proxy CPU per request.\n",
 		ratio(nameNever, nameNginxNever, rps), ratio(nameNever, nameNginxNever, cpu))
-	fmt.Fprintf(out, "- Over the limit (mostly 429s), limitproxy against nginx limit_req: %s the requests/s, %s the proxy CPU per request.\n",
+	fmt.Fprintf(out, "- Over the limit (mostly 429s), limitproxy against nginx limit_req: %s the requests/s, **%s the proxy CPU per request**.\n",
 		ratio(nameOver, nameNginxOver, rps), ratio(nameOver, nameNginxOver, cpu))
+	fmt.Fprintf(out, "- The 429 path's floor (a bare net/http server answering the same 429, no log) against nginx limit_req over its limit: %s the CPU per request;"+
+		" limitproxy over its limit against that floor: %s.\n",
+		ratio(nameFloor, nameNginxOver, cpu), ratio(nameOver, nameFloor, cpu))
 	fmt.Fprintf(out, "- nginx limit_req against nginx proxy_pass alone: %s the proxy CPU per request; limitproxy's limit against the bare ReverseProxy: %s.\n\n",
 		ratio(nameNginxNever, nameNginx, cpu), ratio(nameNever, nameBare, cpu))
 }

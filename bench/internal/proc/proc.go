@@ -160,18 +160,29 @@ func Start(wrap []string, addr string, args ...string) (*exec.Cmd, error) {
 // access log, RateLimit headers per headers ("draft", "none"...), and one
 // upstream named "app" at upstream (host:port). Policies follow.
 func LimitproxyConfig(listen, upstream, headers string) string {
+	return limitproxyConfig(listen, upstream, headers, "warn", false)
+}
+
+// LimitproxyConfigAccessLog is LimitproxyConfig with [log] as limitproxy's
+// defaults have it: level info and the access log on (a line per request,
+// rejections included, through the server's batching writer to stderr).
+func LimitproxyConfigAccessLog(listen, upstream, headers string) string {
+	return limitproxyConfig(listen, upstream, headers, "info", true)
+}
+
+func limitproxyConfig(listen, upstream, headers, level string, access bool) string {
 	return fmt.Sprintf(`[server]
 listen = %q
 rate_limit_headers = %q
 [admin]
 listen = ""
 [log]
-level = "warn"
-access = false
+level = %q
+access = %v
 [[upstream]]
 name = "app"
 targets = ["http://%s"]
-`, listen, headers, upstream)
+`, listen, headers, level, access, upstream)
 }
 
 // TicksPerSecond is USER_HZ on Linux, the unit of CPUTicks.

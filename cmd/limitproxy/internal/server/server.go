@@ -262,7 +262,11 @@ func (p *process) buildHandler() error {
 	if err != nil {
 		return err
 	}
-	p.handler = proxy.New(set, proxy.Options{Logger: p.log, AccessLog: p.cfg.Log.Access, AccessLogger: p.accessLog, Now: p.now,
+	var accessJSON io.Writer // the access logger's JSON lines, which the handler encodes itself
+	if p.cfg.Log.Format != config.FormatConsole {
+		accessJSON = p.access
+	}
+	p.handler = proxy.New(set, proxy.Options{Logger: p.log, AccessLog: p.cfg.Log.Access, AccessLogger: p.accessLog, AccessJSON: accessJSON, Now: p.now,
 		Metrics: p.metrics.proxy, Bans: p.stores.bans, Overrides: p.stores.overrides, KeyHasher: hasher})
 	p.reload = newReloader(p.path, p.cfg, p.stores, p.handler, p.level, p.log, p.now)
 	return nil
