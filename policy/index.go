@@ -35,6 +35,7 @@ import (
 type index struct {
 	paths  pathTree
 	hosts  map[string][]int // exact host, or ".suffix" of a wildcard → policies
+	wild   bool             // hosts holds a wildcard's suffix
 	suffix suffixes         // literal suffix of an end-anchored regex → policies
 	always []int            // every other policy but RLS ones
 }
@@ -59,7 +60,9 @@ func newIndex(ps []*Policy) *index {
 				x.hosts = map[string][]int{}
 			}
 			for _, h := range m.Hosts {
-				h = strings.TrimPrefix(h, "*") // "*.example.com" → ".example.com"
+				if suffix, ok := strings.CutPrefix(h, "*"); ok {
+					h, x.wild = suffix, true // "*.example.com" → ".example.com"
+				}
 				if l := x.hosts[h]; len(l) == 0 || l[len(l)-1] != i {
 					x.hosts[h] = append(l, i)
 				}
@@ -90,7 +93,7 @@ func (x *index) candidates(r *http.Request, host string, buf []int) []int {
 		// "*.example.com" matches a host that ends in ".example.com"
 		// after at least one byte: every suffix of host that begins at
 		// a dot past its first byte.
-		for i := 1; i < len(host); i++ {
+		for i := 1; x.wild && i < len(host); i++ {
 			if host[i] == '.' {
 				buf = append(buf, x.hosts[host[i:]]...)
 			}
@@ -167,24 +170,39 @@ func (t *pathTree) walk(path string, buf []int) []int {
 		if rest == "" {
 			return append(buf, n.exact...)
 		}
-		j := bytes.IndexByte(n.first, rest[0])
-		if j < 0 {
-			return buf
-		}
-		c := n.children[j]
-		if !strings.HasPrefix(rest, c.label) {
+		c := n.child(rest[0])
+		// c's label begins with rest[0]: compare the rest of it.
+		if c == nil || len(rest) < len(c.label) || rest[1:len(c.label)] != c.label[1:] {
 			return buf
 		}
 		n, rest = c, rest[len(c.label):]
 	}
 }
 
+// child returns the child whose label begins with b, nil if none.
+func (n *pathNode) child(b byte) *pathNode {
+	if len(n.first) > 16 {
+		if j := bytes.IndexByte(n.first, b); j >= 0 {
+			return n.children[j]
+		}
+		return nil
+	}
+	for j, f := range n.first {
+		if f == b {
+			return n.children[j]
+		}
+	}
+	return nil
+}
+
 // suffixes files policies by a literal suffix of the path: a map per
 // suffix, and the suffixes' distinct lengths, so that a path's suffixes
-// are looked up once per length (a few, however many policies).
+// are looked up once per length (a few, however many policies), and only
+// when the path ends with a byte some suffix ends with.
 type suffixes struct {
 	bySuffix map[string][]int
-	lengths  []int // ascending
+	lengths  []int     // ascending
+	last     [4]uint64 // the suffixes' last bytes, a bit each
 }
 
 func (s *suffixes) add(suffix string, i int) {
@@ -195,9 +213,17 @@ func (s *suffixes) add(suffix string, i int) {
 		s.lengths = slices.Insert(s.lengths, j, len(suffix))
 	}
 	s.bySuffix[suffix] = append(s.bySuffix[suffix], i)
+	c := suffix[len(suffix)-1]
+	s.last[c/64] |= 1 << (c % 64)
 }
 
 func (s *suffixes) lookup(path string, buf []int) []int {
+	if path == "" {
+		return buf
+	}
+	if c := path[len(path)-1]; s.last[c/64]&(1<<(c%64)) == 0 {
+		return buf
+	}
 	for _, l := range s.lengths {
 		if l > len(path) {
 			break
