@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test release bench bench-limiter bench-proxy bench-profile bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls mutants
+.PHONY: test release bench bench-limiter bench-proxy bench-profile bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls bench-scaling mutants
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -10,7 +10,7 @@ test:
 release:
 	scripts/release.sh $(VERSION)
 
-# Regenerates all of BENCHMARKS.md and docs/*.svg (about 22 minutes;
+# Regenerates all of BENCHMARKS.md and docs/*.svg (about 30 minutes;
 # installs wrk, nginx, redis-server and haproxy when missing and root).
 bench:
 	bench/all.sh
@@ -61,6 +61,12 @@ bench-ops:
 # reference is built; installs redis-server when missing and root).
 bench-rls:
 	bench/rls.sh 20000 3 20000 2s
+
+# Regenerates the scaling section of BENCHMARKS.md: CPU per request in process
+# with 1, 100 and 1000 policies, 1 and 1M keys, each algorithm (about 8 minutes).
+# bench/scaling.sh 5 COMMIT also runs COMMIT's tree alternately, before and after.
+bench-scaling:
+	bench/scaling.sh 3
 
 # The mutation harness over the limiter's algorithms, the leaky-bucket queue and
 # the proxy's key and canonicalization (bench/mutants; hours on two shared cores,

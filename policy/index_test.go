@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -14,53 +15,90 @@ import (
 )
 
 // randomConfig writes n policies whose match tables mix every condition
-// over a small alphabet of paths and hosts, so that many overlap, then a
-// catch-all.
+// over a small alphabet of paths, hosts and regexes, so that many overlap
+// (and some policies can be filed under a condition of the index while
+// others cannot), then a catch-all.
 func randomConfig(rng *rand.Rand, n int) string {
-	paths := []string{"/", "/a", "/a/", "/a/b", "/ab", "/b", "/b/c/d", "/api/", "/api/v1/x"}
-	hosts := []string{"a.example", "b.example", "*.example", "c.test"}
+	paths := []string{"/", "/a", "/a/", "/a/b", "/ab", "/b", "/b/c/d", "/api/", "/api/v1/x", "/\u00e9t\u00e9"}
+	hosts := []string{"a.example", "b.example", "*.example", "c.test", "*.b.example", "*.a.test", "localhost"}
+	regexes := []string{
+		"b", "^/a", "^/a/", "^/ab?", "^/api/v[0-9]+/", "^/b/c/", `\\.json$`, `/d$`, "^/a$", "^(?i)/A", "(?i)^/a",
+		"(?m)^/a", "^/a|^/b", `^/\\x{FFFD}`, `\\x{FFFD}$`, `[a-z]/d`, `.json$`, `[ab]/c`, `[ab]/c.`, `/ab$`, `/[a-z]+\\.json$`, "^/\u00e9", "\u00e9$", "^/b/c/d$", `^/api/v1/x\\z`, `\\A/b`, "^/(a|b)/",
+		"^$", "^/api/.*json$", "x$",
+	}
 	var b strings.Builder
 	b.WriteString("[[upstream]]\nname = \"up\"\ntargets = [\"http://127.0.0.1:1\"]\n")
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
 	for i := range n {
 		var conds []string
-		switch rng.IntN(4) {
+		switch rng.IntN(7) {
 		case 0:
-			conds = append(conds, fmt.Sprintf("path = %q", pick(paths)))
+			conds = append(conds, fmt.Sprintf("path = \"%s\"", pick(paths)))
 		case 1:
-			conds = append(conds, fmt.Sprintf("path_prefix = %q", pick(paths)))
+			conds = append(conds, fmt.Sprintf("path_prefix = \"%s\"", pick(paths)))
+		case 2, 3, 4:
+			conds = append(conds, fmt.Sprintf("path_regex = \"%s\"", pick(regexes)))
 		}
 		if rng.IntN(3) == 0 {
-			conds = append(conds, fmt.Sprintf("hosts = [%q, %q]", pick(hosts), pick(hosts)))
+			conds = append(conds, fmt.Sprintf("hosts = [\"%s\", \"%s\"]", pick(hosts), pick(hosts)))
 		}
 		if rng.IntN(4) == 0 {
 			conds = append(conds, `methods = ["POST"]`)
 		}
-		if rng.IntN(6) == 0 {
-			conds = append(conds, `path_regex = "b"`)
+		if rng.IntN(8) == 0 {
+			conds = append(conds, fmt.Sprintf("path_regex = \"%s\"", pick(regexes)))
 		}
 		if rng.IntN(6) == 0 {
 			conds = append(conds, `headers = { "X-Plan" = "free" }`)
 		}
 		if len(conds) == 0 {
-			conds = append(conds, `methods = ["GET", "POST"]`) // matches all, but not a catch-all
+			conds = append(conds, `methods = ["PATCH"]`)
+			if rng.IntN(8) == 0 {
+				conds = []string{`methods = ["GET", "POST"]`} // most requests, but not a catch-all
+			}
+		}
+		if rng.IntN(20) == 0 {
+			// Some sets keep their catch-all's place for the end; an RLS
+			// policy in the middle matches no HTTP request.
+			fmt.Fprintf(&b, "[[policy]]\nname = \"rls%d\"\nmatch = { rls_domain = \"d\", descriptor = [\"k\"] }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n", i)
 		}
 		fmt.Fprintf(&b, "[[policy]]\nname = \"p%d\"\nupstream = \"up\"\nmatch = { %s }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n",
-			i, strings.Join(conds, ", "))
+			i, strings.Join(dedupRegex(conds), ", "))
 	}
-	b.WriteString("[[policy]]\nname = \"rest\"\nupstream = \"up\"\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n")
+	if rng.IntN(2) == 0 {
+		b.WriteString("[[policy]]\nname = \"rest\"\nupstream = \"up\"\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n")
+	}
 	return b.String()
+}
+
+// dedupRegex keeps the first path_regex of conds: a match table has one.
+func dedupRegex(conds []string) []string {
+	var out []string
+	seen := false
+	for _, c := range conds {
+		if strings.HasPrefix(c, "path_regex") {
+			if seen {
+				continue
+			}
+			seen = true
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // TestIndexAgreesWithScan: for random sets of overlapping policies and
 // random requests, the index finds exactly the policy the file-order scan
-// finds.
+// (the oracle: every policy's whole match table in turn) finds.
 func TestIndexAgreesWithScan(t *testing.T) {
-	paths := []string{"/", "/a", "/a/", "/a/b", "/a/bc", "/ab", "/abc", "/b", "/b/c/d", "/b/c/de", "/api/", "/api/v1/x", "/api/v2", "/zzz", ""}
-	hosts := []string{"a.example", "b.example", "x.example", "c.test", "d.test", "A.Example", "a.example."}
-	for seed := range uint64(40) {
+	paths := []string{"/", "/a", "/a/", "/a/b", "/a/bc", "/ab", "/abc", "/b", "/b/c/d", "/b/c/de", "/api/", "/api/v1/x", "/api/v2",
+		"/api/v12/y.json", "/x.json", "/c/d", "/zzz", "", "/\xff", "/\xffx", "/x\xff", "/\u00e9t\u00e9", "/A", "/a\n", "/api/v1/x\n"}
+	hosts := []string{"a.example", "b.example", "x.example", "c.test", "d.test", "A.Example", "a.example.", "example", ".example",
+		"x.b.example", "b.example:8080", "a.test", "x.a.test", "localhost", "[::1]:80", ""}
+	matched, unmatched := 0, 0
+	for seed := range uint64(150) {
 		rng := rand.New(rand.NewPCG(seed, 1))
-		n := 10 + rng.IntN(60)
+		n := 10 + rng.IntN(120)
 		cfg, err := config.Parse("random.toml", []byte(randomConfig(rng, n)))
 		if err != nil {
 			t.Fatal(err)
@@ -69,52 +107,195 @@ func TestIndexAgreesWithScan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 300 {
+		if set.index == nil || len(set.Policies) <= smallSet {
+			t.Fatalf("seed %d: %d policies: Match would not use the index", seed, len(set.Policies))
+		}
+		for range 400 {
 			r := httptest.NewRequest("GET", "/", nil)
 			r.URL.Path = paths[rng.IntN(len(paths))]
 			r.Host = hosts[rng.IntN(len(hosts))]
-			if rng.IntN(2) == 0 {
-				r.Method = "POST"
-			}
+			r.Method = []string{"GET", "POST", "DELETE"}[rng.IntN(3)]
 			if rng.IntN(3) == 0 {
 				r.Header.Set("X-Plan", "free")
 			}
-			got, _ := set.Match(r)
-			want, _ := set.scan(r)
-			if got != want {
-				t.Fatalf("seed %d: %s %s host %s: index found %s, the scan %s", seed, r.Method, r.URL.Path, r.Host, got.Name, want.Name)
+			got, gotOK := set.Match(r)
+			want, wantOK := set.scan(r)
+			if got != want || gotOK != wantOK {
+				t.Fatalf("seed %d: %s %q host %q: index found %v, the scan %v", seed, r.Method, r.URL.Path, r.Host, name(got), name(want))
 			}
+			if wantOK {
+				matched++
+			} else {
+				unmatched++
+			}
+		}
+	}
+	t.Logf("%d requests matched a policy, %d none", matched, unmatched)
+	// Both outcomes must be common, or the comparison proves little.
+	if matched < 1000 || unmatched < 1000 {
+		t.Errorf("%d requests matched, %d matched nothing: the random sets are too one-sided", matched, unmatched)
+	}
+}
+
+func name(p *Policy) string {
+	if p == nil {
+		return "nothing"
+	}
+	return p.Name
+}
+
+// TestRegexLiterals: what the index files an anchored regex under is a
+// literal every path it matches begins (or ends) with; "" where there is
+// none it can compare bytes with.
+func TestRegexLiterals(t *testing.T) {
+	for _, c := range []struct{ expr, prefix, suffix string }{
+		{"^/api/v[0-9]+/", "/api/v", ""},
+		{`\A/api`, "/api", ""},
+		{"^/re1/[0-9]+$", "/re1/", ""},
+		{`/x/[a-z]+\.json$`, "", ".json"},
+		{`^/a\.json\z`, "/a.json", "/a.json"},
+		{"^/ab|^/ac", "", ""},
+		{"^/a|^/b", "", ""},
+		{"/api", "", ""},
+		{"(?i)^/api", "", ""},
+		{"^(?i)/api", "", ""},
+		{"(?m)^/api", "", ""},
+		{"(?m)/api$", "", ""},
+		{"^(/api)", "", ""},
+		{`^\x{FFFD}/`, "", ""},
+		{`/\x{FFFD}$`, "", ""},
+		{"^/\u00e9", "/\u00e9", ""},
+		{"^$", "", ""},
+		{"[", "", ""},
+	} {
+		if got := regexPrefix(c.expr); got != c.prefix {
+			t.Errorf("regexPrefix(%q) = %q, want %q", c.expr, got, c.prefix)
+		}
+		if got := regexSuffix(c.expr); got != c.suffix {
+			t.Errorf("regexSuffix(%q) = %q, want %q", c.expr, got, c.suffix)
 		}
 	}
 }
 
-// BenchmarkMatch: the request matches the last policy told apart by path
-// (1000: the 1000th), with one policy or a thousand before the catch-all.
+// mixConfig is n policies: n−1 in a mix of every kind of match rule
+// (exact path, path prefix, anchored regex, regex with a literal suffix,
+// exact host, wildcard host, some with methods), then "target", matched
+// by host and path prefix, which BenchmarkMatch's request matches: the
+// last in file order. (proxy's BenchmarkScaling has the same set.)
+func mixConfig(n int) string {
+	var b strings.Builder
+	b.WriteString("[[upstream]]\nname = \"up\"\ntargets = [\"http://127.0.0.1:1\"]\n")
+	for i := range n - 1 {
+		var m string
+		switch i % 7 {
+		case 0:
+			m = fmt.Sprintf(`path = "/p%d/items"`, i)
+		case 1:
+			m = fmt.Sprintf(`path_prefix = "/pre%d/"`, i)
+		case 2:
+			m = fmt.Sprintf(`path_regex = "^/re%d/[0-9]+$"`, i)
+		case 3:
+			m = fmt.Sprintf(`hosts = ["h%d.example", "h%d.example.net"]`, i, i)
+		case 4:
+			m = fmt.Sprintf(`hosts = ["*.w%d.example"], methods = ["GET", "POST"]`, i)
+		case 5:
+			m = fmt.Sprintf(`path_regex = "/x%d/[a-z]+\\.json$"`, i)
+		case 6:
+			m = fmt.Sprintf(`path_prefix = "/api/v%d/", methods = ["POST"]`, i)
+		}
+		fmt.Fprintf(&b, "[[policy]]\nname = \"p%d\"\nupstream = \"up\"\nmatch = { %s }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n", i, m)
+	}
+	b.WriteString("[[policy]]\nname = \"target\"\nupstream = \"up\"\nmatch = { hosts = [\"api.example\"], path_prefix = \"/api/\" }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n")
+	return b.String()
+}
+
+// BenchmarkMatch: a request that matches the last policy of mixConfig,
+// and one that matches none, with 1, 100 and 1000 policies.
+//
+//	go test -run '^$' -bench Match ./policy
 func BenchmarkMatch(b *testing.B) {
-	for _, n := range []int{1, 1000} {
-		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
-			var src strings.Builder
-			src.WriteString("[[upstream]]\nname = \"up\"\ntargets = [\"http://127.0.0.1:1\"]\n")
-			for i := range n {
-				fmt.Fprintf(&src, "[[policy]]\nname = \"p%d\"\nupstream = \"up\"\nmatch = { path_prefix = \"/svc%d/\" }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n", i, i)
-			}
-			cfg, err := config.Parse("bench.toml", []byte(src.String()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			set, err := Compile(cfg, memstore.New(memstore.Options{}), time.Now())
-			if err != nil {
-				b.Fatal(err)
-			}
-			r, _ := http.NewRequest("GET", fmt.Sprintf("http://api.example/svc%d/items/42", n-1), nil)
-			want := fmt.Sprint("p", n-1)
-			if p, ok := set.Match(r); !ok || p.Name != want {
-				b.Fatalf("matched %v, want %s", p, want)
-			}
-			b.ReportAllocs()
+	for _, n := range []int{1, 100, 1000} {
+		cfg, err := config.Parse("bench.toml", []byte(mixConfig(n)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		set, err := Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range []struct{ name, url, want string }{
+			{"last", "http://api.example/api/v1/items/42", "target"},
+			{"miss", "http://nomatch.example/zzz/1", ""},
+		} {
+			b.Run(fmt.Sprintf("%s/policies=%d", c.name, n), func(b *testing.B) {
+				r, _ := http.NewRequest("GET", c.url, nil)
+				if p, _ := set.Match(r); name(p) != cmp.Or(c.want, "nothing") {
+					b.Fatalf("matched %s, want %s", name(p), c.want)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					set.Match(r)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkCompile is what a reload of n policies costs before the swap:
+// parsing and validating the file's text, then compiling it (matchers,
+// limiters, the index).
+//
+//	go test -run '^$' -bench Compile ./policy
+func BenchmarkCompile(b *testing.B) {
+	for _, n := range []int{1, 100, 1000} {
+		src := []byte(mixConfig(n))
+		b.Run(fmt.Sprintf("parse/policies=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				set.Match(r)
+				if _, err := config.Parse("bench.toml", src); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
+		cfg, err := config.Parse("bench.toml", src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		store := memstore.New(memstore.Options{})
+		b.Run(fmt.Sprintf("compile/policies=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Compile(cfg, store, time.Now()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestIndexInvalidUTF8: a regex reads each invalid byte of a path as
+// U+FFFD, so a regex whose literal holds that rune is tried for every
+// request rather than filed under bytes no such path holds.
+func TestIndexInvalidUTF8(t *testing.T) {
+	var src strings.Builder
+	src.WriteString("[[upstream]]\nname = \"up\"\ntargets = [\"http://127.0.0.1:1\"]\n")
+	for i, m := range []string{`path_regex = "^/\\x{FFFD}"`, `path_regex = "\\x{FFFD}$"`} {
+		fmt.Fprintf(&src, "[[policy]]\nname = \"r%d\"\nupstream = \"up\"\nmatch = { %s }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n", i, m)
+	}
+	for i := range smallSet {
+		fmt.Fprintf(&src, "[[policy]]\nname = \"p%d\"\nupstream = \"up\"\nmatch = { path = \"/p%d\" }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n", i, i)
+	}
+	cfg, err := config.Parse("utf8.toml", []byte(src.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{"/\xffx": "r0", "/x\xff": "r1", "/\xef\xbf\xbd": "r0", "/p3": "p3"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.URL.Path = path
+		if p, ok := set.Match(r); !ok || p.Name != want {
+			t.Errorf("%q matched %v, want %s", path, name(p), want)
+		}
 	}
 }

@@ -24,6 +24,7 @@ type Set struct {
 	Policies []*Policy
 	LoadedAt time.Time
 	index    *index
+	hosts    bool                 // a policy has hosts: Match needs the request's
 	rls      map[string][]*Policy // RLS policies by domain, in file order
 }
 
@@ -77,6 +78,7 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 			p.Slots = slots
 		}
 		p.matcher = newMatcher(&p.Match)
+		s.hosts = s.hosts || len(p.Match.Hosts) > 0
 		s.Policies = append(s.Policies, p)
 		if d := p.Match.RLSDomain; d != "" {
 			if s.rls == nil {
@@ -93,17 +95,30 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 // are tried in file order). r must be in its canonical form (see proxy):
 // host in lower case without trailing dot, path normalized.
 func (s *Set) Match(r *http.Request) (*Policy, bool) {
+	host := ""
+	if s.hosts {
+		host = requestHost(r)
+	}
 	if s.index == nil || len(s.Policies) <= smallSet {
-		return s.scan(r)
+		for _, p := range s.Policies {
+			if p.matcher.matches(r, host) {
+				return p, true
+			}
+		}
+		return nil, false
 	}
 	var buf [64]int
-	for _, i := range s.index.candidates(r, buf[:0]) {
-		if p := s.Policies[i]; p.matcher.matches(r) {
+	for _, i := range s.index.candidates(r, host, buf[:0]) {
+		if p := s.Policies[i]; p.matcher.matches(r, host) {
 			return p, true
 		}
 	}
 	return nil, false
 }
+
+// requestHost is r's host as hosts entries are compared with it: without
+// its port, in lower case.
+func requestHost(r *http.Request) string { return strings.ToLower(config.HostName(r.Host)) }
 
 // DescriptorEntry is one entry of an Envoy rate limit descriptor: a key
 // and its value.
@@ -137,10 +152,11 @@ func matchEntries(ps []config.DescriptorPattern, entries []DescriptorEntry) bool
 // as quick as asking the index.
 const smallSet = 8
 
-// scan is Match without the index: every policy in file order.
+// scan is Match without the index: every policy in file order (the
+// index's tests' oracle).
 func (s *Set) scan(r *http.Request) (*Policy, bool) {
 	for _, p := range s.Policies {
-		if p.matcher.matches(r) {
+		if p.matcher.matches(r, requestHost(r)) {
 			return p, true
 		}
 	}
@@ -163,15 +179,16 @@ func newMatcher(m *config.Match) matcher {
 	return matcher{never: m.RLS(), all: m.All, hosts: m.Hosts, methods: m.Methods, path: m.Path, hasPath: m.HasPath, prefix: m.PathPrefix, m: m}
 }
 
-// matches reports whether r satisfies every condition of m.
-func (m *matcher) matches(r *http.Request) bool {
+// matches reports whether r, whose host is host (requestHost; needed
+// only when m has hosts), satisfies every condition of m.
+func (m *matcher) matches(r *http.Request, host string) bool {
 	if m.never {
 		return false
 	}
 	if m.all {
 		return true
 	}
-	if len(m.hosts) > 0 && !matchHost(m.hosts, r.Host) {
+	if len(m.hosts) > 0 && !matchHost(m.hosts, host) {
 		return false
 	}
 	if len(m.methods) > 0 && !contains(m.methods, r.Method) {
@@ -196,8 +213,8 @@ func (m *matcher) matches(r *http.Request) bool {
 	return true
 }
 
+// matchHost reports whether host (requestHost) is one of patterns.
 func matchHost(patterns []string, host string) bool {
-	host = strings.ToLower(config.HostName(host))
 	for _, p := range patterns {
 		if suffix, ok := strings.CutPrefix(p, "*"); ok {
 			if strings.HasSuffix(host, suffix) && len(host) > len(suffix) {

@@ -6,11 +6,14 @@
 //
 // Usage:
 //
-//	benchmd -anchor GROUP=SUB [-anchor …] < rounds.txt
+//	benchmd [-ratio UNIT] -anchor GROUP=SUB [-anchor …] < rounds.txt
 //
 // Rounds are separated by lines "# round N". GROUP is a benchmark's top
 // name (HotKey for BenchmarkHotKey/…), SUB the sub-benchmark to compare
-// against.
+// against; a SUB of "../LAST" compares each benchmark to its sibling
+// whose last name element is LAST (Scaling/a/policies=1000 to
+// Scaling/a/policies=1 with -anchor Scaling=../policies=1). The ratio is
+// of UNIT (default ns/op).
 package main
 
 import (
@@ -44,11 +47,28 @@ func (a anchors) Set(v string) error {
 // result is one benchmark line: metric unit → value.
 type result map[string]float64
 
+// ratioUnit is the metric whose ratio to the anchor's is reported.
+var ratioUnit = "ns/op"
+
+// anchorOf returns the benchmark name is compared to under anchor SUB
+// sub of group g: g/sub, or with sub "../LAST" name's sibling LAST.
+func anchorOf(g, sub, name string) string {
+	if last, ok := strings.CutPrefix(sub, "../"); ok {
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			return ""
+		}
+		return name[:i+1] + last
+	}
+	return g + "/" + sub
+}
+
 var line = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
 func main() {
 	anc := anchors{}
-	flag.Var(anc, "anchor", "GROUP=SUB: compare GROUP's benchmarks to GROUP/SUB")
+	flag.Var(anc, "anchor", "GROUP=SUB: compare GROUP's benchmarks to GROUP/SUB (SUB ../LAST: to the sibling named LAST)")
+	flag.StringVar(&ratioUnit, "ratio", "ns/op", "the unit the ratios to the anchor are of")
 	flag.Parse()
 	if err := run(os.Stdin, os.Stdout, anc); err != nil {
 		fmt.Fprintln(os.Stderr, "benchmd:", err)
@@ -102,23 +122,20 @@ func run(in io.Reader, out io.Writer, anc anchors) error {
 		groups[g] = append(groups[g], name)
 	}
 	for _, g := range groupOrder {
-		anchor := ""
-		if sub, ok := anc[g]; ok {
-			anchor = g + "/" + sub
-		}
+		sub, anchored := anc[g]
 		units := unitsOf(rounds, groups[g])
 		fmt.Fprintf(out, "#### %s (%d rounds)\n\n| benchmark |", g, len(rounds))
 		for _, u := range units {
 			fmt.Fprintf(out, " %s |", u)
 		}
-		if anchor != "" {
-			fmt.Fprintf(out, " ns/op vs %s |", strings.TrimPrefix(anchor, g+"/"))
+		if anchored {
+			fmt.Fprintf(out, " %s vs %s |", ratioUnit, strings.TrimPrefix(sub, "../"))
 		}
 		fmt.Fprint(out, "\n|---|")
 		for range units {
 			fmt.Fprint(out, "---:|")
 		}
-		if anchor != "" {
+		if anchored {
 			fmt.Fprint(out, "---:|")
 		}
 		fmt.Fprintln(out)
@@ -127,10 +144,11 @@ func run(in io.Reader, out io.Writer, anc anchors) error {
 			for _, u := range units {
 				fmt.Fprintf(out, " %s |", summary(values(rounds, name, u), u))
 			}
-			if anchor != "" {
+			if anchored {
+				anchor := anchorOf(g, sub, name)
 				var ratios []float64
 				for _, r := range rounds {
-					a, b := r[name]["ns/op"], r[anchor]["ns/op"]
+					a, b := r[name][ratioUnit], r[anchor][ratioUnit]
 					if a > 0 && b > 0 {
 						ratios = append(ratios, a/b)
 					}

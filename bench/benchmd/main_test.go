@@ -32,3 +32,30 @@ BenchmarkHot/x-2   10  120.0 ns/op   0 B/op   0 allocs/op
 		}
 	}
 }
+
+// TestSiblingAnchor: with SUB "../LAST" each benchmark is compared to its
+// own sibling, in the unit -ratio names.
+func TestSiblingAnchor(t *testing.T) {
+	in := `# round 1
+BenchmarkS/a/n=1-2   10   50.0 ns/op   10.0 cpu-ns/op
+BenchmarkS/a/n=9-2   10   60.0 ns/op   11.0 cpu-ns/op
+BenchmarkS/b/n=1-2   10   70.0 ns/op   20.0 cpu-ns/op
+BenchmarkS/b/n=9-2   10   80.0 ns/op   30.0 cpu-ns/op
+`
+	defer func(u string) { ratioUnit = u }(ratioUnit)
+	ratioUnit = "cpu-ns/op"
+	var out strings.Builder
+	if err := run(strings.NewReader(in), &out, anchors{"S": "../n=1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| benchmark | ns/op | cpu-ns/op | cpu-ns/op vs n=1 |",
+		"| a/n=9 | 60 | 11 | 1.10× (1.10–1.10) |",
+		"| b/n=9 | 80 | 30 | 1.50× (1.50–1.50) |",
+		"| b/n=1 | 70 | 20 | 1.00× (1.00–1.00) |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
