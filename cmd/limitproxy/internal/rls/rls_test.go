@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +143,64 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestAnswerParts: a call of several descriptors is answered as each
+// alone would be (statuses in order, each with its own limit, remaining
+// count and reset), the limit message is the same for every answer of a
+// limit, and the fields are lower case and sorted.
+func TestAnswerParts(t *testing.T) {
+	s := benchService(t, false)
+	ctx := context.Background()
+	d := func(k, v string) *rlscommon.RateLimitDescriptor {
+		return &rlscommon.RateLimitDescriptor{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+	}
+	call := func(ds ...*rlscommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for range 3 {
+		call(d("user", "spent"))
+	}
+	one := call(d("client", "a"))
+	if one.OverallCode != rlsv3.RateLimitResponse_OK || len(one.Statuses) != 1 || one.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1000000000 {
+		t.Fatalf("one descriptor: %v", one)
+	}
+	three := call(d("client", "b"), d("user", "spent"), d("user", "fresh"))
+	if three.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || len(three.Statuses) != 3 {
+		t.Fatalf("three descriptors: %v", three)
+	}
+	want := []struct {
+		code      rlsv3.RateLimitResponse_Code
+		quota     uint32
+		unit      rlsv3.RateLimitResponse_RateLimit_Unit
+		remaining uint32
+	}{
+		{rlsv3.RateLimitResponse_OK, 1000000000, rlsv3.RateLimitResponse_RateLimit_MINUTE, 1000000000 - 1},
+		{rlsv3.RateLimitResponse_OVER_LIMIT, 3, rlsv3.RateLimitResponse_RateLimit_DAY, 0},
+		{rlsv3.RateLimitResponse_OK, 3, rlsv3.RateLimitResponse_RateLimit_DAY, 2},
+	}
+	for i, w := range want {
+		st := three.Statuses[i]
+		if st.Code != w.code || st.CurrentLimit.GetRequestsPerUnit() != w.quota || st.CurrentLimit.GetUnit() != w.unit || st.LimitRemaining != w.remaining {
+			t.Errorf("status %d: %v, want %+v", i, st, w)
+		}
+		if r := st.DurationUntilReset.AsDuration(); r <= 0 || r > 24*time.Hour {
+			t.Errorf("status %d: reset in %s", i, r)
+		}
+	}
+	if one.Statuses[0].CurrentLimit != three.Statuses[0].CurrentLimit {
+		t.Error("the limit's message differs from one answer to the next")
+	}
+	var names []string
+	for _, h := range three.ResponseHeadersToAdd {
+		names = append(names, h.Key)
+	}
+	if len(names) == 0 || !slices.IsSorted(names) || slices.ContainsFunc(names, func(n string) bool { return n != strings.ToLower(n) }) || !slices.Contains(names, "retry-after") {
+		t.Errorf("fields %v: want lower case, sorted, with retry-after", names)
+	}
 }
