@@ -26,8 +26,12 @@ import (
 // no context, no message decoded). Each call's outcome goes to the
 // function its writer gave. Safe for concurrent use.
 type Conn struct {
-	nc  net.Conn
-	hdr []byte // the request's header block, HPACK without the dynamic table
+	nc net.Conn
+	// The request's header block: the first call's adds its fields to
+	// the server's HPACK table, the others' name them there (as a gRPC
+	// client, Envoy's included, does).
+	hdrFirst, hdr []byte
+	sentFirst     bool
 
 	wmu     sync.Mutex // the writer's: bw, fw, nextID, sendWin, streams
 	bw      *bufio.Writer
@@ -74,14 +78,20 @@ func Dial(addr string) (*Conn, error) {
 	c.fw = http2.NewFramer(c.bw, nil)
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
-	for _, f := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":path", shouldRateLimit}, {":authority", addr},
-		{"content-type", "application/grpc"}, {"te", "trailers"},
-	} {
-		// Never indexed: the block leaves the server's dynamic table
-		// alone, so that the same bytes serve every call.
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true})
+	for i := range 2 {
+		for _, f := range [][2]string{
+			{":method", "POST"}, {":scheme", "http"}, {":path", shouldRateLimit}, {":authority", addr},
+			{"content-type", "application/grpc"}, {"te", "trailers"},
+		} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if i == 0 {
+			c.hdrFirst = bytes.Clone(hb.Bytes())
+			hb.Reset()
+		}
 	}
+	// Indexed fields only: the block leaves the server's table as it
+	// is, so the same bytes serve every call after the first.
 	c.hdr = hb.Bytes()
 	if _, err := c.bw.WriteString(http2.ClientPreface); err != nil {
 		nc.Close()
@@ -158,7 +168,11 @@ func (c *Conn) write(s *call) {
 	id := c.nextID
 	c.nextID += 2
 	c.streams[id] = s
-	c.fw.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hdr, EndHeaders: true})
+	hdr := c.hdr
+	if !c.sentFirst {
+		hdr, c.sentFirst = c.hdrFirst, true
+	}
+	c.fw.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hdr, EndHeaders: true})
 	c.fw.WriteData(id, true, s.msg)
 	c.sendWin -= int64(len(s.msg))
 }
