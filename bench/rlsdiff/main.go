@@ -14,10 +14,11 @@
 //	    [-memory NAME] [-redis-target NAME]
 //
 // Each round measures every target closed loop (-c calls in flight, as
-// fast as it answers: throughput) and then open loop (-rate calls a
-// second at fixed instants on -conns connections, rlsload.OpenLoop:
-// latency at that rate), with the CPU time the generator
-// (this process) and, given its PID, the server took per call.
+// fast as it answers: throughput; rlsload.ClosedLoop) and then open loop
+// (-rate calls a second at fixed instants: latency at that rate;
+// rlsload.OpenLoop), both on -conns connections of rlsload's own
+// generator, with the CPU time the generator (this process) and, given
+// its PID, the server took per call in the open loop.
 // -memory and -redis-target name the targets whose figures are checked
 // against the issue's targets (p99 ≤ 1 ms at 20,000/s; the reference's
 // throughput).
@@ -63,7 +64,7 @@ func main() {
 	imported := flag.String("toml", "", "limitproxy import's `FILE` of -config: -random calls are made of its descriptor patterns")
 	random := flag.Int("random", 0, "calls made at random from -toml's patterns, sent after the stream's")
 	rate := flag.Float64("rate", 20000, "the open-loop rate, in calls (one descriptor each) per second; 0: no open-loop runs")
-	conns := flag.Int("conns", 4, "gRPC connections per target for the open loop (calls spread over them in turn)")
+	conns := flag.Int("conns", 4, "HTTP/2 connections per target under load, closed and open loop (calls spread over them in turn)")
 	refWrap := flag.String("refwrap", "", "a `COMMAND` the reference is started under, with its path as the last argument (as 'taskset -c 1')")
 	flag.Var(&pids, "pid", "a -target's process, as `NAME=PID`, whose CPU time per call is shown (repeatable)")
 	openFor := flag.Duration("openfor", 2*time.Second, "each open-loop run's length")
@@ -91,7 +92,7 @@ type target struct {
 	name, addr string
 	pid        int // 0: unknown
 	client     rlsv3.RateLimitServiceClient
-	open       []*rlsload.Conn // -conns of them, for the open loop
+	open       []*rlsload.Conn // -conns of them, for the load rounds
 	loads      []rlsload.Result
 	opens      []openRun
 }
@@ -106,7 +107,7 @@ type openRun struct {
 // loadOptions are the measurements' flags.
 type loadOptions struct {
 	calls, conc, rounds int
-	conns               int // gRPC connections per target in the open loop
+	conns               int // connections per target under load
 	refWrap             []string
 	pids                map[string]int // target name: its process
 	rate                float64
@@ -225,7 +226,7 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 	}
 	for round := range rounds {
 		for _, t := range all {
-			r := rlsload.Run(ctx, t.client, loadStream, rlsload.Options{Calls: calls, Concurrency: conc, Timeout: 5 * time.Second})
+			r := rlsload.ClosedLoop(ctx, t.open, framed, calls, conc, 5*time.Second)
 			fmt.Fprintf(os.Stderr, "round %d: %s %s\n", round+1, t.name, r.Summary(t.addr))
 			if r.Errors > 0 {
 				return fmt.Errorf("%s: %d calls failed under load, the first: %s", t.name, r.Errors, r.FirstError)
@@ -273,7 +274,8 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 		}
 		fmt.Println()
 	}
-	fmt.Printf("Closed loop (throughput): %d calls per server and round (one descriptor each, %d in flight), %d interleaved rounds; medians with min–max.\n\n", calls, conc, rounds)
+	fmt.Printf("Closed loop (throughput): %d calls per server and round (one descriptor each, %d in flight over %d HTTP/2 connections, each sent when one is answered,\n", calls, conc, lo.conns)
+	fmt.Printf("by the same generator as the open loop's: bench/internal/rlsload), %d interleaved rounds; latency from each call's sending; medians with min–max.\n\n", rounds)
 	fmt.Println("| server | decisions/s | p50 | p99 |")
 	fmt.Println("|---|---|---|---|")
 	for _, t := range all {

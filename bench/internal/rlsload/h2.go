@@ -50,6 +50,7 @@ type Conn struct {
 // call is one call in flight.
 type call struct {
 	statuses int
+	over     bool   // the answer's overall code is OVER_LIMIT
 	answered bool   // a message came
 	status   string // grpc-status of the trailers
 	message  string // grpc-message
@@ -57,7 +58,7 @@ type call struct {
 	msg      []byte // the request
 	partial  []byte // a message split over DATA frames
 	tag      int
-	end      func(tag, statuses int, err error)
+	end      func(tag, statuses int, over bool, err error)
 }
 
 // recvWindow is the window the connection and each stream give the
@@ -121,17 +122,18 @@ var errClosed = errors.New("the connection closed")
 
 // Send writes a call of msg (a gRPC message: Frame's); end(tag, ...) is
 // called from the connection's reader when its answer is complete, with
-// the number of descriptor statuses (or from Send at once, or Abandon, on
+// the number of descriptor statuses and whether the overall code is
+// OVER_LIMIT (or from Send at once, or Abandon, on
 // failure). It buffers: Flush writes. The server's bounds are respected:
 // with its SETTINGS_MAX_CONCURRENT_STREAMS calls in flight, the call
 // waits for one to end (its end is written then, by the reader), and
 // Send waits for the server's window for data.
-func (c *Conn) Send(msg []byte, tag int, end func(tag, statuses int, err error)) {
+func (c *Conn) Send(msg []byte, tag int, end func(tag, statuses int, over bool, err error)) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	s := &call{tag: tag, end: end, msg: msg}
 	if c.dead != nil {
-		end(tag, 0, c.dead)
+		end(tag, 0, false, c.dead)
 		return
 	}
 	if len(c.queued) > 0 || c.maxStreams > 0 && len(c.streams) >= int(c.maxStreams) {
@@ -162,7 +164,7 @@ func (c *Conn) write(s *call) {
 		c.winCond.Wait()
 	}
 	if c.dead != nil {
-		s.end(s.tag, 0, c.dead)
+		s.end(s.tag, 0, false, c.dead)
 		return
 	}
 	id := c.nextID
@@ -196,10 +198,10 @@ func (c *Conn) Abandon(err error) {
 	c.streams, c.queued = map[uint32]*call{}, nil
 	c.wmu.Unlock()
 	for _, s := range streams {
-		s.end(s.tag, 0, err)
+		s.end(s.tag, 0, false, err)
 	}
 	for _, s := range queued {
-		s.end(s.tag, 0, err)
+		s.end(s.tag, 0, false, err)
 	}
 }
 
@@ -357,16 +359,16 @@ func (c *Conn) finish(id uint32, s *call) {
 	}
 	switch {
 	case s.reset != "":
-		s.end(s.tag, 0, fmt.Errorf("RST_STREAM %s", s.reset))
+		s.end(s.tag, 0, false, fmt.Errorf("RST_STREAM %s", s.reset))
 	case s.status != "0" && s.status != "":
 		code, _ := strconv.Atoi(s.status)
-		s.end(s.tag, 0, fmt.Errorf("grpc-status %s (%s): %s", s.status, codes.Code(code), s.message))
+		s.end(s.tag, 0, false, fmt.Errorf("grpc-status %s (%s): %s", s.status, codes.Code(code), s.message))
 	case s.status == "":
-		s.end(s.tag, 0, errors.New("an answer without grpc-status"))
+		s.end(s.tag, 0, false, errors.New("an answer without grpc-status"))
 	case !s.answered:
-		s.end(s.tag, 0, errNoStatus)
+		s.end(s.tag, 0, false, errNoStatus)
 	default:
-		s.end(s.tag, s.statuses, nil)
+		s.end(s.tag, s.statuses, s.over, nil)
 	}
 }
 
@@ -386,6 +388,7 @@ func (s *call) data(p []byte) {
 		if err := (rawCodec{}).unmarshal(p[5:5+n], &a); err == nil {
 			s.answered = true
 			s.statuses += a.statuses
+			s.over = s.over || a.code == rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		p = p[5+n:]
 	}

@@ -94,7 +94,7 @@ func OpenLoop(ctx context.Context, conns []*Conn, stream Framed, o OpenOptions) 
 	)
 	start := time.Now().Add(10 * time.Millisecond)
 	sent := n
-	end := func(i, statuses int, err error) {
+	end := func(i, statuses int, _ bool, err error) {
 		lat[i] = time.Since(start.Add(loadgen.Instant(i, o.Rate)))
 		if err != nil {
 			errs.Add(1)
@@ -156,5 +156,106 @@ func OpenLoop(ctx context.Context, conns []*Conn, stream Framed, o OpenOptions) 
 		res.Late = stats.Percentile(late, 0.99)
 		res.DecisionsPerSec = float64(res.Descriptors) / res.Elapsed.Seconds()
 	}
+	return res
+}
+
+// ClosedLoop sends calls of stream (cycling through it) on conns, conc
+// in flight at once (spread over the connections), each sent when one
+// before is answered, until calls have been answered: the throughput
+// the server sustains, with the latency of each call from its sending.
+// Like OpenLoop, it frames the calls once and reads only the answers'
+// codes; Result.Sequence is left empty (Run keeps the order of codes).
+func ClosedLoop(ctx context.Context, conns []*Conn, stream Framed, calls, conc int, timeout time.Duration) Result {
+	conc = max(min(conc, calls), 1)
+	lat := make([]time.Duration, calls)
+	sentAt := make([]time.Time, calls)
+	var (
+		mu       sync.Mutex
+		res      Result
+		next     atomic.Int64
+		answered atomic.Int64
+		errs     atomic.Int64
+		descs    atomic.Int64
+		overs    atomic.Int64
+		allDone  = make(chan struct{})
+	)
+	var end func(i, statuses int, over bool, err error)
+	send := func() {
+		i := int(next.Add(1) - 1)
+		if i >= calls {
+			return
+		}
+		if ctx.Err() != nil {
+			end(i, 0, false, ctx.Err())
+			return
+		}
+		c := conns[i%len(conns)]
+		sentAt[i] = time.Now()
+		c.Send(stream[i%len(stream)], i, end)
+		c.Flush()
+	}
+	end = func(i, statuses int, over bool, err error) {
+		if !sentAt[i].IsZero() {
+			lat[i] = time.Since(sentAt[i])
+		}
+		if over {
+			overs.Add(1)
+		}
+		if err != nil {
+			errs.Add(1)
+			mu.Lock()
+			if res.FirstError == "" {
+				res.FirstError = err.Error()
+			}
+			mu.Unlock()
+		} else {
+			descs.Add(int64(statuses))
+		}
+		if int(answered.Add(1)) == calls {
+			close(allDone)
+			return
+		}
+		send()
+	}
+	start := time.Now()
+	for range conc {
+		send()
+	}
+	t := time.NewTimer(timeout + time.Duration(calls)*timeout/time.Duration(conc))
+	select {
+	case <-allDone:
+	case <-t.C:
+		// Stuck: stop sending, fail what is in flight, count what was
+		// never sent as failed.
+		if claimed := int(next.Swap(int64(calls))); claimed < calls {
+			errs.Add(int64(calls - claimed))
+			if int(answered.Add(int64(calls-claimed))) == calls {
+				close(allDone)
+			}
+		}
+		for _, c := range conns {
+			c.Abandon(errTimeout)
+		}
+		select {
+		case <-allDone:
+		case <-time.After(timeout):
+		}
+		mu.Lock()
+		if res.FirstError == "" {
+			res.FirstError = errTimeout.Error()
+		}
+		mu.Unlock()
+	}
+	t.Stop()
+	res.Elapsed = time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	res.Calls, res.Errors, res.Descriptors = calls, int(errs.Load()), int(descs.Load())
+	res.OverLimit = int(overs.Load())
+	res.OK = calls - res.Errors - res.OverLimit
+	slices.Sort(lat)
+	res.P50, res.P99, res.Max = stats.Percentile(lat, 0.5), stats.Percentile(lat, 0.99), lat[calls-1]
+	res.DecisionsPerSec = float64(res.Descriptors) / res.Elapsed.Seconds()
+	res.CallsPerSec = float64(res.Calls) / res.Elapsed.Seconds()
 	return res
 }

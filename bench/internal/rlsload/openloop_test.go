@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,7 +144,7 @@ func TestConnErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	conn.Send(framed[0], 7, func(tag, statuses int, err error) {
+	conn.Send(framed[0], 7, func(tag, statuses int, _ bool, err error) {
 		if tag != 7 {
 			err = fmt.Errorf("tag %d, want 7", tag)
 		}
@@ -177,4 +178,63 @@ func BenchmarkOpenLoop(b *testing.B) {
 			b.Fatal(r.FirstError)
 		}
 	}
+}
+
+// TestClosedLoop: every call is answered, never more than conc in
+// flight (the server sees at most 3 at once), OVER_LIMIT answers
+// counted.
+func TestClosedLoop(t *testing.T) {
+	stream, err := ParseStream(strings.NewReader("d k=a\nover k=b\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	framed, err := FrameStream(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cur, peak atomic.Int64
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(srv, countingRLS{cur: &cur, peak: &peak})
+	go srv.Serve(l)
+	t.Cleanup(srv.Stop)
+	var conns []*Conn
+	for range 2 {
+		c, err := Dial(l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conns = append(conns, c)
+	}
+	r := ClosedLoop(context.Background(), conns, framed, 200, 3, 5*time.Second)
+	if r.Calls != 200 || r.Errors != 0 || r.Descriptors != 200 || r.OverLimit != 100 || r.OK != 100 {
+		t.Fatalf("%s", r.Summary("test"))
+	}
+	if p := peak.Load(); p > 3 {
+		t.Errorf("%d calls in flight at once: want at most 3", p)
+	}
+}
+
+// countingRLS answers OVER_LIMIT to domain "over", OK to others, after
+// 1 ms, counting the calls in flight.
+type countingRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	cur, peak *atomic.Int64
+}
+
+func (s countingRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	n := s.cur.Add(1)
+	defer s.cur.Add(-1)
+	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
+	time.Sleep(time.Millisecond)
+	code := rlsv3.RateLimitResponse_OK
+	if req.Domain == "over" {
+		code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: code, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: code}}}, nil
 }
