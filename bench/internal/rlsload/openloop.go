@@ -3,6 +3,7 @@ package rlsload
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -109,6 +110,15 @@ func OpenLoop(ctx context.Context, conns []*Conn, stream Framed, o OpenOptions) 
 		if int(answered.Add(1)) == n {
 			close(allDone)
 		}
+	}
+	// The dispatcher's thread holds its P while it sleeps in the kernel
+	// (a system call, not a park): with one P, the connections' readers
+	// would wait for the runtime to take it back (up to 10 ms for the
+	// network poller), and the answers with them. A second P, even on
+	// one core, keeps them running.
+	if prev := runtime.GOMAXPROCS(0); prev < 2 {
+		runtime.GOMAXPROCS(2)
+		defer runtime.GOMAXPROCS(prev)
 	}
 	pacer := proc.NewPacer()
 	for i := 0; i < n; {
