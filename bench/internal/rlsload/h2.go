@@ -33,8 +33,14 @@ type Conn struct {
 	hdrFirst, hdr []byte
 	sentFirst     bool
 
-	wmu     sync.Mutex // the writer's: bw, fw, nextID, sendWin, streams
-	bw      *bufio.Writer
+	// wmu guards what follows. It is never held while the socket is
+	// written or read: the reader, which takes it for each answer, never
+	// waits for a write that waits for the server, which may wait for
+	// its answers to be read.
+	wmu     sync.Mutex
+	out     []byte // frames not yet written (fw appends to it)
+	spare   []byte // the buffer being written, reused
+	writing bool   // a Flush is writing; it writes what is added meanwhile
 	fw      *http2.Framer
 	nextID  uint32
 	sendWin int64 // the server's connection window for our DATA
@@ -45,6 +51,7 @@ type Conn struct {
 
 	maxStreams uint32 // the server's SETTINGS_MAX_CONCURRENT_STREAMS (0: none seen)
 	done       chan struct{}
+	kick       chan struct{} // wakes the flusher
 }
 
 // call is one call in flight.
@@ -73,10 +80,9 @@ func Dial(addr string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{nc: nc, nextID: 1, sendWin: 65535, streams: map[uint32]*call{}, done: make(chan struct{})}
+	c := &Conn{nc: nc, nextID: 1, sendWin: 65535, streams: map[uint32]*call{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	c.winCond = sync.NewCond(&c.wmu)
-	c.bw = bufio.NewWriterSize(nc, 64<<10)
-	c.fw = http2.NewFramer(c.bw, nil)
+	c.fw = http2.NewFramer((*outWriter)(c), nil)
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
 	for i := range 2 {
@@ -94,19 +100,17 @@ func Dial(addr string) (*Conn, error) {
 	// Indexed fields only: the block leaves the server's table as it
 	// is, so the same bytes serve every call after the first.
 	c.hdr = hb.Bytes()
-	if _, err := c.bw.WriteString(http2.ClientPreface); err != nil {
-		nc.Close()
-		return nil, err
-	}
+	c.out = append(c.out, http2.ClientPreface...)
 	c.fw.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: recvWindow}, http2.Setting{ID: http2.SettingEnablePush, Val: 0})
 	c.fw.WriteWindowUpdate(0, recvWindow)
-	if err := c.bw.Flush(); err != nil {
+	if err := c.Flush(); err != nil {
 		nc.Close()
 		return nil, err
 	}
 	fr := http2.NewFramer(nil, bufio.NewReaderSize(nc, 64<<10))
 	fr.SetReuseFrames()
 	go c.read(fr)
+	go c.flusher()
 	return c, nil
 }
 
@@ -157,10 +161,18 @@ func (c *Conn) drain() bool {
 	return wrote
 }
 
+// outWriter is the Framer's destination: c.out, c.wmu held.
+type outWriter Conn
+
+func (w *outWriter) Write(p []byte) (int, error) {
+	w.out = append(w.out, p...)
+	return len(p), nil
+}
+
 // write writes s's frames; c.wmu is held.
 func (c *Conn) write(s *call) {
 	for c.dead == nil && c.sendWin < int64(len(s.msg)) {
-		c.bw.Flush()
+		c.flushLater()
 		c.winCond.Wait()
 	}
 	if c.dead != nil {
@@ -179,14 +191,62 @@ func (c *Conn) write(s *call) {
 	c.sendWin -= int64(len(s.msg))
 }
 
-// Flush writes what Send buffered.
+// Flush writes what Send buffered, unless a Flush is writing already
+// (it writes it then).
 func (c *Conn) Flush() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.bw.Buffered() == 0 {
+	if c.writing {
 		return nil
 	}
-	return c.bw.Flush()
+	c.writing = true
+	var err error
+	for len(c.out) > 0 && err == nil {
+		buf := c.out
+		c.out = c.spare[:0]
+		c.wmu.Unlock()
+		_, err = c.nc.Write(buf)
+		c.wmu.Lock()
+		c.spare = buf
+	}
+	c.writing = false
+	if err != nil && c.dead == nil {
+		c.dead = fmt.Errorf("%w: %v", errClosed, err)
+		c.nc.Close() // the reader ends the calls in flight
+	}
+	return err
+}
+
+// flushLater has what is buffered written by the connection's flusher
+// (the reader's frames: it never writes itself); c.wmu is held.
+func (c *Conn) flushLater() {
+	if !c.writing && len(c.out) > 0 {
+		select {
+		case c.kick <- struct{}{}:
+		default: // kicked already
+		}
+	}
+}
+
+// FlushSoon has what Send buffered written by the connection's flusher,
+// a goroutine of its own: for a caller that must not wait for the socket
+// (an answer's callback, on the reader).
+func (c *Conn) FlushSoon() {
+	c.wmu.Lock()
+	c.flushLater()
+	c.wmu.Unlock()
+}
+
+// flusher writes what is buffered when kicked, until the connection ends.
+func (c *Conn) flusher() {
+	for {
+		select {
+		case <-c.kick:
+			c.Flush()
+		case <-c.done:
+			return
+		}
+	}
 }
 
 // Abandon fails every call in flight with err (their end is called
@@ -262,7 +322,7 @@ func (c *Conn) read(fr *http2.Framer) {
 			})
 			c.fw.WriteSettingsAck()
 			c.drain()
-			c.bw.Flush()
+			c.flushLater()
 			c.wmu.Unlock()
 		case *http2.PingFrame:
 			if f.IsAck() {
@@ -270,7 +330,7 @@ func (c *Conn) read(fr *http2.Framer) {
 			}
 			c.wmu.Lock()
 			c.fw.WritePing(true, f.Data)
-			c.bw.Flush()
+			c.flushLater()
 			c.wmu.Unlock()
 		case *http2.WindowUpdateFrame:
 			if f.StreamID == 0 {
@@ -278,7 +338,7 @@ func (c *Conn) read(fr *http2.Framer) {
 				c.sendWin += int64(f.Increment)
 				c.winCond.Broadcast()
 				if c.drain() {
-					c.bw.Flush()
+					c.flushLater()
 				}
 				c.wmu.Unlock()
 			}
@@ -289,7 +349,7 @@ func (c *Conn) read(fr *http2.Framer) {
 			if received > recvWindow/2 {
 				c.wmu.Lock()
 				c.fw.WriteWindowUpdate(0, uint32(received))
-				c.bw.Flush()
+				c.flushLater()
 				c.wmu.Unlock()
 				received = 0
 			}
@@ -351,7 +411,7 @@ func (c *Conn) finish(id uint32, s *call) {
 	_, ok := c.streams[id]
 	delete(c.streams, id)
 	if c.drain() {
-		c.bw.Flush()
+		c.flushLater()
 	}
 	c.wmu.Unlock()
 	if !ok {

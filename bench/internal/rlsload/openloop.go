@@ -190,7 +190,7 @@ func ClosedLoop(ctx context.Context, conns []*Conn, stream Framed, calls, conc i
 		allDone  = make(chan struct{})
 	)
 	var end func(i, statuses int, over bool, err error)
-	send := func() {
+	send := func(first bool) {
 		i := int(next.Add(1) - 1)
 		if i >= calls {
 			return
@@ -202,7 +202,12 @@ func ClosedLoop(ctx context.Context, conns []*Conn, stream Framed, calls, conc i
 		c := conns[i%len(conns)]
 		sentAt[i] = time.Now()
 		c.Send(stream[i%len(stream)], i, end)
-		c.Flush()
+		if first {
+			c.Flush()
+		} else {
+			// On the reader, which must not wait for the socket.
+			c.FlushSoon()
+		}
 	}
 	end = func(i, statuses int, over bool, err error) {
 		if !sentAt[i].IsZero() {
@@ -225,11 +230,11 @@ func ClosedLoop(ctx context.Context, conns []*Conn, stream Framed, calls, conc i
 			close(allDone)
 			return
 		}
-		send()
+		send(false)
 	}
 	start := time.Now()
 	for range conc {
-		send()
+		send(true)
 	}
 	t := time.NewTimer(timeout + time.Duration(calls)*timeout/time.Duration(conc))
 	select {
