@@ -50,7 +50,7 @@ pin=() gen=() refwrap=
 placement="the load generator shares the machine's cores with the servers and Redis, no process pinned to a core"
 if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
   pin=(taskset -c 1) gen=(taskset -c 0) refwrap="taskset -c 1"
-  placement="the servers being measured and Redis run on CPU 1, the load generator on CPU 0 (taskset), for every server alike"
+  placement="the servers being measured and Redis run on CPU 1, the load generator on CPU 0 (taskset), for every server alike (a Go server pinned so runs with GOMAXPROCS 1; the generator's open loop with 2)"
 fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -64,6 +64,7 @@ GOBIN="$tmp" GOFLAGS=-mod=mod CGO_ENABLED=0 go install "github.com/envoyproxy/ra
 redis_port=$(free_port)
 "${pin[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1 &
 pids+=($!)
+redis_pid=$!
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 targets=() lp_pids=()
@@ -115,7 +116,7 @@ fi
   echo "(limitproxy serves its \`limitproxy import\`, with the Redis store and, a second process, with the memory store);"
   echo "$placement. The machine is shared with other work: $(cut -d' ' -f1-3 /proc/loadavg) load average (1, 5, 15 min) when the run began."
   echo
-  "${gen[@]}" "$tmp/rlsdiff" ${refwrap:+-refwrap "$refwrap"} "${lp_pids[@]}" -redis "127.0.0.1:$redis_port" -refbin "$tmp/service_cmd" -config bench/rls/config.yaml \
+  "${gen[@]}" "$tmp/rlsdiff" ${refwrap:+-refwrap "$refwrap"} "${lp_pids[@]}" -redis-pid "$redis_pid" -redis "127.0.0.1:$redis_port" -refbin "$tmp/service_cmd" -config bench/rls/config.yaml \
     -stream bench/rls/differential.txt -toml "$tmp/rls.toml" -random 2000 "${targets[@]}" -calls "$calls" -rounds "$rounds" -rate "$rate" -openfor "$openfor"
   echo "<!-- rls:end -->"
 } >"$tmp/section.md"

@@ -67,12 +67,13 @@ func main() {
 	conns := flag.Int("conns", 4, "HTTP/2 connections per target under load, closed and open loop (calls spread over them in turn)")
 	refWrap := flag.String("refwrap", "", "a `COMMAND` the reference is started under, with its path as the last argument (as 'taskset -c 1')")
 	flag.Var(&pids, "pid", "a -target's process, as `NAME=PID`, whose CPU time per call is shown (repeatable)")
+	redisPid := flag.Int("redis-pid", 0, "the redis-server's `PID`: its CPU time is the Redis targets' and the reference's, not other work's")
 	openFor := flag.Duration("openfor", 2*time.Second, "each open-loop run's length")
 	memName := flag.String("memory", "", "the `NAME` of the -target that is limitproxy with the memory store: its open-loop p99 is checked against 1 ms")
 	redisName := flag.String("redis-target", "", "the `NAME` of the -target that is limitproxy with Redis: its throughput is compared with the reference's")
 	flag.Parse()
 	o := loadOptions{conns: max(*conns, 1), calls: *calls, conc: *conc, rounds: *rounds, rate: *rate, openFor: *openFor,
-		memory: *memName, redis: *redisName, refWrap: strings.Fields(*refWrap), pids: map[string]int{}}
+		memory: *memName, redis: *redisName, refWrap: strings.Fields(*refWrap), pids: map[string]int{}, redisPid: *redisPid}
 	for _, p := range pids {
 		name, pid, ok := strings.Cut(p, "=")
 		n, err := strconv.Atoi(pid)
@@ -98,10 +99,13 @@ type target struct {
 }
 
 // openRun is one open-loop run with the CPU time per call of the
-// generator and of the server (0: unknown).
+// generator and of the server (0: unknown), and the cores that other
+// work on the machine kept busy meanwhile (its busy time less the
+// generator's, the server's and Redis's, over the run).
 type openRun struct {
 	rlsload.OpenResult
 	genCPU, serverCPU time.Duration
+	others            float64
 }
 
 // loadOptions are the measurements' flags.
@@ -110,6 +114,7 @@ type loadOptions struct {
 	conns               int // connections per target under load
 	refWrap             []string
 	pids                map[string]int // target name: its process
+	redisPid            int
 	rate                float64
 	openFor             time.Duration
 	memory, redis       string // target names
@@ -237,19 +242,26 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 			continue
 		}
 		for _, t := range all {
+			busy0, _, _ := proc.MachineCPU()
+			red0, _ := cpuTime(lo.redisPid)
 			gen0, _ := proc.CPUTime(os.Getpid())
 			srv0, _ := cpuTime(t.pid)
 			r := openRun{OpenResult: rlsload.OpenLoop(ctx, t.open, framed, rlsload.OpenOptions{Rate: lo.rate, Dur: lo.openFor, Timeout: 5 * time.Second})}
 			gen1, _ := proc.CPUTime(os.Getpid())
 			srv1, _ := cpuTime(t.pid)
+			red1, _ := cpuTime(lo.redisPid)
+			busy1, _, _ := proc.MachineCPU()
+			if r.Elapsed > 0 {
+				r.others = max(float64((busy1-busy0)-(gen1-gen0)-(srv1-srv0)-(red1-red0))/float64(r.Elapsed), 0)
+			}
 			if r.Calls > 0 {
 				r.genCPU = (gen1 - gen0) / time.Duration(r.Calls)
 				if t.pid > 0 {
 					r.serverCPU = (srv1 - srv0) / time.Duration(r.Calls)
 				}
 			}
-			fmt.Fprintf(os.Stderr, "round %d: %s open loop at %.0f/s: calls=%d errors=%d elapsed=%s decisions_per_sec=%.0f p50=%s p99=%s max=%s late_p99=%s cpu_per_call generator=%s server=%s\n",
-				round+1, t.name, lo.rate, r.Calls, r.Errors, r.Elapsed.Round(time.Millisecond), r.DecisionsPerSec, r.P50, r.P99, r.Max, r.Late, r.genCPU, r.serverCPU)
+			fmt.Fprintf(os.Stderr, "round %d: %s open loop at %.0f/s: calls=%d errors=%d elapsed=%s decisions_per_sec=%.0f p50=%s p99=%s max=%s late_p99=%s cpu_per_call generator=%s server=%s other_work_cores=%.2f\n",
+				round+1, t.name, lo.rate, r.Calls, r.Errors, r.Elapsed.Round(time.Millisecond), r.DecisionsPerSec, r.P50, r.P99, r.Max, r.Late, r.genCPU, r.serverCPU, r.others)
 			t.opens = append(t.opens, r)
 		}
 	}
@@ -293,11 +305,13 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 		fmt.Printf("runs, and a reader per connection times the answers from each call's intended instant (no coordinated omission), reading only their codes, with no\n")
 		fmt.Printf("goroutine per call (bench/internal/rlsload). Decisions/s over the time to the last answer (below the rate: the server fell behind); \"late\" is the\n")
 		fmt.Printf("99th percentile of a call's write behind its instant (the generator's own delay, part of the latency); CPU per call from the processes' CPU\n")
-		fmt.Printf("clocks over the run, the generator's (the whole harness process) beside the server's; medians with min–max.\n\n")
-		fmt.Println("| server | decisions/s answered | p50 | p99 | calls failed | late (p99) | generator CPU per call | server CPU per call |")
-		fmt.Println("|---|---|---|---|---|---|---|---|")
+		fmt.Printf("clocks over the run, the generator's (the whole harness process) beside the server's; \"other work\" is how many of the machine's cores\n")
+		fmt.Printf("other processes kept busy during the run (the machine's busy time less the generator's, the server's and Redis's): what the servers competed\n")
+		fmt.Printf("with for their core; medians with min–max.\n\n")
+		fmt.Println("| server | decisions/s answered | p50 | p99 | calls failed | late (p99) | generator CPU per call | server CPU per call | other work (cores) |")
+		fmt.Println("|---|---|---|---|---|---|---|---|---|")
 		for _, t := range all {
-			var dps, p50, p99, errs, late, gen, srv []float64
+			var dps, p50, p99, errs, late, gen, srv, others []float64
 			for _, r := range t.opens {
 				dps = append(dps, r.DecisionsPerSec)
 				p50 = append(p50, float64(r.P50.Microseconds()))
@@ -306,12 +320,13 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 				late = append(late, float64(r.Late.Microseconds()))
 				gen = append(gen, float64(r.genCPU.Nanoseconds())/1000)
 				srv = append(srv, float64(r.serverCPU.Nanoseconds())/1000)
+				others = append(others, r.others)
 			}
 			server := "—"
 			if t.pid > 0 {
 				server = spanFrac(srv) + " µs"
 			}
-			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s µs | %s |\n", t.name, span(dps), spanµs(p50), spanµs(p99), span(errs), spanµs(late), spanFrac(gen), server)
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s µs | %s | %s |\n", t.name, span(dps), spanµs(p50), spanµs(p99), span(errs), spanµs(late), spanFrac(gen), server, spanFrac(others))
 		}
 	}
 	fmt.Println()
