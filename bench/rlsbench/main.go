@@ -139,9 +139,9 @@ func openLoop(addr, streamFile string, rate float64, dur time.Duration, n, pid i
 		srv1, _ = proc.CPUTime(pid)
 	}
 	per := func(d time.Duration) time.Duration { return d / time.Duration(max(r.Calls, 1)) }
-	fmt.Printf("target=%s rate=%.0f calls=%d errors=%d descriptors=%d elapsed=%s decisions_per_sec=%.0f p50=%s p99=%s max=%s late_p99=%s cpu_per_call_generator=%s cpu_per_call_server=%s\n",
+	fmt.Printf("target=%s rate=%.0f calls=%d errors=%d descriptors=%d elapsed=%s decisions_per_sec=%.0f p50=%s p90=%s p99=%s max=%s late_p99=%s cpu_per_call_generator=%s cpu_per_call_server=%s\n",
 		addr, rate, r.Calls, r.Errors, r.Descriptors, r.Elapsed.Round(time.Millisecond), r.DecisionsPerSec,
-		r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond), r.Late.Round(time.Microsecond), per(gen1-gen0), per(srv1-srv0))
+		r.P50.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond), r.Late.Round(time.Microsecond), per(gen1-gen0), per(srv1-srv0))
 	if r.FirstError != "" {
 		return fmt.Errorf("%d calls failed, the first: %s", r.Errors, r.FirstError)
 	}

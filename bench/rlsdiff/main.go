@@ -260,8 +260,8 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 					r.serverCPU = (srv1 - srv0) / time.Duration(r.Calls)
 				}
 			}
-			fmt.Fprintf(os.Stderr, "round %d: %s open loop at %.0f/s: calls=%d errors=%d elapsed=%s decisions_per_sec=%.0f p50=%s p99=%s max=%s late_p99=%s cpu_per_call generator=%s server=%s other_work_cores=%.2f\n",
-				round+1, t.name, lo.rate, r.Calls, r.Errors, r.Elapsed.Round(time.Millisecond), r.DecisionsPerSec, r.P50, r.P99, r.Max, r.Late, r.genCPU, r.serverCPU, r.others)
+			fmt.Fprintf(os.Stderr, "round %d: %s open loop at %.0f/s: calls=%d errors=%d elapsed=%s decisions_per_sec=%.0f p50=%s p90=%s p99=%s max=%s late_p99=%s cpu_per_call generator=%s server=%s other_work_cores=%.2f\n",
+				round+1, t.name, lo.rate, r.Calls, r.Errors, r.Elapsed.Round(time.Millisecond), r.DecisionsPerSec, r.P50, r.P90, r.P99, r.Max, r.Late, r.genCPU, r.serverCPU, r.others)
 			t.opens = append(t.opens, r)
 		}
 	}
@@ -308,13 +308,14 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 		fmt.Printf("clocks over the run, the generator's (the whole harness process) beside the server's; \"other work\" is how many of the machine's cores\n")
 		fmt.Printf("other processes kept busy during the run (the machine's busy time less the generator's, the server's and Redis's): what the servers competed\n")
 		fmt.Printf("with for their core; medians with min–max.\n\n")
-		fmt.Println("| server | decisions/s answered | p50 | p99 | calls failed | late (p99) | generator CPU per call | server CPU per call | other work (cores) |")
-		fmt.Println("|---|---|---|---|---|---|---|---|---|")
+		fmt.Println("| server | decisions/s answered | p50 | p90 | p99 | calls failed | late (p99) | generator CPU per call | server CPU per call | other work (cores) |")
+		fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 		for _, t := range all {
-			var dps, p50, p99, errs, late, gen, srv, others []float64
+			var dps, p50, p90, p99, errs, late, gen, srv, others []float64
 			for _, r := range t.opens {
 				dps = append(dps, r.DecisionsPerSec)
 				p50 = append(p50, float64(r.P50.Microseconds()))
+				p90 = append(p90, float64(r.P90.Microseconds()))
 				p99 = append(p99, float64(r.P99.Microseconds()))
 				errs = append(errs, float64(r.Errors))
 				late = append(late, float64(r.Late.Microseconds()))
@@ -326,7 +327,7 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 			if t.pid > 0 {
 				server = spanFrac(srv) + " µs"
 			}
-			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s µs | %s | %s |\n", t.name, span(dps), spanµs(p50), spanµs(p99), span(errs), spanµs(late), spanFrac(gen), server, spanFrac(others))
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s µs | %s | %s |\n", t.name, span(dps), spanµs(p50), spanµs(p90), spanµs(p99), span(errs), spanµs(late), spanFrac(gen), server, spanFrac(others))
 		}
 	}
 	fmt.Println()

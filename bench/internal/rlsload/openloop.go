@@ -33,7 +33,8 @@ type OpenOptions struct {
 type OpenResult struct {
 	Calls, Errors   int
 	Descriptors     int // descriptors decided (of calls without error)
-	P50, P99, Max   time.Duration
+	P50, P90, P99   time.Duration
+	Max             time.Duration
 	Elapsed         time.Duration // from the first instant to the last answer
 	DecisionsPerSec float64       // descriptors decided per second of Elapsed
 	// Late is the 99th percentile of a call's lag behind its instant when
@@ -162,7 +163,7 @@ func OpenLoop(ctx context.Context, conns []*Conn, stream Framed, o OpenOptions) 
 	if sent > 0 {
 		slices.Sort(lat)
 		slices.Sort(late)
-		res.P50, res.P99, res.Max = stats.Percentile(lat, 0.5), stats.Percentile(lat, 0.99), lat[sent-1]
+		res.P50, res.P90, res.P99, res.Max = stats.Percentile(lat, 0.5), stats.Percentile(lat, 0.9), stats.Percentile(lat, 0.99), lat[sent-1]
 		res.Late = stats.Percentile(late, 0.99)
 		res.DecisionsPerSec = float64(res.Descriptors) / res.Elapsed.Seconds()
 	}
