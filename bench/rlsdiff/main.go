@@ -420,8 +420,21 @@ func span(v []float64) string {
 func spanµs(v []float64) string {
 	s := slices.Clone(v)
 	slices.Sort(s)
-	if m := stats.Median(s); m >= 10000 {
-		return fmt.Sprintf("%.0f (%.0f–%.0f) ms", m/1000, s[0]/1000, s[len(s)-1]/1000)
+	m, lo, hi := stats.Median(s), s[0], s[len(s)-1]
+	switch {
+	case lo >= 10000:
+		return fmt.Sprintf("%.0f (%.0f–%.0f) ms", m/1000, lo/1000, hi/1000)
+	case hi < 10000:
+		return span(v) + " µs"
 	}
-	return span(v) + " µs"
+	// From µs to ms: each in its unit.
+	return fmt.Sprintf("%s (%s–%s)", µsOrMs(m), µsOrMs(lo), µsOrMs(hi))
+}
+
+// µsOrMs is v µs, in ms from 10 ms.
+func µsOrMs(v float64) string {
+	if v >= 10000 {
+		return fmt.Sprintf("%.0f ms", v/1000)
+	}
+	return fmt.Sprintf("%.0f µs", v)
 }
