@@ -75,27 +75,45 @@ func rateLimitFields(name string) bool {
 func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Descriptor) ([]DescriptorVerdict, http.Header, error) {
 	start := h.now()
 	snap := h.snap.Load()
-	out := make([]DescriptorVerdict, len(ds))
+	// Every descriptor's ruling, recorder, wait and keys, and the
+	// verdicts: one allocation for a call of one descriptor (most), three
+	// for more.
 	type decided struct {
-		o   ruling
-		rec *recorder
+		o    ruling
+		rec  recorder
+		wait time.Duration
 	}
-	all := make([]decided, len(ds))
+	var (
+		out  []DescriptorVerdict
+		all  []decided
+		keys []string
+	)
+	if len(ds) == 1 {
+		one := &struct {
+			out  [1]DescriptorVerdict
+			all  [1]decided
+			keys [limiter.MaxLimits]string
+		}{}
+		out, all, keys = one.out[:], one.all[:], one.keys[:]
+	} else {
+		out = make([]DescriptorVerdict, len(ds))
+		all = make([]decided, len(ds))
+		keys = make([]string, len(ds)*limiter.MaxLimits)
+	}
 	over := false
 	for i := range ds {
 		a := &all[i]
-		a.o.keys = make([]string, limiter.MaxLimits)
+		a.o.keys = keys[i*limiter.MaxLimits : (i+1)*limiter.MaxLimits : (i+1)*limiter.MaxLimits]
 		a.o.n, a.o.peek = max(ds[i].Cost, 1), ds[i].CheckOnly
-		a.rec = &recorder{ResponseWriter: headerWriter{}}
+		a.rec.ResponseWriter = headerWriter{}
 		h.decideDescriptor(ctx, snap, domain, ds[i].Entries, start, &a.o)
-		h.inform(a.rec, snap, start, &a.o)
+		h.inform(&a.rec, snap, start, &a.o)
 		if a.o.reply != noReply {
-			h.answer(a.rec, nil, snap, start, &a.o)
+			h.answer(&a.rec, nil, snap, start, &a.o)
 		}
 		over = over || a.o.reply != noReply
 	}
 	var err error
-	waits := make([]time.Duration, len(ds))
 	for i := range all {
 		o := &all[i].o
 		if o.decision != Queued {
@@ -106,7 +124,7 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 			leaveQueue(o.p, o.d)
 			continue
 		}
-		waits[i], err = h.rlsWait(ctx, o, start)
+		all[i].wait, err = h.rlsWait(ctx, o, start)
 	}
 	best := -1
 	for i := range all {
@@ -132,7 +150,10 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 			status = http.StatusOK
 		}
 		h.metrics.decision(v.Policy, v.Decision)
-		h.logAccess(descriptorRequest(domain, ds[i].Entries), &recorder{status: status}, start, o.p, v.Decision, waits[i], nil)
+		if h.acc != nil {
+			// The request the line shows is built only for a log.
+			h.logAccess(descriptorRequest(domain, ds[i].Entries), &recorder{status: status}, start, o.p, v.Decision, a.wait, nil)
+		}
 		switch {
 		case best < 0:
 			if v.Over || v.Limited {

@@ -2,8 +2,11 @@ package rlsload
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -12,6 +15,10 @@ import (
 	"github.com/limitproxy/limitproxy/bench/internal/proc"
 	"github.com/limitproxy/limitproxy/bench/internal/stats"
 )
+
+// shouldRateLimit is the method's full name, as the generated client
+// calls it.
+const shouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 // OpenOptions of one open-loop run.
 type OpenOptions struct {
@@ -26,63 +33,245 @@ type OpenOptions struct {
 type OpenResult struct {
 	Calls, Errors   int
 	Descriptors     int // descriptors decided (of calls without error)
-	P50, P99, Max   time.Duration
+	P50, P90, P99   time.Duration
+	Max             time.Duration
 	Elapsed         time.Duration // from the first instant to the last answer
 	DecisionsPerSec float64       // descriptors decided per second of Elapsed
-	FirstError      string
+	// Late is the 99th percentile of a call's lag behind its instant when
+	// written: the generator's own delay (the dispatcher's wake-up), part
+	// of the latency.
+	Late       time.Duration
+	FirstError string
 }
 
-// OpenLoop sends calls of stream (cycling through it) through clients
-// (in turn: one per connection spreads the calls over them) at o.Rate
-// per second for o.Dur, each at its intended instant whatever the
-// answers to the ones before, each on a goroutine of its own, and waits
-// for the last answer or its timeout. The dispatcher sleeps on a thread
-// of its own (proc.Pacer).
-func OpenLoop(ctx context.Context, clients []rlsv3.RateLimitServiceClient, stream []*rlsv3.RateLimitRequest, o OpenOptions) OpenResult {
+// Framed is a stream of calls framed once (Frame), for OpenLoop to send
+// again and again without encoding them.
+type Framed [][]byte
+
+// FrameStream frames stream's calls for OpenLoop.
+func FrameStream(stream []*rlsv3.RateLimitRequest) (Framed, error) {
+	f := make(Framed, len(stream))
+	for i, req := range stream {
+		b, err := Frame(req)
+		if err != nil {
+			return nil, err
+		}
+		f[i] = b
+	}
+	return f, nil
+}
+
+// answer is what is read of a RateLimitResponse.
+type answer struct {
+	code     rlsv3.RateLimitResponse_Code
+	statuses int
+}
+
+// rawCodec reads answers.
+type rawCodec struct{}
+
+var errNoStatus = errors.New("an answer without descriptor statuses")
+
+// errTimeout is a call's error when no answer came by its deadline.
+var errTimeout = errors.New("no answer by the deadline")
+
+// OpenLoop sends calls of stream (cycling through it) on conns (in turn:
+// the calls spread over the connections) at o.Rate per second for o.Dur,
+// each written at its intended instant whatever the answers to the ones
+// before, and waits for the last answer or its timeout. The dispatcher
+// sleeps on a thread of its own (proc.Pacer) and writes every call due
+// when it wakes, one write per connection; the connections' readers time
+// the answers. No goroutine per call, no message encoded or decoded: the
+// generator costs a small part of what the server does per call.
+func OpenLoop(ctx context.Context, conns []*Conn, stream Framed, o OpenOptions) OpenResult {
 	n := loadgen.Count(o.Dur, o.Rate)
 	lat := make([]time.Duration, n)
+	late := make([]time.Duration, n)
 	var (
-		mu  sync.Mutex
-		res OpenResult
-		wg  sync.WaitGroup
+		mu          sync.Mutex
+		res         OpenResult
+		errs, descs atomic.Int64
+		answered    atomic.Int64
+		allDone     = make(chan struct{})
 	)
-	pacer := proc.NewPacer()
 	start := time.Now().Add(10 * time.Millisecond)
-	for i := range n {
-		at := start.Add(loadgen.Instant(i, o.Rate))
-		pacer.SleepUntil(at)
+	sent := n
+	end := func(i, statuses int, _ bool, err error) {
+		lat[i] = time.Since(start.Add(loadgen.Instant(i, o.Rate)))
+		if err != nil {
+			errs.Add(1)
+			mu.Lock()
+			if res.FirstError == "" {
+				res.FirstError = err.Error()
+			}
+			mu.Unlock()
+		} else {
+			descs.Add(int64(statuses))
+		}
+		if int(answered.Add(1)) == n {
+			close(allDone)
+		}
+	}
+	// The dispatcher's thread holds its P while it sleeps in the kernel
+	// (a system call, not a park): with one P, the connections' readers
+	// would wait for the runtime to take it back (up to 10 ms for the
+	// network poller), and the answers with them. A second P, even on
+	// one core, keeps them running.
+	if prev := runtime.GOMAXPROCS(0); prev < 2 {
+		runtime.GOMAXPROCS(2)
+		defer runtime.GOMAXPROCS(prev)
+	}
+	pacer := proc.NewPacer()
+	for i := 0; i < n; {
+		pacer.SleepUntil(start.Add(loadgen.Instant(i, o.Rate)))
 		if ctx.Err() != nil {
-			n = i
+			sent = i
 			break
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithDeadline(ctx, at.Add(o.Timeout))
-			resp, err := clients[i%len(clients)].ShouldRateLimit(cctx, stream[i%len(stream)])
-			lat[i] = time.Since(at)
-			cancel()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				res.Errors++
-				if res.FirstError == "" {
-					res.FirstError = err.Error()
-				}
-				return
-			}
-			res.Descriptors += len(resp.Statuses)
-		}()
+		// Every call due by now, then one write per connection.
+		now := time.Since(start)
+		for ; i < n && loadgen.Instant(i, o.Rate) <= now; i++ {
+			late[i] = now - loadgen.Instant(i, o.Rate)
+			conns[i%len(conns)].Send(stream[i%len(stream)], i, end)
+		}
+		for _, c := range conns {
+			c.Flush()
+		}
 	}
 	pacer.Stop()
-	wg.Wait()
+	if sent < n {
+		// Cancelled: the calls not sent count as answered.
+		if int(answered.Add(int64(n-sent))) == n {
+			close(allDone)
+		}
+	}
+	deadline := start.Add(loadgen.Instant(max(sent-1, 0), o.Rate) + o.Timeout)
+	t := time.NewTimer(time.Until(deadline))
+	select {
+	case <-allDone:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	for _, c := range conns {
+		c.Abandon(errTimeout)
+	}
+	<-allDone
 	res.Elapsed = time.Since(start)
-	res.Calls = n
-	lat = lat[:n]
-	if n > 0 {
+	res.Calls, res.Errors, res.Descriptors = sent, int(errs.Load()), int(descs.Load())
+	lat, late = lat[:sent], late[:sent]
+	if sent > 0 {
 		slices.Sort(lat)
-		res.P50, res.P99, res.Max = stats.Percentile(lat, 0.5), stats.Percentile(lat, 0.99), lat[n-1]
+		slices.Sort(late)
+		res.P50, res.P90, res.P99, res.Max = stats.Percentile(lat, 0.5), stats.Percentile(lat, 0.9), stats.Percentile(lat, 0.99), lat[sent-1]
+		res.Late = stats.Percentile(late, 0.99)
 		res.DecisionsPerSec = float64(res.Descriptors) / res.Elapsed.Seconds()
 	}
+	return res
+}
+
+// ClosedLoop sends calls of stream (cycling through it) on conns, conc
+// in flight at once (spread over the connections), each sent when one
+// before is answered, until calls have been answered: the throughput
+// the server sustains, with the latency of each call from its sending.
+// Like OpenLoop, it frames the calls once and reads only the answers'
+// codes; Result.Sequence is left empty (Run keeps the order of codes).
+func ClosedLoop(ctx context.Context, conns []*Conn, stream Framed, calls, conc int, timeout time.Duration) Result {
+	conc = max(min(conc, calls), 1)
+	lat := make([]time.Duration, calls)
+	sentAt := make([]time.Time, calls)
+	var (
+		mu       sync.Mutex
+		res      Result
+		next     atomic.Int64
+		answered atomic.Int64
+		errs     atomic.Int64
+		descs    atomic.Int64
+		overs    atomic.Int64
+		allDone  = make(chan struct{})
+	)
+	var end func(i, statuses int, over bool, err error)
+	send := func(first bool) {
+		i := int(next.Add(1) - 1)
+		if i >= calls {
+			return
+		}
+		if ctx.Err() != nil {
+			end(i, 0, false, ctx.Err())
+			return
+		}
+		c := conns[i%len(conns)]
+		sentAt[i] = time.Now()
+		c.Send(stream[i%len(stream)], i, end)
+		if first {
+			c.Flush()
+		} else {
+			// On the reader, which must not wait for the socket.
+			c.FlushSoon()
+		}
+	}
+	end = func(i, statuses int, over bool, err error) {
+		if !sentAt[i].IsZero() {
+			lat[i] = time.Since(sentAt[i])
+		}
+		if over {
+			overs.Add(1)
+		}
+		if err != nil {
+			errs.Add(1)
+			mu.Lock()
+			if res.FirstError == "" {
+				res.FirstError = err.Error()
+			}
+			mu.Unlock()
+		} else {
+			descs.Add(int64(statuses))
+		}
+		if int(answered.Add(1)) == calls {
+			close(allDone)
+			return
+		}
+		send(false)
+	}
+	start := time.Now()
+	for range conc {
+		send(true)
+	}
+	t := time.NewTimer(timeout + time.Duration(calls)*timeout/time.Duration(conc))
+	select {
+	case <-allDone:
+	case <-t.C:
+		// Stuck: stop sending, fail what is in flight, count what was
+		// never sent as failed.
+		if claimed := int(next.Swap(int64(calls))); claimed < calls {
+			errs.Add(int64(calls - claimed))
+			if int(answered.Add(int64(calls-claimed))) == calls {
+				close(allDone)
+			}
+		}
+		for _, c := range conns {
+			c.Abandon(errTimeout)
+		}
+		select {
+		case <-allDone:
+		case <-time.After(timeout):
+		}
+		mu.Lock()
+		if res.FirstError == "" {
+			res.FirstError = errTimeout.Error()
+		}
+		mu.Unlock()
+	}
+	t.Stop()
+	res.Elapsed = time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	res.Calls, res.Errors, res.Descriptors = calls, int(errs.Load()), int(descs.Load())
+	res.OverLimit = int(overs.Load())
+	res.OK = calls - res.Errors - res.OverLimit
+	slices.Sort(lat)
+	res.P50, res.P99, res.Max = stats.Percentile(lat, 0.5), stats.Percentile(lat, 0.99), lat[calls-1]
+	res.DecisionsPerSec = float64(res.Descriptors) / res.Elapsed.Seconds()
+	res.CallsPerSec = float64(res.Calls) / res.Elapsed.Seconds()
 	return res
 }

@@ -46,6 +46,10 @@ type Options struct {
 	Configs   map[string][]byte // YAML files by name (one domain each)
 	// MergeDomains sets MERGE_DOMAIN_CONFIG.
 	MergeDomains bool
+	// Wrap, when not empty, is a command that runs Bin as its last
+	// argument and becomes it (exec), as taskset -c 1 does: Pid is then
+	// the server's.
+	Wrap []string
 }
 
 // Server is a running reference server.
@@ -80,6 +84,9 @@ func Start(o Options) (*Server, error) {
 	}
 	defer logf.Close()
 	s.cmd = exec.Command(o.Bin)
+	if len(o.Wrap) > 0 {
+		s.cmd = exec.Command(o.Wrap[0], append(o.Wrap[1:], o.Bin)...)
+	}
 	s.cmd.Env = append(os.Environ(), Env(o, ports)...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
@@ -131,6 +138,9 @@ func (s *Server) exited() bool {
 		return false
 	}
 }
+
+// Pid is the server's process ID.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
 
 // Stop kills the server by its PID and waits for it.
 func (s *Server) Stop() {

@@ -17,8 +17,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -54,6 +56,16 @@ const (
 	MinPingInterval       = 10 * time.Second
 )
 
+// StreamWorkers is the goroutines per GOMAXPROCS that serve calls, kept
+// from one call to the next; ConnWindow is the bytes of calls a
+// connection may send ahead of the server's reading (the HTTP/2
+// connection window; a stream's is max_message_bytes, 64 KiB at least
+// and 1 MiB at most).
+const (
+	StreamWorkers = 16
+	ConnWindow    = 1 << 20
+)
+
 // Options configures a Server.
 type Options struct {
 	// Handler decides the descriptors; required.
@@ -82,6 +94,17 @@ func New(o Options) (*grpc.Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinPingInterval}),
 		// Bounded header lists: a descriptor travels in the message.
 		grpc.MaxHeaderListSize(16 << 10),
+		// Calls go to goroutines kept for them, whose stacks have grown
+		// already, instead of a new goroutine per call (one whose stack
+		// grows on each call); when all are busy (calls waiting on
+		// Redis or a leaky bucket's turn), a call gets a new goroutine as
+		// before.
+		grpc.NumStreamWorkers(uint32(StreamWorkers * runtime.GOMAXPROCS(0))),
+		// Fixed flow-control windows: a stream's holds a whole message,
+		// and without the dynamic windows the transport sends no
+		// bandwidth-estimation PING for each burst of calls.
+		grpc.StaticStreamWindowSize(int32(min(max(c.MaxMessageBytes+5, 64<<10), 1<<20))),
+		grpc.StaticConnWindowSize(ConnWindow),
 	}
 	if c.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
@@ -127,9 +150,10 @@ func Serve(s *grpc.Server, ln net.Listener) error {
 // service is the RateLimitService.
 type service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	h   *proxy.Handler
-	cfg config.RLS
-	log *zap.Logger
+	h      *proxy.Handler
+	cfg    config.RLS
+	log    *zap.Logger
+	limits limitCache
 }
 
 // ShouldRateLimit decides req's descriptors (docs/envoy.md).
@@ -145,22 +169,83 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(verdicts))}
+	// The answer's parts in a few allocations whatever the number of
+	// descriptors: the statuses, their durations, the pointers to them.
+	// One allocation for a call of one descriptor (most), four for more.
+	n := len(verdicts)
+	parts := &struct {
+		resp rlsv3.RateLimitResponse
+		ptr  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+		st   [1]rlsv3.RateLimitResponse_DescriptorStatus
+		dur  [1]durationpb.Duration
+	}{}
+	resp := &parts.resp
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	resp.Statuses = parts.ptr[:0]
+	sts, durs := parts.st[:], parts.dur[:]
+	if n > 1 {
+		resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, 0, n)
+		sts = make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+		durs = make([]durationpb.Duration, n)
+	}
 	for i, v := range verdicts {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &sts[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		if v.Over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if v.Limited {
-			st.CurrentLimit = CurrentLimit(v.LimitName, v.Quota, v.Window)
+			st.CurrentLimit = s.limits.get(v.LimitName, v.Quota, v.Window)
 			st.LimitRemaining = uint32(min(v.Remaining, math.MaxUint32))
-			st.DurationUntilReset = durationpb.New(v.ResetAfter)
+			d := &durs[i]
+			d.Seconds, d.Nanos = int64(v.ResetAfter/time.Second), int32(v.ResetAfter%time.Second)
+			st.DurationUntilReset = d
 		}
-		resp.Statuses[i] = st
+		resp.Statuses = append(resp.Statuses, st)
 	}
 	resp.ResponseHeadersToAdd = headerValues(fields)
 	return resp, nil
+}
+
+// limitCache holds the CurrentLimit messages of the limits answered, to
+// answer each with the same message (the transport only reads it, and
+// protobuf messages may be marshalled concurrently): a limit's name,
+// quota and window are the policies' (and the per-key overrides'), so
+// few; past maxCachedLimits, CurrentLimit builds one per answer.
+type limitCache struct {
+	mu sync.RWMutex
+	m  map[limitKey]*rlsv3.RateLimitResponse_RateLimit
+}
+
+type limitKey struct {
+	name   string
+	quota  int64
+	window time.Duration
+}
+
+// maxCachedLimits bounds the limitCache.
+const maxCachedLimits = 4096
+
+// get is CurrentLimit(name, quota, window), the same message each time.
+func (c *limitCache) get(name string, quota int64, window time.Duration) *rlsv3.RateLimitResponse_RateLimit {
+	k := limitKey{name, quota, window}
+	c.mu.RLock()
+	rl, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return rl
+	}
+	rl = CurrentLimit(name, quota, window)
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[limitKey]*rlsv3.RateLimitResponse_RateLimit{}
+	}
+	if len(c.m) < maxCachedLimits {
+		c.m[k] = rl
+	}
+	c.mu.Unlock()
+	return rl
 }
 
 // descriptors checks req against the bounds and converts its
@@ -178,7 +263,29 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 	case n > s.cfg.MaxDescriptors:
 		return nil, bad("%d descriptors; at most %d (rls.max_descriptors)", n, s.cfg.MaxDescriptors)
 	}
-	out := make([]proxy.Descriptor, len(req.Descriptors))
+	total := 0
+	for _, d := range req.Descriptors {
+		total += len(d.GetEntries())
+	}
+	// One array for every descriptor's entries (bounded: max_entries
+	// each, checked below before any is written), and one allocation for
+	// a call of one descriptor of a few entries (most).
+	var (
+		out     []proxy.Descriptor
+		entries []policy.DescriptorEntry
+	)
+	if len(req.Descriptors) == 1 && total <= 4 {
+		one := &struct {
+			d [1]proxy.Descriptor
+			e [4]policy.DescriptorEntry
+		}{}
+		out, entries = one.d[:], one.e[:0]
+	} else {
+		out = make([]proxy.Descriptor, len(req.Descriptors))
+		if total <= s.cfg.MaxDescriptors*s.cfg.MaxEntries {
+			entries = make([]policy.DescriptorEntry, 0, total)
+		}
+	}
 	for i, d := range req.Descriptors {
 		es := d.GetEntries()
 		switch {
@@ -199,14 +306,14 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 		if cost > uint64(s.cfg.MaxHitsAddend) {
 			return nil, bad("descriptor %d: hits_addend %d is above %d (rls.max_hits_addend)", i, cost, s.cfg.MaxHitsAddend)
 		}
-		entries := make([]policy.DescriptorEntry, len(es))
+		first := len(entries)
 		for j, e := range es {
 			if e.GetKey() == "" {
 				return nil, bad("descriptor %d, entry %d: the key is empty", i, j)
 			}
-			entries[j] = policy.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()}
+			entries = append(entries, policy.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		out[i] = proxy.Descriptor{Entries: entries, Cost: int64(cost), CheckOnly: checkOnly}
+		out[i] = proxy.Descriptor{Entries: entries[first:len(entries):len(entries)], Cost: int64(cost), CheckOnly: checkOnly}
 	}
 	return out, nil
 }
@@ -253,16 +360,47 @@ func CurrentLimit(name string, quota int64, window time.Duration) *rlsv3.RateLim
 // headerValues returns h's fields as Envoy's header values, names in
 // lower case, sorted.
 func headerValues(h http.Header) []*corev3.HeaderValue {
-	names := make([]string, 0, len(h))
-	for name := range h {
+	if len(h) == 0 {
+		return nil
+	}
+	var stack [8]string
+	names := stack[:0]
+	count := 0
+	for name, vs := range h {
 		names = append(names, name)
+		count += len(vs)
 	}
 	slices.Sort(names)
-	var out []*corev3.HeaderValue
+	vals := make([]corev3.HeaderValue, count)
+	out := make([]*corev3.HeaderValue, 0, count)
 	for _, name := range names {
+		lower := lowerName(name)
 		for _, v := range h[name] {
-			out = append(out, &corev3.HeaderValue{Key: strings.ToLower(name), Value: v})
+			hv := &vals[len(out)]
+			hv.Key, hv.Value = lower, v
+			out = append(out, hv)
 		}
 	}
 	return out
+}
+
+// lowerNames are the lower-case forms of the fields an answer carries.
+var lowerNames = func() map[string]string {
+	m := map[string]string{}
+	for _, name := range []string{
+		"Ratelimit", "Ratelimit-Policy", "Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset",
+		"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Retry-After",
+	} {
+		m[name] = strings.ToLower(name)
+	}
+	return m
+}()
+
+// lowerName is strings.ToLower(name), without allocating for the
+// fields an answer usually carries.
+func lowerName(name string) string {
+	if l, ok := lowerNames[name]; ok {
+		return l
+	}
+	return strings.ToLower(name)
 }
