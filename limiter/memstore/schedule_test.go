@@ -49,8 +49,10 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 		{"late by 30ms", slow, 30 * time.Millisecond, true, ms(0, 100, 200, 330, 420, 510, 600, 700, 800)},
 		{"late by 80ms", slow, 80 * time.Millisecond, true, ms(0, 100, 200, 380, 470, 560, 650, 740, 830)},
 		{"late by 130ms: the next overdue too", slow, 130 * time.Millisecond, true, ms(0, 100, 200, 430, 430, 520, 610, 700, 800)},
+		{"late by 200ms, a spacing behind: still overdue", slow, 200 * time.Millisecond, true, ms(0, 100, 200, 500, 500, 500, 600, 700, 800)},
 		{"late by 230ms: a new schedule", slow, 230 * time.Millisecond, true, ms(0, 100, 200, 530, 530, 630, 730, 830, 930)},
 		{"1000/s, late by 5ms: catches up at once", fast, 5 * time.Millisecond, true, ms(0, 1, 2, 8, 8, 8, 8, 8, 8.5)},
+		{"1000/s, late by 11ms, timerSlack behind: catches up", fast, 11 * time.Millisecond, true, ms(0, 1, 2, 14, 14, 14, 14, 14, 14.5)},
 		{"1000/s, late by 15ms: a new schedule", fast, 15 * time.Millisecond, true, ms(0, 1, 2, 18, 18, 19, 20, 21, 22)},
 		{"no clock: timed from each release", slow, 30 * time.Millisecond, false, ms(0, 100, 200, 330, 430, 530, 630, 730, 830)},
 	} {
