@@ -175,7 +175,7 @@ func (q *leakyQueue) release(now int64) (int64, bool) {
 		case lag >= 0: // overdue: at once
 			next = 0
 		default: // catch up, gently
-			next = max(due-now, satMul(w.spacing, minGap)/100)
+			next = max(due-now, w.spacing/100*minGap+w.spacing%100*minGap/100) // minGap% of it, without overflow
 		}
 		q.due = due
 		q.gateAt = satAdd(now, next)
@@ -305,13 +305,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func satMul(a, b int64) int64 {
-	if a != 0 && b > (1<<63-1)/a {
-		return 1<<63 - 1
-	}
-	return a * b
 }
 
 func satAdd(a, b int64) int64 {

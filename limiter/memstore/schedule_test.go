@@ -106,3 +106,50 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 		})
 	}
 }
+
+// TestLeakyBucketMinGapLongSpacing: the 90% minimum gap after a late release
+// holds for spacings of years too (90% of the spacing, not of a saturated
+// product). One request per 4 years; the second is released 2 years late on
+// the clock, so the third, due 2 years after that, waits 90% of a spacing.
+func TestLeakyBucketMinGapLongSpacing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const year = 365 * 24 * time.Hour
+		spacing := 4 * year
+		lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1, Per: spacing}, Queue: 5, MaxWait: 3 * spacing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var skew atomic.Int64
+		clock := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+		l, err := limiter.New(memstore.New(memstore.Options{Clock: clock}), "p", lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []time.Duration
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range 3 {
+			d, _ := l.Allow(context.Background(), "k", clock(), 1)
+			if !d.Allowed {
+				t.Fatalf("rejected: %+v", d)
+			}
+			wg.Go(func() {
+				if err := l.Wait(context.Background(), d); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				got = append(got, clock().Sub(start))
+				mu.Unlock()
+			})
+		}
+		time.Sleep(spacing / 2)
+		skew.Store(int64(2 * year))
+		wg.Wait()
+		slices.Sort(got)
+		want := []time.Duration{0, spacing + 2*year, spacing + 2*year + spacing*9/10}
+		if !slices.Equal(got, want) {
+			t.Errorf("released at %v, want %v", got, want)
+		}
+	})
+}
