@@ -252,3 +252,26 @@ func TestEdgeLeakyHeavyWaiter(t *testing.T) {
 		}
 	})
 }
+
+// TestEdgeLeakyHeavyReleased: once a waiter whose spacing saturates has
+// left, the exit stays closed (for the largest Duration), on the timer's
+// schedule as on the instants given: the next request is refused. 1/hour.
+func TestEdgeLeakyHeavyReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1, Per: time.Hour}, Queue: 5, MaxWait: 3 * time.Hour})
+		l := edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
+		ctx := context.Background()
+		for i, c := range []struct {
+			n     int64
+			delay time.Duration
+		}{{1, 0}, {1_000_000_000, time.Hour}} {
+			if d, err := l.Allow(ctx, "k", edgeT0, c.n); err != nil || !d.Allowed || d.Delay != c.delay {
+				t.Fatalf("request %d: %+v (%v), want a delay of %v", i, d, err, c.delay)
+			}
+		}
+		time.Sleep(time.Hour) // the heavy one is released
+		if d, err := l.Allow(ctx, "k", edgeT0.Add(time.Hour), 1); err != nil || d.Allowed {
+			t.Fatalf("after the heavy one left: %+v (%v), want refused", d, err)
+		}
+	})
+}
