@@ -150,8 +150,9 @@ func TestEdgeLeakyGateLate(t *testing.T) {
 // TestEdgeLeakyCancelAsReleased: a waiter whose ctx ends just as the queue
 // releases it leaves the places of those behind it as they were: the next
 // is released on time. Virtual queues release on the instants given; Wait
-// then sees both its release and its ctx's end, and either answer is
-// right, so the race is run many times.
+// then sees both its release and its ctx's end (or only its ctx's end, if
+// it runs before the release), and either answer is right, so the race is
+// run many times.
 func TestEdgeLeakyCancelAsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Queue: 5, MaxWait: time.Minute})
@@ -178,9 +179,11 @@ func TestEdgeLeakyCancelAsReleased(t *testing.T) {
 			}()
 			synctest.Wait()
 			cancelB()
-			// Releases B (due at +100 ms); C is due at +200 ms.
-			if d, err := l.Allow(context.Background(), key, edgeT0.Add(100*ms), 1); err != nil || !d.Allowed || d.Delay != 200*ms {
-				t.Fatalf("round %d at +100ms: %+v (%v), want queued behind C for 200ms", i, d, err)
+			// Releases B (due at +100 ms), unless B's Wait has already seen
+			// its ctx end and left: then C moved up and is released now.
+			// Either way the next request is queued behind C.
+			if d, err := l.Allow(context.Background(), key, edgeT0.Add(100*ms), 1); err != nil || !d.Allowed || d.Delay != 200*ms && d.Delay != 100*ms {
+				t.Fatalf("round %d at +100ms: %+v (%v), want queued behind C (200ms, or 100ms if B left first)", i, d, err)
 			}
 			synctest.Wait()
 			_, _ = l.Allow(context.Background(), key, edgeT0.Add(200*ms), 1) // releases C
