@@ -133,9 +133,12 @@ func TestEdgeLeakyGateLate(t *testing.T) {
 		}{
 			{0, 0, 0},           // leaves at once
 			{0, 0, time.Second}, // A waits: the exit reopens at +1s
-			{5 * time.Second, time.Second, time.Second}, // B: the timer has not run; B leaves at +6s
-			// A's release (1s later on the timer's clock): the exit reopens
-			// one spacing after B, at +7s.
+			// B: the timer has not run; B leaves at +6s. Then sleep past A's
+			// release (1s on the timer's clock; B's is 1s after it), so that
+			// its timer has run before the next request whatever the order
+			// of wake-ups.
+			{5 * time.Second, 1500 * time.Millisecond, time.Second},
+			// After A's release the exit reopens one spacing after B, at +7s.
 			{5 * time.Second, 0, 2 * time.Second},
 		} {
 			d, err := l.Allow(ctx, "k", edgeT0.Add(c.at), 1)
@@ -272,7 +275,7 @@ func TestEdgeLeakyHeavyReleased(t *testing.T) {
 				t.Fatalf("request %d: %+v (%v), want a delay of %v", i, d, err, c.delay)
 			}
 		}
-		time.Sleep(time.Hour) // the heavy one is released
+		time.Sleep(time.Hour + time.Minute) // the heavy one is released at 1h, its timer run
 		if d, err := l.Allow(ctx, "k", edgeT0.Add(time.Hour), 1); err != nil || d.Allowed {
 			t.Fatalf("after the heavy one left: %+v (%v), want refused", d, err)
 		}

@@ -109,12 +109,13 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 
 // TestLeakyBucketMinGapLongSpacing: the 90% minimum gap after a late release
 // holds for spacings of years too (90% of the spacing, not of a saturated
-// product). One request per 4 years; the second is released 2 years late on
-// the clock, so the third, due 2 years after that, waits 90% of a spacing.
+// product), to the nanosecond. One request per 4 years (and 99 ns); the
+// second is released 2 years late on the clock, so the third, due 2 years
+// after that, waits 90% of a spacing.
 func TestLeakyBucketMinGapLongSpacing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const year = 365 * 24 * time.Hour
-		spacing := 4 * year
+		spacing := 4*year + 99 // not a whole number of hundreds of ns: 90% rounds down
 		lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1, Per: spacing}, Queue: 5, MaxWait: 3 * spacing})
 		if err != nil {
 			t.Fatal(err)
