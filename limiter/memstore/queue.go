@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter/driver"
@@ -48,10 +49,13 @@ type leakyQueue struct {
 	busy    bool  // timer armed
 	gateAt  int64 // ns: when the exit reopens
 	due     int64 // ns: when the next release is due on the schedule
-	pending int64 // ns: sum of the spacing of the waiters
-	n       int64 // waiters
-	head    *waiter
-	tail    *waiter
+	// pending is the sum of the spacing of the waiters (ns), in 128 bits
+	// (pendingHi the high word): a saturated spacing is 2^63−1 ns, so the
+	// sum can pass int64, and it must come back exactly as waiters leave.
+	pending, pendingHi uint64
+	n                  int64 // waiters
+	head               *waiter
+	tail               *waiter
 }
 
 // waiter is a request's place in a leakyQueue. Its fields are guarded by
@@ -71,7 +75,7 @@ type waiter struct {
 // Requires sh.mu held.
 func (e *leakyEntry) view(t, queue int64) driver.LeakyQueue {
 	q := e.q
-	v := driver.LeakyQueue{Busy: q.busy, Gate: time.Unix(0, q.gateAt), Waiting: q.n, Pending: time.Duration(q.pending)}
+	v := driver.LeakyQueue{Busy: q.busy, Gate: time.Unix(0, q.gateAt), Waiting: q.n, Pending: time.Duration(q.pendingNs())}
 	if q.busy && q.n >= queue {
 		v.FreeAt = time.Unix(0, q.departure(max(q.gateAt, t), q.n-queue))
 	}
@@ -171,7 +175,7 @@ func (q *leakyQueue) release(now int64) (int64, bool) {
 		case lag >= 0: // overdue: at once
 			next = 0
 		default: // catch up, gently
-			next = max(due-now, satMul(w.spacing, minGap)/100)
+			next = max(due-now, w.spacing/100*minGap+w.spacing%100*minGap/100) // minGap% of it, without overflow
 		}
 		q.due = due
 		q.gateAt = satAdd(now, next)
@@ -204,7 +208,9 @@ func (q *leakyQueue) push(w *waiter) {
 	}
 	q.tail = w
 	q.n++
-	q.pending = satAdd(q.pending, w.spacing)
+	var carry uint64
+	q.pending, carry = bits.Add64(q.pending, uint64(w.spacing), 0)
+	q.pendingHi += carry
 }
 
 func (q *leakyQueue) unlink(w *waiter) {
@@ -221,7 +227,18 @@ func (q *leakyQueue) unlink(w *waiter) {
 	w.prev, w.next = nil, nil
 	w.removed = true
 	q.n--
-	q.pending -= w.spacing
+	var borrow uint64
+	q.pending, borrow = bits.Sub64(q.pending, uint64(w.spacing), 0)
+	q.pendingHi -= borrow
+}
+
+// pendingNs returns the waiters' total spacing in ns, saturating at
+// math.MaxInt64.
+func (q *leakyQueue) pendingNs() int64 {
+	if q.pendingHi != 0 || q.pending > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q.pending)
 }
 
 // idleAt returns when e equals a fresh key's state if nothing arrives (Unix
@@ -288,13 +305,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func satMul(a, b int64) int64 {
-	if a != 0 && b > (1<<63-1)/a {
-		return 1<<63 - 1
-	}
-	return a * b
 }
 
 func satAdd(a, b int64) int64 {

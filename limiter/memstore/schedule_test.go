@@ -49,8 +49,10 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 		{"late by 30ms", slow, 30 * time.Millisecond, true, ms(0, 100, 200, 330, 420, 510, 600, 700, 800)},
 		{"late by 80ms", slow, 80 * time.Millisecond, true, ms(0, 100, 200, 380, 470, 560, 650, 740, 830)},
 		{"late by 130ms: the next overdue too", slow, 130 * time.Millisecond, true, ms(0, 100, 200, 430, 430, 520, 610, 700, 800)},
+		{"late by 200ms, a spacing behind: still overdue", slow, 200 * time.Millisecond, true, ms(0, 100, 200, 500, 500, 500, 600, 700, 800)},
 		{"late by 230ms: a new schedule", slow, 230 * time.Millisecond, true, ms(0, 100, 200, 530, 530, 630, 730, 830, 930)},
 		{"1000/s, late by 5ms: catches up at once", fast, 5 * time.Millisecond, true, ms(0, 1, 2, 8, 8, 8, 8, 8, 8.5)},
+		{"1000/s, late by 11ms, timerSlack behind: catches up", fast, 11 * time.Millisecond, true, ms(0, 1, 2, 14, 14, 14, 14, 14, 14.5)},
 		{"1000/s, late by 15ms: a new schedule", fast, 15 * time.Millisecond, true, ms(0, 1, 2, 18, 18, 19, 20, 21, 22)},
 		{"no clock: timed from each release", slow, 30 * time.Millisecond, false, ms(0, 100, 200, 330, 430, 530, 630, 730, 830)},
 	} {
@@ -103,4 +105,52 @@ func TestLeakyBucketKeepsSchedule(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestLeakyBucketMinGapLongSpacing: the 90% minimum gap after a late release
+// holds for spacings of years too (90% of the spacing, not of a saturated
+// product), to the nanosecond. One request per 4 years (and 99 ns); the
+// second is released 2 years late on the clock, so the third, due 2 years
+// after that, waits 90% of a spacing.
+func TestLeakyBucketMinGapLongSpacing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const year = 365 * 24 * time.Hour
+		spacing := 4*year + 99 // not a whole number of hundreds of ns: 90% rounds down
+		lim, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1, Per: spacing}, Queue: 5, MaxWait: 3 * spacing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var skew atomic.Int64
+		clock := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+		l, err := limiter.New(memstore.New(memstore.Options{Clock: clock}), "p", lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []time.Duration
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range 3 {
+			d, _ := l.Allow(context.Background(), "k", clock(), 1)
+			if !d.Allowed {
+				t.Fatalf("rejected: %+v", d)
+			}
+			wg.Go(func() {
+				if err := l.Wait(context.Background(), d); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				got = append(got, clock().Sub(start))
+				mu.Unlock()
+			})
+		}
+		time.Sleep(spacing / 2)
+		skew.Store(int64(2 * year))
+		wg.Wait()
+		slices.Sort(got)
+		want := []time.Duration{0, spacing + 2*year, spacing + 2*year + spacing*9/10}
+		if !slices.Equal(got, want) {
+			t.Errorf("released at %v, want %v", got, want)
+		}
+	})
 }
