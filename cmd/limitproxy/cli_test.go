@@ -80,15 +80,7 @@ key_file = "`+filepath.Join(dir, "key.pem")+`"
 		path + ":10:1: admin.key_hash_secret_env: environment variable LIMITPROXY_TEST_CLI_HASH is unset or shorter than 16 bytes",
 		path + ":12:1: store.overrides_file: ",
 	}
-	lines := strings.Split(strings.TrimSpace(stderr), "\n")
-	if code != 1 || stdout != "" || len(lines) != len(want) {
-		t.Fatalf("check: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and %d errors", code, stdout, stderr, len(want))
-	}
-	for i, w := range want {
-		if !strings.HasPrefix(lines[i], w) {
-			t.Errorf("error %d = %q, want it to begin %q", i, lines[i], w)
-		}
-	}
+	wantCheckErrors(t, code, stdout, stderr, want)
 	cfg, err := config.LoadWith(path, server.LoadOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +140,14 @@ upstream = "app"
 		path + ":18:3: policy[0].limits[0].algorithm: is required",
 		path + `:19:3: policy[0].limits[0].algoritm: unknown key "algoritm"`,
 	}
+	wantCheckErrors(t, code, stdout, stderr, want)
+}
+
+// wantCheckErrors fails the test unless check exited 1 (code), printed
+// nothing on stdout and on stderr one line per error, each beginning with
+// the matching line of want.
+func wantCheckErrors(t *testing.T, code int, stdout, stderr string, want []string) {
+	t.Helper()
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	if code != 1 || stdout != "" || len(lines) != len(want) {
 		t.Fatalf("check: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and %d errors", code, stdout, stderr, len(want))
