@@ -86,13 +86,12 @@ func run(lp, floor string, dur time.Duration, conns int, wrkCPU, ownCPU string, 
 			return fmt.Errorf("%s is not installed (bench/profile.sh installs it when run as root)", c)
 		}
 	}
-	upAddr := proc.FreeAddr()
-	up := proc.OKUpstream(upAddr)
-	go up.ListenAndServe()
-	defer up.Close()
-	if err := proc.WaitUp(upAddr); err != nil {
+	up, err := proc.StartOKUpstream()
+	if err != nil {
 		return err
 	}
+	defer up.Close()
+	upAddr := up.Addr
 	dir, err := os.MkdirTemp("", "profile")
 	if err != nil {
 		return err

@@ -106,13 +106,12 @@ func run(lp, bare, bare429 string, rounds int, dur time.Duration, conns, threads
 		return errors.New("wrk is not installed (bench/proxy.sh installs it when run as root)")
 	}
 	// The upstream: in this process, a fixed small answer.
-	upAddr := proc.FreeAddr()
-	up := proc.OKUpstream(upAddr)
-	go up.ListenAndServe()
-	defer up.Close()
-	if err := proc.WaitUp(upAddr); err != nil {
+	up, err := proc.StartOKUpstream()
+	if err != nil {
 		return err
 	}
+	defer up.Close()
+	upAddr := up.Addr
 
 	dir, err := os.MkdirTemp("", "proxybench")
 	if err != nil {

@@ -231,6 +231,19 @@ func OKUpstream(addr string) *http.Server {
 	})}
 }
 
+// StartOKUpstream starts an OKUpstream on a free loopback address (its
+// Addr) and waits until it accepts connections. The caller stops it with
+// Close.
+func StartOKUpstream() (*http.Server, error) {
+	up := OKUpstream(FreeAddr())
+	go up.ListenAndServe()
+	if err := WaitUp(up.Addr); err != nil {
+		up.Close()
+		return nil, err
+	}
+	return up, nil
+}
+
 // TicksPerSecond is USER_HZ on Linux, the unit of CPUTicks.
 const TicksPerSecond = 100
 

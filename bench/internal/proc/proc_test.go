@@ -36,16 +36,15 @@ func TestLimitproxyCommand(t *testing.T) {
 	}
 }
 
-// TestOKUpstream: every request is answered 200 "ok\n", text/plain.
+// TestOKUpstream: StartOKUpstream's server is up when it returns, and
+// answers every request 200 "ok\n", text/plain.
 func TestOKUpstream(t *testing.T) {
-	addr := FreeAddr()
-	srv := OKUpstream(addr)
-	go srv.ListenAndServe()
-	defer srv.Close()
-	if err := WaitUp(addr); err != nil {
+	srv, err := StartOKUpstream()
+	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get("http://" + addr + "/any/path")
+	defer srv.Close()
+	resp, err := http.Get("http://" + srv.Addr + "/any/path")
 	if err != nil {
 		t.Fatal(err)
 	}
