@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitproxy/limitproxy/internal/policytest"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
@@ -186,24 +187,7 @@ func mixConfig(n int) string {
 	var b strings.Builder
 	b.WriteString("[[upstream]]\nname = \"up\"\ntargets = [\"http://127.0.0.1:1\"]\n")
 	for i := range n - 1 {
-		var m string
-		switch i % 7 {
-		case 0:
-			m = fmt.Sprintf(`path = "/p%d/items"`, i)
-		case 1:
-			m = fmt.Sprintf(`path_prefix = "/pre%d/"`, i)
-		case 2:
-			m = fmt.Sprintf(`path_regex = "^/re%d/[0-9]+$"`, i)
-		case 3:
-			m = fmt.Sprintf(`hosts = ["h%d.example", "h%d.example.net"]`, i, i)
-		case 4:
-			m = fmt.Sprintf(`hosts = ["*.w%d.example"], methods = ["GET", "POST"]`, i)
-		case 5:
-			m = fmt.Sprintf(`path_regex = "/x%d/[a-z]+\\.json$"`, i)
-		case 6:
-			m = fmt.Sprintf(`path_prefix = "/api/v%d/", methods = ["POST"]`, i)
-		}
-		fmt.Fprintf(&b, "[[policy]]\nname = \"p%d\"\nupstream = \"up\"\nmatch = { %s }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n", i, m)
+		fmt.Fprintf(&b, "[[policy]]\nname = \"p%d\"\nupstream = \"up\"\nmatch = { %s }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n", i, policytest.MixedMatch(i))
 	}
 	b.WriteString("[[policy]]\nname = \"target\"\nupstream = \"up\"\nmatch = { hosts = [\"api.example\"], path_prefix = \"/api/\" }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1m\"\n")
 	return b.String()

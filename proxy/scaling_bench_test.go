@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitproxy/limitproxy/internal/policytest"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
 	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy"
@@ -44,24 +45,7 @@ func scalingConfig(n int, limit string) string {
 	var b strings.Builder
 	b.WriteString("[[upstream]]\nname = \"app\"\ntargets = [\"http://upstream.invalid\"]\n")
 	for i := range n - 1 {
-		var m string
-		switch i % 7 {
-		case 0:
-			m = fmt.Sprintf(`path = "/p%d/items"`, i)
-		case 1:
-			m = fmt.Sprintf(`path_prefix = "/pre%d/"`, i)
-		case 2:
-			m = fmt.Sprintf(`path_regex = "^/re%d/[0-9]+$"`, i)
-		case 3:
-			m = fmt.Sprintf(`hosts = ["h%d.example", "h%d.example.net"]`, i, i)
-		case 4:
-			m = fmt.Sprintf(`hosts = ["*.w%d.example"], methods = ["GET", "POST"]`, i)
-		case 5:
-			m = fmt.Sprintf(`path_regex = "/x%d/[a-z]+\\.json$"`, i)
-		case 6:
-			m = fmt.Sprintf(`path_prefix = "/api/v%d/", methods = ["POST"]`, i)
-		}
-		fmt.Fprintf(&b, "[[policy]]\nname = \"p%d\"\nupstream = \"app\"\nmatch = { %s }\n  [[policy.limits]]\n  %s\n", i, m, limit)
+		fmt.Fprintf(&b, "[[policy]]\nname = \"p%d\"\nupstream = \"app\"\nmatch = { %s }\n  [[policy.limits]]\n  %s\n", i, policytest.MixedMatch(i), limit)
 	}
 	fmt.Fprintf(&b, "[[policy]]\nname = \"target\"\nupstream = \"app\"\nmatch = { hosts = [\"api.example\"], path_prefix = \"/api/\" }\n  [policy.ban]\n  duration = \"1h\"\n  [[policy.limits]]\n  %s\n", limit)
 	return b.String()

@@ -18,19 +18,11 @@ BenchmarkHot/x-2   10  200.0 ns/op   0 B/op   0 allocs/op
 BenchmarkHot/a-2   10   60.0 ns/op   0 B/op   0 allocs/op
 BenchmarkHot/x-2   10  120.0 ns/op   0 B/op   0 allocs/op
 `
-	var out strings.Builder
-	if err := run(strings.NewReader(in), &out, anchors{"Hot": "x"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
+	wantOutput(t, in, anchors{"Hot": "x"},
 		"#### Hot (3 rounds)",
 		"| a | 60 (50–100) | 0 | 0 | 0.50× (0.50–0.50) |",
 		"| x | 120 (100–200) | 0 | 0 | 1.00× (1.00–1.00) |",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
+	)
 }
 
 // TestSiblingAnchor: with SUB "../LAST" each benchmark is compared to its
@@ -44,18 +36,25 @@ BenchmarkS/b/n=9-2   10   80.0 ns/op   30.0 cpu-ns/op
 `
 	defer func(u string) { ratioUnit = u }(ratioUnit)
 	ratioUnit = "cpu-ns/op"
-	var out strings.Builder
-	if err := run(strings.NewReader(in), &out, anchors{"S": "../n=1"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
+	wantOutput(t, in, anchors{"S": "../n=1"},
 		"| benchmark | ns/op | cpu-ns/op | cpu-ns/op vs n=1 |",
 		"| a/n=9 | 60 | 11 | 1.10× (1.10–1.10) |",
 		"| b/n=9 | 80 | 30 | 1.50× (1.50–1.50) |",
 		"| b/n=1 | 70 | 20 | 1.00× (1.00–1.00) |",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+	)
+}
+
+// wantOutput runs in through run with the anchors a and fails the test
+// unless the output contains each of want.
+func wantOutput(t *testing.T, in string, a anchors, want ...string) {
+	t.Helper()
+	var out strings.Builder
+	if err := run(strings.NewReader(in), &out, a); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
 		}
 	}
 }

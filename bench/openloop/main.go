@@ -33,7 +33,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,15 +68,7 @@ const nginxConf = `  upstream app { server %[1]s; keepalive 64; }
 
 // policy follows proc.LimitproxyConfig: one token bucket by client IP
 // that never rejects, as bench/proxybench's.
-const policy = `[[policy]]
-name = "bench"
-upstream = "app"
-key = ["ip"]
-  [[policy.limits]]
-  algorithm = "token_bucket"
-  rate = "1000000000/s"
-  burst = 1000000000
-`
+var policy = fmt.Sprintf(proc.TokenBucketPolicy, "1000000000/s", 1000000000)
 
 // target is one server under load.
 type target struct {
@@ -132,12 +123,9 @@ func main() {
 	}
 }
 
-// upstream serves a fixed small answer, as bench/proxybench's upstream.
+// upstream serves proc.OKUpstream on addr, as bench/proxybench does.
 func upstream(addr string) {
-	srv := &http.Server{Addr: addr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		io.WriteString(w, "ok\n")
-	})}
+	srv := proc.OKUpstream(addr)
 	fmt.Fprintln(os.Stderr, "openloop upstream:", srv.ListenAndServe())
 	os.Exit(1)
 }

@@ -22,7 +22,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,16 +45,6 @@ const nginxConf = `  upstream app { server %[1]s; keepalive 64; }
   server { listen %[2]s; access_log %[4]s combined buffer=64k flush=100ms; location / { limit_req zone=never burst=1000000 nodelay; proxy_pass http://app; } }
   server { listen %[3]s; access_log %[4]s combined buffer=64k flush=100ms; location / { limit_req zone=over burst=100 nodelay; proxy_pass http://app; } }
 }
-`
-
-const policyTemplate = `[[policy]]
-name = "bench"
-upstream = "app"
-key = ["ip"]
-  [[policy.limits]]
-  algorithm = "token_bucket"
-  rate = %q
-  burst = %d
 `
 
 type target struct {
@@ -97,16 +86,12 @@ func run(lp, floor string, dur time.Duration, conns int, wrkCPU, ownCPU string, 
 			return fmt.Errorf("%s is not installed (bench/profile.sh installs it when run as root)", c)
 		}
 	}
-	upAddr := proc.FreeAddr()
-	up := &http.Server{Addr: upAddr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		io.WriteString(w, "ok\n")
-	})}
-	go up.ListenAndServe()
-	defer up.Close()
-	if err := proc.WaitUp(upAddr); err != nil {
+	up, err := proc.StartOKUpstream()
+	if err != nil {
 		return err
 	}
+	defer up.Close()
+	upAddr := up.Addr
 	dir, err := os.MkdirTemp("", "profile")
 	if err != nil {
 		return err
@@ -142,18 +127,13 @@ func run(lp, floor string, dur time.Duration, conns int, wrkCPU, ownCPU string, 
 	}{{"429", "1000/s", 100}, {"forward", "1000000000/s", 1000000000}} {
 		addr := proc.FreeAddr()
 		conf := filepath.Join(dir, c.path+".toml")
-		if err := os.WriteFile(conf, fmt.Appendf([]byte(proc.LimitproxyConfigAccessLog(addr, upAddr, "draft")), policyTemplate, c.rate, c.burst), 0o644); err != nil {
-			return err
-		}
 		logPath := filepath.Join(logDir, c.path+".log")
-		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		cmd, f, err := proc.LimitproxyCommand(lp, conf, proc.LimitproxyConfigAccessLog(addr, upAddr, "draft")+fmt.Sprintf(proc.TokenBucketPolicy, c.rate, c.burst), logPath)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		logs = append(logs, logPath)
-		cmd := exec.Command(lp, "-config", conf)
-		cmd.Stderr = f
 		if err := cmd.Start(); err != nil {
 			return err
 		}

@@ -27,7 +27,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,32 +101,17 @@ func main() {
 	}
 }
 
-// policyTemplate follows proc.LimitproxyConfig: one token bucket by client IP.
-const policyTemplate = `[[policy]]
-name = "bench"
-upstream = "app"
-key = ["ip"]
-  [[policy.limits]]
-  algorithm = "token_bucket"
-  rate = %q
-  burst = %d
-`
-
 func run(lp, bare, bare429 string, rounds int, dur time.Duration, conns, threads int, wrkCPU, ownCPU string, out io.Writer) error {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return errors.New("wrk is not installed (bench/proxy.sh installs it when run as root)")
 	}
 	// The upstream: in this process, a fixed small answer.
-	upAddr := proc.FreeAddr()
-	up := &http.Server{Addr: upAddr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		io.WriteString(w, "ok\n")
-	})}
-	go up.ListenAndServe()
-	defer up.Close()
-	if err := proc.WaitUp(upAddr); err != nil {
+	up, err := proc.StartOKUpstream()
+	if err != nil {
 		return err
 	}
+	defer up.Close()
+	upAddr := up.Addr
 
 	dir, err := os.MkdirTemp("", "proxybench")
 	if err != nil {
@@ -171,21 +155,15 @@ func run(lp, bare, bare429 string, rounds int, dur time.Duration, conns, threads
 	} {
 		addr := proc.FreeAddr()
 		path := filepath.Join(dir, strconv.Itoa(len(targets))+".toml")
-		if err := os.WriteFile(path, fmt.Appendf([]byte(proc.LimitproxyConfigAccessLog(addr, upAddr, "draft")), policyTemplate, c.rate, c.burst), 0o644); err != nil {
-			return err
-		}
 		// Its log, the access log with it, goes to a file, in a directory
-		// of its own: limitproxy watches its configuration's directory,
-		// and a log written there would wake its watcher at each write.
+		// of its own (proc.LimitproxyCommand).
 		logPath := filepath.Join(logDir, strconv.Itoa(len(targets))+".log")
-		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		cmd, f, err := proc.LimitproxyCommand(lp, path, proc.LimitproxyConfigAccessLog(addr, upAddr, "draft")+fmt.Sprintf(proc.TokenBucketPolicy, c.rate, c.burst), logPath)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		logs = append(logs, logPath)
-		cmd := exec.Command(lp, "-config", path)
-		cmd.Stderr = f
 		targets = append(targets, &target{name: c.name, url: "http://" + addr, cmd: cmd})
 	}
 	for _, t := range targets {

@@ -67,14 +67,9 @@ func mainErr(addr, streamFile string, n, c int, timeout time.Duration, seqFile s
 	if streamFile == "" {
 		return fmt.Errorf("-stream is required")
 	}
-	f, err := os.Open(streamFile)
+	stream, err := rlsload.ReadStream(streamFile)
 	if err != nil {
 		return err
-	}
-	stream, err := rlsload.ParseStream(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", streamFile, err)
 	}
 	if n <= 0 {
 		n = len(stream)
@@ -104,14 +99,9 @@ func openLoop(addr, streamFile string, rate float64, dur time.Duration, n, pid i
 	if err := loopback(addr); err != nil {
 		return err
 	}
-	f, err := os.Open(streamFile)
+	stream, err := rlsload.ReadStream(streamFile)
 	if err != nil {
 		return err
-	}
-	stream, err := rlsload.ParseStream(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", streamFile, err)
 	}
 	framed, err := rlsload.FrameStream(stream)
 	if err != nil {

@@ -171,14 +171,9 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 		}
 	}
 
-	f, err := os.Open(streamFile)
+	stream, err := rlsload.ReadStream(streamFile)
 	if err != nil {
 		return err
-	}
-	stream, err := rlsload.ParseStream(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", streamFile, err)
 	}
 	given := len(stream)
 	if random > 0 {

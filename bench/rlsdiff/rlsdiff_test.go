@@ -57,12 +57,7 @@ func TestDifferential(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f, err := os.Open("../rls/differential.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := rlsload.ParseStream(f)
-	f.Close()
+	stream, err := rlsload.ReadStream("../rls/differential.txt")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,15 +79,7 @@ key_file = "`+filepath.Join(dir, "key.pem")+`"
 		path + ":10:1: admin.key_hash_secret_env: environment variable LIMITPROXY_TEST_CLI_HASH is unset or shorter than 16 bytes",
 		path + ":12:1: store.overrides_file: ",
 	}
-	lines := strings.Split(strings.TrimSpace(stderr), "\n")
-	if code != 1 || stdout != "" || len(lines) != len(want) {
-		t.Fatalf("check: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and %d errors", code, stdout, stderr, len(want))
-	}
-	for i, w := range want {
-		if !strings.HasPrefix(lines[i], w) {
-			t.Errorf("error %d = %q, want it to begin %q", i, lines[i], w)
-		}
-	}
+	wantCheckErrors(t, code, stdout, stderr, want)
 	cfg, err := config.LoadWith(path, server.LoadOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +139,14 @@ upstream = "app"
 		path + ":18:3: policy[0].limits[0].algorithm: is required",
 		path + `:19:3: policy[0].limits[0].algoritm: unknown key "algoritm"`,
 	}
+	wantCheckErrors(t, code, stdout, stderr, want)
+}
+
+// wantCheckErrors fails the test unless check exited 1 (code), printed
+// nothing on stdout and on stderr one line per error, each beginning with
+// the matching line of want.
+func wantCheckErrors(t *testing.T, code int, stdout, stderr string, want []string) {
+	t.Helper()
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	if code != 1 || stdout != "" || len(lines) != len(want) {
 		t.Fatalf("check: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and %d errors", code, stdout, stderr, len(want))
@@ -270,19 +269,10 @@ func TestCompletionScripts(t *testing.T) {
 	}
 }
 
-// TestReloadCommand: `limitproxy reload` asks the running server through
-// its admin API, with the token token_env names: a good file is applied
-// (exit 0), a refused one prints every error at its position (exit 1) and
-// the configuration in force stays, a wrong token is refused (exit 1).
 // TestReloadNothingListens: reload of a file no server runs says so, and
 // where it asked.
 func TestReloadNothingListens(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	path := writeFile(t, filepath.Join(t.TempDir(), "c.toml"), minimalConfig(fmt.Sprintf("listen = %q\n", addr), ""))
 	code, _, stderr := runCLI(t, "reload", "-config", path)
 	if w := "reload: nothing listens on " + addr + ", the [admin] listen of " + path + ": is limitproxy running with this file?"; code != 1 || !strings.HasPrefix(stderr, w) {
@@ -290,13 +280,12 @@ func TestReloadNothingListens(t *testing.T) {
 	}
 }
 
+// TestReloadCommand: `limitproxy reload` asks the running server through
+// its admin API, with the token token_env names: a good file is applied
+// (exit 0), a refused one prints every error at its position (exit 1) and
+// the configuration in force stays, a wrong token is refused (exit 1).
 func TestReloadCommand(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminAddr := ln.Addr().String()
-	ln.Close()
+	adminAddr := freeAddr(t)
 	t.Setenv("LIMITPROXY_TEST_RELOAD_TOKEN", "s3cret")
 	admin := fmt.Sprintf("listen = %q\ntoken_env = \"LIMITPROXY_TEST_RELOAD_TOKEN\"\n", adminAddr)
 	path := writeFile(t, filepath.Join(t.TempDir(), "c.toml"), minimalConfig(admin, ""))

@@ -259,7 +259,16 @@ func TestImageSpools(t *testing.T) {
 	}
 }
 
+// freeAddr returns a loopback address (127.0.0.1:port) whose port was
+// free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+}
+
+// freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) int {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -188,18 +188,7 @@ func withPreflight(fileErrs config.Errors, pre error) error {
 			all = append(all, p)
 		}
 	}
-	slices.SortStableFunc(all, func(a, b *config.Error) int {
-		if (a.Line == 0) != (b.Line == 0) {
-			if a.Line == 0 {
-				return 1
-			}
-			return -1
-		}
-		if a.Line != b.Line {
-			return a.Line - b.Line
-		}
-		return a.Col - b.Col
-	})
+	server.SortInFileOrder(all)
 	return all
 }
 

@@ -12,7 +12,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,6 +185,63 @@ access = %v
 name = "app"
 targets = ["http://%s"]
 `, listen, headers, level, access, upstream)
+}
+
+// TokenBucketPolicy is a policy to append to LimitproxyConfig's
+// configuration: "bench", on upstream "app", one token bucket keyed by
+// client IP. Its verbs are the rate (%q, e.g. "1000/s") and the burst
+// (%d).
+const TokenBucketPolicy = `[[policy]]
+name = "bench"
+upstream = "app"
+key = ["ip"]
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = %q
+  burst = %d
+`
+
+// LimitproxyCommand writes the configuration conf to confPath and returns
+// the command, not started, that runs the limitproxy binary bin on it with
+// its stderr (its log, the access log with it) appended to the file at
+// logPath, and that file, which the caller closes once the process has
+// ended. The log belongs in a directory other than confPath's: limitproxy
+// watches its configuration's directory, and a log written there would
+// wake its watcher at each write.
+func LimitproxyCommand(bin, confPath, conf, logPath string) (*exec.Cmd, *os.File, error) {
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(bin, "-config", confPath)
+	cmd.Stderr = f
+	return cmd, f, nil
+}
+
+// OKUpstream returns a server for addr, not started, that answers every
+// request 200 with a fixed small body ("ok\n", text/plain): the upstream
+// the proxy benchmarks run in their own process.
+func OKUpstream(addr string) *http.Server {
+	return &http.Server{Addr: addr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "ok\n")
+	})}
+}
+
+// StartOKUpstream starts an OKUpstream on a free loopback address (its
+// Addr) and waits until it accepts connections. The caller stops it with
+// Close.
+func StartOKUpstream() (*http.Server, error) {
+	up := OKUpstream(FreeAddr())
+	go up.ListenAndServe()
+	if err := WaitUp(up.Addr); err != nil {
+		up.Close()
+		return nil, err
+	}
+	return up, nil
 }
 
 // TicksPerSecond is USER_HZ on Linux, the unit of CPUTicks.

@@ -88,26 +88,16 @@ func OpenLoop(ctx context.Context, conns []*Conn, stream Framed, o OpenOptions) 
 	lat := make([]time.Duration, n)
 	late := make([]time.Duration, n)
 	var (
-		mu          sync.Mutex
-		res         OpenResult
-		errs, descs atomic.Int64
-		answered    atomic.Int64
-		allDone     = make(chan struct{})
+		res      OpenResult
+		answers  tally
+		answered atomic.Int64
+		allDone  = make(chan struct{})
 	)
 	start := time.Now().Add(10 * time.Millisecond)
 	sent := n
 	end := func(i, statuses int, _ bool, err error) {
 		lat[i] = time.Since(start.Add(loadgen.Instant(i, o.Rate)))
-		if err != nil {
-			errs.Add(1)
-			mu.Lock()
-			if res.FirstError == "" {
-				res.FirstError = err.Error()
-			}
-			mu.Unlock()
-		} else {
-			descs.Add(int64(statuses))
-		}
+		answers.add(statuses, err)
 		if int(answered.Add(1)) == n {
 			close(allDone)
 		}
@@ -158,7 +148,8 @@ func OpenLoop(ctx context.Context, conns []*Conn, stream Framed, o OpenOptions) 
 	}
 	<-allDone
 	res.Elapsed = time.Since(start)
-	res.Calls, res.Errors, res.Descriptors = sent, int(errs.Load()), int(descs.Load())
+	res.Calls, res.Errors, res.Descriptors = sent, int(answers.errs.Load()), int(answers.descs.Load())
+	res.FirstError = answers.firstError()
 	lat, late = lat[:sent], late[:sent]
 	if sent > 0 {
 		slices.Sort(lat)
@@ -168,6 +159,40 @@ func OpenLoop(ctx context.Context, conns []*Conn, stream Framed, o OpenOptions) 
 		res.DecisionsPerSec = float64(res.Descriptors) / res.Elapsed.Seconds()
 	}
 	return res
+}
+
+// tally counts a run's answers: the descriptors decided by those without
+// error, the errors, and the first error's text. Safe for concurrent use.
+type tally struct {
+	descs, errs atomic.Int64
+	mu          sync.Mutex
+	first       string // guarded by mu
+}
+
+// add counts one answer: statuses descriptors decided, or the error err.
+func (t *tally) add(statuses int, err error) {
+	if err != nil {
+		t.errs.Add(1)
+		t.noteFirst(err)
+		return
+	}
+	t.descs.Add(int64(statuses))
+}
+
+// noteFirst keeps err as the first error if none came before it.
+func (t *tally) noteFirst(err error) {
+	t.mu.Lock()
+	if t.first == "" {
+		t.first = err.Error()
+	}
+	t.mu.Unlock()
+}
+
+// firstError returns the first error's text, "" if none.
+func (t *tally) firstError() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.first
 }
 
 // ClosedLoop sends calls of stream (cycling through it) on conns, conc
@@ -181,12 +206,10 @@ func ClosedLoop(ctx context.Context, conns []*Conn, stream Framed, calls, conc i
 	lat := make([]time.Duration, calls)
 	sentAt := make([]time.Time, calls)
 	var (
-		mu       sync.Mutex
 		res      Result
+		answers  tally
 		next     atomic.Int64
 		answered atomic.Int64
-		errs     atomic.Int64
-		descs    atomic.Int64
 		overs    atomic.Int64
 		allDone  = make(chan struct{})
 	)
@@ -217,16 +240,7 @@ func ClosedLoop(ctx context.Context, conns []*Conn, stream Framed, calls, conc i
 		if over {
 			overs.Add(1)
 		}
-		if err != nil {
-			errs.Add(1)
-			mu.Lock()
-			if res.FirstError == "" {
-				res.FirstError = err.Error()
-			}
-			mu.Unlock()
-		} else {
-			descs.Add(int64(statuses))
-		}
+		answers.add(statuses, err)
 		if int(answered.Add(1)) == calls {
 			close(allDone)
 			return
@@ -244,7 +258,7 @@ func ClosedLoop(ctx context.Context, conns []*Conn, stream Framed, calls, conc i
 		// Stuck: stop sending, fail what is in flight, count what was
 		// never sent as failed.
 		if claimed := int(next.Swap(int64(calls))); claimed < calls {
-			errs.Add(int64(calls - claimed))
+			answers.errs.Add(int64(calls - claimed))
 			if int(answered.Add(int64(calls-claimed))) == calls {
 				close(allDone)
 			}
@@ -256,17 +270,12 @@ func ClosedLoop(ctx context.Context, conns []*Conn, stream Framed, calls, conc i
 		case <-allDone:
 		case <-time.After(timeout):
 		}
-		mu.Lock()
-		if res.FirstError == "" {
-			res.FirstError = errTimeout.Error()
-		}
-		mu.Unlock()
+		answers.noteFirst(errTimeout)
 	}
 	t.Stop()
 	res.Elapsed = time.Since(start)
-	mu.Lock()
-	defer mu.Unlock()
-	res.Calls, res.Errors, res.Descriptors = calls, int(errs.Load()), int(descs.Load())
+	res.FirstError = answers.firstError()
+	res.Calls, res.Errors, res.Descriptors = calls, int(answers.errs.Load()), int(answers.descs.Load())
 	res.OverLimit = int(overs.Load())
 	res.OK = calls - res.Errors - res.OverLimit
 	slices.Sort(lat)

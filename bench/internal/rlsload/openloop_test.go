@@ -37,20 +37,47 @@ func (s slowRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // options, and returns a connection of Dial to it.
 func serve(t testing.TB, delay time.Duration, opts ...grpc.ServerOption) *Conn {
 	t.Helper()
+	return dial(t, listen(t, slowRLS{delay: delay}, opts...))
+}
+
+// listen starts impl, with the server's options, on a loopback port
+// until the test ends, and returns its address.
+func listen(t testing.TB, impl rlsv3.RateLimitServiceServer, opts ...grpc.ServerOption) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(srv, slowRLS{delay: delay})
+	rlsv3.RegisterRateLimitServiceServer(srv, impl)
 	go srv.Serve(l)
 	t.Cleanup(srv.Stop)
-	conn, err := Dial(l.Addr().String())
+	return l.Addr().String()
+}
+
+// dial returns a connection of Dial to addr, closed when the test ends.
+func dial(t testing.TB, addr string) *Conn {
+	t.Helper()
+	conn, err := Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// frame parses the descriptor stream text (ParseStream) and frames it.
+func frame(t testing.TB, text string) Framed {
+	t.Helper()
+	stream, err := ParseStream(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	framed, err := FrameStream(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return framed
 }
 
 // TestOpenLoopSendsOnSchedule: every call of the schedule is sent and
@@ -59,14 +86,7 @@ func serve(t testing.TB, delay time.Duration, opts ...grpc.ServerOption) *Conn {
 // at least that. The answers' statuses are counted from the raw answer
 // (calls of one and of two descriptors).
 func TestOpenLoopSendsOnSchedule(t *testing.T) {
-	stream, err := ParseStream(strings.NewReader("d k=a\nd k=b,j=c k=d\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	framed, err := FrameStream(stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	framed := frame(t, "d k=a\nd k=b,j=c k=d\n")
 	conn := serve(t, 50*time.Millisecond)
 	start := time.Now()
 	r := OpenLoop(context.Background(), []*Conn{conn, conn}, framed, OpenOptions{Rate: 1000, Dur: 300 * time.Millisecond, Timeout: 5 * time.Second})
@@ -93,14 +113,7 @@ func TestOpenLoopSendsOnSchedule(t *testing.T) {
 // (from each call's instant, not from when the server took it): the last
 // of 40 calls due within 80 ms is answered about 0.7 s after its instant.
 func TestOpenLoopCountsTheServersQueue(t *testing.T) {
-	stream, err := ParseStream(strings.NewReader("d k=a\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	framed, err := FrameStream(stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	framed := frame(t, "d k=a\n")
 	conn := serve(t, 20*time.Millisecond, grpc.MaxConcurrentStreams(1))
 	r := OpenLoop(context.Background(), []*Conn{conn}, framed, OpenOptions{Rate: 500, Dur: 80 * time.Millisecond, Timeout: 5 * time.Second})
 	if r.Calls != 40 || r.Errors != 0 || r.Descriptors != 40 {
@@ -114,14 +127,7 @@ func TestOpenLoopCountsTheServersQueue(t *testing.T) {
 // TestOpenLoopTimesOut: calls the server has not answered by their
 // deadline fail, and the run ends then.
 func TestOpenLoopTimesOut(t *testing.T) {
-	stream, err := ParseStream(strings.NewReader("d k=a\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	framed, err := FrameStream(stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	framed := frame(t, "d k=a\n")
 	conn := serve(t, 2*time.Second)
 	start := time.Now()
 	r := OpenLoop(context.Background(), []*Conn{conn}, framed, OpenOptions{Rate: 100, Dur: 100 * time.Millisecond, Timeout: 300 * time.Millisecond})
@@ -162,14 +168,7 @@ func TestConnErrors(t *testing.T) {
 //
 //	go test -run '^$' -bench OpenLoop -benchmem ./internal/rlsload
 func BenchmarkOpenLoop(b *testing.B) {
-	stream, err := ParseStream(strings.NewReader("d k=a\nd k=b\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	framed, err := FrameStream(stream)
-	if err != nil {
-		b.Fatal(err)
-	}
+	framed := frame(b, "d k=a\nd k=b\n")
 	conn := serve(b, 0)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -184,32 +183,10 @@ func BenchmarkOpenLoop(b *testing.B) {
 // flight (the server sees at most 3 at once), OVER_LIMIT answers
 // counted.
 func TestClosedLoop(t *testing.T) {
-	stream, err := ParseStream(strings.NewReader("d k=a\nover k=b\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	framed, err := FrameStream(stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	framed := frame(t, "d k=a\nover k=b\n")
 	var cur, peak atomic.Int64
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, countingRLS{cur: &cur, peak: &peak})
-	go srv.Serve(l)
-	t.Cleanup(srv.Stop)
-	var conns []*Conn
-	for range 2 {
-		c, err := Dial(l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		conns = append(conns, c)
-	}
+	addr := listen(t, countingRLS{cur: &cur, peak: &peak})
+	conns := []*Conn{dial(t, addr), dial(t, addr)}
 	r := ClosedLoop(context.Background(), conns, framed, 200, 3, 5*time.Second)
 	if r.Calls != 200 || r.Errors != 0 || r.Descriptors != 200 || r.OverLimit != 100 || r.OK != 100 {
 		t.Fatalf("%s", r.Summary("test"))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strings"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -62,4 +63,19 @@ func ParseStream(r io.Reader) ([]*rlsv3.RateLimitRequest, error) {
 		return nil, fmt.Errorf("no calls in the stream")
 	}
 	return calls, nil
+}
+
+// ReadStream reads the descriptor stream in the file at path
+// (ParseStream); a parse error names the file.
+func ReadStream(path string) ([]*rlsv3.RateLimitRequest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := ParseStream(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return stream, nil
 }

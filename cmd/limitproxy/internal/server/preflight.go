@@ -122,6 +122,14 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 	if len(errs) == 0 {
 		return nil
 	}
+	SortInFileOrder(errs)
+	return errs
+}
+
+// SortInFileOrder sorts errs by their place in the file, line then
+// column, those without a line (Line 0) last; errors at the same place
+// keep their order.
+func SortInFileOrder(errs config.Errors) {
 	slices.SortStableFunc(errs, func(a, b *config.Error) int {
 		if (a.Line == 0) != (b.Line == 0) {
 			if a.Line == 0 {
@@ -134,7 +142,6 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 		}
 		return a.Col - b.Col
 	})
-	return errs
 }
 
 // secretEnv returns the value of the environment variable name, which
