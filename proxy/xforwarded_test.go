@@ -191,3 +191,33 @@ func firstElem(v string) string {
 	}
 	return v
 }
+
+// TestClientIPFromHeader: ClientFromHeader, replay's reading of a logged
+// client-address header, reads it as the proxy does: Forwarded's for=
+// parameter when the header is Forwarded (in any case), X-Forwarded-For's
+// bare list otherwise; walked from the right past trusted peers, or the
+// hops-th element from the right; the peer when the lines name no client.
+func TestClientIPFromHeader(t *testing.T) {
+	peer := netip.MustParseAddr("10.0.0.1")
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	for _, c := range []struct {
+		header string
+		lines  []string
+		hops   int
+		want   string
+	}{
+		{"forwarded", []string{"for=192.0.2.7"}, 0, "192.0.2.7"},
+		{"Forwarded", []string{`for="[2001:db8::7]:80";proto=https, for=10.0.0.2`}, 0, "2001:db8::7"},
+		{"X-Forwarded-For", []string{"for=192.0.2.7"}, 0, "10.0.0.1"}, // not an address: the peer
+		{"X-Forwarded-For", []string{"192.0.2.7, 10.0.0.2"}, 0, "192.0.2.7"},
+		{"X-Forwarded-For", []string{"192.0.2.9", "192.0.2.7, 10.0.0.2"}, 0, "192.0.2.7"},
+		{"X-Forwarded-For", []string{"192.0.2.7, 198.51.100.1"}, 1, "198.51.100.1"},
+		{"X-Forwarded-For", []string{"192.0.2.7, 198.51.100.1"}, 2, "192.0.2.7"},
+		{"X-Forwarded-For", []string{"192.0.2.7"}, 2, "10.0.0.1"}, // fewer elements than hops
+		{"X-Forwarded-For", nil, 0, "10.0.0.1"},
+	} {
+		if got := ClientFromHeader(peer, c.lines, c.header, trusted, c.hops); got.String() != c.want {
+			t.Errorf("ClientFromHeader(%s: %q, hops %d) = %v, want %s", c.header, c.lines, c.hops, got, c.want)
+		}
+	}
+}
