@@ -239,6 +239,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.inform(rec, snap, start, &o)
 	if o.reply != noReply {
+		readRefusedBody(rec, r, snap.set.Config.Server.ClientBodyTimeout)
 		h.answer(rec, r, snap, start, &o)
 		return
 	}
