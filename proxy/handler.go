@@ -395,6 +395,7 @@ func (h *Handler) waitTurn(rec *recorder, r *http.Request, p *policy.Policy, d l
 	default:
 		// The drain budget ran out (CloseQueues): the request has left
 		// the queue and is answered, not forwarded.
+		readRefusedBody(rec, r, h.snap.Load().set.Config.Server.ClientBodyTimeout)
 		rec.Header().Set("Retry-After", "1")
 		writeProblem(rec, http.StatusServiceUnavailable, problem{Type: "about:blank", Title: "Service Unavailable",
 			Status: http.StatusServiceUnavailable, Detail: "the proxy is shutting down; retry"})

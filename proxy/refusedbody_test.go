@@ -127,3 +127,67 @@ func TestRefusedBody(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedBodyConcurrency: a [policy.concurrency] refusal of a request
+// whose declared body does not come is answered by client_body_timeout
+// too, with Connection: close (before, no answer: net/http waited for the
+// body with no deadline).
+func TestRefusedBodyConcurrency(t *testing.T) {
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held <- struct{}{}
+		<-release
+	}))
+	t.Cleanup(up.Close) // last: cleanups run last first
+	cfg, err := config.Parse("conc.toml", fmt.Appendf(nil, `[server]
+client_body_timeout = "1s"
+[[upstream]]
+name = "app"
+targets = [%q]
+[[policy]]
+name = "one-at-a-time"
+upstream = "app"
+  [policy.concurrency]
+  limit = 1
+`, up.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(New(set, Options{}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // first: srv.Close waits for the held request
+	go func() {
+		if resp, err := http.Get(srv.URL + "/hold"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request never reached the upstream")
+	}
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	begin := time.Now()
+	io.WriteString(conn, "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\nabc")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer after %v: %v", time.Since(begin), err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || !resp.Close {
+		t.Fatalf("status %d, Connection: close %v; want 429 and close", resp.StatusCode, resp.Close)
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("the answer took %v; want it by client_body_timeout (1s)", took)
+	}
+}

@@ -155,6 +155,7 @@ func (h *Handler) concurrencyGate(rec *recorder, r *http.Request, p *policy.Poli
 	}
 	*decision = Rejected
 	rec.err = "concurrency limit"
+	readRefusedBody(rec, r, h.snap.Load().set.Config.Server.ClientBodyTimeout)
 	reject(rec, p, limiter.Decision{RetryAfter: time.Second, Index: -1}, rj)
 	return nil, false
 }
