@@ -147,12 +147,14 @@ func New(store Store, policy string, limits ...Limit) (*Limiter, error) {
 // string. An error means the store could not decide (ErrStoreUnavailable)
 // and the Decision is the zero value. If the Decision has a Delay or a
 // Ticket, call Wait before going on.
-func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64) (Decision, error) {
+func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64) (d Decision, err error) {
 	if n <= 0 {
 		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
 	}
-	d, err := l.store.Decide(ctx, l.limits, driver.OneKey(key), now, n)
-	return Decision(d), err
+	// The store writes the result in place (the two types are one
+	// layout): no copy of the Decision on the hot path.
+	*(*driver.Decision)(&d), err = l.store.Decide(ctx, l.limits, driver.OneKey(key), now, n)
+	return d, err
 }
 
 // AllowKeys is Allow with a client key per limit: limit i counts the
@@ -171,7 +173,7 @@ func (l *Limiter) PeekKeys(ctx context.Context, keys []string, now time.Time, n 
 }
 
 // keys is AllowKeys and PeekKeys, deciding with step.
-func (l *Limiter) keys(ctx context.Context, keys []string, now time.Time, n int64, step func(context.Context, []driver.Limit, driver.Keys, time.Time, int64) (driver.Decision, error)) (Decision, error) {
+func (l *Limiter) keys(ctx context.Context, keys []string, now time.Time, n int64, step func(context.Context, []driver.Limit, driver.Keys, time.Time, int64) (driver.Decision, error)) (d Decision, err error) {
 	if n <= 0 {
 		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
 	}
@@ -179,8 +181,8 @@ func (l *Limiter) keys(ctx context.Context, keys []string, now time.Time, n int6
 		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
 	}
 	if !slices.Contains(keys, SkipKey) {
-		d, err := step(ctx, l.limits, driver.PerLimit(keys), now, n)
-		return Decision(d), err
+		*(*driver.Decision)(&d), err = step(ctx, l.limits, driver.PerLimit(keys), now, n) // in place, as Allow
+		return d, err
 	}
 	// Decide the others; Index back to l's numbering.
 	var idx [MaxLimits]int32
@@ -196,9 +198,9 @@ func (l *Limiter) keys(ctx context.Context, keys []string, now time.Time, n int6
 	if len(lims) == 0 {
 		return Decision{Allowed: true, Index: -1}, nil
 	}
-	d, err := step(ctx, lims, driver.PerLimit(ks), now, n)
+	*(*driver.Decision)(&d), err = step(ctx, lims, driver.PerLimit(ks), now, n)
 	d.Index = idx[d.Index]
-	return Decision(d), err
+	return d, err
 }
 
 // Peek returns the decision Allow(ctx, key, now, 1) would return, without
