@@ -191,3 +191,76 @@ upstream = "app"
 		t.Errorf("the answer took %v; want it by client_body_timeout (1s)", took)
 	}
 }
+
+// TestRefusedBodyShed: a request whose body would stream to its upstream
+// (request_buffering = false), shed by the upstream's concurrency limit
+// (503) before its declared body comes, is answered by
+// client_body_timeout too, with Connection: close. (A buffered body is
+// read before the slot is asked for: it ends in 408 by then.)
+func TestRefusedBodyShed(t *testing.T) {
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held <- struct{}{}
+		<-release
+	}))
+	t.Cleanup(up.Close) // last: cleanups run last first
+	cfg, err := config.Parse("shed.toml", fmt.Appendf(nil, `[server]
+client_body_timeout = "1s"
+[[upstream]]
+name = "app"
+targets = [%q]
+request_buffering = false
+  [upstream.concurrency]
+  limit = 1
+  queue = 0
+[[policy]]
+name = "all"
+upstream = "app"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1000/s"
+`, up.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(New(set, Options{}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // first: srv.Close waits for the held request
+	go func() {
+		if resp, err := http.Get(srv.URL + "/hold"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request never reached the upstream")
+	}
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	begin := time.Now()
+	io.WriteString(conn, "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\nabc")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer after %v: %v", time.Since(begin), err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("status %d, want 503 (shed)", resp.StatusCode)
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("the answer took %v; want it by client_body_timeout (1s)", took)
+	}
+	if !resp.Close {
+		t.Errorf("status %d without Connection: close; the rest of the body is not read", resp.StatusCode)
+	}
+}

@@ -73,6 +73,7 @@ func (h *Handler) admitStream(w *recorder, r *http.Request, u *config.Upstream, 
 		return release, true
 	}
 	w.streamRefused = true
+	readRefusedBody(w, r, s.ClientBodyTimeout)
 	w.Header().Set("Retry-After", streamRetryAfter)
 	const detail = "this client streams max_streams_per_key request bodies to the upstream already; retry when one ends"
 	if w.grpc {

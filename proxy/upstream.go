@@ -261,6 +261,7 @@ func (h *Handler) acquire(w *recorder, r *http.Request, pool *pool, class int) (
 	}
 	w.shed = true
 	w.err = string(shed.Reason)
+	readRefusedBody(w, r, h.snap.Load().set.Config.Server.ClientBodyTimeout)
 	w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(shed.RetryAfter), 10))
 	writeProblem(w, http.StatusServiceUnavailable, problem{Type: "about:blank", Title: "Service Unavailable",
 		Status: http.StatusServiceUnavailable, Detail: "the upstream " + pool.cfg.Name + " is at its concurrency limit; retry"})
