@@ -243,6 +243,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answer(rec, r, snap, start, &o)
 		return
 	}
+	// From here the request may wait (a slot, the queue, the upstream):
+	// a client that goes away meanwhile must end it.
+	watchClient(w)
 	// A request that will wait in a leaky-bucket queue takes its
 	// concurrency slot before waiting: everything one key holds in the
 	// proxy (queued, waiting for a slot, in flight) then counts against
@@ -264,6 +267,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.forward(rec, r, snap, o.p)
+}
+
+// clientWatcher is a ResponseWriter whose server watches for the client
+// going away (the request's context is canceled then) only when asked:
+// limitproxy's HTTP/1.1 front (internal/h1), which answers the requests
+// refused at once without that watch's goroutine and read. net/http's
+// server watches every request by itself.
+type clientWatcher interface{ WatchClient() }
+
+// watchClient asks w's server, if it is a clientWatcher (through any
+// Unwrap), to watch for the client going away.
+func watchClient(w http.ResponseWriter) {
+	for {
+		if cw, ok := w.(clientWatcher); ok {
+			cw.WatchClient()
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
 }
 
 // abortIfGone ends the exchange of a client that left before anything was

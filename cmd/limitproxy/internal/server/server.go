@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/limitproxy/limitproxy/internal/h1"
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/redisstore"
 	"github.com/limitproxy/limitproxy/policy"
@@ -186,6 +187,8 @@ type process struct {
 
 	ln  net.Listener // the proxy's, as srv serves it
 	srv *http.Server
+	// front serves plain HTTP/1.1 in front of srv (server); nil under TLS.
+	front *h1.Server
 	// With [server.tls]: the listener of http_listen and its server
 	// (redirects to HTTPS, ACME's HTTP challenges), and the ACME manager.
 	redirectLn net.Listener
@@ -464,13 +467,35 @@ func (p *process) watchSignals() func(ctx context.Context) {
 	}
 }
 
+// proxyServer is the proxy listener's server: net/http's, or in front of
+// it the HTTP/1.1 front (internal/h1).
+type proxyServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// server returns the proxy listener's server: the front for plain HTTP
+// (servers builds it), net/http's own under TLS, which serves HTTP/2 and
+// the handshake.
+func (p *process) server() proxyServer {
+	if p.front != nil {
+		return p.front
+	}
+	return p.srv
+}
+
 // servers returns the servers' accept loops: the proxy's (HTTPS if it has
 // a certificate), the HTTP redirect's and the admin's, each returning
 // when its server is shut down or fails.
 func (p *process) servers() []func() error {
-	serve := []func() error{func() error { return p.srv.Serve(p.ln) }}
-	if p.srv.TLSConfig != nil {
-		serve[0] = func() error { return p.srv.ServeTLS(p.ln, "", "") }
+	// Decided before net/http's server runs: it sets a TLSConfig of
+	// its own (for HTTP/2) once it serves.
+	serve := []func() error{func() error { return p.srv.ServeTLS(p.ln, "", "") }}
+	if p.srv.TLSConfig == nil {
+		front := h1.New(p.srv)
+		p.front = front
+		serve[0] = func() error { return front.Serve(p.ln) }
 	}
 	if p.redirect != nil {
 		serve = append(serve, func() error { return p.redirect.Serve(p.redirectLn) })
@@ -536,13 +561,14 @@ func (p *process) drain() {
 		// Beside the proxy's, within the same budget.
 		fauth.Go(func() { p.fauth.srv.Shutdown(ctx) })
 	}
-	if err := p.srv.Shutdown(ctx); err != nil {
+	srv := p.server()
+	if err := srv.Shutdown(ctx); err != nil {
 		// A moment for the 503 answers to go out.
 		p.handler.CloseQueues()
 		answer, cancel := context.WithTimeout(context.Background(), time.Second)
-		p.srv.Shutdown(answer)
+		srv.Shutdown(answer)
 		cancel()
-		p.srv.Close()
+		srv.Close()
 		p.log.Warn("drain budget exhausted; queued requests answered 503, remaining connections closed", zap.Error(err))
 	}
 	p.handler.CloseIdleConnections()

@@ -1,0 +1,304 @@
+package h1
+
+import (
+	"bytes"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// head is a request head the front serves itself: what parseHead found
+// in the bytes before the blank line. Its strings share one allocation,
+// the head's text.
+type head struct {
+	method, target string
+	url            *url.URL
+	header         http.Header
+	host           string
+	close          bool // Connection: close
+}
+
+// maxFields bounds the header fields a head served here may carry; a
+// head with more is handed to net/http, which has its own bound.
+const maxFields = 64
+
+// parseHead parses b, a request head that ends with its blank line
+// ("\r\n\r\n" included), into h, and reports whether the front serves
+// it. It accepts a strict subset of what net/http's server accepts, and
+// reads what it accepts exactly as net/http reads it (the differential
+// test and fuzzer in parse_test.go hold it to that):
+//
+//   - a request line "METHOD SP origin-form SP HTTP/1.1" (origin-form: a
+//     target that starts with "/");
+//   - field lines "name: value" that end in CRLF (no bare LF or CR, no
+//     obs-fold, no whitespace before the colon), names of token
+//     characters, values without control characters but HTAB;
+//   - exactly one Host field, valid as net/http's server checks it;
+//   - no body: no Transfer-Encoding, and no Content-Length but one "0";
+//   - no Expect, Upgrade or Trailer field, nothing HTTP/2.
+//
+// Anything else is not an error here: the connection goes to net/http,
+// which answers it (400, 431, 501…) or serves it as it always did.
+func parseHead(b []byte, h *head) bool {
+	// Cheap checks on the bytes first, so that nothing is allocated for a
+	// head handed over.
+	line, rest, ok := cutCRLF(b)
+	if !ok {
+		return false
+	}
+	sp1 := bytes.IndexByte(line, ' ')
+	if sp1 <= 0 {
+		return false
+	}
+	sp2 := sp1 + 1 + bytes.IndexByte(line[sp1+1:], ' ')
+	if sp2 <= sp1+1 || !bytes.Equal(line[sp2+1:], []byte("HTTP/1.1")) {
+		return false
+	}
+	for _, c := range line[:sp1] {
+		if !httpguts.IsTokenRune(rune(c)) {
+			return false
+		}
+	}
+	if line[sp1+1] != '/' {
+		return false // absolute-form, authority-form, asterisk-form
+	}
+	for _, c := range line[sp1+1 : sp2] {
+		if c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	fields := 0
+	for r := rest; ; {
+		l, next, ok := cutCRLF(r)
+		if !ok {
+			return false
+		}
+		if len(l) == 0 {
+			if len(next) != 0 {
+				return false // b is one head, nothing after it
+			}
+			break
+		}
+		if !validField(l) {
+			return false
+		}
+		if fields++; fields > maxFields {
+			return false
+		}
+		r = next
+	}
+
+	// Accepted so far: build the request's strings from one copy.
+	s := string(b)
+	h.method = internMethod(s[:sp1])
+	h.target = s[sp1+1 : sp2]
+	u, err := url.ParseRequestURI(h.target)
+	if err != nil {
+		return false
+	}
+	h.url = u
+	hdr := make(http.Header, fields)
+	vals := make([]string, fields)
+	nHost, clen := 0, false
+	off := len(line) + 2
+	for i := 0; ; i++ {
+		end := off + strings.Index(s[off:], "\r\n")
+		if end == off {
+			break
+		}
+		l := s[off:end]
+		off = end + 2
+		colon := strings.IndexByte(l, ':')
+		name := canonicalName(l[:colon])
+		v := trimOWS(l[colon+1:])
+		switch name {
+		case "Host":
+			nHost++
+			if !httpguts.ValidHostHeader(v) {
+				return false
+			}
+		case "Content-Length":
+			if clen || v != "0" {
+				return false
+			}
+			clen = true
+		case "Transfer-Encoding", "Expect", "Upgrade", "Trailer", "Http2-Settings":
+			return false
+		}
+		vals[i] = v
+		if old, ok := hdr[name]; ok {
+			hdr[name] = append(old, v)
+		} else {
+			hdr[name] = vals[i : i+1 : i+1]
+		}
+	}
+	if nHost != 1 {
+		return false
+	}
+	h.host = u.Host // "" for origin-form
+	if h.host == "" {
+		h.host = hdr["Host"][0]
+	}
+	delete(hdr, "Host")
+	// As net/http's readRequest: a lone "Pragma: no-cache" implies
+	// "Cache-Control: no-cache".
+	if pv, ok := hdr["Pragma"]; ok && len(pv) > 0 && pv[0] == "no-cache" {
+		if _, ok := hdr["Cache-Control"]; !ok {
+			hdr["Cache-Control"] = []string{"no-cache"}
+		}
+	}
+	h.header = hdr
+	h.close = hasToken(hdr["Connection"], "close")
+	return true
+}
+
+// cutCRLF splits b at its first line end, which must be CRLF: a bare CR
+// or LF before it reports false.
+func cutCRLF(b []byte) (line, rest []byte, ok bool) {
+	for i, c := range b {
+		switch c {
+		case '\r':
+			if i+1 < len(b) && b[i+1] == '\n' {
+				return b[:i], b[i+2:], true
+			}
+			return nil, nil, false
+		case '\n':
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
+}
+
+// validField reports whether l is a field line the front accepts: a
+// token name, a colon, and a value of visible characters, SP, HTAB and
+// obs-text.
+func validField(l []byte) bool {
+	colon := bytes.IndexByte(l, ':')
+	if colon <= 0 {
+		return false
+	}
+	for _, c := range l[:colon] {
+		if !httpguts.IsTokenRune(rune(c)) {
+			return false
+		}
+	}
+	for _, c := range l[colon+1:] {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// trimOWS trims SP and HTAB from both ends of v, as net/textproto does.
+func trimOWS(v string) string {
+	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+		v = v[1:]
+	}
+	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = v[:len(v)-1]
+	}
+	return v
+}
+
+// asciiEqualFold is strings.EqualFold for ASCII only, as net/http
+// compares tokens: "cloſe" (a long s, which Unicode folds to s) is not
+// "close".
+func asciiEqualFold(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		a, b := s[i], t[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalName returns name (token characters only) in canonical form,
+// as textproto.CanonicalMIMEHeaderKey does: name itself when it already
+// is, a common name without allocating, else a new string.
+func canonicalName(name string) string {
+	upper := true
+	canonical := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			canonical = false
+			break
+		}
+		upper = c == '-'
+	}
+	if canonical {
+		return name
+	}
+	var buf [64]byte
+	if len(name) > len(buf) {
+		return http.CanonicalHeaderKey(name)
+	}
+	b := buf[:len(name)]
+	upper = true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		} else if !upper && 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+		upper = c == '-'
+	}
+	if common, ok := commonNames[string(b)]; ok {
+		return common
+	}
+	return string(b)
+}
+
+// commonNames are field names clients send in lower case (HTTP/2
+// habits, curl -H, scripts), returned by canonicalName without
+// allocating.
+var commonNames = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{
+		"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Authorization",
+		"Cache-Control", "Connection", "Content-Length", "Content-Type", "Cookie", "Forwarded",
+		"Host", "If-Match", "If-Modified-Since", "If-None-Match", "Origin", "Pragma", "Referer",
+		"User-Agent", "X-Api-Key", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
+		"X-Real-Ip", "X-Request-Id", "Traceparent", "Tracestate",
+	} {
+		m[n] = n
+	}
+	return m
+}()
+
+// internMethod returns the common methods as constants, so that a
+// request's method does not keep its head's text alive.
+func internMethod(m string) string {
+	switch m {
+	case http.MethodGet:
+		return http.MethodGet
+	case http.MethodHead:
+		return http.MethodHead
+	case http.MethodPost:
+		return http.MethodPost
+	case http.MethodPut:
+		return http.MethodPut
+	case http.MethodDelete:
+		return http.MethodDelete
+	case http.MethodOptions:
+		return http.MethodOptions
+	case http.MethodPatch:
+		return http.MethodPatch
+	}
+	return m
+}

@@ -1,0 +1,748 @@
+// Package h1 is limitproxy's HTTP/1.1 front: the server of the proxy's
+// plain-HTTP listener. It serves the common request itself — HTTP/1.1,
+// the whole head in hand, no body — and hands every other connection,
+// with the bytes it read, to the net/http server it was built from, which
+// serves it from then on as it always did: bodies, Expect, upgrades,
+// HTTP/1.0, h2c, heads that come slowly or in pieces, and anything
+// malformed (net/http answers those 400, 431 or 501).
+//
+// The front exists for cost. net/http's server spends, per request, a
+// goroutine and a read in the background, a canonicalized header map,
+// a clone of the response header and a bufio pair; under a flood of
+// requests that are refused at once, that is most of a rejection's CPU.
+// The front reads a head with one read into a buffer of the
+// connection's, checks it against a strict subset of what net/http
+// accepts, and writes the answer with one write, byte for byte what
+// net/http writes for the same handler calls (response_test.go).
+//
+// What the front does not do that net/http's server does: watch every
+// request's connection for the client going away. A handler that will
+// wait (for an upstream, a queue, a slot) asks for that with the
+// response writer's WatchClient method, and the front starts reading the
+// connection in the background once the request has run for watchDelay
+// (10 ms): an answer given at once, or by an upstream that answers
+// within that time, costs no goroutine and no read, and a client that
+// goes away is noticed at most 10 ms later than net/http notices it.
+package h1
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// readBuffer is the size of a connection's read buffer, and so the
+// largest head the front serves (net/http serves larger ones).
+const readBuffer = 8 << 10
+
+// outBuffer is the size of a connection's write buffer: a response
+// head and a small body go out in one write.
+const outBuffer = 4 << 10
+
+// Server serves a listener as the package says. Build one with New;
+// its methods are safe for concurrent use.
+type Server struct {
+	fallback *http.Server
+	handoff  *handoffListener
+	base     context.Context
+
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[*conn]struct{}
+	closed bool
+
+	connState   func(net.Conn, http.ConnState) // the server's ConnState hook; nil: none
+	closing     atomic.Bool                    // Shutdown or Close called: no keep-alive, no new conns
+	noKeepAlive atomic.Bool                    // SetKeepAlivesEnabled(false)
+	dates       atomic.Pointer[dateLine]
+}
+
+// New returns a front for srv: it serves srv.Handler under srv's
+// ReadHeaderTimeout, IdleTimeout (ReadTimeout when zero), MaxHeaderBytes,
+// BaseContext, ConnContext and ErrorLog, and hands srv the connections
+// it does not serve. srv must not be served otherwise. New wraps
+// srv.ConnContext so that it sees each handed connection as it was
+// accepted. srv.ReadTimeout and WriteTimeout must be zero: a request
+// served here has no body to time, and the handler sets its own write
+// deadlines.
+func New(srv *http.Server) *Server {
+	s := &Server{fallback: srv, conns: map[*conn]struct{}{}}
+	s.handoff = &handoffListener{ch: make(chan net.Conn), done: make(chan struct{})}
+	orig := srv.ConnContext
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if orig != nil {
+			return orig(ctx, unhanded(c))
+		}
+		return ctx
+	}
+	if state := srv.ConnState; state != nil {
+		s.connState = state
+		srv.ConnState = func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew && c != unhanded(c) {
+				return // the front said so when it accepted it
+			}
+			state(unhanded(c), st)
+		}
+	}
+	return s
+}
+
+// Serve accepts connections on ln and serves them until Shutdown or
+// Close, after which it returns http.ErrServerClosed; ln is closed then.
+// It returns another error if ln's Accept fails other than for a time.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
+	s.ln = ln
+	s.handoff.addr = ln.Addr()
+	s.mu.Unlock()
+
+	base := context.Background()
+	if s.fallback.BaseContext != nil {
+		base = s.fallback.BaseContext(ln)
+	}
+	s.base = context.WithValue(base, http.ServerContextKey, s.fallback)
+	fallback := make(chan error, 1)
+	go func() { fallback <- s.fallback.Serve(s.handoff) }()
+
+	var pause time.Duration
+	for {
+		rw, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// As net/http: a passing failure (out of descriptors)
+				// is waited out, 5 ms doubling up to 1 s.
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				s.logf("http: Accept error: %v; retrying in %v", err, pause)
+				time.Sleep(pause)
+				continue
+			}
+			s.handoff.Close()
+			return err
+		}
+		pause = 0
+		c := s.newConn(rw)
+		if c == nil {
+			rw.Close()
+			return http.ErrServerClosed
+		}
+		c.setState(http.StateNew)
+		go c.serve()
+	}
+}
+
+// Shutdown stops accepting, closes idle connections, and waits for the
+// requests in flight (the front's and net/http's) to end, or for ctx to
+// be done, whose error it then returns. Responses written meanwhile
+// carry Connection: close. It may be called again, as the proxy's drain
+// does once its budget has run out.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	s.closeListener()
+	fallback := make(chan error, 1)
+	go func() { fallback <- s.fallback.Shutdown(ctx) }()
+	pause := time.Millisecond
+	for !s.closeIdle() {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			<-fallback
+			return ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+	return <-fallback
+}
+
+// Close closes the listener and every connection at once, the front's
+// and net/http's.
+func (s *Server) Close() error {
+	s.closing.Store(true)
+	s.closeListener()
+	err := s.fallback.Close()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.state.Store(stateClosed)
+		c.rwc.Close()
+	}
+	s.mu.Unlock()
+	return err
+}
+
+func (s *Server) closeListener() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	s.handoff.Close()
+}
+
+// closeIdle closes the connections that wait for a request (those that
+// never sent one after 5 s, as net/http) and reports whether none is
+// left.
+func (s *Server) closeIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := time.Now().Add(-5 * time.Second).UnixNano()
+	for c := range s.conns {
+		st := c.state.Load()
+		if st == stateIdle || st == stateNew && c.born < old {
+			if c.state.CompareAndSwap(st, stateClosed) {
+				c.rwc.Close()
+			}
+		}
+	}
+	return len(s.conns) == 0
+}
+
+// handler is the server's handler, http.DefaultServeMux if none, as for
+// net/http.
+func (s *Server) handler() http.Handler {
+	if h := s.fallback.Handler; h != nil {
+		return h
+	}
+	return http.DefaultServeMux
+}
+
+// keepAlives reports whether connections may serve another request:
+// not while shutting down, nor after SetKeepAlivesEnabled(false).
+func (s *Server) keepAlives() bool { return !s.closing.Load() && !s.noKeepAlive.Load() }
+
+// SetKeepAlivesEnabled controls HTTP keep-alive, as
+// http.Server.SetKeepAlivesEnabled does, for the front and net/http's
+// server both (call this one, not net/http's: the front cannot read
+// that). Enabled by default.
+func (s *Server) SetKeepAlivesEnabled(v bool) {
+	s.noKeepAlive.Store(!v)
+	s.fallback.SetKeepAlivesEnabled(v)
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if l := s.fallback.ErrorLog; l != nil {
+		l.Printf(format, args...)
+		return
+	}
+	log.Printf(format, args...)
+}
+
+// dateLine is the Date field's value for one second.
+type dateLine struct {
+	sec int64
+	b   [len(http.TimeFormat)]byte
+}
+
+// date appends the Date field's value for now to b, formatted once a
+// second.
+func (s *Server) date(b []byte) []byte {
+	now := time.Now()
+	sec := now.Unix()
+	if d := s.dates.Load(); d != nil && d.sec == sec {
+		return append(b, d.b[:]...)
+	}
+	d := &dateLine{sec: sec}
+	now.UTC().AppendFormat(d.b[:0], http.TimeFormat)
+	s.dates.Store(d)
+	return append(b, d.b[:]...)
+}
+
+// A connection's states, as Shutdown sees them.
+const (
+	stateNew    int32 = iota // accepted, no request yet
+	stateActive              // a request is being read or served
+	stateIdle                // waiting for the next request
+	stateClosed              // closed by Shutdown or Close
+)
+
+// conn is one connection the front serves.
+type conn struct {
+	srv    *Server
+	rwc    net.Conn
+	ctx    context.Context
+	remote string
+	born   int64 // UnixNano
+	state  atomic.Int32
+
+	buf      []byte // read buffer; buf[r:w] is read and not yet used
+	r, w     int
+	out      []byte // write buffer
+	pending  []byte // a response's body before its head is committed
+	keys     []string
+	deadline time.Time // the read deadline set, zero if none
+	// headDeadline is when the head being read must be in (its first
+	// byte's time plus read_header_timeout); zero: none, or not reading
+	// a head.
+	headDeadline time.Time
+	wdl          time.Time // the write deadline set, zero if none
+	served       int       // requests served
+	hijacked     bool      // taken over by a handler (Hijack)
+	resp         *response // the response being written
+
+	// The watch (WatchClient): a read in the background while the
+	// handler waits.
+	cancel     context.CancelFunc // the current request's context
+	watching   bool               // WatchClient was called for the current request
+	watchTimer *time.Timer        // runs watchRead; made at the first watch
+	stopping   atomic.Bool
+	watchDone  chan struct{}
+	watchByte  [1]byte
+	watchN     int
+	watchErr   error
+}
+
+func (s *Server) newConn(rw net.Conn) *conn {
+	c := &conn{srv: s, rwc: rw, born: time.Now().UnixNano()}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.conns[c] = struct{}{}
+	return c
+}
+
+func (c *conn) forget() {
+	c.srv.mu.Lock()
+	delete(c.srv.conns, c)
+	c.srv.mu.Unlock()
+}
+
+// serve serves c's requests until it closes or is handed over.
+func (c *conn) serve() {
+	handed := false
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				buf := make([]byte, 64<<10)
+				buf = buf[:runtime.Stack(buf, false)]
+				c.srv.logf("http: panic serving %v: %v\n%s", c.remote, v, buf)
+			}
+			if !c.hijacked && c.resp != nil && c.resp.committed {
+				// As net/http: what was committed to the connection's
+				// buffer goes out before it closes (an answer cut
+				// short, not one made up); a head not yet committed
+				// does not.
+				c.flush()
+			}
+		}
+		if !handed && !c.hijacked {
+			c.rwc.Close()
+			c.setState(http.StateClosed)
+		}
+		c.forget()
+	}()
+	// Here, not in the accept loop: a PROXY protocol connection reads
+	// its header to know its addresses.
+	c.remote = c.rwc.RemoteAddr().String()
+	ctx := context.WithValue(c.srv.base, http.LocalAddrContextKey, c.rwc.LocalAddr())
+	if cc := c.srv.fallback.ConnContext; cc != nil {
+		if ctx = cc(ctx, c.rwc); ctx == nil {
+			panic("ConnContext returned nil")
+		}
+	}
+	c.ctx = ctx
+	c.buf = make([]byte, readBuffer)
+	maxHead := c.srv.fallback.MaxHeaderBytes
+	if maxHead <= 0 {
+		maxHead = http.DefaultMaxHeaderBytes
+	}
+	for {
+		end, ok := c.readHead()
+		if !ok {
+			return
+		}
+		var h head
+		if end < 0 || end-c.r > maxHead || !parseHead(c.buf[c.r:end], &h) {
+			handed = c.handOff()
+			return
+		}
+		c.r = end
+		c.setState(http.StateActive)
+		if !c.serveRequest(&h) || !c.srv.keepAlives() {
+			return
+		}
+		c.setState(http.StateIdle)
+	}
+}
+
+// readHead returns the end of the next head in c.buf (past its blank
+// line), reading until it has one: the first bytes within the idle
+// timeout (read_header_timeout for a connection's first request), the
+// rest of the head within read_header_timeout of its first byte, as
+// net/http reads a head. -1 when the head is larger than the buffer: it
+// is net/http's then, within the same deadline. false: the connection
+// is done (closed, failed, or out of time).
+func (c *conn) readHead() (int, bool) {
+	rht := c.srv.fallback.ReadHeaderTimeout
+	if c.r == c.w {
+		c.r, c.w = 0, 0
+		timeout := c.srv.fallback.IdleTimeout
+		st := stateIdle
+		if c.served == 0 {
+			timeout, st = rht, stateNew
+		} else if timeout == 0 {
+			timeout = c.srv.fallback.ReadTimeout
+		}
+		c.setReadDeadline(timeout)
+		c.state.Store(st)
+		if st == stateIdle && !c.srv.keepAlives() {
+			return 0, false
+		}
+		n, _ := c.rwc.Read(c.buf)
+		if !c.state.CompareAndSwap(st, stateActive) {
+			return 0, false // closed by Shutdown
+		}
+		if c.w = n; n == 0 {
+			return 0, false
+		}
+		c.headDeadline = c.deadline // the first request's: from accept
+		if c.served > 0 {
+			c.headDeadline = time.Time{}
+		}
+	}
+	for {
+		if i := bytes.Index(c.buf[c.r:c.w], []byte("\r\n\r\n")); i >= 0 {
+			c.headDeadline = time.Time{}
+			return c.r + i + 4, true
+		}
+		if c.w == len(c.buf) {
+			if c.r == 0 {
+				return -1, true
+			}
+			c.w = copy(c.buf, c.buf[c.r:c.w])
+			c.r = 0
+		}
+		if c.headDeadline.IsZero() && rht > 0 {
+			c.headDeadline = time.Now().Add(rht)
+		}
+		if !c.headDeadline.Equal(c.deadline) {
+			c.rwc.SetReadDeadline(c.headDeadline)
+			c.deadline = c.headDeadline
+		}
+		n, _ := c.rwc.Read(c.buf[c.w:])
+		if c.w += n; n == 0 {
+			// Gone, or out of time, part of a head read: closed
+			// unanswered, as net/http closes a connection whose read
+			// timed out (it answers 400 to some partial heads, by
+			// where the read stopped).
+			return 0, false
+		}
+	}
+}
+
+// setReadDeadline gives the next read d from now, moving the deadline
+// only when it is off by more than an eighth of d (a connection that
+// sends request after request pays for a timer update once in a while,
+// not for each request): the wait allowed is between 7/8 of d and d.
+func (c *conn) setReadDeadline(d time.Duration) {
+	if d <= 0 {
+		if !c.deadline.IsZero() {
+			c.rwc.SetReadDeadline(time.Time{})
+			c.deadline = time.Time{}
+		}
+		return
+	}
+	now := time.Now()
+	want := now.Add(d)
+	if c.deadline.After(want) || c.deadline.Before(want.Add(-d/8)) {
+		c.rwc.SetReadDeadline(want)
+		c.deadline = want
+	}
+}
+
+// setWriteDeadline sets the write deadline t, unless the one set is
+// earlier than t by less than an eighth of the time left until t: a
+// handler that gives each response send_timeout from now (the proxy's
+// recorder does) then moves the connection's deadline once in a while,
+// not once a request, and the time a write is given stays between 7/8
+// of what was asked and all of it.
+func (c *conn) setWriteDeadline(t time.Time) error {
+	if !t.IsZero() && !c.wdl.IsZero() && !c.wdl.After(t) {
+		if left := time.Until(t); left > 0 && t.Sub(c.wdl) < left/8 {
+			return nil
+		}
+	}
+	c.wdl = t
+	return c.rwc.SetWriteDeadline(t)
+}
+
+// handOff gives c, with what it read and did not use, to net/http.
+func (c *conn) handOff() bool {
+	c.setReadDeadline(0)
+	if !c.wdl.IsZero() {
+		c.rwc.SetWriteDeadline(time.Time{})
+	}
+	hc := &handedConn{Conn: c.rwc, buf: bytes.Clone(c.buf[c.r:c.w]), headDeadline: c.headDeadline}
+	c.forget()
+	if cw, ok := c.rwc.(closeWriter); ok {
+		// A tunnel (an upgrade) half-closes through it.
+		return c.srv.handoff.give(&handedCloseWriteConn{handedConn: hc, cw: cw})
+	}
+	return c.srv.handoff.give(hc)
+}
+
+// serveRequest serves the request of h and reports whether the
+// connection may serve another.
+func (c *conn) serveRequest(h *head) bool {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	c.cancel = cancel
+	req := (&http.Request{
+		Method: h.method, URL: h.url, RequestURI: h.target,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h.header, Body: http.NoBody, Host: h.host,
+		RemoteAddr: c.remote, Close: h.close,
+	}).WithContext(ctx)
+	if c.out == nil {
+		c.out = make([]byte, 0, outBuffer)
+		c.pending = make([]byte, 0, bufferBeforeChunking)
+	}
+	w := &response{c: c, req: req, header: make(http.Header), clen: -1, announced: -1, head: h.method == http.MethodHead, pending: c.pending[:0]}
+	c.resp = w
+	c.served++
+	func() {
+		defer func() {
+			if c.watching {
+				c.stopWatch()
+			}
+		}()
+		c.srv.handler().ServeHTTP(w, req)
+	}()
+	if c.hijacked {
+		c.setState(http.StateHijacked)
+		return false
+	}
+	keep := w.finish()
+	if c.watchErr != nil {
+		keep = false // the client went away meanwhile
+	}
+	return keep
+}
+
+// watchDelay is how long a watched request runs before the front starts
+// reading its connection in the background: a request answered sooner
+// (an upstream on the same network, an answer from a cache) costs no
+// goroutine and no read, and a client that goes away is noticed at most
+// watchDelay later than net/http's server would notice it.
+const watchDelay = 10 * time.Millisecond
+
+// watch arms the watch of WatchClient, once per request: the background
+// read starts watchDelay from now, unless the request is over by then.
+func (c *conn) watch() {
+	if c.watching {
+		return
+	}
+	c.watching = true
+	if c.watchTimer == nil {
+		c.watchDone = make(chan struct{}, 1)
+		c.watchTimer = time.AfterFunc(watchDelay, c.watchRead)
+		return
+	}
+	c.watchTimer.Reset(watchDelay)
+}
+
+// watchRead, run by the watch's timer, reads one byte in the
+// background: a byte is the next request's (pipelined), kept for it; EOF
+// or an error means the client went away, and cancels the request's
+// context. stopWatch ends the read by putting the read deadline in the
+// past; the deadline is cleared here, before the read, and the read is
+// not started once stopWatch has begun, so that it cannot clear
+// stopWatch's deadline and block.
+func (c *conn) watchRead() {
+	defer func() { c.watchDone <- struct{}{} }()
+	c.rwc.SetReadDeadline(time.Time{})
+	if c.stopping.Load() || c.w == len(c.buf) {
+		// Stopped already, or no room to keep a byte (a full buffer of
+		// pipelined requests, rare): not watched.
+		return
+	}
+	n, err := c.rwc.Read(c.watchByte[:])
+	c.watchN = n
+	if n == 0 && !c.stopping.Load() {
+		c.watchErr = err
+		c.cancel()
+	}
+}
+
+// stopWatch ends the watch when the handler returns: the timer stopped
+// if it has not fired, else the background read ended and its byte kept
+// if it read one.
+func (c *conn) stopWatch() {
+	c.watching = false
+	if c.watchTimer.Stop() {
+		return // never started
+	}
+	c.stopping.Store(true)
+	c.rwc.SetReadDeadline(aLongTimeAgo)
+	<-c.watchDone
+	c.stopping.Store(false)
+	c.deadline = aLongTimeAgo // reset at the next wait
+	if c.watchN == 1 {
+		c.buf[c.w] = c.watchByte[0]
+		c.w++
+		c.watchN = 0
+	}
+}
+
+// aLongTimeAgo is a deadline in the past: it fails a blocked read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// flush writes what c.out holds.
+func (c *conn) flush() error {
+	if len(c.out) == 0 {
+		return nil
+	}
+	err := c.write(c.out)
+	c.out = c.out[:0]
+	return err
+}
+
+func (c *conn) write(p []byte) error {
+	_, err := c.rwc.Write(p)
+	return err
+}
+
+// handoffListener is the listener net/http's server serves: it yields
+// the connections the front hands over.
+type handoffListener struct {
+	addr net.Addr
+	ch   chan net.Conn
+	once sync.Once
+	done chan struct{}
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+// give hands c to net/http's server; false if it is closed (c is closed
+// then).
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		c.Close()
+		return false
+	}
+}
+
+// handedConn is a connection handed to net/http: its first reads return
+// what the front had read of it. A head larger than the front's buffer
+// is handed over part-read: until its end has been read, no read
+// deadline net/http sets goes past the one the front gave the head, so
+// that a slow head gets read_header_timeout once, not twice.
+type handedConn struct {
+	net.Conn
+	buf          []byte
+	headDeadline time.Time // zero: no head being read
+	tail         [3]byte   // the last bytes read, to find "\r\n\r\n" across reads
+	nt           int
+}
+
+func (c *handedConn) Read(p []byte) (int, error) {
+	if len(c.buf) > 0 {
+		n := copy(p, c.buf)
+		c.buf = c.buf[n:]
+		c.sawHead(p[:n])
+		return n, nil
+	}
+	n, err := c.Conn.Read(p)
+	c.sawHead(p[:n])
+	return n, err
+}
+
+// sawHead ends the head's deadline once p, with what was read before,
+// holds the head's blank line.
+func (c *handedConn) sawHead(p []byte) {
+	if c.headDeadline.IsZero() || len(p) == 0 {
+		return
+	}
+	b := append(c.tail[:c.nt:c.nt], p...)
+	if bytes.Contains(b, []byte("\r\n\r\n")) {
+		c.headDeadline = time.Time{}
+		return
+	}
+	c.nt = copy(c.tail[:], b[max(0, len(b)-3):])
+}
+
+// SetReadDeadline sets t, or the head's deadline if that is earlier.
+func (c *handedConn) SetReadDeadline(t time.Time) error {
+	if hd := c.headDeadline; !hd.IsZero() && (t.IsZero() || t.After(hd)) {
+		t = hd
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline sets the read deadline as SetReadDeadline does, and the
+// write deadline t.
+func (c *handedConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
+}
+
+// unhanded returns the connection as accepted, if c is one the front
+// handed over.
+func unhanded(c net.Conn) net.Conn {
+	switch hc := c.(type) {
+	case *handedConn:
+		return hc.Conn
+	case *handedCloseWriteConn:
+		return hc.Conn
+	}
+	return c
+}
+
+// setState reports c's new state to the server's ConnState hook.
+func (c *conn) setState(st http.ConnState) {
+	if f := c.srv.connState; f != nil {
+		f(c.rwc, st)
+	}
+}
+
+// closeWriter is a connection that can half-close.
+type closeWriter interface{ CloseWrite() error }
+
+// handedCloseWriteConn is a handedConn whose connection can half-close:
+// ReverseProxy's tunnels need that to pass a half-close on.
+type handedCloseWriteConn struct {
+	*handedConn
+	cw closeWriter
+}
+
+func (c *handedCloseWriteConn) CloseWrite() error { return c.cw.CloseWrite() }
+
+// NetConn returns the connection as accepted.
+func (c *handedConn) NetConn() net.Conn { return c.Conn }
