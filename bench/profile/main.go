@@ -352,6 +352,9 @@ var rules = []struct{ part, prefix string }{
 	{"upstream transport, ReverseProxy", "github.com/limitproxy/limitproxy/proxy.(*syncTransport)"},
 	{"upstream transport, ReverseProxy", "github.com/limitproxy/limitproxy/proxy.(*syncBody)"},
 	{"upstream transport, ReverseProxy", "github.com/limitproxy/limitproxy/proxy.(*Handler).forward"},
+	{"HTTP/1.1 front (head, answer)", "github.com/limitproxy/limitproxy/internal/h1.parseHead"},
+	{"HTTP/1.1 front (head, answer)", "github.com/limitproxy/limitproxy/internal/h1.(*response)"},
+	{"HTTP/1.1 front (head, answer)", "github.com/limitproxy/limitproxy/internal/h1.(*conn).write"},
 	{"net/http header maps", "net/textproto"},
 	{"net/http header maps", "net/http.Header"},
 	{"net/http header maps", "net/http.readRequest"},
@@ -360,6 +363,7 @@ var rules = []struct{ part, prefix string }{
 }
 
 var generic = []struct{ part, prefix string }{
+	{"HTTP/1.1 front, other", "github.com/limitproxy/limitproxy/internal/h1"},
 	{"handler, other", "github.com/limitproxy/limitproxy/"},
 	{"handler, other", "main."},
 	{"net/http server, other", "net/http"},

@@ -16,6 +16,7 @@ type head struct {
 	method, target string
 	url            *url.URL
 	header         http.Header
+	vals           []string // header's values, one array
 	host           string
 	close          bool // Connection: close
 }
@@ -99,8 +100,19 @@ func parseHead(b []byte, h *head) bool {
 		return false
 	}
 	h.url = u
-	hdr := make(http.Header, fields)
-	vals := make([]string, fields)
+	// The map and the values' array are the connection's, used again for
+	// each of its requests (a handler must not keep a request past
+	// ServeHTTP).
+	hdr := h.header
+	if hdr == nil {
+		hdr = make(http.Header, fields)
+	} else {
+		clear(hdr)
+	}
+	if cap(h.vals) < fields {
+		h.vals = make([]string, max(fields, 8))
+	}
+	vals := h.vals[:fields]
 	nHost, clen := 0, false
 	off := len(line) + 2
 	for i := 0; ; i++ {

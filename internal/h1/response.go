@@ -49,12 +49,13 @@ type response struct {
 	announced    int64  // the handler's valid Content-Length, even if not sent; -1: none
 	te           string // the handler's Transfer-Encoding
 	hasDate      bool
-	hasTrailers  bool // a Trailer field or TrailerPrefix keys
-	dropConn     bool // Connection: close replaces the handler's Connection field
-	deferHead    bool // the head waits for commit (writeHead)
-	deferredSkip int  // and then leaves these fields out
-	protoSwitch  bool // a 101 with Upgrade and Connection: upgrade
-	done         bool // the handler returned
+	hasTrailers  bool        // a Trailer field or TrailerPrefix keys
+	dropConn     bool        // Connection: close replaces the handler's Connection field
+	deferHead    bool        // the head waits for commit (writeHead)
+	snapshot     http.Header // and is written from this copy then
+	deferredSkip int         // and then leaves these fields out
+	protoSwitch  bool        // a 101 with Upgrade and Connection: upgrade
+	done         bool        // the handler returned
 	err          error
 }
 
@@ -196,10 +197,11 @@ func (w *response) writeHead() {
 		if _, ok := h["Transfer-Encoding"]; ok && te == "" {
 			// An empty Transfer-Encoding field stays in a chunked head
 			// but not in one with a computed Content-Length: which
-			// one, commit knows (it then writes the head as the map
-			// is at that time, not as it was here: a handler that sets
-			// an empty Transfer-Encoding is rare).
+			// one, commit knows. The head waits for it, written from
+			// a copy of the map as it is now (net/http's clone; a
+			// handler that sets an empty Transfer-Encoding is rare).
 			w.deferHead = true
+			w.snapshot = h.Clone()
 		}
 	}
 	w.protoSwitch = code == http.StatusSwitchingProtocols && upgrade != "" && hasToken(connVals, "upgrade")
@@ -248,12 +250,15 @@ func (w *response) commit(p []byte) {
 			skip |= skipTransferEncoding // a Content-Length follows
 		}
 		keys := w.c.keys[:0]
-		for k := range w.header {
+		for k := range w.snapshot {
 			if !strings.HasPrefix(k, http.TrailerPrefix) {
 				keys = append(keys, k)
 			}
 		}
+		live := w.header
+		w.header = w.snapshot
 		w.writeFieldsSkipping(keys, skip)
+		w.header = live
 	}
 	code := w.status
 	if !w.hasDate {

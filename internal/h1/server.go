@@ -294,7 +294,8 @@ type conn struct {
 	wdl          time.Time // the write deadline set, zero if none
 	served       int       // requests served
 	hijacked     bool      // taken over by a handler (Hijack)
-	resp         *response // the response being written
+	resp         *response // the response being written (one per connection)
+	head         head      // the request head being served (one per connection)
 
 	// The watch (WatchClient): a read in the background while the
 	// handler waits.
@@ -369,14 +370,14 @@ func (c *conn) serve() {
 		if !ok {
 			return
 		}
-		var h head
-		if end < 0 || end-c.r > maxHead || !parseHead(c.buf[c.r:end], &h) {
+		h := &c.head
+		if end < 0 || end-c.r > maxHead || !parseHead(c.buf[c.r:end], h) {
 			handed = c.handOff()
 			return
 		}
 		c.r = end
 		c.setState(http.StateActive)
-		if !c.serveRequest(&h) || !c.srv.keepAlives() {
+		if !c.serveRequest(h) || !c.srv.keepAlives() {
 			return
 		}
 		c.setState(http.StateIdle)
@@ -439,13 +440,44 @@ func (c *conn) readHead() (int, bool) {
 		}
 		n, _ := c.rwc.Read(c.buf[c.w:])
 		if c.w += n; n == 0 {
-			// Gone, or out of time, part of a head read: closed
-			// unanswered, as net/http closes a connection whose read
-			// timed out (it answers 400 to some partial heads, by
-			// where the read stopped).
+			// Gone, or out of time, part of a head read: closed, as
+			// net/http closes it; first answered 400 where net/http
+			// answers that, a line cut short that does not parse.
+			if badPartialLine(c.buf[c.r:c.w]) {
+				c.rwc.SetWriteDeadline(time.Now().Add(time.Second))
+				c.write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request"))
+			}
 			return 0, false
 		}
 	}
+}
+
+// badPartialLine reports whether net/http answers 400 to a head cut
+// short as b is. Its line reader returns a last line without its end as
+// a whole line, and a line that does not parse is a bad request: a
+// request line that is not "METHOD SP TARGET SP HTTP/x.y", a field line
+// without a colon. A head cut at a line's end, or in a line that parses,
+// fails at the next read instead, which net/http does not answer.
+func badPartialLine(b []byte) bool {
+	i := bytes.LastIndex(b, []byte("\r\n"))
+	line := b[i+2:]
+	if i < 0 {
+		line = b
+	}
+	if len(line) == 0 {
+		return false
+	}
+	if i < 0 {
+		// The request line.
+		method, rest, ok1 := bytes.Cut(line, []byte(" "))
+		_, proto, ok2 := bytes.Cut(rest, []byte(" "))
+		if !ok1 || !ok2 || len(method) == 0 {
+			return true
+		}
+		_, _, ok := http.ParseHTTPVersion(string(proto))
+		return !ok
+	}
+	return !bytes.Contains(line, []byte(":"))
 }
 
 // setReadDeadline gives the next read d from now, moving the deadline
@@ -515,8 +547,15 @@ func (c *conn) serveRequest(h *head) bool {
 		c.out = make([]byte, 0, outBuffer)
 		c.pending = make([]byte, 0, bufferBeforeChunking)
 	}
-	w := &response{c: c, req: req, header: make(http.Header), clen: -1, announced: -1, head: h.method == http.MethodHead, pending: c.pending[:0]}
-	c.resp = w
+	// The response and its header map are the connection's, as the
+	// request's header: used again for its next request.
+	if c.resp == nil {
+		c.resp = &response{header: make(http.Header)}
+	}
+	w := c.resp
+	hdr, trailers := w.header, w.trailers[:0]
+	clear(hdr)
+	*w = response{c: c, req: req, header: hdr, trailers: trailers, clen: -1, announced: -1, head: h.method == http.MethodHead, pending: c.pending[:0]}
 	c.served++
 	func() {
 		defer func() {
