@@ -17,6 +17,7 @@ type head struct {
 	url            *url.URL
 	header         http.Header
 	vals           []string // header's values, one array
+	u              url.URL  // url's storage when simpleURL reads it
 	host           string
 	close          bool // Connection: close
 }
@@ -95,9 +96,12 @@ func parseHead(b []byte, h *head) bool {
 	s := string(b)
 	h.method = internMethod(s[:sp1])
 	h.target = s[sp1+1 : sp2]
-	u, err := url.ParseRequestURI(h.target)
-	if err != nil {
-		return false
+	u := simpleURL(h.target, &h.u)
+	if u == nil {
+		var err error
+		if u, err = url.ParseRequestURI(h.target); err != nil {
+			return false
+		}
 	}
 	h.url = u
 	// The map and the values' array are the connection's, used again for
@@ -114,6 +118,8 @@ func parseHead(b []byte, h *head) bool {
 	}
 	vals := h.vals[:fields]
 	nHost, clen := 0, false
+	host := ""
+	var pragma, connection []string
 	off := len(line) + 2
 	for i := 0; ; i++ {
 		end := off + strings.Index(s[off:], "\r\n")
@@ -127,10 +133,13 @@ func parseHead(b []byte, h *head) bool {
 		v := trimOWS(l[colon+1:])
 		switch name {
 		case "Host":
+			// Not in the map: net/http's server deletes it.
 			nHost++
 			if !httpguts.ValidHostHeader(v) {
 				return false
 			}
+			host = v
+			continue
 		case "Content-Length":
 			if clen || v != "0" {
 				return false
@@ -140,10 +149,18 @@ func parseHead(b []byte, h *head) bool {
 			return false
 		}
 		vals[i] = v
+		var vs []string
 		if old, ok := hdr[name]; ok {
-			hdr[name] = append(old, v)
+			vs = append(old, v)
 		} else {
-			hdr[name] = vals[i : i+1 : i+1]
+			vs = vals[i : i+1 : i+1]
+		}
+		hdr[name] = vs
+		switch name {
+		case "Pragma":
+			pragma = vs
+		case "Connection":
+			connection = vs
 		}
 	}
 	if nHost != 1 {
@@ -151,36 +168,50 @@ func parseHead(b []byte, h *head) bool {
 	}
 	h.host = u.Host // "" for origin-form
 	if h.host == "" {
-		h.host = hdr["Host"][0]
+		h.host = host
 	}
-	delete(hdr, "Host")
 	// As net/http's readRequest: a lone "Pragma: no-cache" implies
 	// "Cache-Control: no-cache".
-	if pv, ok := hdr["Pragma"]; ok && len(pv) > 0 && pv[0] == "no-cache" {
+	if len(pragma) > 0 && pragma[0] == "no-cache" {
 		if _, ok := hdr["Cache-Control"]; !ok {
 			hdr["Cache-Control"] = []string{"no-cache"}
 		}
 	}
 	h.header = hdr
-	h.close = hasToken(hdr["Connection"], "close")
+	h.close = hasToken(connection, "close")
 	return true
 }
 
-// cutCRLF splits b at its first line end, which must be CRLF: a bare CR
-// or LF before it reports false.
-func cutCRLF(b []byte) (line, rest []byte, ok bool) {
-	for i, c := range b {
-		switch c {
-		case '\r':
-			if i+1 < len(b) && b[i+1] == '\n' {
-				return b[:i], b[i+2:], true
-			}
-			return nil, nil, false
-		case '\n':
-			return nil, nil, false
+// simpleURL returns what url.ParseRequestURI returns for target when its
+// path is of unreserved characters and slashes only (the common case),
+// without parsing: the path as is (nothing to unescape, so no RawPath),
+// and the query after the first "?" (ForceQuery when a lone "?" ends
+// it). nil: parse it. FuzzParseHead holds it to url.ParseRequestURI.
+func simpleURL(target string, u *url.URL) *url.URL {
+	path, query, hasQuery := strings.Cut(target, "?")
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '/' || c == '-' || c == '.' || c == '_' || c == '~') {
+			return nil
 		}
 	}
-	return nil, nil, false
+	*u = url.URL{Path: path, RawQuery: query}
+	if hasQuery && query == "" {
+		u.ForceQuery = true
+	}
+	return u
+}
+
+// cutCRLF splits b at its first line end, which must be CRLF. A bare
+// LF reports false; a bare CR before it stays in the line, where the
+// line's own checks refuse it (no line the front accepts holds a control
+// character but HTAB).
+func cutCRLF(b []byte) (line, rest []byte, ok bool) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 1 || b[i-1] != '\r' {
+		return nil, nil, false
+	}
+	return b[:i-1], b[i+1:], true
 }
 
 // validField reports whether l is a field line the front accepts: a

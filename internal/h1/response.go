@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -144,7 +143,7 @@ func (w *response) writeHead() {
 				continue // a trailer, never in the head
 			}
 		}
-		keys = append(keys, k)
+		keys = append(keys, field{k, vv})
 	}
 	w.hasCLKey = hasCLKey
 	if cl != "" {
@@ -218,24 +217,24 @@ func (w *response) writeHead() {
 
 // writeFieldsSkipping writes the status line and the fields of keys but
 // those skip leaves out.
-func (w *response) writeFieldsSkipping(keys []string, skip int) {
-	c, h := w.c, w.header
+func (w *response) writeFieldsSkipping(keys []field, skip int) {
+	c := w.c
 	c.writeStatusLine(w.status)
 	if skip != 0 {
 		kept := keys[:0]
-		for _, k := range keys {
-			switch {
+		for _, f := range keys {
+			switch k := f.key; {
 			case k == "Content-Length" && skip&skipContentLength != 0,
 				k == "Transfer-Encoding" && skip&skipTransferEncoding != 0,
 				k == "Connection" && skip&skipConnection != 0,
 				k == "Content-Type" && skip&skipContentType != 0:
 				continue
 			}
-			kept = append(kept, k)
+			kept = append(kept, f)
 		}
 		keys = kept
 	}
-	c.writeKeys(h, keys)
+	c.writeSorted(keys)
 }
 
 // commit adds the fields that wait for the body's first bytes p (or the
@@ -250,15 +249,12 @@ func (w *response) commit(p []byte) {
 			skip |= skipTransferEncoding // a Content-Length follows
 		}
 		keys := w.c.keys[:0]
-		for k := range w.snapshot {
+		for k, vv := range w.snapshot {
 			if !strings.HasPrefix(k, http.TrailerPrefix) {
-				keys = append(keys, k)
+				keys = append(keys, field{k, vv})
 			}
 		}
-		live := w.header
-		w.header = w.snapshot
 		w.writeFieldsSkipping(keys, skip)
-		w.header = live
 	}
 	code := w.status
 	if !w.hasDate {
@@ -597,31 +593,44 @@ func (c *conn) writeStatusLine(code int) {
 // CR and LF in values turned to spaces, values trimmed.
 func (c *conn) writeFields(h http.Header, skip func(string) bool) {
 	keys := c.keys[:0]
-	for k := range h {
+	for k, vv := range h {
 		if skip == nil || !skip(k) {
-			keys = append(keys, k)
+			keys = append(keys, field{k, vv})
 		}
 	}
-	c.writeKeys(h, keys)
+	c.writeSorted(keys)
 }
 
-// writeKeys appends the fields of h named in keys (which it sorts), as
-// writeFields does, and keeps keys' array for the next call.
-func (c *conn) writeKeys(h http.Header, keys []string) {
-	slices.Sort(keys)
-	for _, k := range keys {
-		if !httpguts.ValidHeaderFieldName(k) {
+// field is a header field's name and values, as a map's range gives
+// them (no second lookup to write them).
+type field struct {
+	key  string
+	vals []string
+}
+
+// writeSorted appends fields, which it sorts by name, as writeFields
+// does, and keeps their array for the next call.
+func (c *conn) writeSorted(fields []field) {
+	// Insertion sort: a head has a few fields, and this allocates
+	// nothing.
+	for i := 1; i < len(fields); i++ {
+		for j := i; j > 0 && fields[j].key < fields[j-1].key; j-- {
+			fields[j], fields[j-1] = fields[j-1], fields[j]
+		}
+	}
+	for _, f := range fields {
+		if !httpguts.ValidHeaderFieldName(f.key) {
 			continue
 		}
-		for _, v := range h[k] {
-			c.out = append(c.out, k...)
+		for _, v := range f.vals {
+			c.out = append(c.out, f.key...)
 			c.out = append(c.out, ": "...)
 			c.out = appendValue(c.out, v)
 			c.out = append(c.out, "\r\n"...)
 		}
 	}
-	clear(keys)
-	c.keys = keys[:0]
+	clear(fields)
+	c.keys = fields[:0]
 }
 
 // appendValue appends v with CR and LF as spaces, trimmed of SP and

@@ -283,9 +283,9 @@ type conn struct {
 
 	buf      []byte // read buffer; buf[r:w] is read and not yet used
 	r, w     int
-	out      []byte // write buffer
-	pending  []byte // a response's body before its head is committed
-	keys     []string
+	out      []byte    // write buffer
+	pending  []byte    // a response's body before its head is committed
+	keys     []field   // writeSorted's scratch space
 	deadline time.Time // the read deadline set, zero if none
 	// headDeadline is when the head being read must be in (its first
 	// byte's time plus read_header_timeout); zero: none, or not reading
