@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/limitproxy/limitproxy/internal/httptoken"
 )
 
 // writeHead writes the head of req, a request without a body (what
@@ -82,7 +84,7 @@ func writeHead(w *bufio.Writer, req *http.Request, keys []string) ([]string, err
 	// line lacks it; Content-Length: 0 for the methods servers expect it
 	// with.
 	if req.Close {
-		if c := req.Header["Connection"]; len(c) == 0 || !hasToken(c[0], "close") {
+		if c := req.Header["Connection"]; len(c) == 0 || !httptoken.Has(c[0], "close") {
 			w.WriteString("Connection: close\r\n")
 		}
 	}
@@ -132,46 +134,6 @@ func writeHeaderValue(w *bufio.Writer, v string) {
 		v = v[i+1:]
 	}
 }
-
-// hasToken reports whether token (lower case) is in v, a comma- or
-// space-separated list, in any case: net/http's test for "close".
-func hasToken(v, token string) bool {
-	for sp := 0; sp+len(token) <= len(v); sp++ {
-		if sp > 0 && !isTokenBoundary(v[sp-1]) {
-			continue
-		}
-		if end := sp + len(token); end != len(v) && !isTokenBoundary(v[end]) {
-			continue
-		}
-		if asciiEqualFold(v[sp:sp+len(token)], token) {
-			return true
-		}
-	}
-	return false
-}
-
-// asciiEqualFold reports whether s and t are equal with ASCII letters of
-// either case alike (and no Unicode folding).
-func asciiEqualFold(s, t string) bool {
-	if len(s) != len(t) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		a, b := s[i], t[i]
-		if 'A' <= a && a <= 'Z' {
-			a += 'a' - 'A'
-		}
-		if 'A' <= b && b <= 'Z' {
-			b += 'a' - 'A'
-		}
-		if a != b {
-			return false
-		}
-	}
-	return true
-}
-
-func isTokenBoundary(b byte) bool { return b == ' ' || b == ',' || b == '\t' }
 
 // hasCTL reports whether s holds an ASCII control character (below space,
 // or DEL), which a request line may not.

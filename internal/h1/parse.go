@@ -246,28 +246,6 @@ func trimOWS(v string) string {
 	return v
 }
 
-// asciiEqualFold is strings.EqualFold for ASCII only, as net/http
-// compares tokens: "cloſe" (a long s, which Unicode folds to s) is not
-// "close".
-func asciiEqualFold(s, t string) bool {
-	if len(s) != len(t) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		a, b := s[i], t[i]
-		if 'A' <= a && a <= 'Z' {
-			a += 'a' - 'A'
-		}
-		if 'A' <= b && b <= 'Z' {
-			b += 'a' - 'A'
-		}
-		if a != b {
-			return false
-		}
-	}
-	return true
-}
-
 // canonicalName returns name (token characters only) in canonical form,
 // as textproto.CanonicalMIMEHeaderKey does: name itself when it already
 // is, a common name without allocating, else a new string.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/limitproxy/limitproxy/internal/httptoken"
 )
 
 // bufferBeforeChunking is what a response may write before its head is
@@ -204,7 +206,7 @@ func (w *response) writeHead() {
 		}
 	}
 	w.protoSwitch = code == http.StatusSwitchingProtocols && upgrade != "" && hasToken(connVals, "upgrade")
-	w.dropConn = w.closeAfter && (noKeepAlive || !serverHasToken(connection, "close")) && !w.protoSwitch
+	w.dropConn = w.closeAfter && (noKeepAlive || !httptoken.Has(connection, "close")) && !w.protoSwitch
 	if w.dropConn {
 		skip |= skipConnection
 	}
@@ -296,33 +298,6 @@ func trimSpace(s string) string {
 	return s
 }
 
-// serverHasToken is net/http's server's hasToken: whether v holds token
-// (ASCII case folded) between token boundaries (SP, HTAB, comma).
-func serverHasToken(v, token string) bool {
-	if len(token) > len(v) || token == "" {
-		return false
-	}
-	if v == token {
-		return true
-	}
-	boundary := func(b byte) bool { return b == ' ' || b == ',' || b == '\t' }
-	for sp := 0; sp <= len(v)-len(token); sp++ {
-		if b := v[sp]; b != token[0] && b|0x20 != token[0] {
-			continue
-		}
-		if sp > 0 && !boundary(v[sp-1]) {
-			continue
-		}
-		if end := sp + len(token); end != len(v) && !boundary(v[end]) {
-			continue
-		}
-		if asciiEqualFold(v[sp:sp+len(token)], token) {
-			return true
-		}
-	}
-	return false
-}
-
 // hasToken reports whether the values vs carry token, as net/http's
 // httpguts.HeaderValuesContainsToken reads them (ASCII case folded).
 func hasToken(vs []string, token string) bool {
@@ -330,7 +305,7 @@ func hasToken(vs []string, token string) bool {
 		for v != "" {
 			var t string
 			t, v, _ = strings.Cut(v, ",")
-			if asciiEqualFold(trimOWS(t), token) {
+			if httptoken.EqualFold(trimOWS(t), token) {
 				return true
 			}
 		}
