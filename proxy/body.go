@@ -268,14 +268,19 @@ func setBody(r *http.Request, size int64, get func() io.ReadCloser) {
 
 // unwrapDeadliner finds the deadliner under w's wrappers (as
 // http.ResponseController does).
-func unwrapDeadliner(w http.ResponseWriter) (deadliner, bool) {
+func unwrapDeadliner(w http.ResponseWriter) (deadliner, bool) { return unwrapTo[deadliner](w) }
+
+// unwrapTo returns the first of w and the writers it wraps (through
+// Unwrap, as http.ResponseController follows them) that is a T.
+func unwrapTo[T any](w http.ResponseWriter) (T, bool) {
 	for {
-		if d, ok := w.(deadliner); ok {
-			return d, true
+		if t, ok := w.(T); ok {
+			return t, true
 		}
 		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
 		if !ok {
-			return nil, false
+			var zero T
+			return zero, false
 		}
 		w = u.Unwrap()
 	}

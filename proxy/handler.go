@@ -243,15 +243,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.answer(rec, r, snap, start, &o)
 		return
 	}
-	// From here the request may wait (a slot, the queue, the upstream):
-	// a client that goes away meanwhile must end it.
-	watchClient(w)
+	// From here the request may wait (the queue, a slot, the upstream):
+	// a client that goes away meanwhile must end it. A queued request is
+	// watched at once, so that a client gone is never forwarded (SPEC:
+	// removed from the queue); one about to be forwarded once it has run
+	// forwardWatchDelay, so that an upstream that answers sooner costs no
+	// watch.
+	queued := o.decision == Queued
+	if queued {
+		watchClient(w, 0)
+	} else {
+		watchClient(w, forwardWatchDelay)
+	}
 	// A request that will wait in a leaky-bucket queue takes its
 	// concurrency slot before waiting: everything one key holds in the
 	// proxy (queued, waiting for a slot, in flight) then counts against
 	// limit + queue, so a key cannot keep a leaky queue's worth of
 	// connections open beyond what its concurrency allows.
-	queued := o.decision == Queued
 	release, ok := h.gate(rec, r, snap, &o)
 	if !ok {
 		if queued {
@@ -272,23 +280,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // clientWatcher is a ResponseWriter whose server watches for the client
 // going away (the request's context is canceled then) only when asked:
 // limitproxy's HTTP/1.1 front (internal/h1), which answers the requests
-// refused at once without that watch's goroutine and read. net/http's
-// server watches every request by itself.
-type clientWatcher interface{ WatchClient() }
+// refused at once without that watch's goroutine and read. WatchClient
+// starts the watch after d (at once for 0). net/http's server watches
+// every request by itself.
+type clientWatcher interface{ WatchClient(d time.Duration) }
+
+// forwardWatchDelay is how long a request being forwarded runs before the
+// front watches its client: a client that leaves is noticed at most this
+// much later than net/http notices it, and an upstream that answers
+// sooner costs no watch.
+const forwardWatchDelay = 10 * time.Millisecond
 
 // watchClient asks w's server, if it is a clientWatcher (through any
-// Unwrap), to watch for the client going away.
-func watchClient(w http.ResponseWriter) {
-	for {
-		if cw, ok := w.(clientWatcher); ok {
-			cw.WatchClient()
-			return
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return
-		}
-		w = u.Unwrap()
+// Unwrap), to watch for the client going away from d on.
+func watchClient(w http.ResponseWriter, d time.Duration) {
+	if cw, ok := unwrapTo[clientWatcher](w); ok {
+		cw.WatchClient(d)
 	}
 }
 

@@ -494,10 +494,11 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // WatchClient has the request's context canceled when the client goes
 // away (its connection reads EOF or fails) before the handler returns,
 // as net/http's server does for every request with a read in the
-// background; the front does that only for the requests of handlers
-// that ask, before they wait (for an upstream, a queue, a slot), so that
-// an answer given at once costs no goroutine.
-func (w *response) WatchClient() { w.c.watch() }
+// background. The front does that only for the requests of handlers
+// that ask, before they wait (for an upstream, a queue, a slot), and
+// starts the read d from now (at once for 0): an answer given sooner
+// costs no goroutine and no read.
+func (w *response) WatchClient(d time.Duration) { w.c.watch(d) }
 
 // finish ends the response once the handler has returned: the head if
 // still unwritten, what is pending, the last chunk and trailers. It

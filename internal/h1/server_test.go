@@ -18,7 +18,7 @@ import (
 // served says which server answered: the front's response writer has
 // WatchClient, net/http's has not.
 func served(w http.ResponseWriter) string {
-	if _, ok := w.(interface{ WatchClient() }); ok {
+	if _, ok := w.(interface{ WatchClient(time.Duration) }); ok {
 		return "front"
 	}
 	return "net/http"
@@ -239,10 +239,10 @@ func TestServerWatchClient(t *testing.T) {
 		// be handed to net/http (the watch keeps its first byte, and the
 		// front hands off a head it does not hold whole), which watches
 		// every request itself.
-		wc, ok := w.(interface{ WatchClient() })
+		wc, ok := w.(interface{ WatchClient(time.Duration) })
 		watch := r.URL.Path != "/nowatch" && ok
 		if watch {
-			wc.WatchClient()
+			wc.WatchClient(0)
 		}
 		entered <- struct{}{}
 		if r.URL.Path == "/watch" {
@@ -864,5 +864,39 @@ func TestServerServeAfterShutdown(t *testing.T) {
 				t.Error("listener still accepts after Serve returned")
 			}
 		})
+	}
+}
+
+// TestServerWatchDelay: WatchClient(d) starts the watch d from now, not
+// before: a client that leaves earlier is not noticed until then (the
+// handler still runs, its context alive), and is noticed after it.
+func TestServerWatchDelay(t *testing.T) {
+	errs := make(chan [2]error, 1)
+	entered := make(chan struct{}, 1)
+	_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.(interface{ WatchClient(time.Duration) }).WatchClient(time.Second)
+		entered <- struct{}{}
+		// The client is gone 100 ms into the request (below): at 600 ms
+		// the watch has not started; within 10 s of its start it has
+		// seen the client leave.
+		time.Sleep(600 * time.Millisecond)
+		before := r.Context().Err()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+		errs <- [2]error{before, r.Context().Err()}
+	}), nil)
+	c := dial(t, addr)
+	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+	waitEntered(t, entered)
+	time.Sleep(100 * time.Millisecond)
+	c.Close()
+	got := <-errs
+	if got[0] != nil {
+		t.Errorf("context %v before the watch's start (1 s), want alive", got[0])
+	}
+	if !errors.Is(got[1], context.Canceled) {
+		t.Errorf("context %v after the watch's start, want context.Canceled", got[1])
 	}
 }
