@@ -3,6 +3,7 @@ package h1
 import (
 	"bytes"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 
@@ -129,8 +130,8 @@ func parseHead(b []byte, h *head) bool {
 		l := s[off:end]
 		off = end + 2
 		colon := strings.IndexByte(l, ':')
-		name := canonicalName(l[:colon])
-		v := trimOWS(l[colon+1:])
+		name := textproto.CanonicalMIMEHeaderKey(l[:colon])
+		v := textproto.TrimString(l[colon+1:])
 		switch name {
 		case "Host":
 			// Not in the map: net/http's server deletes it.
@@ -178,7 +179,7 @@ func parseHead(b []byte, h *head) bool {
 		}
 	}
 	h.header = hdr
-	h.close = hasToken(connection, "close")
+	h.close = httpguts.HeaderValuesContainsToken(connection, "close")
 	return true
 }
 
@@ -234,73 +235,6 @@ func validField(l []byte) bool {
 	}
 	return true
 }
-
-// trimOWS trims SP and HTAB from both ends of v, as net/textproto does.
-func trimOWS(v string) string {
-	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
-		v = v[1:]
-	}
-	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
-		v = v[:len(v)-1]
-	}
-	return v
-}
-
-// canonicalName returns name (token characters only) in canonical form,
-// as textproto.CanonicalMIMEHeaderKey does: name itself when it already
-// is, a common name without allocating, else a new string.
-func canonicalName(name string) string {
-	upper := true
-	canonical := true
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			canonical = false
-			break
-		}
-		upper = c == '-'
-	}
-	if canonical {
-		return name
-	}
-	var buf [64]byte
-	if len(name) > len(buf) {
-		return http.CanonicalHeaderKey(name)
-	}
-	b := buf[:len(name)]
-	upper = true
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if upper && 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		} else if !upper && 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b[i] = c
-		upper = c == '-'
-	}
-	if common, ok := commonNames[string(b)]; ok {
-		return common
-	}
-	return string(b)
-}
-
-// commonNames are field names clients send in lower case (HTTP/2
-// habits, curl -H, scripts), returned by canonicalName without
-// allocating.
-var commonNames = func() map[string]string {
-	m := map[string]string{}
-	for _, n := range []string{
-		"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Authorization",
-		"Cache-Control", "Connection", "Content-Length", "Content-Type", "Cookie", "Forwarded",
-		"Host", "If-Match", "If-Modified-Since", "If-None-Match", "Origin", "Pragma", "Referer",
-		"User-Agent", "X-Api-Key", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
-		"X-Real-Ip", "X-Request-Id", "Traceparent", "Tracestate",
-	} {
-		m[n] = n
-	}
-	return m
-}()
 
 // internMethod returns the common methods as constants, so that a
 // request's method does not keep its head's text alive.

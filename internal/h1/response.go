@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -43,12 +44,11 @@ type response struct {
 	closeAfter   bool
 	head         bool // a HEAD request: the body is eaten
 	trailers     []string
-	hasType      bool // a Content-Type field (or none wanted)
-	hasCE        bool // a non-empty Content-Encoding
-	hasTE        bool
+	hasType      bool   // a Content-Type field (or none wanted)
+	hasCE        bool   // a non-empty Content-Encoding
 	hasCLKey     bool   // a Content-Length field, valid or not
 	announced    int64  // the handler's valid Content-Length, even if not sent; -1: none
-	te           string // the handler's Transfer-Encoding
+	te           string // the handler's Transfer-Encoding ("": none)
 	hasDate      bool
 	hasTrailers  bool        // a Trailer field or TrailerPrefix keys
 	dropConn     bool        // Connection: close replaces the handler's Connection field
@@ -131,7 +131,7 @@ func (w *response) writeHead() {
 				// net/http's foreachHeaderElement and declareTrailer:
 				// elements trimmed of ASCII space only.
 				for _, t := range strings.Split(v, ",") {
-					if t = trimSpace(t); t == "" {
+					if t = textproto.TrimString(t); t == "" {
 						continue
 					}
 					if t = http.CanonicalHeaderKey(t); httpguts.ValidTrailerHeader(t) {
@@ -160,7 +160,7 @@ func (w *response) writeHead() {
 			defer delete(h, "Content-Length")
 		}
 	}
-	w.hasTE, w.te = te != "", te
+	w.te = te
 	w.hasCE = ce != ""
 	hasCL := w.clen != -1
 	noKeepAlive := !c.srv.keepAlives()
@@ -175,7 +175,7 @@ func (w *response) writeHead() {
 		}
 		w.hasType = true // nothing to sniff
 	}
-	if hasCL && w.hasTE && te != "identity" {
+	if hasCL && w.te != "" && te != "identity" {
 		c.srv.logf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", te, w.clen)
 		skip |= skipContentLength
 		w.clen, hasCL = -1, false
@@ -185,13 +185,13 @@ func (w *response) writeHead() {
 		skip |= skipTransferEncoding
 	case hasCL:
 		skip |= skipTransferEncoding
-	case w.hasTE && te == "identity":
+	case te == "identity":
 		w.closeAfter = true
 		skip |= skipTransferEncoding
 	default:
 		// Chunked, unless the handler is done within the first
 		// bufferBeforeChunking bytes (commit decides).
-		if w.hasTE && te == "chunked" {
+		if te == "chunked" {
 			skip |= skipTransferEncoding
 		}
 		skip |= skipContentLength
@@ -205,7 +205,7 @@ func (w *response) writeHead() {
 			w.snapshot = h.Clone()
 		}
 	}
-	w.protoSwitch = code == http.StatusSwitchingProtocols && upgrade != "" && hasToken(connVals, "upgrade")
+	w.protoSwitch = code == http.StatusSwitchingProtocols && upgrade != "" && httpguts.HeaderValuesContainsToken(connVals, "upgrade")
 	w.dropConn = w.closeAfter && (noKeepAlive || !httptoken.Has(connection, "close")) && !w.protoSwitch
 	if w.dropConn {
 		skip |= skipConnection
@@ -264,18 +264,18 @@ func (w *response) commit(p []byte) {
 		w.c.out = w.c.srv.date(w.c.out)
 		w.c.out = append(w.c.out, "\r\n"...)
 	}
-	if w.done && !w.hasTrailers && !w.hasTE && bodyAllowed(code) && !w.hasCLKey && (!w.head || len(p) > 0) {
+	if w.done && !w.hasTrailers && w.te == "" && bodyAllowed(code) && !w.hasCLKey && (!w.head || len(p) > 0) {
 		w.clen = int64(len(p))
 		w.c.out = append(w.c.out, "Content-Length: "...)
 		w.c.out = strconv.AppendInt(w.c.out, w.clen, 10)
 		w.c.out = append(w.c.out, "\r\n"...)
 	}
-	if !w.hasType && !w.hasCE && !w.hasTE && len(p) > 0 {
+	if !w.hasType && !w.hasCE && w.te == "" && len(p) > 0 {
 		w.c.out = append(w.c.out, "Content-Type: "...)
 		w.c.out = append(w.c.out, http.DetectContentType(p)...)
 		w.c.out = append(w.c.out, "\r\n"...)
 	}
-	w.chunking = !w.head && bodyAllowed(code) && w.clen == -1 && !(w.hasTE && w.te == "identity")
+	w.chunking = !w.head && bodyAllowed(code) && w.clen == -1 && w.te != "identity"
 	if w.dropConn {
 		w.c.out = append(w.c.out, "Connection: close\r\n"...)
 	}
@@ -283,34 +283,6 @@ func (w *response) commit(p []byte) {
 		w.c.out = append(w.c.out, "Transfer-Encoding: chunked\r\n"...)
 	}
 	w.c.out = append(w.c.out, "\r\n"...)
-}
-
-// trimSpace trims what textproto.TrimString trims: ASCII space, HTAB,
-// CR and LF, nothing else.
-func trimSpace(s string) string {
-	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
-	for len(s) > 0 && isSpace(s[0]) {
-		s = s[1:]
-	}
-	for len(s) > 0 && isSpace(s[len(s)-1]) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-// hasToken reports whether the values vs carry token, as net/http's
-// httpguts.HeaderValuesContainsToken reads them (ASCII case folded).
-func hasToken(vs []string, token string) bool {
-	for _, v := range vs {
-		for v != "" {
-			var t string
-			t, v, _ = strings.Cut(v, ",")
-			if httptoken.EqualFold(trimOWS(t), token) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // bodyAllowed is net/http's bodyAllowedForStatus.
@@ -609,18 +581,11 @@ func (c *conn) writeSorted(fields []field) {
 	c.keys = fields[:0]
 }
 
-// appendValue appends v with CR and LF as spaces, trimmed of SP and
-// HTAB (net/http's headerNewlineToSpace, then textproto.TrimString).
+// appendValue appends v as net/http writes a field's value: CR and LF
+// as spaces (headerNewlineToSpace), then trimmed (textproto.TrimString,
+// which trims CR and LF too, so trimming first comes to the same).
 func appendValue(b []byte, v string) []byte {
-	start, end := 0, len(v)
-	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
-	for start < end && isSpace(v[start]) {
-		start++
-	}
-	for end > start && isSpace(v[end-1]) {
-		end--
-	}
-	v = v[start:end]
+	v = textproto.TrimString(v)
 	clean := true
 	for i := 0; i < len(v); i++ {
 		if v[i] == '\r' || v[i] == '\n' {
