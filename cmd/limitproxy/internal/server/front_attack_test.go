@@ -600,3 +600,44 @@ func TestFrontAttackUpgradeTunnelHalfClose(t *testing.T) {
 		})
 	}
 }
+
+// TestFrontAttackSendTimeout: a client that pipelines requests and never
+// reads an answer holds its connection (and, forwarded, its upstream)
+// only as long as send_timeout, "most time between two writes of a
+// response to the client; then it is cut" (configuration.md): the front
+// writes its answers under the write deadline the proxy gives each
+// response, as net/http's server did.
+func TestFrontAttackSendTimeout(t *testing.T) {
+	t.Parallel()
+	up := startFAUpstream(t)
+	refuse := "[[policy]]\nname = \"all\"\nupstream = \"up\"\nkey = []\n  [[policy.limits]]\n  algorithm = \"token_bucket\"\n  rate = \"1/h\"\n  burst = 1\n"
+	addr := startServer(t, "fa.toml", faConfig(up.url, "send_timeout = \"1s\"\n", refuse)).Proxy.String()
+	c := faDial(t, addr)
+	c.SetDeadline(time.Time{})
+	// Requests, refused at once, until the answers nobody reads fill
+	// the socket buffers and the proxy's writes block; then the proxy
+	// must give up within send_timeout of its last write that went
+	// through, and close: the next writes here fail.
+	batch := []byte(strings.Repeat("GET / HTTP/1.1\r\nHost: a\r\n\r\n", 200))
+	start := time.Now()
+	var lastOK time.Time
+	for time.Since(start) < 20*time.Second {
+		c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+		_, err := c.Write(batch)
+		if err == nil {
+			lastOK = time.Now()
+			continue
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			continue // both directions full: the proxy is blocked on its write
+		}
+		// Closed by the proxy. Its last write went through at most a
+		// little after our last write did.
+		if took := time.Since(lastOK); took > 6*time.Second {
+			t.Errorf("the proxy closed the connection %v after our last write went through; send_timeout is 1s", took)
+		}
+		return
+	}
+	t.Fatalf("a client that reads nothing still had its connection after %v (send_timeout = 1s)", time.Since(start))
+}
