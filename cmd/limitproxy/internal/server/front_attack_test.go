@@ -121,6 +121,36 @@ func faWrite(t *testing.T, c net.Conn, s string) {
 
 // faRead reads one response (to a request of method) and its body; a nil
 // response and the error when there is none.
+// faOnePerHour is a policy's one limit: a request an hour, burst 1.
+const faOnePerHour = "  [[policy.limits]]\n  algorithm = \"token_bucket\"\n  rate = \"1/h\"\n  burst = 1\n"
+
+// faHandOff is a request with a body: the front hands its connection,
+// and what follows on it, to net/http.
+const faHandOff = "POST /handoff HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx"
+
+// faSendEither sends prefix (a PROXY header, or nothing) and the GET
+// request head on a new connection to addr, behind faHandOff if
+// viaNetHTTP (so that net/http reads head, not the front), and returns
+// the GET's status.
+func faSendEither(t *testing.T, addr, prefix, head string, viaNetHTTP bool) int {
+	t.Helper()
+	c := faDial(t, addr)
+	br := bufio.NewReader(c)
+	if !viaNetHTTP {
+		faWrite(t, c, prefix+head)
+	} else {
+		faWrite(t, c, prefix+faHandOff+head)
+		if resp, _, err := faRead(br, "POST"); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("the request handing off: %v %v", resp, err)
+		}
+	}
+	resp, _, err := faRead(br, "GET")
+	if err != nil {
+		t.Fatalf("%q: %v", head, err)
+	}
+	return resp.StatusCode
+}
+
 func faRead(br *bufio.Reader, method string) (*http.Response, string, error) {
 	resp, err := http.ReadResponse(br, &http.Request{Method: method})
 	if err != nil {
@@ -186,37 +216,17 @@ func TestFrontAttackSameKeyBothReadings(t *testing.T) {
 	up := startFAUpstream(t)
 	addr := startServer(t, "fa.toml", faConfig(up.url, "",
 		"[[policy]]\nname = \"k\"\nupstream = \"up\"\nmatch = { path_prefix = \"/k\", methods = [\"GET\"] }\nkey = [\"header:X-Api-Key\", \"host\"]\n"+
-			"  [[policy.limits]]\n  algorithm = \"token_bucket\"\n  rate = \"1/h\"\n  burst = 1\n"+faOpen)).Proxy.String()
-	const handOff = "POST /other HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx"
-	// send sends head on a new connection, behind a request with a body
-	// if viaNetHTTP, and returns the head's status.
-	send := func(head string, viaNetHTTP bool) int {
-		c := faDial(t, addr)
-		br := bufio.NewReader(c)
-		if viaNetHTTP {
-			faWrite(t, c, handOff+head)
-			if resp, _, err := faRead(br, "POST"); err != nil || resp.StatusCode != 200 {
-				t.Fatalf("the request handing off: %v %v", resp, err)
-			}
-		} else {
-			faWrite(t, c, head)
-		}
-		resp, _, err := faRead(br, "GET")
-		if err != nil {
-			t.Fatalf("%q: %v", head, err)
-		}
-		return resp.StatusCode
-	}
+			faOnePerHour+faOpen)).Proxy.String()
 	for i, h := range []string{
 		"GET /k HTTP/1.1\r\nHost: a\r\nx-api-key: \t K1 \t\r\n\r\n",
 		"GET /k/x?q=1 HTTP/1.1\r\nX-API-KEY: K2\r\nx-api-key: other\r\nHost: A.example:80\r\n\r\n",
 		"GET /k HTTP/1.1\r\nHost: a\r\nX-Api-Key: K3\r\nPragma: no-cache\r\nConnection: keep-alive\r\n\r\n",
 	} {
 		first := i%2 == 0 // alternate which reader goes first
-		if got := send(h, first); got != 200 {
+		if got := faSendEither(t, addr, "", h, first); got != 200 {
 			t.Errorf("%q (net/http %v) first: %d, want 200", h, first, got)
 		}
-		if got := send(h, !first); got != 429 {
+		if got := faSendEither(t, addr, "", h, !first); got != 429 {
 			t.Errorf("%q (net/http %v) second: %d, want 429: keyed or matched apart from the first reading", h, !first, got)
 		}
 	}
@@ -234,28 +244,7 @@ func TestFrontAttackProxyProtoBothReadings(t *testing.T) {
 	up := startFAUpstream(t)
 	addr := startServer(t, "fa.toml", faConfig(up.url, "proxy_protocol = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
 		"[[policy]]\nname = \"get\"\nupstream = \"up\"\nmatch = { methods = [\"GET\"] }\nkey = [\"ip\"]\n"+
-			"  [[policy.limits]]\n  algorithm = \"token_bucket\"\n  rate = \"1/h\"\n  burst = 1\n"+faOpen)).Proxy.String()
-	const handOff = "POST /b HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx"
-	// send writes header, then (behind a POST if viaNetHTTP) a GET with
-	// X-Forwarded-For xff, and returns the GET's status.
-	send := func(header []byte, xff string, viaNetHTTP bool) int {
-		c := faDial(t, addr)
-		br := bufio.NewReader(c)
-		get := "GET /g HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: " + xff + "\r\n\r\n"
-		if viaNetHTTP {
-			faWrite(t, c, string(header)+handOff+get)
-			if resp, _, err := faRead(br, "POST"); err != nil || resp.StatusCode != 200 {
-				t.Fatalf("the POST handing off: %v %v", resp, err)
-			}
-		} else {
-			faWrite(t, c, string(header)+get)
-		}
-		resp, _, err := faRead(br, "GET")
-		if err != nil {
-			t.Fatalf("GET: %v", err)
-		}
-		return resp.StatusCode
-	}
+			faOnePerHour+faOpen)).Proxy.String()
 	local := v2(0x20, 0x00, netip.AddrPort{}, netip.AddrPort{})
 	for i, tc := range []struct {
 		name       string
@@ -271,7 +260,8 @@ func TestFrontAttackProxyProtoBothReadings(t *testing.T) {
 		{"LOCAL, net/http, new XFF", local, true, 429},
 		{"LOCAL, front, new XFF", local, false, 429},
 	} {
-		if got := send(tc.header, fmt.Sprintf("198.51.100.%d", i+1), tc.viaNetHTTP); got != tc.want {
+		get := fmt.Sprintf("GET /g HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 198.51.100.%d\r\n\r\n", i+1)
+		if got := faSendEither(t, addr, string(tc.header), get, tc.viaNetHTTP); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}
@@ -315,7 +305,7 @@ func TestFrontAttackHalfClosed(t *testing.T) {
 	t.Parallel()
 	up := startFAUpstream(t)
 	addr := startServer(t, "fa.toml", faConfig(up.url, "",
-		"[[policy]]\nname = \"none\"\nupstream = \"up\"\nmatch = { path_prefix = \"/none\" }\nkey = []\n  [[policy.limits]]\n  algorithm = \"token_bucket\"\n  rate = \"1/h\"\n  burst = 1\n"+faOpen)).Proxy.String()
+		"[[policy]]\nname = \"none\"\nupstream = \"up\"\nmatch = { path_prefix = \"/none\" }\nkey = []\n"+faOnePerHour+faOpen)).Proxy.String()
 	halfClosed := func(req string) []byte {
 		c := faDial(t, addr)
 		faWrite(t, c, req)
@@ -610,7 +600,7 @@ func TestFrontAttackUpgradeTunnelHalfClose(t *testing.T) {
 func TestFrontAttackSendTimeout(t *testing.T) {
 	t.Parallel()
 	up := startFAUpstream(t)
-	refuse := "[[policy]]\nname = \"all\"\nupstream = \"up\"\nkey = []\n  [[policy.limits]]\n  algorithm = \"token_bucket\"\n  rate = \"1/h\"\n  burst = 1\n"
+	refuse := "[[policy]]\nname = \"all\"\nupstream = \"up\"\nkey = []\n" + faOnePerHour
 	addr := startServer(t, "fa.toml", faConfig(up.url, "send_timeout = \"1s\"\n", refuse)).Proxy.String()
 	c := faDial(t, addr)
 	c.SetDeadline(time.Time{})
