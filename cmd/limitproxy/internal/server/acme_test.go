@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -143,5 +144,68 @@ http_listen = "127.0.0.1:0"
 	err = serve(ctx, path, cfg, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), unreachable) {
 		t.Errorf("start with an unreachable CA: %v; want an error naming %s", err, unreachable)
+	}
+}
+
+// acmeNoEmailChildEnv names, in TestACMENoEmailNeverPrompts' child, the
+// config file to start with.
+const acmeNoEmailChildEnv = "LIMITPROXY_TEST_ACME_NO_EMAIL"
+
+// TestACMENoEmailNeverPrompts: with no email (it is optional), obtaining
+// a certificate neither prints certmagic's prompt for one nor reads
+// stdin. It runs a child process (the prompt goes to the process's own
+// stdout and stdin) whose stdin stays open, as a terminal's would: a
+// prompt would block it.
+func TestACMENoEmailNeverPrompts(t *testing.T) {
+	if path := os.Getenv(acmeNoEmailChildEnv); path != "" {
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		if err := serve(ctx, path, cfg, io.Discard, nil); err == nil {
+			t.Error("start with an unreachable CA succeeded")
+		}
+		return
+	}
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer up.Close()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "limitproxy.toml")
+	os.WriteFile(path, []byte(configText(up.URL, 1, "1/s", fmt.Sprintf(`[server.tls]
+mode = "acme"
+domains = ["localhost"]
+ca = "https://127.0.0.1:%d/dir"
+storage = %q
+http_listen = "127.0.0.1:0"
+`, freePort(t), filepath.Join(dir, "certs")))), 0o644)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestACMENoEmailNeverPrompts$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), acmeNoEmailChildEnv+"="+path)
+	stdin, err := cmd.StdinPipe() // held open until the child is done
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("child: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Errorf("the child did not return in 60 s: waiting on stdin?")
+	}
+	if s := out.String(); strings.Contains(s, "mail address") || !strings.Contains(s, "--- PASS") {
+		t.Errorf("the child printed:\n%s", s)
 	}
 }

@@ -135,8 +135,21 @@ func newACME(t *config.TLS, tlsPort, httpPort int, log *zap.Logger) (*acme, erro
 		// these ports certmagic finds them in use and relies on them.
 		AltHTTPPort: httpPort, AltTLSALPNPort: tlsPort, Logger: log,
 	})
-	a.cfg.Issuers = []certmagic.Issuer{a.issuer}
+	a.cfg.Issuers = []certmagic.Issuer{quietIssuer{a.issuer}}
 	return a, nil
+}
+
+// quietIssuer is certmagic's ACME issuer whose pre-check never prompts.
+// ManageSync obtains "interactively": an issuer without an email (email
+// is optional) would print a prompt for one on stdout, read the
+// process's stdin (blocking a proxy started from a terminal) and write
+// certmagic.DefaultACME, a global the other configs read. certmagic's
+// background renewals already pre-check this way.
+type quietIssuer struct{ *certmagic.ACMEIssuer }
+
+// PreCheck is the ACME issuer's, never interactive.
+func (q quietIssuer) PreCheck(ctx context.Context, names []string, _ bool) error {
+	return q.ACMEIssuer.PreCheck(ctx, names, false)
 }
 
 // tlsConfig serves the managed certificates and TLS-ALPN-01 challenges.
