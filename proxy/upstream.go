@@ -35,6 +35,7 @@ type pool struct {
 type target struct {
 	pool      *pool
 	proxy     *httputil.ReverseProxy
+	replay    *httputil.ReverseProxy // proxy, passing on a response direct has (forward.go)
 	name      string
 	fails     atomic.Int64
 	downUntil atomic.Int64 // Unix ns; 0 when up
@@ -130,6 +131,9 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 			},
 			ErrorLog: errLog,
 		}
+		replay := *t.proxy
+		replay.Transport = replayTransport{}
+		t.replay = &replay
 		p.targets = append(p.targets, t)
 	}
 	return p

@@ -158,6 +158,10 @@ go test -race -count=1 ./...
 step "go test -race (bench/)"
 (cd bench && go test -race -count=1 ./...)
 (cd deploy/kubernetes/validate && go test -race -count=1 ./...)
+# The differential tests whose exchanges the race detector slows a
+# hundredfold, and so samples: whole, without it.
+step "go test (differential, whole)"
+go test -count=1 -run '^TestForwardDirect' ./proxy/
 
 # The Dockerfile's build step, checked here since no Docker engine runs
 # where this is developed: a static binary that runs.
