@@ -194,28 +194,21 @@ func settled(answer string) string {
 	return answer
 }
 
-// forwardRig is a proxy, served by the HTTP/1.1 front as on a plain-HTTP
-// listener, in front of its own scripted upstream.
-type forwardRig struct {
-	addr string
-	up   *scriptUpstream
-}
-
-func startForwardRig(t *testing.T, reverseOnly bool, edit func(*config.Config)) *forwardRig {
-	up := startScriptUpstream(t, forwardResponses)
+// forwardHandler is a handler with one upstream, at addr (5 s timeout),
+// and one policy of a token bucket whose rate and burst keys are limit,
+// its clock held at t0.
+func forwardHandler(t *testing.T, addr, limit string, edit func(*config.Config)) *Handler {
 	cfg, err := config.Parse("forward.toml", []byte(`
 [[upstream]]
 name = "app"
-targets = ["http://`+up.ln.Addr().String()+`"]
+targets = ["http://`+addr+`"]
 timeout = "5s"
 [[policy]]
 name = "all"
 upstream = "app"
   [[policy.limits]]
   algorithm = "token_bucket"
-  rate = "1000000/s"
-  burst = 1000000
-`))
+`+limit+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +219,19 @@ upstream = "app"
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(set, Options{Now: func() time.Time { return t0 }})
+	return New(set, Options{Now: func() time.Time { return t0 }})
+}
+
+// forwardRig is a proxy, served by the HTTP/1.1 front as on a plain-HTTP
+// listener, in front of its own scripted upstream.
+type forwardRig struct {
+	addr string
+	up   *scriptUpstream
+}
+
+func startForwardRig(t *testing.T, reverseOnly bool, edit func(*config.Config)) *forwardRig {
+	up := startScriptUpstream(t, forwardResponses)
+	h := forwardHandler(t, up.ln.Addr().String(), "rate = \"1000000/s\"\nburst = 1000000", edit)
 	h.reverseOnly = reverseOnly
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	front := h1.New(srv)
@@ -338,25 +343,7 @@ func TestForwardDirectDifferential(t *testing.T) {
 func TestForwardDirectTaken(t *testing.T) {
 	t.Parallel()
 	up := startScriptUpstream(t, forwardResponses)
-	cfg, err := config.Parse("forward.toml", []byte(`
-[[upstream]]
-name = "app"
-targets = ["http://`+up.ln.Addr().String()+`"]
-[[policy]]
-name = "all"
-upstream = "app"
-  [[policy.limits]]
-  algorithm = "token_bucket"
-  rate = "10/s"
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := New(set, Options{Now: func() time.Time { return t0 }})
+	h := forwardHandler(t, up.ln.Addr().String(), `rate = "10/s"`, nil)
 	tg := h.snap.Load().pools["app"].targets[0]
 	for _, c := range []struct {
 		method, path string
