@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -25,23 +26,24 @@ import (
 
 // scriptUpstream is a raw-socket upstream: it records each request as it
 // arrived, byte for byte (head and Content-Length body), under the first
-// segment of its path after /r/, and answers with script[that segment],
-// closing the connection after it if the script's answer ends with
-// "\x00close".
+// segment of its path after /r/, and answers with its script's answer of
+// that name (a HEAD with the answer's head alone), closing the connection
+// after it if the answer ends with "\x00close"; a name without one is
+// answered 200 "ok".
 type scriptUpstream struct {
 	ln     net.Listener
-	script map[string]string
 	mu     sync.Mutex
+	script map[string]string
 	got    map[string][]string
 }
 
-func startScriptUpstream(t *testing.T, script map[string]string) *scriptUpstream {
+func startScriptUpstream(tb testing.TB, script map[string]string) *scriptUpstream {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	u := &scriptUpstream{ln: ln, script: script, got: map[string][]string{}}
-	t.Cleanup(func() { ln.Close() })
+	u := &scriptUpstream{ln: ln, script: maps.Clone(script), got: map[string][]string{}}
+	tb.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -52,6 +54,30 @@ func startScriptUpstream(t *testing.T, script map[string]string) *scriptUpstream
 		}
 	}()
 	return u
+}
+
+// set makes answer the answer to requests named name.
+func (u *scriptUpstream) set(name, answer string) {
+	u.mu.Lock()
+	u.script[name] = answer
+	u.mu.Unlock()
+}
+
+// take returns the requests recorded under name and forgets them: their
+// varying parts and the upstream's own address masked, and a request
+// repeated in a row once (the same request twice in a row is a retry on a
+// kept-alive connection the upstream had closed meanwhile, as it does at
+// some answers' end: as much a matter of timing as of path).
+func (u *scriptUpstream) take(name string) []string {
+	u.mu.Lock()
+	got := u.got[name]
+	delete(u.got, name)
+	u.mu.Unlock()
+	got = slices.Compact(got)
+	for i, g := range got {
+		got[i] = strings.ReplaceAll(varying.ReplaceAllString(g, "${1}X"), u.ln.Addr().String(), "UP")
+	}
+	return got
 }
 
 func (u *scriptUpstream) serve(c net.Conn) {
@@ -83,8 +109,8 @@ func (u *scriptUpstream) serve(c net.Conn) {
 		}
 		u.mu.Lock()
 		u.got[name] = append(u.got[name], head.String())
-		u.mu.Unlock()
 		answer, ok := u.script[name]
+		u.mu.Unlock()
 		if !ok {
 			answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 		}
@@ -100,12 +126,6 @@ func (u *scriptUpstream) serve(c net.Conn) {
 			return
 		}
 	}
-}
-
-func (u *scriptUpstream) requests(name string) []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]string(nil), u.got[name]...)
 }
 
 // forwardResponses are the upstream's answers, by name: of the common
@@ -197,7 +217,7 @@ func settled(answer string) string {
 // forwardHandler is a handler with one upstream, at addr (5 s timeout),
 // and one policy of a token bucket whose rate and burst keys are limit,
 // its clock held at t0.
-func forwardHandler(t *testing.T, addr, limit string, edit func(*config.Config)) *Handler {
+func forwardHandler(tb testing.TB, addr, limit string, edit func(*config.Config)) *Handler {
 	cfg, err := config.Parse("forward.toml", []byte(`
 [[upstream]]
 name = "app"
@@ -210,14 +230,14 @@ upstream = "app"
   algorithm = "token_bucket"
 `+limit+"\n"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if edit != nil {
 		edit(cfg)
 	}
 	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), t0)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return New(set, Options{Now: func() time.Time { return t0 }})
 }
@@ -229,18 +249,18 @@ type forwardRig struct {
 	up   *scriptUpstream
 }
 
-func startForwardRig(t *testing.T, reverseOnly bool, edit func(*config.Config)) *forwardRig {
-	up := startScriptUpstream(t, forwardResponses)
-	h := forwardHandler(t, up.ln.Addr().String(), "rate = \"1000000/s\"\nburst = 1000000", edit)
+func startForwardRig(tb testing.TB, reverseOnly bool, edit func(*config.Config)) *forwardRig {
+	up := startScriptUpstream(tb, forwardResponses)
+	h := forwardHandler(tb, up.ln.Addr().String(), "rate = \"1000000/s\"\nburst = 1000000", edit)
 	h.reverseOnly = reverseOnly
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	front := h1.New(srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	go front.Serve(ln)
-	t.Cleanup(func() { front.Close() })
+	tb.Cleanup(func() { front.Close() })
 	return &forwardRig{addr: ln.Addr().String(), up: up}
 }
 
@@ -250,22 +270,41 @@ func startForwardRig(t *testing.T, reverseOnly bool, edit func(*config.Config)) 
 // connection. The connection stays open meanwhile: a client that
 // half-closes is one that went away (the proxy answers it 499).
 func (r *forwardRig) exchange(t *testing.T, raw string) string {
+	c := r.dial(t)
+	defer c.Close()
+	return c.exchange(raw)
+}
+
+// rigConn is a client's connection to a forwardRig.
+type rigConn struct {
+	net.Conn
+	br *bufio.Reader
+	in bytes.Buffer // what br has read
+}
+
+func (r *forwardRig) dial(t *testing.T) *rigConn {
 	c, err := net.Dial("tcp", r.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	rc := &rigConn{Conn: c}
+	rc.br = bufio.NewReader(io.TeeReader(c, &rc.in))
+	return rc
+}
+
+// exchange is forwardRig.exchange's on c, which stays open after it.
+func (c *rigConn) exchange(raw string) string {
 	io.WriteString(c, raw)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var got bytes.Buffer
-	br := bufio.NewReader(io.TeeReader(c, &got))
 	method, _, _ := strings.Cut(raw, " ")
-	resp, err := http.ReadResponse(br, &http.Request{Method: method})
+	resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
 	if err == nil {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	return got.String()[:got.Len()-br.Buffered()]
+	n := c.in.Len() - c.br.Buffered()
+	got := string(c.in.Next(n))
+	return got
 }
 
 // TestForwardDirectDifferential: every request of forwardRequests, with
@@ -317,23 +356,36 @@ func TestForwardDirectDifferential(t *testing.T) {
 				}
 			}
 			for _, respName := range sortedKeys(forwardResponses) {
-				// The same request twice in a row is a retry on a kept-alive
-				// connection the upstream had closed meanwhile (so it has, at
-				// some cases' end): as much a matter of timing as of path.
-				upD, upR := slices.Compact(direct.up.requests(respName)), slices.Compact(reverse.up.requests(respName))
-				if len(upD) != len(upR) {
-					t.Errorf("%s: the upstream got %d requests from direct, %d from reverse", respName, len(upD), len(upR))
-					continue
-				}
-				for i := range upD {
-					d := strings.ReplaceAll(varying.ReplaceAllString(upD[i], "${1}X"), direct.up.ln.Addr().String(), "UP")
-					r := strings.ReplaceAll(varying.ReplaceAllString(upR[i], "${1}X"), reverse.up.ln.Addr().String(), "UP")
-					if d != r {
-						t.Errorf("%s #%d: the upstream got\ndirect:  %q\nreverse: %q", respName, i, d, r)
-					}
+				upD, upR := direct.up.take(respName), reverse.up.take(respName)
+				if !slices.Equal(upD, upR) {
+					t.Errorf("%s: the upstream got\ndirect:  %q\nreverse: %q", respName, upD, upR)
 				}
 			}
 		})
+	}
+}
+
+// TestForwardDirectKeepAlive: requests of different heads one after the
+// other on one connection, through both paths, as
+// TestForwardDirectDifferential's are on one each: the front keeps its
+// header map from one request to the next, and direct shares the
+// request's values with the outbound request (the upstream keeps its
+// connection too).
+func TestForwardDirectKeepAlive(t *testing.T) {
+	t.Parallel()
+	direct, reverse := startForwardRig(t, false, nil), startForwardRig(t, true, nil)
+	cd, cr := direct.dial(t), reverse.dial(t)
+	defer cd.Close()
+	defer cr.Close()
+	for i, reqName := range []string{"forwarded", "get", "repeated", "named", "hightext", "keepalive", "noua", "manyfields", "query", "get", "forwarded"} {
+		raw := strings.ReplaceAll(forwardRequests[reqName], "{P}", "/r/ka"+strconv.Itoa(i)+"/"+reqName)
+		gotD, gotR := settled(cd.exchange(raw)), settled(cr.exchange(raw))
+		if gotD != gotR || !strings.HasPrefix(gotD, "HTTP/1.1 200 OK\r\n") {
+			t.Errorf("#%d %s: the client got\ndirect:  %q\nreverse: %q", i, reqName, gotD, gotR)
+		}
+		if upD, upR := direct.up.take("ka"+strconv.Itoa(i)), reverse.up.take("ka"+strconv.Itoa(i)); !slices.Equal(upD, upR) || len(upD) != 1 {
+			t.Errorf("#%d %s: the upstream got\ndirect:  %q\nreverse: %q", i, reqName, upD, upR)
+		}
 	}
 }
 
@@ -381,7 +433,7 @@ func TestForwardDirectTaken(t *testing.T) {
 			t.Errorf("%s %s: the client's header changed: %s, was %s", c.method, c.path, fmt.Sprint(r.Header), before)
 		}
 	}
-	if got := up.requests("plain"); len(got) != 1 {
+	if got := up.take("plain"); len(got) != 1 {
 		t.Errorf("the upstream got %d requests for /r/plain, want 1 (the one direct took)", len(got))
 	}
 }

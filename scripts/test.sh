@@ -186,3 +186,5 @@ step "go test -fuzz (briefly)"
 for target in ./policy/config:FuzzParseRate ./policy/config:FuzzParse ./proxy:FuzzClientKey ./proxy:FuzzRewriteKeyParts ./proxy:FuzzNormalizePath ./proxy:FuzzSyncTransport ./proxy:FuzzWriteHead ./internal/h1:FuzzParseHead; do
   go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 10000x "${target%%:*}"
 done
+# Each execution of this one is two exchanges through two proxies.
+go test -run '^$' -fuzz '^FuzzForwardDirect$' -fuzztime 500x ./proxy
