@@ -135,7 +135,13 @@ func newACME(t *config.TLS, tlsPort, httpPort int, log *zap.Logger) (*acme, erro
 		// these ports certmagic finds them in use and relies on them.
 		AltHTTPPort: httpPort, AltTLSALPNPort: tlsPort, Logger: log,
 	})
-	a.cfg.Issuers = []certmagic.Issuer{quietIssuer{a.issuer}}
+	a.cfg.Issuers = []certmagic.Issuer{a.issuer}
+	if t.Email == "" {
+		// Only then would certmagic prompt; with an email the issuer
+		// stays certmagic's own, which renewals tell the CA (ARI) what
+		// certificate they replace with.
+		a.cfg.Issuers[0] = quietIssuer{a.issuer}
+	}
 	return a, nil
 }
 
@@ -144,7 +150,9 @@ func newACME(t *config.TLS, tlsPort, httpPort int, log *zap.Logger) (*acme, erro
 // is optional) would print a prompt for one on stdout, read the
 // process's stdin (blocking a proxy started from a terminal) and write
 // certmagic.DefaultACME, a global the other configs read. certmagic's
-// background renewals already pre-check this way.
+// background renewals already pre-check this way. (Wrapped, it loses
+// one thing: certmagic tells the CA which certificate a renewal replaces
+// only for its own issuer type.)
 type quietIssuer struct{ *certmagic.ACMEIssuer }
 
 // PreCheck is the ACME issuer's, never interactive.
