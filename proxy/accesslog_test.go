@@ -197,8 +197,9 @@ func TestAccessLogClientAddress(t *testing.T) {
 
 // TestRequestID: an X-Request-Id from a trusted proxy is kept; from any
 // other peer, or malformed, or sent twice, it is replaced by a generated
-// one. The upstream receives the id, the client gets it back (once, even
-// when the upstream echoes its own), the log has it. W3C traceparent and
+// one. The upstream receives the id (even when the client's Connection
+// field names it), the client gets it back (once, even when the upstream
+// echoes its own), the log has it. W3C traceparent and
 // tracestate pass through untouched.
 func TestRequestID(t *testing.T) {
 	var (
@@ -227,6 +228,7 @@ func TestRequestID(t *testing.T) {
 		{"trusted, malformed", `trusted_proxies = ["127.0.0.1/32"]`, []string{"a b"}, false},
 		{"trusted, too long", `trusted_proxies = ["127.0.0.1/32"]`, []string{strings.Repeat("a", 129)}, false},
 		{"none", ``, nil, false},
+		{"named by Connection", ``, nil, false},
 	} {
 		addr, logs := startAccess(t, "", c.trusted, up)
 		req, _ := http.NewRequest("GET", "http://"+addr+"/x", nil)
@@ -235,6 +237,11 @@ func TestRequestID(t *testing.T) {
 		}
 		req.Header.Set("Traceparent", tp)
 		req.Header.Set("Tracestate", ts)
+		if c.name == "named by Connection" {
+			// A hop-by-hop field to the client, which cannot keep the
+			// upstream from getting the id all the same.
+			req.Header.Set("Connection", "X-Request-Id")
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

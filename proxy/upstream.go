@@ -113,6 +113,12 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 				// Every client-address header names the client the
 				// request was keyed by.
 				setForwarded(pr, srv)
+				// The request id (forwardRequestID put it on In) after
+				// the hop-by-hop fields went: a client's Connection
+				// field naming X-Request-Id cannot strip it.
+				if id, ok := pr.In.Header[requestIDHeader]; ok {
+					pr.Out.Header[requestIDHeader] = id
+				}
 				if cfg.PreserveHost {
 					pr.Out.Host = pr.In.Host
 				}
