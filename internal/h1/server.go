@@ -303,8 +303,7 @@ type conn struct {
 	watchTimer *time.Timer        // runs watchRead; made at the first watch
 	stopping   atomic.Bool
 	watchDone  chan struct{}
-	watchByte  [1]byte
-	watchN     int
+	watchN     int // bytes watchRead read past c.w
 	watchErr   error
 }
 
@@ -592,6 +591,14 @@ func (c *conn) watch(d time.Duration) {
 		return
 	}
 	c.watching = true
+	if c.r > 0 {
+		// Room for what the client sends meanwhile: the request's head
+		// (copied out by parseHead) is done with, a pipelined one
+		// moves to the front. A full buffer would leave nothing to
+		// watch with.
+		c.w = copy(c.buf, c.buf[c.r:c.w])
+		c.r = 0
+	}
 	if c.watchTimer == nil {
 		c.watchDone = make(chan struct{}, 1)
 		c.watchTimer = time.AfterFunc(d, c.watchRead)
@@ -600,32 +607,40 @@ func (c *conn) watch(d time.Duration) {
 	c.watchTimer.Reset(d)
 }
 
-// watchRead, run by the watch's timer, reads one byte in the
-// background: a byte is the next request's (pipelined), kept for it; EOF
-// or an error means the client went away, and cancels the request's
-// context. stopWatch ends the read by putting the read deadline in the
-// past; the deadline is cleared here, before the read, and the read is
-// not started once stopWatch has begun, so that it cannot clear
-// stopWatch's deadline and block.
+// watchRead, run by the watch's timer, reads in the background into the
+// buffer's free room, until the client goes away (EOF or an error: the
+// request's context is canceled) or the watch stops. What it reads is
+// the next request's (pipelined), kept for it; it goes on reading after
+// it, so that a client that sends a byte and leaves is noticed too (and
+// a request queued for it never forwarded), until the buffer is full (a
+// client that has pipelined 8 KiB is not watched further). stopWatch
+// ends the read by putting the read deadline in the past; the deadline
+// is cleared here, before the first read, and no read starts once
+// stopWatch has begun, so that none can clear stopWatch's deadline and
+// block.
 func (c *conn) watchRead() {
 	defer func() { c.watchDone <- struct{}{} }()
 	c.rwc.SetReadDeadline(time.Time{})
-	if c.stopping.Load() || c.w == len(c.buf) {
-		// Stopped already, or no room to keep a byte (a full buffer of
-		// pipelined requests, rare): not watched.
-		return
-	}
-	n, err := c.rwc.Read(c.watchByte[:])
-	c.watchN = n
-	if n == 0 && !c.stopping.Load() {
-		c.watchErr = err
-		c.cancel()
+	for !c.stopping.Load() {
+		free := c.buf[c.w+c.watchN:]
+		if len(free) == 0 {
+			return
+		}
+		n, err := c.rwc.Read(free)
+		c.watchN += n
+		if err != nil {
+			if !c.stopping.Load() {
+				c.watchErr = err
+				c.cancel()
+			}
+			return
+		}
 	}
 }
 
 // stopWatch ends the watch when the handler returns: the timer stopped
-// if it has not fired, else the background read ended and its byte kept
-// if it read one.
+// if it has not fired, else the background read ended and what it read
+// kept.
 func (c *conn) stopWatch() {
 	c.watching = false
 	if c.watchTimer.Stop() {
@@ -636,11 +651,8 @@ func (c *conn) stopWatch() {
 	<-c.watchDone
 	c.stopping.Store(false)
 	c.deadline = aLongTimeAgo // reset at the next wait
-	if c.watchN == 1 {
-		c.buf[c.w] = c.watchByte[0]
-		c.w++
-		c.watchN = 0
-	}
+	c.w += c.watchN
+	c.watchN = 0
 }
 
 // aLongTimeAgo is a deadline in the past: it fails a blocked read at once.

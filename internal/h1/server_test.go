@@ -236,7 +236,7 @@ func TestServerWatchClient(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A request that comes while the previous one is watched may
-		// be handed to net/http (the watch keeps its first byte, and the
+		// be handed to net/http (the watch keeps what it read, and the
 		// front hands off a head it does not hold whole), which watches
 		// every request itself.
 		wc, ok := w.(interface{ WatchClient(time.Duration) })
@@ -267,27 +267,43 @@ func TestServerWatchClient(t *testing.T) {
 		fmt.Fprintf(w, "done %s", r.URL.Path)
 	}), nil)
 
-	t.Run("client-goes-away", func(t *testing.T) {
-		c := dial(t, addr)
-		io.WriteString(c, "GET /watch HTTP/1.1\r\nHost: a\r\n\r\n")
-		waitEntered(t, entered)
-		start := time.Now()
-		c.Close()
-		select {
-		case res := <-results:
-			if !res.watched {
-				t.Error("the request was not the front's, or not watched")
+	// The client leaves: at once; after a byte of a next request (which
+	// the watch keeps, and must watch on after); with a head that fills
+	// the read buffer exactly (the watch must still have room).
+	const plain = "GET /watch HTTP/1.1\r\nHost: a\r\n\r\n"
+	pad := "GET /watch HTTP/1.1\r\nHost: a\r\nX-Pad: "
+	full := pad + strings.Repeat("p", readBuffer-len(pad)-4) + "\r\n\r\n"
+	for _, leave := range []struct{ name, head, then string }{
+		{"client-goes-away", plain, ""},
+		{"client-sends-a-byte-and-goes-away", plain, "G"},
+		{"client-with-a-full-buffer-goes-away", full, ""},
+	} {
+		t.Run(leave.name, func(t *testing.T) {
+			c := dial(t, addr)
+			io.WriteString(c, leave.head)
+			waitEntered(t, entered)
+			if leave.then != "" {
+				io.WriteString(c, leave.then)
+				time.Sleep(100 * time.Millisecond)
 			}
-			if !errors.Is(res.err, context.Canceled) {
-				t.Errorf("handler's context: %v, want context.Canceled within 10 s of the client closing", res.err)
+			start := time.Now()
+			c.Close()
+			select {
+			case res := <-results:
+				if !res.watched {
+					t.Error("the request was not the front's, or not watched")
+				}
+				if !errors.Is(res.err, context.Canceled) {
+					t.Errorf("handler's context: %v, want context.Canceled within 10 s of the client closing", res.err)
+				}
+				if d := time.Since(start); d > 5*time.Second {
+					t.Errorf("canceled %v after the client closed", d)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("handler did not return")
 			}
-			if d := time.Since(start); d > 5*time.Second {
-				t.Errorf("canceled %v after the client closed", d)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatal("handler did not return")
-		}
-	})
+		})
+	}
 
 	for _, path := range []string{"/nowatch", "/watch-stay"} {
 		t.Run("client-stays"+path, func(t *testing.T) {
