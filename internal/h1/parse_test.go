@@ -167,6 +167,7 @@ func manyFields(n int) []string {
 var acceptedHeads = []string{
 	reqHead("GET / HTTP/1.1", "Host: example.com"),
 	reqHead("GET /a/b?c=d&e=f HTTP/1.1", "Host: example.com:8080", "User-Agent: test/1.0", "Accept: */*"),
+	reqHead("GET /a? HTTP/1.1", "Host: example.com"), // ForceQuery
 	reqHead("HEAD /x HTTP/1.1", "Host: example.com"),
 	reqHead("DELETE /x HTTP/1.1", "Host: example.com", "Content-Length: 0"),
 	reqHead("POST /x HTTP/1.1", "Host: example.com", "Content-Length: 0"),

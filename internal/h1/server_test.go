@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -887,32 +888,86 @@ func TestServerServeAfterShutdown(t *testing.T) {
 // before: a client that leaves earlier is not noticed until then (the
 // handler still runs, its context alive), and is noticed after it.
 func TestServerWatchDelay(t *testing.T) {
-	errs := make(chan [2]error, 1)
-	entered := make(chan struct{}, 1)
+	// On a connection's first request the watch's timer is made; on a
+	// later one it is reset: both must wait the delay asked for.
+	for _, later := range []bool{false, true} {
+		t.Run(fmt.Sprintf("later-request=%v", later), func(t *testing.T) {
+			errs := make(chan [2]error, 1)
+			entered := make(chan struct{}, 1)
+			_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.(interface{ WatchClient(time.Duration) }).WatchClient(time.Second)
+				if r.URL.Path == "/quick" {
+					io.WriteString(w, "quick") // done before the watch starts
+					return
+				}
+				entered <- struct{}{}
+				// The client is gone 100 ms into the request (below): at
+				// 600 ms the watch has not started; within 10 s of its
+				// start it has seen the client leave.
+				time.Sleep(600 * time.Millisecond)
+				before := r.Context().Err()
+				select {
+				case <-r.Context().Done():
+				case <-time.After(10 * time.Second):
+				}
+				errs <- [2]error{before, r.Context().Err()}
+			}), nil)
+			c := dial(t, addr)
+			if later {
+				br := bufio.NewReader(c)
+				io.WriteString(c, "GET /quick HTTP/1.1\r\nHost: a\r\n\r\n")
+				if resp, body := readResponse(t, c, br, "GET"); resp.StatusCode != http.StatusOK || body != "quick" {
+					t.Fatalf("first request: %d %q", resp.StatusCode, body)
+				}
+			}
+			io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+			waitEntered(t, entered)
+			time.Sleep(100 * time.Millisecond)
+			c.Close()
+			got := <-errs
+			if got[0] != nil {
+				t.Errorf("context %v before the watch's start (1 s), want alive", got[0])
+			}
+			if !errors.Is(got[1], context.Canceled) {
+				t.Errorf("context %v after the watch's start, want context.Canceled", got[1])
+			}
+		})
+	}
+}
+
+// TestServerWatchPipelinedPastBuffer: a watched request followed, in one
+// write, by more pipelined requests than the read buffer holds: the
+// watch fills the buffer and stops (it must not read past it), and every
+// request is answered, in order.
+func TestServerWatchPipelinedPastBuffer(t *testing.T) {
 	_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.(interface{ WatchClient(time.Duration) }).WatchClient(time.Second)
-		entered <- struct{}{}
-		// The client is gone 100 ms into the request (below): at 600 ms
-		// the watch has not started; within 10 s of its start it has
-		// seen the client leave.
-		time.Sleep(600 * time.Millisecond)
-		before := r.Context().Err()
-		select {
-		case <-r.Context().Done():
-		case <-time.After(10 * time.Second):
+		if r.URL.Path == "/slow" {
+			w.(interface{ WatchClient(time.Duration) }).WatchClient(0)
+			time.Sleep(200 * time.Millisecond)
 		}
-		errs <- [2]error{before, r.Context().Err()}
+		io.WriteString(w, r.URL.Path)
 	}), nil)
 	c := dial(t, addr)
-	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
-	waitEntered(t, entered)
-	time.Sleep(100 * time.Millisecond)
-	c.Close()
-	got := <-errs
-	if got[0] != nil {
-		t.Errorf("context %v before the watch's start (1 s), want alive", got[0])
+	br := bufio.NewReader(c)
+	var b strings.Builder
+	b.WriteString("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+	const n = 400 // about 12 KiB
+	for i := range n {
+		b.WriteString("GET /p" + strconv.Itoa(i) + " HTTP/1.1\r\nHost: a\r\n\r\n")
 	}
-	if !errors.Is(got[1], context.Canceled) {
-		t.Errorf("context %v after the watch's start, want context.Canceled", got[1])
+	if b.Len() < 3*readBuffer/2 {
+		t.Fatalf("%d bytes pipelined, want well past the buffer", b.Len())
+	}
+	io.WriteString(c, b.String())
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for i := -1; i < n; i++ {
+		want := "/slow"
+		if i >= 0 {
+			want = "/p" + strconv.Itoa(i)
+		}
+		resp, body := readResponse(t, c, br, "GET")
+		if resp.StatusCode != http.StatusOK || body != want {
+			t.Fatalf("answer %d: %d %q, want 200 %q", i+1, resp.StatusCode, body, want)
+		}
 	}
 }
