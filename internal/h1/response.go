@@ -463,6 +463,52 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return c.rwc, bufio.NewReadWriter(r, bufio.NewWriter(c.rwc)), nil
 }
 
+// WriteWhole writes a whole answer of status code with body at once,
+// from its header fields already written out: the concatenation of
+// fields is the handler's header map as net/http writes it, each field
+// "Name: value\r\n" (valid names, values with no CR or LF and nothing
+// to trim), sorted by name, among them a Content-Type and a
+// Content-Length of len(body), and no Date, Connection,
+// Transfer-Encoding, Trailer or Content-Encoding field. The map must
+// hold those fields still: it is the head net/http would write for it
+// (Date, then Connection: close when the connection ends, are added as
+// commit adds them), without going through the map. Nothing may be
+// written after it.
+//
+// It reports false, having written nothing, when the answer cannot be
+// written so (a status already written, a hijacked connection, a status
+// that carries no body): the handler then writes it with WriteHeader and
+// Write, from the same map, to the same bytes.
+func (w *response) WriteWhole(code int, fields [10]string, body []byte) bool {
+	c := w.c
+	if w.wroteHeader || c.hijacked || code < 200 || code > 999 || !bodyAllowed(code) {
+		return false
+	}
+	w.wroteHeader, w.committed, w.status = true, true, code
+	w.hasType, w.hasCLKey = true, true
+	w.clen, w.announced = int64(len(body)), int64(len(body))
+	// writeHead's decisions for a map with a Content-Length and no
+	// Connection or Transfer-Encoding field.
+	noKeepAlive := !c.srv.keepAlives()
+	w.closeAfter = w.closeAfter || w.req.Close || noKeepAlive
+	w.dropConn = w.closeAfter
+	c.writeStatusLine(code)
+	for _, f := range fields {
+		c.out = append(c.out, f...)
+	}
+	// commit's fields, in its order.
+	c.out = append(c.out, "Date: "...)
+	c.out = c.srv.date(c.out)
+	c.out = append(c.out, "\r\n"...)
+	if w.dropConn {
+		c.out = append(c.out, "Connection: close\r\n"...)
+	}
+	c.out = append(c.out, "\r\n"...)
+	w.written = int64(len(body))
+	w.body(body)
+	return true
+}
+
 // WatchClient has the request's context canceled when the client goes
 // away (its connection reads EOF or fails) before the handler returns,
 // as net/http's server does for every request with a read in the

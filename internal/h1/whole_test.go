@@ -1,0 +1,88 @@
+package h1
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// newTestResponse is a response to req on a connection that only
+// buffers (nothing is flushed in these tests).
+func newTestResponse(method string) *response {
+	c := &conn{srv: &Server{fallback: &http.Server{}}, out: make([]byte, 0, 4096), pending: make([]byte, 0, 2048)}
+	req, _ := http.NewRequest(method, "/", nil)
+	return &response{c: c, req: req, header: http.Header{}, clen: -1, announced: -1, head: method == http.MethodHead, pending: c.pending[:0]}
+}
+
+// TestWriteWhole: WriteWhole writes the head WriteHeader and Write write
+// for a map that holds the fields it is handed (Date aside), for GET and
+// HEAD, kept alive or not; and declines, having written nothing, what it
+// cannot write so.
+func TestWriteWhole(t *testing.T) {
+	body := []byte(`{"a":1}` + "\n")
+	set := func(h http.Header) {
+		h["Cache-Control"] = []string{"no-store"}
+		h["Content-Length"] = []string{"8"}
+		h["Content-Type"] = []string{"application/json"}
+		h["Retry-After"] = []string{"3"}
+	}
+	var fields [10]string
+	fields[0] = "Cache-Control: no-store\r\nContent-Length: 8\r\nContent-Type: application/json\r\n"
+	fields[1], fields[2], fields[3] = "Retry-After: ", "3", "\r\n"
+	date := func(s string) string {
+		i := strings.Index(s, "Date: ")
+		j := strings.Index(s[i:], "\r\n")
+		return s[:i+6] + "X" + s[i+j:]
+	}
+	for _, method := range []string{"GET", "HEAD"} {
+		for _, closing := range []bool{false, true} {
+			want := newTestResponse(method)
+			want.req.Close = closing
+			set(want.header)
+			want.WriteHeader(429)
+			want.Write(body)
+			want.done = true
+			want.commitPending()
+
+			got := newTestResponse(method)
+			got.req.Close = closing
+			set(got.header)
+			if !got.WriteWhole(429, fields, body) {
+				t.Fatalf("%s close=%v: declined", method, closing)
+			}
+			if g, w := date(string(got.c.out)), date(string(want.c.out)); g != w {
+				t.Errorf("%s close=%v: WriteWhole wrote\n%q\nWriteHeader and Write\n%q", method, closing, g, w)
+			}
+			if got.closeAfter != want.closeAfter || got.written != want.written || got.announced != want.announced {
+				t.Errorf("%s close=%v: closeAfter %v written %d announced %d; want %v %d %d", method, closing,
+					got.closeAfter, got.written, got.announced, want.closeAfter, want.written, want.announced)
+			}
+			if _, err := got.Write([]byte("x")); err != http.ErrContentLength {
+				t.Errorf("%s close=%v: a write after WriteWhole: %v, want ErrContentLength", method, closing, err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		code int
+		prep func(*response)
+	}{
+		{"status-written", 429, func(w *response) { w.WriteHeader(200) }},
+		{"hijacked", 429, func(w *response) { w.c.hijacked = true }},
+		{"no-body-status", 204, nil},
+		{"not-modified", 304, nil},
+		{"informational", 103, nil},
+	} {
+		w := newTestResponse("GET")
+		if tc.prep != nil {
+			tc.prep(w)
+		}
+		before := len(w.c.out)
+		if w.WriteWhole(tc.code, fields, body) {
+			t.Errorf("%s: taken", tc.name)
+		}
+		if len(w.c.out) != before {
+			t.Errorf("%s: declined, yet wrote %q", tc.name, w.c.out[before:])
+		}
+	}
+}
