@@ -175,3 +175,36 @@ func TestAppendSeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendJSONString: appendJSONString escapes as zap's JSON encoder
+// does every byte, alone and after a plain prefix (its fast path's end),
+// and strings that mix them with UTF-8, valid and not.
+func TestAppendJSONString(t *testing.T) {
+	enc := zapcore.NewJSONEncoder(zapcore.EncoderConfig{})
+	zapString := func(s string) string {
+		e := enc.Clone()
+		e.AddString("k", s)
+		buf, err := e.EncodeEntry(zapcore.Entry{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		buf.Free()
+		// {"k":"..."}\n
+		return strings.TrimSuffix(strings.TrimPrefix(out, `{"k":`), "}\n")
+	}
+	var cases []string
+	for c := 0; c < 256; c++ {
+		cases = append(cases, string(rune(c)), string([]byte{byte(c)}), "plain/"+string([]byte{byte(c)}), string([]byte{byte(c)})+"/plain", "ab"+string([]byte{byte(c), 'x', byte(c)}))
+	}
+	cases = append(cases, "", "GET", "/api/v1/users?id=7", "é", "a\xffb", "\U0001F600x", "x\xe2\x82", `a"b\c`)
+	for _, s := range cases {
+		want := zapString(s)
+		if got := string(appendJSONString(nil, s)); got != want {
+			t.Errorf("string %q: %s, want %s", s, got, want)
+		}
+		if got := string(appendJSONString(nil, []byte(s))); got != want {
+			t.Errorf("bytes %q: %s, want %s", s, got, want)
+		}
+	}
+}
