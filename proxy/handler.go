@@ -588,10 +588,12 @@ func (r *recorder) renewDeadline() {
 	if r.dl == nil || r.sendTimeout <= 0 {
 		return
 	}
-	now := time.Now()
-	if now.Sub(r.renewed) < r.sendTimeout/8 {
+	// Since reads the monotonic clock alone (renewed has its reading),
+	// and Now reads the wall clock too: only a renewal needs that.
+	if time.Since(r.renewed) < r.sendTimeout/8 {
 		return
 	}
+	now := time.Now()
 	r.renewed = now
 	r.dl.SetWriteDeadline(now.Add(r.sendTimeout))
 }
