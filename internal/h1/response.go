@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -605,26 +606,43 @@ type field struct {
 // writeSorted appends fields, which it sorts by name, as writeFields
 // does, and keeps their array for the next call.
 func (c *conn) writeSorted(fields []field) {
-	// Insertion sort: a head has a few fields, and this allocates
-	// nothing.
-	for i := 1; i < len(fields); i++ {
-		for j := i; j > 0 && fields[j].key < fields[j-1].key; j-- {
-			fields[j], fields[j-1] = fields[j-1], fields[j]
+	// Insertion sort, of the fields' indexes when there are few (a
+	// byte each, rather than a field of 40 bytes with pointers, which
+	// the garbage collector's write barrier may see at each move): a
+	// head has a few fields, and this allocates nothing.
+	var order [64]uint8
+	if len(fields) <= len(order) {
+		for i := range fields {
+			order[i] = uint8(i)
+			for j := i; j > 0 && fields[order[j]].key < fields[order[j-1]].key; j-- {
+				order[j], order[j-1] = order[j-1], order[j]
+			}
 		}
-	}
-	for _, f := range fields {
-		if !httpguts.ValidHeaderFieldName(f.key) {
-			continue
+		for _, i := range order[:len(fields)] {
+			c.writeField(fields[i])
 		}
-		for _, v := range f.vals {
-			c.out = append(c.out, f.key...)
-			c.out = append(c.out, ": "...)
-			c.out = appendValue(c.out, v)
-			c.out = append(c.out, "\r\n"...)
+	} else {
+		slices.SortFunc(fields, func(a, b field) int { return strings.Compare(a.key, b.key) })
+		for _, f := range fields {
+			c.writeField(f)
 		}
 	}
 	clear(fields)
 	c.keys = fields[:0]
+}
+
+// writeField appends f's lines, one a value, unless its name is not
+// valid.
+func (c *conn) writeField(f field) {
+	if !httpguts.ValidHeaderFieldName(f.key) {
+		return
+	}
+	for _, v := range f.vals {
+		c.out = append(c.out, f.key...)
+		c.out = append(c.out, ": "...)
+		c.out = appendValue(c.out, v)
+		c.out = append(c.out, "\r\n"...)
+	}
 }
 
 // appendValue appends v as net/http writes a field's value: CR and LF

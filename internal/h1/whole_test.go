@@ -86,3 +86,21 @@ func TestWriteWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteSortedMany: a head of more fields than writeSorted sorts by
+// index is sorted as well, as net/http sorts it.
+func TestWriteSortedMany(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 63, 64, 65, 200} {
+		h := http.Header{}
+		for i := range n {
+			h[http.CanonicalHeaderKey("x-f"+strings.Repeat("z", i%7)+string(rune('a'+i%26))+string(rune('a'+i/26)))] = []string{"v"}
+		}
+		var want strings.Builder
+		h.Write(&want)
+		c := &conn{}
+		c.writeFields(h, nil)
+		if got := string(c.out); got != want.String() {
+			t.Errorf("%d fields:\n%s\nwant\n%s", n, got, want.String())
+		}
+	}
+}
