@@ -340,12 +340,14 @@ func canonicalize(r *http.Request, s *config.Server) (status int, detail string)
 	if caseVariant(r.Method) {
 		return http.StatusBadRequest, "the method " + r.Method + " is a standard method in the wrong case (methods are case-sensitive)"
 	}
-	escaped := r.URL.EscapedPath()
+	var escaped string
 	if strings.HasPrefix(r.RequestURI, "/") {
 		// Origin form (nearly every request): the path exactly as it came
 		// on the request line, since EscapedPath re-encodes a path Go
 		// finds unusual and would lose the difference between / and %2F.
 		escaped, _, _ = strings.Cut(r.RequestURI, "?")
+	} else {
+		escaped = r.URL.EscapedPath()
 	}
 	raw, decoded, err := normalizePath(escaped)
 	if err != nil {
