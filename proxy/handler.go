@@ -318,7 +318,8 @@ func abortIfGone(rec *recorder) {
 
 // newRecorder returns the recorder of w for r, arriving at start.
 func (h *Handler) newRecorder(w http.ResponseWriter, r *http.Request, snap *snapshot, start time.Time) *recorder {
-	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout, grpc: isGRPC(r), h2: r.ProtoMajor == 2}
+	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout, grpc: isGRPC(r), h2: r.ProtoMajor == 2,
+		headReq: r.Method == http.MethodHead}
 	rec.dl, _ = unwrapDeadliner(w)
 	h.beginRequest(r, rec, snap)
 	if h.acc != nil && snap.set.Config.Log.AccessReplay {
@@ -541,6 +542,7 @@ type recorder struct {
 	err           string        // why the exchange failed after the status went out
 	grpc          bool          // a gRPC call: answered with grpc-status (grpc.go)
 	h2            bool          // an HTTP/2 request (see FlushError)
+	headReq       bool          // a HEAD request: no body goes out, whatever Write is given
 	grpcStatus    int           // the HTTP status a gRPC answer of ours stands for
 	key           string        // the client key, for the upstream's fair share
 	replay        *replayFields // [log] access_replay's fields; nil without it
@@ -605,7 +607,10 @@ func (r *recorder) Write(b []byte) (int, error) {
 	}
 	r.renewDeadline()
 	n, err := r.ResponseWriter.Write(b)
-	r.access.sent += int64(n)
+	if !r.headReq {
+		// The server takes a HEAD answer's body and sends none of it.
+		r.access.sent += int64(n)
+	}
 	if err != nil {
 		r.writeFailed = true
 	}

@@ -163,9 +163,9 @@ type wholeWriter interface {
 }
 
 // maxWholeBody is the largest rejection body written through a
-// wholeWriter: the front's bufferBeforeChunking, so that the body is
-// buffered whole as Write would buffer it, and nothing goes out (nor
-// fails) before the handler returns.
+// wholeWriter: the front's bufferBeforeChunking, below which Write
+// buffers a body whole (the front declines an answer larger than its
+// buffer, so nothing goes out, nor fails, before the handler returns).
 const maxWholeBody = 2048
 
 // writeWhole writes rejection rj of status code to a wholeWriter: the
@@ -224,7 +224,9 @@ func (r *recorder) writeWhole(code int, rj *rejection) bool {
 	if r.clock != nil {
 		r.headerAt = r.clock()
 	}
-	r.access.sent += int64(len(rj.body))
+	if !r.headReq {
+		r.access.sent += int64(len(rj.body))
+	}
 	return true
 }
 

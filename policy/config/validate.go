@@ -790,9 +790,17 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 				c.add(key+".reject.status", "%d is not an HTTP error status (400..599)", spec.Reject.Status)
 			}
 			spec.Reject.Body = rj.Body.V
-			if rj.Body.Set {
+			switch {
+			case rj.Body.Set && rj.Body.V == "":
+				// "" is no custom body: the problem+json one would go out
+				// under the custom body's content type.
+				c.add(key+".reject.body", "is empty: leave body out for the problem+json body")
+			case rj.Body.Set:
 				spec.Reject.ContentType = rj.ContentType.Or(DefaultCustomContentType)
-			} else if rj.ContentType.Set {
+				if !fieldValue(spec.Reject.ContentType) {
+					c.add(key+".reject.content_type", "%q is not a header field value (empty, or a control character such as CR, LF or NUL)", spec.Reject.ContentType)
+				}
+			case rj.ContentType.Set:
 				c.add(key+".reject.content_type", "is set but body is not")
 			}
 		}
@@ -1325,4 +1333,20 @@ func hopByHop(name string) bool {
 		return true
 	}
 	return false
+}
+
+// fieldValue reports whether v can be a header field's value as it is
+// (RFC 9110 §5.5): not empty, and no control character but the tab, so
+// that every server writes it unchanged (net/http's HTTP/1 server would
+// write CR and LF as spaces, its HTTP/2 server leave the field out).
+func fieldValue(v string) bool {
+	if v == "" {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }

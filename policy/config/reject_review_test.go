@@ -1,0 +1,67 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRejectContentTypeFieldValue: [policy.reject] content_type becomes
+// a Content-Type field's value, and a value with CR, LF or NUL is not a
+// field value (RFC 9110 §5.5). The configuration takes it as it is;
+// net/http's HTTP/1 server then writes CR and LF as spaces and NUL as it
+// is, and its HTTP/2 server leaves the field out (h2_bundle's
+// encodeHeaders drops values httpguts.ValidHeaderFieldValue refuses), so
+// that the same policy answers with a different Content-Type, or none,
+// depending on the protocol. A multi-line TOML string (a trailing
+// newline) or an environment value is enough to get one.
+//
+// Found in review (of the rejection written whole), fixed: such a value
+// is refused at its position.
+func TestRejectContentTypeFieldValue(t *testing.T) {
+	for _, ct := range []string{
+		`"text/plain\r\nSet-Cookie: a=1"`,
+		`"""` + "\ntext/plain\n" + `"""`, // a multi-line string: "text/plain\n"
+		`"text/plain\u0000"`,
+	} {
+		_, err := Parse("reject.toml", []byte(`
+[[upstream]]
+name = "app"
+targets = ["http://127.0.0.1:1"]
+[[policy]]
+name = "all"
+upstream = "app"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1/s"
+  [policy.reject]
+  body = "slow down"
+  content_type = `+ct+"\n"))
+		if err == nil || !strings.Contains(err.Error(), "policy[0].reject.content_type: ") || !strings.Contains(err.Error(), "is not a header field value") {
+			t.Errorf("content_type = %s: accepted (err %v); want it refused as not a field value", ct, err)
+		}
+	}
+}
+
+// TestRejectContentTypeAccepted: content types that are field values
+// load as they are, a tab and obs-text included.
+func TestRejectContentTypeAccepted(t *testing.T) {
+	for _, ct := range []string{"text/plain", "application/problem+json", "text/plain;\tcharset=utf-8", "text/x-caf\u00e9"} {
+		_, err := Parse("reject.toml", []byte(`
+[[upstream]]
+name = "app"
+targets = ["http://127.0.0.1:1"]
+[[policy]]
+name = "all"
+upstream = "app"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1/s"
+  [policy.reject]
+  body = "slow down"
+  content_type = "`+ct+`"
+`))
+		if err != nil {
+			t.Errorf("content_type = %q: %v", ct, err)
+		}
+	}
+}
