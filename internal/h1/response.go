@@ -478,11 +478,23 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 //
 // It reports false, having written nothing, when the answer cannot be
 // written so (a status already written, a hijacked connection, a status
-// that carries no body): the handler then writes it with WriteHeader and
-// Write, from the same map, to the same bytes.
+// that carries no body, an answer larger than the connection's buffer):
+// the handler then writes it with WriteHeader and Write, from the same
+// map, to the same bytes. It writes to the buffer alone: the answer
+// goes out when the handler returns.
 func (w *response) WriteWhole(code int, fields [10]string, body []byte) bool {
 	c := w.c
 	if w.wroteHeader || c.hijacked || code < 200 || code > 999 || !bodyAllowed(code) {
+		return false
+	}
+	// Nothing goes out before the handler returns, as with WriteHeader
+	// and a small body: the whole answer must fit in the buffer (the
+	// status line, Date and Connection take less than wholeSlack).
+	size := len(body) + wholeSlack
+	for _, f := range fields {
+		size += len(f)
+	}
+	if len(c.out)+size > cap(c.out) {
 		return false
 	}
 	w.wroteHeader, w.committed, w.status = true, true, code
@@ -509,6 +521,10 @@ func (w *response) WriteWhole(code int, fields [10]string, body []byte) bool {
 	w.body(body)
 	return true
 }
+
+// wholeSlack is room enough for a status line, Date and Connection:
+// close, in bytes.
+const wholeSlack = 128
 
 // WatchClient has the request's context canceled when the client goes
 // away (its connection reads EOF or fails) before the handler returns,

@@ -104,3 +104,20 @@ func TestWriteSortedMany(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteWholeTooLarge: an answer that does not fit in the
+// connection's buffer is declined, so that nothing is written before the
+// handler returns.
+func TestWriteWholeTooLarge(t *testing.T) {
+	w := newTestResponse("GET")
+	var fields [10]string
+	fields[0] = "Content-Length: 8\r\nContent-Type: text/plain\r\n"
+	fields[1] = "X-Long: " + strings.Repeat("a", cap(w.c.out)) + "\r\n"
+	if w.WriteWhole(429, fields, []byte("12345678")) || len(w.c.out) != 0 {
+		t.Errorf("an answer past the buffer taken: %d bytes written", len(w.c.out))
+	}
+	fields[1] = "X-Long: " + strings.Repeat("a", cap(w.c.out)-200) + "\r\n"
+	if !w.WriteWhole(429, fields, []byte("12345678")) {
+		t.Error("an answer that fits declined")
+	}
+}
