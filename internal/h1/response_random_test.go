@@ -2,6 +2,7 @@ package h1
 
 import (
 	"fmt"
+	"io"
 	"math/rand"
 	"net/http"
 	"strconv"
@@ -96,11 +97,18 @@ func TestResponseRandomScripts(t *testing.T) {
 		scripts = append(scripts, randomScript(r))
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/probe" {
+			io.WriteString(w, "probe")
+			return
+		}
 		i, _ := strconv.Atoi(strings.TrimPrefix(req.URL.Path, "/"))
 		runScript(w, scripts[i])
 	})
 	_, plain := startPlain(t, h, nil)
 	_, _, front := startFront(t, h, nil)
+	// Every script ends with Connection: close: a front that keeps the
+	// connection would cost each script silence (2 s) to find it open.
+	requireCloseHonoured(t, front, "/probe")
 	fails := 0
 	for i, s := range scripts {
 		method := "GET"
@@ -119,6 +127,11 @@ func TestResponseRandomScripts(t *testing.T) {
 			if fails++; fails <= 10 {
 				t.Errorf("%s %v (%q):\n%s", method, s, reqs, describeDiff(want, got))
 			}
+		}
+		if fails >= 10 {
+			// A divergence that common costs seconds a script (a
+			// connection left open is found so after silence): stop.
+			t.Fatalf("stopped after %d diverging scripts of %d run", fails, i+1)
 		}
 	}
 	if fails > 0 {

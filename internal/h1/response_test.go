@@ -786,6 +786,7 @@ func TestResponseDifferential(t *testing.T) {
 	h := caseHandler(responseCases)
 	_, plain := startPlain(t, h, nil)
 	_, _, front := startFront(t, h, nil)
+	requireCloseHonoured(t, front, "/probe")
 	for _, tc := range responseCases {
 		reqs := tc.reqs
 		if reqs == nil {

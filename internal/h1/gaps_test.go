@@ -1,0 +1,106 @@
+package h1
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// servedBy says whose response writer w is: the front's (*response) or
+// net/http's.
+func servedBy(w http.ResponseWriter) string {
+	if _, ok := w.(*response); ok {
+		return "front"
+	}
+	return "net/http"
+}
+
+// requireCloseHonoured fails the test at once unless the server at addr
+// answers a GET of path with Connection: close and then closes the
+// connection, each within 5 s. The comparison tests call it first: each
+// of their cases ends with such a request and reads until the
+// connection closes, waiting silence (2 s) per read to find it left
+// open; a server that ignores the request's close would have them run
+// for minutes (TestResponseRandomScripts: over an hour) before they
+// fail.
+func requireCloseHonoured(t *testing.T, addr, path string) {
+	t.Helper()
+	c := dial(t, addr)
+	br := bufio.NewReader(c)
+	io.WriteString(c, get(path, "Connection: close"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatalf("GET %s with Connection: close: %v", path, err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("GET %s with Connection: close: the body: %v", path, err)
+	}
+	if !resp.Close {
+		t.Fatalf("GET %s with Connection: close: answered without Connection: close (%q)", path, resp.Header["Connection"])
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(br)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("GET %s with Connection: close: the connection still open 5 s after the answer", path)
+	}
+	if len(b) > 0 {
+		t.Fatalf("GET %s with Connection: close: %q after the answer", path, b)
+	}
+}
+
+// TestServerRequestCloseEndsConnection: a request with Connection: close
+// (alone or among other tokens) is answered with Connection: close, and
+// the front closes the connection after it, at once, as net/http does.
+// Within 5 s, or the test fails (it does not wait for the test's
+// timeout).
+func TestServerRequestCloseEndsConnection(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s close=%v", servedBy(w), r.Close)
+	})
+	_, _, addr := startFront(t, h, nil)
+	for _, field := range []string{"Connection: close", "Connection: keep-alive, Close"} {
+		t.Run(field, func(t *testing.T) {
+			t.Parallel()
+			c := dial(t, addr)
+			br := bufio.NewReader(c)
+			// A first request keeps the connection; the second closes it.
+			io.WriteString(c, get("/first"))
+			if _, body := readResponse(t, c, br, "GET"); body != "front close=false" {
+				t.Fatalf("first request: %q", body)
+			}
+			io.WriteString(c, get("/second", field))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+			if err != nil {
+				t.Fatalf("second request: %v", err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("second request's body: %v", err)
+			}
+			if string(body) != "front close=true" {
+				t.Errorf("second request: %q, want the front's, with Request.Close", body)
+			}
+			if !resp.Close {
+				t.Errorf("answer without Connection: close (%q)", resp.Header["Connection"])
+			}
+			start := time.Now()
+			c.SetReadDeadline(start.Add(5 * time.Second))
+			rest, err := io.ReadAll(br)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("connection still open %v after the answer to a request with %s", time.Since(start).Round(time.Millisecond), field)
+			}
+			if len(rest) > 0 {
+				t.Errorf("%q after the answer", rest)
+			}
+		})
+	}
+}
