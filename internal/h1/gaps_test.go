@@ -7,17 +7,57 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
 // servedBy says whose response writer w is: the front's (*response) or
-// net/http's.
+// net/http's. The comparison tests record it (servedLog) to hold that a
+// case meant for the front was served by the front: were it handed to
+// net/http, the two sides would be net/http both, and agree.
 func servedBy(w http.ResponseWriter) string {
 	if _, ok := w.(*response); ok {
 		return "front"
 	}
 	return "net/http"
+}
+
+// servedLog records, per request path, whose writers served it.
+type servedLog struct {
+	mu sync.Mutex
+	by map[string]map[string]int
+}
+
+// wrap returns h recording each request in l first.
+func (l *servedLog) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.mu.Lock()
+		if l.by == nil {
+			l.by = map[string]map[string]int{}
+		}
+		if l.by[r.URL.Path] == nil {
+			l.by[r.URL.Path] = map[string]int{}
+		}
+		l.by[r.URL.Path][servedBy(w)]++
+		l.mu.Unlock()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// servers returns whose writers served path so far, sorted and
+// joined by "+": "front", "net/http", "front+net/http", or "" (none).
+func (l *servedLog) servers(path string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var s []string
+	for _, who := range []string{"front", "net/http"} {
+		if l.by[path][who] > 0 {
+			s = append(s, who)
+		}
+	}
+	return strings.Join(s, "+")
 }
 
 // requireCloseHonoured fails the test at once unless the server at addr

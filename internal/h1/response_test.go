@@ -785,7 +785,10 @@ func caseHandler(cases []responseCase) http.Handler {
 func TestResponseDifferential(t *testing.T) {
 	h := caseHandler(responseCases)
 	_, plain := startPlain(t, h, nil)
-	_, _, front := startFront(t, h, nil)
+	// Whose writer served each case on the front's side: the front's,
+	// but where servedOtherwise says.
+	var seen servedLog
+	_, _, front := startFront(t, seen.wrap(h), nil)
 	requireCloseHonoured(t, front, "/probe")
 	for _, tc := range responseCases {
 		reqs := tc.reqs
@@ -809,9 +812,25 @@ func TestResponseDifferential(t *testing.T) {
 				if got != want {
 					t.Errorf("requests %q:\n%s", raw, describeDiff(want, got))
 				}
+				// The exchange is over: the handler has seen its
+				// requests (the other mode's too, perhaps: the same).
+				wantBy, ok := servedOtherwise[tc.name]
+				if !ok {
+					wantBy = "front"
+				}
+				if by := seen.servers(path); by != wantBy {
+					t.Errorf("served by %q, want %q", by, wantBy)
+				}
 			})
 		}
 	}
+}
+
+// servedOtherwise are the responseCases whose requests are not all the
+// front's to serve: whose writers serve them (servedLog.servers).
+var servedOtherwise = map[string]string{
+	// The second request has a body: net/http's.
+	"handed-off-second-request": "front+net/http",
 }
 
 // TestResponseDuringShutdown compares the response of a handler that
@@ -855,10 +874,16 @@ func TestResponseDuringShutdown(t *testing.T) {
 				})
 				var shutdown func(context.Context) error
 				var addr string
+				var seen servedLog
 				if isFront {
 					var f *Server
-					f, _, addr = startFront(t, h, nil)
+					f, _, addr = startFront(t, seen.wrap(h), nil)
 					shutdown = f.Shutdown
+					defer func() {
+						if by := seen.servers("/"); by != "front" {
+							t.Errorf("served by %q, want the front", by)
+						}
+					}()
 				} else {
 					var s *http.Server
 					s, addr = startPlain(t, h, nil)

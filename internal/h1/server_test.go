@@ -725,29 +725,40 @@ func TestServerConfigDifferential(t *testing.T) {
 		handler http.Handler
 		config  func(*http.Server)
 		reqs    []string
+		// served says whose writers served each request on the front's
+		// side, "path: who" (servedLog.servers), ", "-joined; none for a
+		// nil handler.
+		served string
 	}{
 		// Keep-alives disabled: net/http answers every request with
 		// Connection: close and closes. The front cannot read that
 		// setting off the server it was built from: its own
 		// SetKeepAlivesEnabled sets both (the front is set below).
 		{"keep-alives-disabled", hello, func(s *http.Server) { s.SetKeepAlivesEnabled(false) },
-			[]string{get("/a"), get("/b", "Connection: close")}},
+			[]string{get("/a"), get("/b", "Connection: close")}, "/a: front, /b: "},
 		// nil Handler: net/http serves http.DefaultServeMux.
 		{"nil-handler-default-serve-mux", nil, nil,
-			[]string{get("/h1-test-default-mux"), get("/h1-test-default-mux", "Connection: close")}},
+			[]string{get("/h1-test-default-mux"), get("/h1-test-default-mux", "Connection: close")}, ""},
 		{"max-header-bytes-small-head-fits-net-http", hello, func(s *http.Server) { s.MaxHeaderBytes = 200 },
-			[]string{get("/a", bigField), get("/b", "Connection: close")}},
+			[]string{get("/a", bigField), get("/b", "Connection: close")}, "/a: net/http, /b: net/http"},
 		{"max-header-bytes-too-large", hello, func(s *http.Server) { s.MaxHeaderBytes = 200 },
-			[]string{get("/a", hugeField)}},
+			[]string{get("/a", hugeField)}, "/a: "},
 		{"options-asterisk", hello, nil,
-			[]string{reqHead("OPTIONS * HTTP/1.1", "Host: a", "Connection: close")}},
+			[]string{reqHead("OPTIONS * HTTP/1.1", "Host: a", "Connection: close")}, "*: "},
 		{"options-asterisk-disabled-general-handler", hello, func(s *http.Server) { s.DisableGeneralOptionsHandler = true },
-			[]string{reqHead("OPTIONS * HTTP/1.1", "Host: a", "Connection: close")}},
+			[]string{reqHead("OPTIONS * HTTP/1.1", "Host: a", "Connection: close")}, "*: net/http"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, plain := startPlain(t, tc.handler, tc.config)
-			fs, _, front := startFront(t, tc.handler, tc.config)
+			// Whose writers serve the requests on the front's side (a
+			// nil handler stays nil: what the case is about).
+			var seen servedLog
+			frontHandler := tc.handler
+			if frontHandler != nil {
+				frontHandler = seen.wrap(frontHandler)
+			}
+			fs, _, front := startFront(t, frontHandler, tc.config)
 			if tc.name == "keep-alives-disabled" {
 				fs.SetKeepAlivesEnabled(false)
 			}
@@ -757,6 +768,18 @@ func TestServerConfigDifferential(t *testing.T) {
 				if got != want {
 					t.Errorf("pipelined %v: %s", pipelined, describeDiff(want, got))
 				}
+			}
+			if tc.handler == nil {
+				return
+			}
+			var by []string
+			for _, raw := range tc.reqs {
+				_, target, _ := strings.Cut(raw, " ")
+				path, _, _ := strings.Cut(target, " ")
+				by = append(by, path+": "+seen.servers(path))
+			}
+			if got := strings.Join(by, ", "); got != tc.served {
+				t.Errorf("served by %q, want %q", got, tc.served)
 			}
 		})
 	}
