@@ -144,3 +144,52 @@ func TestServerRequestCloseEndsConnection(t *testing.T) {
 		})
 	}
 }
+
+// TestServerIdleDeadlineEighth: the idle deadline is moved lazily, only
+// when it is off by more than an eighth of idle_timeout (setReadDeadline),
+// so that an idle connection is closed between 7/8 of idle_timeout and
+// idle_timeout after its last request, never sooner. The second request
+// comes 3/8 of idle_timeout after the first, so the deadline set after
+// the first (3/8 short) must move; with a looser rule (moved only when
+// off by half) it would stay, and the connection close 5/8 of
+// idle_timeout after the second request. The lower bound is measured
+// from the second request's sending, which is before the server can set
+// its deadline: exact. The upper bound is generous (a shared machine).
+func TestServerIdleDeadlineEighth(t *testing.T) {
+	const idle = 800 * time.Millisecond
+	_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s", servedBy(w), r.URL.Path)
+	}), func(srv *http.Server) {
+		srv.ReadHeaderTimeout = 5 * time.Second
+		srv.IdleTimeout = idle
+	})
+	c := dial(t, addr)
+	br := bufio.NewReader(c)
+	io.WriteString(c, get("/one"))
+	if _, body := readResponse(t, c, br, "GET"); body != "front /one" {
+		t.Fatalf("first request: %q", body)
+	}
+	time.Sleep(3 * idle / 8)
+	sent := time.Now()
+	io.WriteString(c, get("/two"))
+	if _, body := readResponse(t, c, br, "GET"); body != "front /two" {
+		t.Fatalf("second request: %q", body)
+	}
+	answered := time.Now()
+	c.SetReadDeadline(answered.Add(idle + 3*time.Second))
+	b, err := io.ReadAll(br)
+	closed := time.Now()
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection still open %v after the last answer (idle_timeout %v)", closed.Sub(answered).Round(time.Millisecond), idle)
+	}
+	if len(b) > 0 {
+		t.Errorf("%q before the connection closed, want nothing", b)
+	}
+	if d := closed.Sub(sent); d < idle*7/8 {
+		t.Errorf("idle connection closed %v after the last request was sent, sooner than 7/8 of idle_timeout (%v)", d.Round(time.Millisecond), idle*7/8)
+	}
+	if d := closed.Sub(answered); d > idle+time.Second {
+		t.Errorf("idle connection closed %v after the last answer, idle_timeout %v", d.Round(time.Millisecond), idle)
+	}
+}
