@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -191,5 +192,141 @@ func TestServerIdleDeadlineEighth(t *testing.T) {
 	}
 	if d := closed.Sub(answered); d > idle+time.Second {
 		t.Errorf("idle connection closed %v after the last answer, idle_timeout %v", d.Round(time.Millisecond), idle)
+	}
+}
+
+// shutdownWithNewConn starts a server (the front, or net/http's) with
+// handler h, opens a connection to it, and once the server has accepted
+// it, begins Shutdown and waits until the listener is closed and
+// Shutdown has had time to look at the connection several times (it
+// polls every 1 ms, doubling to 100 ms; net/http's likewise, to 500 ms).
+// It returns the connection and Shutdown's result to come.
+func shutdownWithNewConn(t *testing.T, which string, h http.Handler) (net.Conn, <-chan error) {
+	t.Helper()
+	accepted := make(chan struct{}, 8)
+	config := func(srv *http.Server) {
+		srv.ReadHeaderTimeout = 5 * time.Second
+		srv.ConnState = func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				accepted <- struct{}{}
+			}
+		}
+	}
+	var shutdown func(context.Context) error
+	var addr string
+	if which == "front" {
+		var f *Server
+		f, _, addr = startFront(t, h, config)
+		shutdown = f.Shutdown
+	} else {
+		var s *http.Server
+		s, addr = startPlain(t, h, config)
+		shutdown = s.Shutdown
+	}
+	c := dial(t, addr)
+	select {
+	case <-accepted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection not accepted")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- shutdown(ctx) }()
+	waitListenerClosed(t, addr)
+	time.Sleep(300 * time.Millisecond)
+	return c, done
+}
+
+// TestServerShutdownSparesNewConnection: as net/http's Shutdown, the
+// front's does not count a connection accepted less than 5 s ago that
+// has sent nothing yet as idle (net/http's StateNew grace, closeIdle's
+// age rule): it stays open, and Shutdown waits for it. Its request, sent
+// after Shutdown began, the front then serves, with Connection: close,
+// and Shutdown returns. (net/http reads that request and closes the
+// connection without answering it: its conn.serve returns when it finds
+// the server shutting down after a read. See
+// TestServerShutdownNewConnectionRequestDifferential.)
+func TestServerShutdownSparesNewConnection(t *testing.T) {
+	for _, which := range []string{"net/http", "front"} {
+		t.Run(which, func(t *testing.T) {
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprintf(w, "%s %s", servedBy(w), r.URL.Path)
+			})
+			c, done := shutdownWithNewConn(t, which, h)
+			select {
+			case err := <-done:
+				t.Fatalf("Shutdown returned (%v) with a connection accepted just before it still open", err)
+			default:
+			}
+			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			var ne net.Error
+			if n, err := c.Read(make([]byte, 1)); !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatalf("connection accepted just before Shutdown: read %d bytes, %v; want it still open (not closed as idle)", n, err)
+			}
+			br := bufio.NewReader(c)
+			io.WriteString(c, get("/late"))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if which == "front" {
+				resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+				if err != nil {
+					t.Fatalf("first request, sent after Shutdown began: %v", err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				if string(body) != "front /late" {
+					t.Errorf("got %q, want %q", body, "front /late")
+				}
+				if !resp.Close {
+					t.Errorf("answer during Shutdown without Connection: close")
+				}
+			}
+			// Then the connection ends (net/http's at once, unanswered).
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadAll(br); errors.As(err, &ne) && ne.Timeout() {
+				t.Errorf("connection still open 5 s after its request during Shutdown")
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Shutdown: %v", err)
+				}
+			case <-time.After(8 * time.Second):
+				t.Error("Shutdown did not return after the connection closed")
+			}
+		})
+	}
+}
+
+// TestServerShutdownNewConnectionRequestDifferential compares what a
+// connection accepted just before Shutdown gets for the first request it
+// sends after Shutdown began.
+//
+// Found in review, not fixed: net/http (go1.26 net/http/server.go,
+// conn.serve: "if c.server.shuttingDown() { return }" after
+// readRequest) reads the request and closes the connection without an
+// answer; the front (server.go, serve and readHead: a connection in
+// stateNew reads its request even while closing) serves it and answers
+// with Connection: close. Skipped until it is decided which is wanted.
+func TestServerShutdownNewConnectionRequestDifferential(t *testing.T) {
+	t.Skip("known divergence from net/http, reported: the front answers the first request of a connection accepted before Shutdown; net/http closes it unanswered")
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "late")
+	})
+	transcript := func(which string) string {
+		c, done := shutdownWithNewConn(t, which, h)
+		io.WriteString(c, get("/late"))
+		rec := &recorder{c: c}
+		io.Copy(io.Discard, rec)
+		select {
+		case <-done:
+		case <-time.After(8 * time.Second):
+			t.Errorf("%s: Shutdown did not return", which)
+		}
+		return rec.transcript()
+	}
+	want := transcript("net/http")
+	got := transcript("front")
+	if got != want {
+		t.Errorf("%s", describeDiff(want, got))
 	}
 }
