@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -328,5 +330,151 @@ func TestServerShutdownNewConnectionRequestDifferential(t *testing.T) {
 	got := transcript("front")
 	if got != want {
 		t.Errorf("%s", describeDiff(want, got))
+	}
+}
+
+// deadlineConn is a connection that records the deadlines set on it.
+type deadlineConn struct {
+	net.Conn
+	mu    sync.Mutex
+	reads []time.Time
+	write []time.Time
+}
+
+func (c *deadlineConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.reads = append(c.reads, t)
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *deadlineConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.write = append(c.write, t)
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// calls returns the read and write deadlines set so far.
+func (c *deadlineConn) calls() (reads, writes []time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Time(nil), c.reads...), append([]time.Time(nil), c.write...)
+}
+
+// deadlineListener yields its connections as deadlineConns, sent on
+// conns as accepted.
+type deadlineListener struct {
+	net.Listener
+	conns chan *deadlineConn
+}
+
+func (l *deadlineListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	dc := &deadlineConn{Conn: c}
+	select {
+	case l.conns <- dc:
+	default:
+	}
+	return dc, nil
+}
+
+// TestServerDeadlineSlack: the front moves a connection's deadlines
+// lazily. A handler that gives each response a write deadline from now
+// (as the proxy's recorder does, through http.ResponseController) has
+// it set on the connection only when it is earlier than the one set, or
+// later by more than an eighth of the time left, or cleared; the idle
+// deadline, likewise, is set once for requests that follow each other
+// within an eighth of idle_timeout. The connection's SetWriteDeadline
+// and SetReadDeadline calls are counted: every time would be a timer
+// update per request, never would leave the handler's deadline unset.
+func TestServerDeadlineSlack(t *testing.T) {
+	const far = 60 * time.Second // an eighth is 7.5 s: the requests come well within it
+	var mu sync.Mutex
+	var asked []time.Time
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var dl time.Time
+		if s := strings.TrimPrefix(r.URL.Path, "/"); s != "clear" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				http.Error(w, "bad path", http.StatusBadRequest)
+				return
+			}
+			dl = time.Now().Add(time.Duration(n) * time.Second)
+		}
+		mu.Lock()
+		asked = append(asked, dl)
+		mu.Unlock()
+		if err := http.NewResponseController(w).SetWriteDeadline(dl); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintf(w, "%s %s", servedBy(w), r.URL.Path)
+	})
+	srv := &http.Server{Handler: h, ErrorLog: log.New(io.Discard, "", 0), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: far}
+	front := New(srv)
+	ln := &deadlineListener{Listener: listen(t), conns: make(chan *deadlineConn, 1)}
+	done := make(chan error, 1)
+	go func() { done <- front.Serve(ln) }()
+	t.Cleanup(func() {
+		front.Close()
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("front Serve returned %v, want ErrServerClosed", err)
+		}
+	})
+
+	c := dial(t, ln.Addr().String())
+	br := bufio.NewReader(c)
+	var dc *deadlineConn
+	select {
+	case dc = <-ln.conns:
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection not accepted")
+	}
+	// The write deadline each request asks for, in seconds from now, and
+	// whether the front must set it: the first; not the same again; an
+	// earlier one; a later one by more than an eighth; cleared.
+	steps := []struct {
+		path string
+		set  bool
+	}{
+		{"/60", true},
+		{"/60", false},
+		{"/60", false},
+		{"/10", true},
+		{"/60", true},
+		{"/60", false},
+		{"/clear", true},
+	}
+	for _, s := range steps {
+		io.WriteString(c, get(s.path))
+		if resp, body := readResponse(t, c, br, "GET"); resp.StatusCode != http.StatusOK || body != "front "+s.path {
+			t.Fatalf("%s: %d %q", s.path, resp.StatusCode, body)
+		}
+	}
+	reads, writes := dc.calls()
+	mu.Lock()
+	var want []time.Time
+	for i, s := range steps {
+		if s.set {
+			want = append(want, asked[i])
+		}
+	}
+	mu.Unlock()
+	same := len(writes) == len(want)
+	for i := 0; same && i < len(want); i++ {
+		same = writes[i].Equal(want[i])
+	}
+	if !same {
+		t.Errorf("write deadlines set on the connection: %d %v, want %d %v (of %d asked: %v)", len(writes), writes, len(want), want, len(asked), asked)
+	}
+	// Read deadlines: read_header_timeout for the first head, then
+	// idle_timeout once after the first request (the later ones come
+	// within an eighth of it).
+	if len(reads) != 2 {
+		t.Errorf("read deadlines set on the connection for %d requests: %d %v, want 2 (the first head's, then one idle deadline)", len(steps), len(reads), reads)
 	}
 }
