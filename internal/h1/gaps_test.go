@@ -478,3 +478,48 @@ func TestServerDeadlineSlack(t *testing.T) {
 		t.Errorf("read deadlines set on the connection for %d requests: %d %v, want 2 (the first head's, then one idle deadline)", len(steps), len(reads), reads)
 	}
 }
+
+// TestServerEarlyHintsSentAtOnce: a 1xx answer goes out when the handler
+// writes it, as net/http's does, not with the final answer: the client
+// reads the 103 (with its Link field) while the handler still waits, and
+// releases it only then.
+func TestServerEarlyHintsSentAtOnce(t *testing.T) {
+	for _, which := range []string{"net/http", "front"} {
+		t.Run(which, func(t *testing.T) {
+			release := make(chan struct{})
+			var once sync.Once
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Add("Link", "</style.css>; rel=preload; as=style")
+				w.WriteHeader(http.StatusEarlyHints)
+				select {
+				case <-release:
+				case <-time.After(10 * time.Second):
+				}
+				fmt.Fprintf(w, "final from %s", servedBy(w))
+			})
+			var addr string
+			if which == "front" {
+				_, _, addr = startFront(t, h, nil)
+			} else {
+				_, addr = startPlain(t, h, nil)
+			}
+			c := dial(t, addr)
+			br := bufio.NewReader(c)
+			io.WriteString(c, get("/hints", "Connection: close"))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+			if err != nil {
+				t.Fatalf("no answer while the handler waits after its 103: %v", err)
+			}
+			if resp.StatusCode != http.StatusEarlyHints || resp.Header.Get("Link") != "</style.css>; rel=preload; as=style" {
+				t.Fatalf("first answer while the handler waits: %d %q, want 103 with the Link field", resp.StatusCode, resp.Header)
+			}
+			once.Do(func() { close(release) })
+			resp, body := readResponse(t, c, br, "GET")
+			if want := "final from " + which; resp.StatusCode != http.StatusOK || body != want {
+				t.Errorf("final answer: %d %q, want 200 %q", resp.StatusCode, body, want)
+			}
+		})
+	}
+}
