@@ -523,3 +523,77 @@ func TestServerEarlyHintsSentAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestServerHijackStopsWatch: a handler that watches its client
+// (WatchClient) and then hijacks the connection gets every byte the
+// client sends, those sent while the watch read in the background and
+// those sent after the hijack: Hijack ends the watch first, or the
+// watch's read would take them.
+func TestServerHijackStopsWatch(t *testing.T) {
+	early := make(chan struct{})
+	hijacked := make(chan struct{})
+	type result struct {
+		lines []string
+		err   error
+	}
+	results := make(chan result, 1)
+	_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wc, ok := w.(interface{ WatchClient(time.Duration) })
+		if !ok {
+			results <- result{err: fmt.Errorf("served by %s, without WatchClient", servedBy(w))}
+			return
+		}
+		wc.WatchClient(0) // the watch reads from now on
+		select {
+		case <-early:
+		case <-time.After(5 * time.Second):
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			results <- result{err: err}
+			return
+		}
+		defer conn.Close()
+		close(hijacked)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var res result
+		for range 2 {
+			line, err := brw.ReadString('\n')
+			if err != nil {
+				res.err = err
+				break
+			}
+			res.lines = append(res.lines, line)
+		}
+		results <- res
+		brw.WriteString("done\n")
+		brw.Flush()
+	}), nil)
+	c := dial(t, addr)
+	io.WriteString(c, get("/hijack"))
+	// Sent while the request is watched: the watch reads it.
+	time.Sleep(50 * time.Millisecond)
+	io.WriteString(c, "early\n")
+	time.Sleep(50 * time.Millisecond)
+	close(early)
+	select {
+	case <-hijacked:
+	case res := <-results:
+		t.Fatalf("handler did not hijack: %v", res.err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler did not hijack")
+	}
+	io.WriteString(c, "late\n")
+	select {
+	case res := <-results:
+		if res.err != nil || strings.Join(res.lines, "") != "early\nlate\n" {
+			t.Errorf("the hijacker read %q, %v; want %q", res.lines, res.err, "early\nlate\n")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler did not read")
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, _ := io.ReadAll(c); string(b) != "done\n" {
+		t.Errorf("client got %q after the hijack, want %q", b, "done\n")
+	}
+}
