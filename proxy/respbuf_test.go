@@ -355,14 +355,18 @@ func TestStreamsStillStream(t *testing.T) {
 	t.Cleanup(up.Close)
 	t.Cleanup(func() { close(release) }) // before up.Close, which waits for its handlers
 	e := newRLEnv(t, fmt.Sprintf(bufConfig, t.TempDir(), 1<<20, ""), up.URL, newRLBackend(t, "memory", time.Now), time.Now)
+	// A first line held back until the upstream ends (never, here: it
+	// ends at cleanup) fails the read within 5 s, rather than hanging
+	// the test.
+	client := &http.Client{Timeout: 5 * time.Second}
 	for _, path := range []string{"/sse", "/chunked"} {
-		resp, err := http.Get(e.addr + path)
+		resp, err := client.Get(e.addr + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		line, err := bufio.NewReader(resp.Body).ReadString('\n')
 		if err != nil || line != "data: first\n" {
-			t.Fatalf("%s: first line %q, %v", path, line, err)
+			t.Fatalf("%s: first line %q, %v (not passed on before the upstream ended)", path, line, err)
 		}
 		if inFlight(e) < 1 {
 			t.Errorf("%s: no slot held while the upstream streams", path)
