@@ -68,7 +68,7 @@ func TestGRPCAnswers(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
-			time.Sleep(300 * time.Millisecond) // past the upstream's timeout
+			time.Sleep(2500 * time.Millisecond) // past the upstream's timeout
 		}
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/grpc")
@@ -87,7 +87,9 @@ client_body_timeout = "200ms"
 name = "live"
 targets = [%[1]q]
 max_body_bytes = 10
-timeout = "100ms"
+# Generous: a first call under the race detector on a loaded machine
+# took more than 100 ms, and /slow sleeps well past it.
+timeout = "1s"
 [[upstream]]
 name = "dead"
 targets = [%[2]q]
