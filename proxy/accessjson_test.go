@@ -155,18 +155,18 @@ func TestAppendTimestamp(t *testing.T) {
 
 // TestAppendSeconds: appendSeconds writes what zap's
 // SecondsDurationEncoder writes (strconv's shortest float), on both
-// sides of exactSeconds, for durations of every number of digits, with
+// sides of exactBound, for durations of every number of digits, with
 // and without trailing zeros, and for a random sample.
 func TestAppendSeconds(t *testing.T) {
 	ds := []time.Duration{0, 1, 9, 10, 100, 999, time.Microsecond, 1500 * time.Microsecond, time.Millisecond,
 		time.Second, time.Second + 1, 10 * time.Second, time.Hour, 123456789, 987654321012,
-		exactSeconds - 1, exactSeconds, exactSeconds + 1, 1<<53 - 1, 1 << 53, time.Duration(1<<63 - 1), -1, -time.Second, -1 << 63}
-	for p := time.Duration(1); p < exactSeconds; p *= 10 {
+		exactBound - 1, exactBound, exactBound + 1, 1<<53 - 1, 1 << 53, time.Duration(1<<63 - 1), -1, -time.Second, -1 << 63}
+	for p := time.Duration(1); p < exactBound; p *= 10 {
 		ds = append(ds, p-1, p, p+1, 7*p, p*10-1)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 200000 {
-		ds = append(ds, time.Duration(rng.Int64N(int64(exactSeconds))), time.Duration(rng.Int64N(int64(100*time.Millisecond))))
+		ds = append(ds, time.Duration(rng.Int64N(int64(exactBound))), time.Duration(rng.Int64N(int64(100*time.Millisecond))))
 	}
 	for _, d := range ds {
 		want := strconv.AppendFloat(nil, float64(d)/float64(time.Second), 'f', -1, 64)

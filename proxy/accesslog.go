@@ -290,13 +290,13 @@ func (h *Handler) appendLoggedClient(b []byte, r *http.Request, rec *recorder) [
 
 // appendSeconds appends d in seconds, as zap's SecondsDurationEncoder
 // (the shortest decimal of float64(d)/1e9 that reads back as that float).
-// Under exactSeconds that decimal is d's own, in nanoseconds: d has at
+// Under exactBound that decimal is d's own, in nanoseconds: d has at
 // most 15 significant digits, so float64(d)/1e9, the quotient rounded
 // once, reads back from no other decimal of 15 digits or fewer (float64
 // keeps every decimal of 15 digits apart). It is written from integers
 // then: seconds, and the nanoseconds without their trailing zeros.
 func appendSeconds(b []byte, d time.Duration) []byte {
-	if d < 0 || d >= exactSeconds {
+	if d < 0 || d >= exactBound {
 		return strconv.AppendFloat(b, float64(d)/float64(time.Second), 'f', -1, 64)
 	}
 	b = strconv.AppendInt(b, int64(d/time.Second), 10)
@@ -326,9 +326,9 @@ var jsonPlain = func() (t [256]bool) {
 	return t
 }()
 
-// exactSeconds bounds the durations appendSeconds writes from integers:
+// exactBound bounds the durations appendSeconds writes from integers:
 // 10^15 ns (about 11.6 days), the first of 16 significant digits.
-const exactSeconds = time.Duration(1e15)
+const exactBound = time.Duration(1e15)
 
 // appendJSONString appends s as a JSON string escaped as zap's JSON
 // encoder escapes it: \\, \" and \n, \r, \t by their escapes, other

@@ -112,20 +112,7 @@ func startWholeRig(t *testing.T, via wholeVia, upstream, cfgText string, edit fu
 		inner := handler
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inner.ServeHTTP(hideWhole{w}, r) })
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if via == viaNetHTTP {
-		go srv.Serve(ln)
-		t.Cleanup(func() { srv.Close() })
-	} else {
-		f := h1.New(srv)
-		go f.Serve(ln)
-		t.Cleanup(func() { f.Close() })
-	}
-	rig.addr = ln.Addr().String()
+	rig.addr = serveFrontOrNetHTTP(t, handler, via != viaNetHTTP)
 	return rig
 }
 
@@ -622,20 +609,7 @@ upstream = "app"
 					t.Fatal(err)
 				}
 				h := New(set, Options{Now: func() time.Time { return t0 }})
-				srv := &http.Server{Handler: h.ForwardAuth(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if front {
-					f := h1.New(srv)
-					go f.Serve(ln)
-					t.Cleanup(func() { f.Close() })
-				} else {
-					go srv.Serve(ln)
-					t.Cleanup(func() { srv.Close() })
-				}
-				addrs = append(addrs, ln.Addr().String())
+				addrs = append(addrs, serveFrontOrNetHTTP(t, h.ForwardAuth(), front))
 			}
 			req := "GET /auth HTTP/1.1\r\nHost: a\r\nX-Forwarded-Uri: /x\r\nX-Forwarded-Method: GET\r\n\r\n"
 			for _, addr := range addrs {

@@ -69,6 +69,17 @@ var rejectConfigs = []struct {
 func startRejectRig(t *testing.T, front bool, limit string, edit func(*config.Config)) string {
 	up := startScriptUpstream(t, nil)
 	h := forwardHandler(t, up.ln.Addr().String(), limit, edit)
+	rig := &forwardRig{addr: serveFrontOrNetHTTP(t, h, front), up: up}
+	if got := rig.exchange(t, "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 200 ") {
+		t.Fatalf("first request: %q", got)
+	}
+	return rig.addr
+}
+
+// serveFrontOrNetHTTP serves h on a new loopback listener until the
+// test ends, by the HTTP/1.1 front (front) as on a plain-HTTP listener or
+// by net/http alone, and returns its address.
+func serveFrontOrNetHTTP(t testing.TB, h http.Handler, front bool) string {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -82,11 +93,7 @@ func startRejectRig(t *testing.T, front bool, limit string, edit func(*config.Co
 		go srv.Serve(ln)
 		t.Cleanup(func() { srv.Close() })
 	}
-	rig := &forwardRig{addr: ln.Addr().String(), up: up}
-	if got := rig.exchange(t, "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 200 ") {
-		t.Fatalf("first request: %q", got)
-	}
-	return rig.addr
+	return ln.Addr().String()
 }
 
 // TestRejectWholeDifferential: a rejection written whole by the front
