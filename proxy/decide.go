@@ -168,6 +168,10 @@ func (h *Handler) match(r *http.Request, snap *snapshot, s *config.Server, o *ru
 		return false
 	}
 	o.p, o.hp = p, p
+	if len(p.Limits) > cap(o.keys) {
+		// More limits than the recorder holds keys for (inlineKeys).
+		o.keys = make([]string, len(p.Limits))
+	}
 	if r.Method == http.MethodTrace && !snap.pools[p.Upstream].cfg.AllowTrace {
 		o.refuse(Invalid, replyTrace, http.StatusMethodNotAllowed)
 		return false

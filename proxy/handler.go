@@ -561,9 +561,15 @@ type recorder struct {
 	slot             slotHold // the upstream slot held, if any
 
 	// keys are the ruling's (decide.go): here, they take no allocation
-	// of their own.
-	keys [limiter.MaxLimits]string
+	// of their own for a policy of up to inlineKeys limits (match makes
+	// room for more). Not limiter.MaxLimits of them: that would make
+	// every recorder 192 bytes larger, past the size class allocated
+	// without a header, for the rare policy that has more.
+	keys [inlineKeys]string
 }
+
+// inlineKeys is how many limits' keys a recorder holds itself.
+const inlineKeys = 4
 
 func (r *recorder) WriteHeader(code int) {
 	// An informational answer (100 Continue, 103 Early Hints) relayed
