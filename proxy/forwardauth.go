@@ -66,7 +66,7 @@ func (f forwardAuth) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 		o    = ruling{keys: keys[:]}
 		wait time.Duration
 	)
-	defer func() { h.done(rec, r, start, &o, wait) }()
+	defer func() { h.done(rec, r, snap, start, &o, wait) }()
 	if problemDetail != "" {
 		o.refuse(Invalid, replyInvalid, http.StatusBadRequest)
 		o.detail = problemDetail

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/limitproxy/limitproxy/limiter"
@@ -63,9 +64,11 @@ type Handler struct {
 // snapshot is a policy set with what is built once for it: the upstream
 // pools, and each policy's rejection (its body and fixed fields).
 type snapshot struct {
-	set       *policy.Set
-	pools     map[string]*pool
-	rejection map[*policy.Policy]*rejection
+	set   *policy.Set
+	pools map[string]*pool
+	// policies holds, for each policy of set, what its requests would
+	// otherwise look up by name: read once a request (policyState).
+	policies map[*policy.Policy]*policyState
 	// replay lists the request headers the access log carries with
 	// [log] access_replay (replayHeaders); nil without it.
 	replay []string
@@ -154,13 +157,11 @@ func New(set *policy.Set, o Options) *Handler {
 func (h *Handler) Swap(set *policy.Set) {
 	srv := &set.Config.Server
 	old := h.snap.Load()
-	s := &snapshot{set: set, pools: map[string]*pool{}, rejection: map[*policy.Policy]*rejection{}}
+	s := &snapshot{set: set, pools: map[string]*pool{}, policies: map[*policy.Policy]*policyState{}}
 	if set.Config.Log.AccessReplay {
 		s.replay = replayHeaders(set)
 	}
-	for _, p := range set.Policies {
-		s.rejection[p] = newRejection(p, srv.RateLimitHeaders)
-	}
+	h.top.sync(set)
 	for _, u := range set.Config.Upstreams {
 		if old != nil {
 			if p, ok := old.pools[u.Name]; ok && sameUpstream(p.cfg, u) && sameClientSource(p.srv, srv) {
@@ -170,7 +171,9 @@ func (h *Handler) Swap(set *policy.Set) {
 		}
 		s.pools[u.Name] = newPool(u, srv, h.buffers, h.resp, h.log, h.now)
 	}
-	h.top.sync(set)
+	for _, p := range set.Policies {
+		s.policies[p] = &policyState{rejection: newRejection(p, srv.RateLimitHeaders), tracker: h.top.of(p.Name)}
+	}
 	h.metrics.declareQueues(set)
 	h.ovCache.reset()
 	h.snap.Store(s)
@@ -231,7 +234,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o    = ruling{keys: rec.keys[:]}
 		wait time.Duration
 	)
-	defer func() { h.done(rec, r, start, &o, wait) }()
+	defer func() { h.done(rec, r, snap, start, &o, wait) }()
 	defer abortIfGone(rec)
 	h.decide(r.Context(), r, snap, &snap.set.Config.Server, start, &o)
 	if o.owes != nil {
@@ -330,7 +333,7 @@ func (h *Handler) newRecorder(w http.ResponseWriter, r *http.Request, snap *snap
 }
 
 // done counts and logs the exchange once the handler is through with it.
-func (h *Handler) done(rec *recorder, r *http.Request, start time.Time, o *ruling, wait time.Duration) {
+func (h *Handler) done(rec *recorder, r *http.Request, snap *snapshot, start time.Time, o *ruling, wait time.Duration) {
 	// The server writes what remains of the response after ServeHTTP
 	// returns: it has send_timeout too (at least 7/8 of it, as every
 	// write: a deadline set within the last eighth is not set again).
@@ -346,7 +349,11 @@ func (h *Handler) done(rec *recorder, r *http.Request, start time.Time, o *rulin
 	if rec.streamRefused {
 		decision = StreamRefused
 	}
-	h.metrics.decision(name, decision)
+	if ps := snap.policies[o.p]; ps != nil {
+		ps.count(h.metrics, name, decision)
+	} else {
+		h.metrics.decision(name, decision)
+	}
 	h.logAccess(r, rec, start, o.p, decision, wait, o.owes)
 }
 
@@ -358,12 +365,42 @@ func (h *Handler) inform(rec *recorder, snap *snapshot, now time.Time, o *ruling
 	}
 	// A rejection's fields are built once per policy, unless a per-key
 	// override changes its limits (o.hp is then a view of its own).
-	if o.d.Allowed || o.hp != o.p || !snap.rejection[o.p].setFields(rec.Header(), o.d) {
+	ps := snap.policies[o.p]
+	if o.d.Allowed || o.hp != o.p || !ps.rejection.setFields(rec.Header(), o.d) {
 		setRateLimitHeaders(rec.Header(), snap.set.Config.Server.RateLimitHeaders, o.hp, o.d, now)
 	}
-	if o.d.Index >= 0 {
-		h.top.observe(o.p, o.counted, o.d, now)
+	ps.tracker.observe(o.counted, o.d, now)
+}
+
+// policyState is what a snapshot holds for one of its policies: the
+// parts of an answer built once (rejection), its top-offenders tracker,
+// and the limitproxy_requests_total children its requests have met, so
+// that a request finds them in one map read rather than by name. Safe
+// for concurrent use.
+type policyState struct {
+	rejection *rejection
+	tracker   *tracker // nil: none (a Handler whose trackers never met the policy)
+	requests  [numDecisions]atomic.Pointer[counterRef]
+}
+
+// counterRef holds a counter for an atomic.Pointer.
+type counterRef struct{ c prometheus.Counter }
+
+// count counts a request of the policy named policy under decision d,
+// as Metrics.decision does, with the counter found in ps once met.
+func (ps *policyState) count(m *Metrics, policy string, d Decision) {
+	if m == nil {
+		return
 	}
+	if d == Skipped {
+		d = Allowed
+	}
+	ref := ps.requests[d].Load()
+	if ref == nil {
+		ref = &counterRef{m.requestsCounter(policy, d)}
+		ps.requests[d].Store(ref)
+	}
+	ref.c.Inc()
 }
 
 // answer gives the answer of the proxy's own that decide chose.
@@ -393,7 +430,7 @@ func (h *Handler) answer(rec *recorder, r *http.Request, snap *snapshot, now tim
 		h.refuseBanned(rec, p, o.key, o.ban, offence, snap.set.Config.Server.RateLimitHeaders, now)
 		return
 	case replyLimit:
-		reject(rec, p, o.d, snap.rejection[p])
+		reject(rec, p, o.d, snap.policies[p].rejection)
 		return
 	}
 	writeProblem(rec, o.status, pr)
@@ -406,7 +443,7 @@ func (h *Handler) gate(rec *recorder, r *http.Request, snap *snapshot, o *ruling
 	if !o.gated {
 		return func() {}, true
 	}
-	return h.concurrencyGate(rec, r, o.p, o.gateKey, snap.rejection[o.p], &o.decision)
+	return h.concurrencyGate(rec, r, o.p, o.gateKey, snap.policies[o.p].rejection, &o.decision)
 }
 
 // waitTurn holds r in p's leaky-bucket queue until d's turn comes. It

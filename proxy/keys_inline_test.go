@@ -17,7 +17,8 @@ import (
 // keys for (inlineKeys), each keyed by a query parameter of its own,
 // counts each request under each limit's own key: the last limit's key,
 // held where match made room for it, refuses a request that repeats it
-// alone, and only that limit says so.
+// alone, only that limit says so, and the top offenders count the
+// refusal under that limit's key.
 func TestManyLimitsOwnKeys(t *testing.T) {
 	const n = inlineKeys + 2
 	var src strings.Builder
@@ -71,6 +72,12 @@ upstream = "app"
 	}
 	if rl := w.Header().Get("RateLimit"); !strings.HasPrefix(rl, fmt.Sprintf(`"l%d";`, n-1)) {
 		t.Errorf("RateLimit %q, want the last limit, l%d", rl, n-1)
+	}
+	// The top offenders count the refusal under the key the refusing
+	// limit counted ("a"), not the others' ("b").
+	top := h.Top(5)
+	if len(top) != 1 || len(top[0].Rejected) != 1 || !strings.Contains(top[0].Rejected[0].Key, "a") || strings.Contains(top[0].Rejected[0].Key, "b") {
+		t.Errorf("top offenders %+v, want one rejection, under the last limit's key", top)
 	}
 	// The limits before it counted nothing for the refused request
 	// (a token is taken only when every limit allows): "b" passes.

@@ -190,10 +190,16 @@ func (m *Metrics) decision(policy string, d Decision) {
 	if d == Skipped {
 		d = Allowed
 	}
+	m.requestsCounter(policy, d).Inc()
+}
+
+// requestsCounter returns limitproxy_requests_total's child of policy
+// and d.
+func (m *Metrics) requestsCounter(policy string, d Decision) prometheus.Counter {
 	label := d.String()
-	child(m, childKey{metric: mRequests, a: policy, b: label}, func() prometheus.Counter {
+	return child(m, childKey{metric: mRequests, a: policy, b: label}, func() prometheus.Counter {
 		return m.requests.WithLabelValues(policy, label)
-	}).Inc()
+	})
 }
 
 // declareQueues exports limitproxy_queue_depth (at 0) and

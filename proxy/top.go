@@ -72,14 +72,24 @@ func (ts *trackers) sync(set *policy.Set) {
 // counts towards the most rejected keys; every decision updates how close
 // key is to its most used limit.
 func (ts *trackers) observe(p *policy.Policy, key string, d limiter.Decision, now time.Time) {
-	if key == limiter.SkipKey || d.Index < 0 {
+	ts.of(p.Name).observe(key, d, now)
+}
+
+// of returns the tracker of the policy named name, nil if there is none
+// (sync has not met it).
+func (ts *trackers) of(name string) *tracker {
+	if v, ok := ts.m.Load(name); ok {
+		return v.(*tracker)
+	}
+	return nil
+}
+
+// observe is trackers.observe on t, the tracker of the decision's
+// policy (a snapshot holds it: policyState); nil observes nothing.
+func (t *tracker) observe(key string, d limiter.Decision, now time.Time) {
+	if t == nil || key == limiter.SkipKey || d.Index < 0 {
 		return
 	}
-	v, ok := ts.m.Load(p.Name)
-	if !ok {
-		return
-	}
-	t := v.(*tracker)
 	if !d.Allowed {
 		t.rejected.Add(key, 1, now)
 	}
