@@ -455,6 +455,11 @@ func generateSchema(docs []byte) ([]byte, error) {
 	refine("policy[].ban.mode", node{"enum": modes})
 	refine("policy[].reject.status", node{"minimum": 400, "maximum": 599})
 	refine("policy[].reject", node{"dependentRequired": node{"content_type": []string{"body"}}})
+	// validate.go: an empty body is refused, and a content type that is
+	// not a header field value (fieldValue: empty, or a control character
+	// but HTAB).
+	refine("policy[].reject.body", node{"minLength": 1})
+	refine("policy[].reject.content_type", node{"pattern": `^[^\x00-\x08\x0a-\x1f\x7f]+$`})
 
 	// Defaults, from defaults.go.
 	dur := func(d time.Duration) string {
@@ -673,8 +678,8 @@ var docProse = map[string]string{
 	"policy[].limits[].count.status":           `statuses (401) and classes ("5xx") of the answers that count`,
 	"policy[].limits[].count.header":           "a response header whose presence marks an answer that counts",
 	"policy[].reject.status":                   "the status of a rejection, 400 to 599",
-	"policy[].reject.body":                     "a custom body instead of the problem+json one",
-	"policy[].reject.content_type":             `the custom body's Content-Type (default "text/plain; charset=utf-8"); only with body`,
+	"policy[].reject.body":                     "a custom body instead of the problem+json one; not empty",
+	"policy[].reject.content_type":             `the custom body's Content-Type (default "text/plain; charset=utf-8"); only with body; no control characters`,
 	"shared_limit[].name":                      "the shared limit's name, unique; policies use it with shared = \"NAME\"",
 }
 
