@@ -39,6 +39,29 @@ func TestRejectContentTypeFieldValue(t *testing.T) {
 // parseRejectContentType parses a policy whose [policy.reject] has a
 // body and content_type = ct (TOML).
 func parseRejectContentType(ct string) error {
+	return parseReject(`  body = "slow down"
+  content_type = ` + ct + "\n")
+}
+
+// TestRejectEmptyBody: [policy.reject] body = "" was taken as a custom
+// body (content_type defaulting to "text/plain; charset=utf-8"), while
+// the proxy takes "" for "the problem+json one": the answer was
+// problem+json labelled text/plain, which a client that looks for
+// application/problem+json (docs/responses.md) does not recognise.
+//
+// Found in review, fixed: refused at its position, saying to leave it
+// out.
+func TestRejectEmptyBody(t *testing.T) {
+	err := parseReject(`  body = ""` + "\n")
+	const want = `reject.toml:12:3: policy[0].reject.body: is empty: leave body out for the problem+json body`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("body = \"\": %v; want %s", err, want)
+	}
+}
+
+// parseReject parses a policy of one limit whose [policy.reject]
+// table's keys are keys (TOML lines).
+func parseReject(keys string) error {
 	_, err := Parse("reject.toml", []byte(`
 [[upstream]]
 name = "app"
@@ -50,7 +73,6 @@ upstream = "app"
   algorithm = "token_bucket"
   rate = "1/s"
   [policy.reject]
-  body = "slow down"
-  content_type = `+ct+"\n"))
+`+keys))
 	return err
 }
