@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -123,6 +124,11 @@ type ruling struct {
 	// offence, no place in a leaky bucket's queue.
 	n    int64
 	peek bool
+	// verbatim reports that the upstream receives r's target as the
+	// client sent it, not limitproxy's canonical form (forward auth: the
+	// asking proxy forwards the original), so that its path is also read
+	// as sent (readings.go).
+	verbatim bool
 	// owes is what the answer owes the limits that read it (count,
 	// cost_from); nil: nothing.
 	owes *owed
@@ -157,6 +163,10 @@ func (o *ruling) refuse(d Decision, a reply, status int) {
 // match puts r in canonical form and finds its policy; false when r is
 // answered without one (Invalid, Unmatched) or refused as TRACE.
 func (h *Handler) match(r *http.Request, snap *snapshot, s *config.Server, o *ruling) bool {
+	var sent string // the path as the upstream receives it, if not canonical
+	if o.verbatim && strings.HasPrefix(r.RequestURI, "/") {
+		sent, _, _ = strings.Cut(r.RequestURI, "?")
+	}
 	if status, detail := canonicalize(r, s); status != 0 {
 		o.refuse(Invalid, replyInvalid, status)
 		o.detail = detail
@@ -165,6 +175,14 @@ func (h *Handler) match(r *http.Request, snap *snapshot, s *config.Server, o *ru
 	p, ok := snap.set.Match(r)
 	if !ok {
 		o.refuse(Unmatched, replyNoMatch, http.StatusNotFound)
+		return false
+	}
+	if sent == "" {
+		sent = escapedPath(r.URL)
+	}
+	if detail := checkReadings(r, snap.set, p, sent, !s.CaseSensitivePaths); detail != "" {
+		o.refuse(Invalid, replyInvalid, http.StatusBadRequest)
+		o.detail = detail
 		return false
 	}
 	o.p, o.hp = p, p

@@ -163,7 +163,7 @@ var forwardRequests = map[string]string{
 	"get":        "GET {P} HTTP/1.1\r\nHost: example.com\r\nUser-Agent: t\r\n\r\n",
 	"noua":       "GET {P} HTTP/1.1\r\nHost: example.com\r\n\r\n",
 	"emptyua":    "GET {P} HTTP/1.1\r\nHost: example.com\r\nUser-Agent:\r\n\r\n",
-	"query":      "GET {P}?a=1;b=2&c=%zz&d=%2F#frag HTTP/1.1\r\nHost: example.com\r\n\r\n",
+	"query":      "GET {P}?a=1;b=2&c=%zz&d=%2F HTTP/1.1\r\nHost: example.com\r\n\r\n",
 	"escaped":    "GET {P}/a%2Fb/%7E/caf%C3%A9 HTTP/1.1\r\nHost: example.com:8080\r\n\r\n",
 	"keepalive":  "GET {P} HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nKeep-Alive: 300\r\n\r\n",
 	"close":      "GET {P} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",

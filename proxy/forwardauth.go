@@ -63,7 +63,9 @@ func (f forwardAuth) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 	rec.unseen = true
 	var (
 		keys [limiter.MaxLimits]string
-		o    = ruling{keys: keys[:]}
+		// The asking proxy forwards the target as its client sent it:
+		// its path is read as sent too (readings.go).
+		o    = ruling{keys: keys[:], verbatim: true}
 		wait time.Duration
 	)
 	defer func() { h.done(rec, r, snap, start, &o, wait) }()
@@ -94,7 +96,10 @@ func (f forwardAuth) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 		}
 	}
 	if o.reply != noReply {
-		deny := fa.DenyStatus != 0 && (o.reply == replyLimit || o.reply == replyBan)
+		// A request refused for its form (a path some upstream reads
+		// as another policy's, a fragment) gets deny_status too: nginx's
+		// auth_request passes only 401 and 403 on as a refusal.
+		deny := fa.DenyStatus != 0 && (o.reply == replyLimit || o.reply == replyBan || o.reply == replyInvalid)
 		if deny {
 			rec.ResponseWriter = statusWriter{rec.ResponseWriter, fa.DenyStatus}
 		}

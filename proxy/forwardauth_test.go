@@ -203,16 +203,28 @@ func TestForwardAuthAmbiguous(t *testing.T) {
 
 // TestForwardAuthCanonical: the described URI is canonicalized as the
 // proxy canonicalizes a request line: an encoded or dotted spelling of
-// /limited is /limited, and counts against it.
+// /limited is /limited, and counts against it. But the asking proxy
+// forwards the URI as it came, and Werkzeug or Express route dot
+// segments as sent: a dotted spelling that, so read, is another
+// policy's (or none's) is refused, with deny_status when one is set.
 func TestForwardAuthCanonical(t *testing.T) {
 	h := newForwardAuth(t, newClock().now, nil)
-	for i, uri := range []string{"/%6cimited", "/free/../limited"} {
+	for i, uri := range []string{"/%6cimited", "/limited/a/../b"} {
 		if w := ask(h, "10.0.0.1", "X-Forwarded-Uri", uri); w.Code != 200 {
 			t.Fatalf("%s: %d, want 200 (request %d of 2)", uri, w.Code, i+1)
 		}
 	}
-	if w := ask(h, "10.0.0.1", "X-Forwarded-Uri", "/LIMITED/../limited/"); w.Code != 429 {
+	if w := ask(h, "10.0.0.1", "X-Forwarded-Uri", "/limited/./x/"); w.Code != 429 {
 		t.Errorf("third spelling: %d, want 429", w.Code)
+	}
+	for _, uri := range []string{"/free/../limited", "/LIMITED/../limited/", "/limited#x", `/x\..\limited`} {
+		if w := ask(h, "10.0.0.1", "X-Forwarded-Uri", uri); w.Code != 400 {
+			t.Errorf("%s: %d, want 400", uri, w.Code)
+		}
+	}
+	deny := newForwardAuth(t, newClock().now, func(fa *config.ForwardAuth) { fa.DenyStatus = 403 })
+	if w := ask(deny, "10.0.0.1", "X-Original-URI", "/free/../limited"); w.Code != 403 {
+		t.Errorf("with deny_status = 403: %d, want 403", w.Code)
 	}
 }
 

@@ -207,7 +207,7 @@ func keyPart(r *http.Request, part config.KeyPart, s *config.Server) (string, bo
 	case config.KeyMethod:
 		return r.Method, true
 	case config.KeyPath:
-		return r.URL.Path, true
+		return pathKey(r.URL, s), true
 	}
 	return "", false
 }

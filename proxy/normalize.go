@@ -23,6 +23,8 @@ var (
 	errNUL         = errors.New("the path contains a NUL byte")
 	errEscapesRoot = errors.New("the path climbs above the root")
 	errEncodedSep  = errors.New("the path has an encoded / or \\ that would make an empty, . or .. segment once decoded")
+	errOverlong    = errors.New("the path has an overlong UTF-8 encoding, which some upstreams decode as another character")
+	errFragment    = errors.New("the request target holds a '#': clients never send a fragment, and upstreams disagree on where the path ends")
 )
 
 // normalizePath returns the canonical form of an escaped request path (as
@@ -349,7 +351,15 @@ func canonicalize(r *http.Request, s *config.Server) (status int, detail string)
 	} else {
 		escaped = r.URL.EscapedPath()
 	}
+	if strings.IndexByte(r.RequestURI, '#') >= 0 {
+		// Go reads it as part of the path (or the query), Werkzeug,
+		// Node's URL and Express as the start of a fragment they drop.
+		return http.StatusBadRequest, errFragment.Error()
+	}
 	raw, decoded, err := normalizePath(escaped)
+	if err == nil && overlong(decoded) {
+		err = errOverlong
+	}
 	if err != nil {
 		return http.StatusBadRequest, err.Error()
 	}
@@ -377,4 +387,23 @@ func dropUnderscoreHeaders(h http.Header) {
 			delete(h, name)
 		}
 	}
+}
+
+// overlong reports whether s holds an overlong UTF-8 sequence: a lead
+// byte 0xC0 or 0xC1, or 0xE0 or 0xF0 followed by a byte that makes the
+// sequence longer than the code point needs (%C0%AF is a '/' to a decoder
+// that does not check, as old IIS was).
+func overlong(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0xC0:
+		case c == 0xC0 || c == 0xC1:
+			return true
+		case c == 0xE0 && i+1 < len(s) && 0x80 <= s[i+1] && s[i+1] < 0xA0:
+			return true
+		case c == 0xF0 && i+1 < len(s) && 0x80 <= s[i+1] && s[i+1] < 0x90:
+			return true
+		}
+	}
+	return false
 }

@@ -79,6 +79,11 @@ type Server struct {
 	// UnderscoresInHeaders forwards request headers whose names hold an
 	// underscore; by default they are dropped, as nginx does.
 	UnderscoresInHeaders bool
+	// CaseSensitivePaths says that every upstream routes paths with
+	// regard to case. By default (false) limitproxy assumes one may not
+	// (Express, ASP.NET Core, IIS), and refuses a path whose lower-case
+	// reading another policy would match (docs/security-model.md).
+	CaseSensitivePaths bool
 	// ClientBodyTimeout is the time allowed between two reads of a
 	// request body; SendTimeout between two writes of a response to the
 	// client (nginx's client_body_timeout and send_timeout).

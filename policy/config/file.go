@@ -45,6 +45,7 @@ type (
 		RateLimitHeaders  Value[string] `toml:"rate_limit_headers"`
 		AmbiguousKeyParts Value[string] `toml:"ambiguous_key_parts"`
 		Underscores       Value[bool]   `toml:"underscores_in_headers"`
+		CaseSensitive     Value[bool]   `toml:"case_sensitive_paths"`
 		ClientBodyTimeout Duration      `toml:"client_body_timeout"`
 		SendTimeout       Duration      `toml:"send_timeout"`
 		TempDir           Value[string] `toml:"temp_dir"`

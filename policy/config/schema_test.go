@@ -487,6 +487,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"server.rate_limit_headers":                DefaultRateLimitHeaders,
 		"server.ambiguous_key_parts":               DefaultAmbiguousKeyParts,
 		"server.underscores_in_headers":            false,
+		"server.case_sensitive_paths":              false,
 		"server.client_body_timeout":               dur(DefaultClientBodyTimeout),
 		"server.send_timeout":                      dur(DefaultSendTimeout),
 		"server.proxy_protocol":                    false,

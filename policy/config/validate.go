@@ -216,6 +216,7 @@ func validateServer(s *rawServer, c *collector) Server {
 		RateLimitHeaders:     HeadersMode(s.RateLimitHeaders.Or(string(DefaultRateLimitHeaders))),
 		AmbiguousKeyParts:    AmbiguousMode(s.AmbiguousKeyParts.Or(string(DefaultAmbiguousKeyParts))),
 		UnderscoresInHeaders: s.Underscores.V,
+		CaseSensitivePaths:   s.CaseSensitive.V,
 		ClientBodyTimeout:    s.ClientBodyTimeout.Or(DefaultClientBodyTimeout),
 		SendTimeout:          s.SendTimeout.Or(DefaultSendTimeout),
 		TempDir:              s.TempDir.Or(os.TempDir()),

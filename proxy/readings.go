@@ -1,0 +1,277 @@
+package proxy
+
+import (
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/policy/config"
+)
+
+// Readings. limitproxy matches the canonical form of a path
+// (normalizePath), but the upstream routes by its own rules, and common
+// upstreams read one path in ways that canonical form cannot settle for
+// all of them at once: a servlet container drops `;` parameters
+// (/login;x=1 is its /login), IIS reads a decoded backslash as a slash and
+// drops trailing dots and spaces (/login. is its /login), Express,
+// ASP.NET Core and IIS route without regard to case, Express and
+// ASP.NET Core take /login/ for /login, and behind forward auth, where
+// the front proxy passes the client's target as it came, Werkzeug and
+// Express do not resolve dot segments (/api/x/../../y is under their
+// /api/). Each such rule gives a reading of the path. A request is decided
+// only if every reading (each rule that changes the path, and every
+// combination of them) selects the policy the canonical form selects:
+// where two upstreams would route it under different policies, no one
+// choice of limitproxy's is safe for both, so the request is refused
+// (docs/security-model.md has the table). The path key part is the
+// fullest reading (every rule but verbatim applied), so that spellings one
+// upstream routes alike make one key.
+
+// rule is one way an upstream reads a path otherwise than the canonical
+// form.
+type rule uint8
+
+const (
+	ruleParams    rule = 1 << iota // ';' parameters dropped from each segment (Tomcat, Jetty, Spring)
+	ruleBackslash                  // a backslash, bare or %5C, is a '/' (IIS; WHATWG URL for a bare one)
+	ruleTrailing                   // trailing dots and spaces dropped from each segment (IIS, Windows)
+	ruleFold                       // case ignored (Express, ASP.NET Core, IIS); off with case_sensitive_paths
+	ruleSlash                      // one trailing '/' ignored (Express, ASP.NET Core, Spring 5); only against exact paths
+	ruleVerbatim                   // dot segments and repeated slashes as sent (Werkzeug, Express): forward auth only
+
+	ruleCount = 6
+)
+
+// ruleNames name the rules in a refusal's detail.
+var ruleNames = [ruleCount]string{
+	"with its ;parameters dropped (servlet containers)",
+	"with a backslash read as / (IIS, WHATWG URL)",
+	"with trailing dots and spaces dropped (IIS)",
+	"in another case (Express, ASP.NET Core, IIS)",
+	"without its trailing slash (Express, ASP.NET Core, Spring)",
+	"as sent, dot segments unresolved (Werkzeug, Express)",
+}
+
+// rules returns the rules that change the path whose canonical escaped
+// form is esc and whose escaped form as the upstream receives it is sent
+// (esc itself on the proxy face; the target as the client sent it behind
+// forward auth). fold is false where the server says paths are
+// case-sensitive. A path of lower-case letters, digits, '/', '-', '_'
+// and inner dots, the usual one, has none, found in one pass.
+func rules(esc, sent string, fold bool) rule {
+	var rs rule
+	for i := 0; i < len(esc); i++ {
+		c := esc[i]
+		switch {
+		case c == ';':
+			rs |= ruleParams
+		case c == '%':
+			if i+2 < len(esc) && esc[i+1] == '5' && (esc[i+2] == 'C' || esc[i+2] == 'c') {
+				rs |= ruleBackslash
+			}
+			if i+2 < len(esc) && esc[i+1] == '2' && esc[i+2] == '0' && (i+3 == len(esc) || esc[i+3] == '/' || esc[i+3] == '%' || esc[i+3] == '.' || esc[i+3] == ';') {
+				rs |= ruleTrailing
+			}
+			if fold && i+1 < len(esc) && esc[i+1] >= '8' {
+				rs |= ruleFold // a non-ASCII letter may have another case
+			}
+		case c == '\\':
+			rs |= ruleBackslash
+		case c == '.':
+			if i+1 == len(esc) || esc[i+1] == '/' || esc[i+1] == ';' {
+				rs |= ruleTrailing
+			}
+		case fold && 'A' <= c && c <= 'Z':
+			rs |= ruleFold
+		}
+	}
+	if len(esc) > 1 && esc[len(esc)-1] == '/' {
+		rs |= ruleSlash
+	}
+	if sent != esc {
+		rs |= ruleVerbatim
+	}
+	return rs
+}
+
+// read returns the decoded path an upstream reading by the rules rs sees
+// in sent (escaped, as it receives it), and false if, so read, the path
+// climbs above the root.
+func read(sent string, rs rule) (string, bool) {
+	var b strings.Builder
+	b.Grow(len(sent))
+	// Segments of the escaped form, so that only a bare ';' starts
+	// parameters (an upstream decodes after cutting them).
+	for i, seg := range strings.Split(sent, "/") {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		if rs&ruleParams != 0 {
+			seg, _, _ = strings.Cut(seg, ";")
+		}
+		b.WriteString(unescapeAny(seg))
+	}
+	p := b.String()
+	if rs&ruleBackslash != 0 {
+		p = strings.ReplaceAll(p, `\`, "/")
+	}
+	if rs&ruleTrailing != 0 {
+		segs := strings.Split(p, "/")
+		for i, s := range segs {
+			if s != "." && s != ".." {
+				segs[i] = strings.TrimRight(s, ". ")
+			}
+		}
+		p = strings.Join(segs, "/")
+	}
+	if rs&ruleFold != 0 {
+		p = strings.ToLower(p)
+	}
+	if rs&ruleVerbatim == 0 {
+		var ok bool
+		if p, ok = resolveDots(p); !ok {
+			return "", false
+		}
+	}
+	if rs&ruleSlash != 0 && len(p) > 1 {
+		p = strings.TrimSuffix(p, "/")
+	}
+	return p, true
+}
+
+// unescapeAny decodes the percent-encodings of s that are well formed and
+// leaves the rest as they are.
+func unescapeAny(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			hi, ok1 := unhex(s[i+1])
+			lo, ok2 := unhex(s[i+2])
+			if ok1 && ok2 {
+				b = append(b, hi<<4|lo)
+				i += 2
+				continue
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+// resolveDots resolves the "." and ".." segments of a decoded path and
+// merges repeated slashes, keeping a trailing slash; false if it climbs
+// above the root.
+func resolveDots(p string) (string, bool) {
+	var segs []string
+	trailing := false
+	for _, s := range strings.Split(p, "/")[1:] {
+		switch s {
+		case "", ".":
+			trailing = true
+			continue
+		case "..":
+			if len(segs) == 0 {
+				return "", false
+			}
+			segs = segs[:len(segs)-1]
+			trailing = true
+			continue
+		}
+		segs = append(segs, s)
+		trailing = false
+	}
+	out := "/" + strings.Join(segs, "/")
+	if trailing && len(segs) > 0 {
+		out += "/"
+	}
+	return out, true
+}
+
+// checkReadings returns why r (canonical, matched to p by set) is
+// refused when a reading of its path selects another policy than p, or
+// climbs above the root; "" when every reading agrees. sent is the escaped
+// path as the upstream receives it; fold is false where paths are
+// case-sensitive (server.case_sensitive_paths).
+func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent string, fold bool) (detail string) {
+	rs := rules(escapedPath(r.URL), sent, fold)
+	if rs == 0 {
+		return ""
+	}
+	alt := *r
+	u := *r.URL
+	alt.URL = &u
+	seen := []string{r.URL.Path}
+	// Every combination of the rules that apply, the fullest first.
+	for sub := rs; sub != 0; sub = (sub - 1) & rs {
+		path, ok := read(sent, sub)
+		if !ok {
+			return "the path climbs above the root as some upstreams read it (" + describe(sub) + ")"
+		}
+		if sub&ruleSlash == 0 {
+			// A reading without the slash rule is settled by its path
+			// alone.
+			if slices.Contains(seen, path) {
+				continue
+			}
+			seen = append(seen, path)
+		}
+		alt.URL.Path, alt.URL.RawPath = path, ""
+		q, ok := set.Match(&alt)
+		if ok && q == p {
+			continue
+		}
+		if sub&ruleSlash != 0 && (!ok || q.Match.Path != path) {
+			// Without its trailing slash the path is another policy's
+			// only where that policy names it exactly: a prefix that
+			// ends in '/' keeps its own root (/api/ under path_prefix =
+			// "/api/"); the readings without this rule are checked on
+			// their own.
+			continue
+		}
+		return "the path is " + path + " as some upstreams read it (" + describe(sub) + "), which another policy than this one's matches"
+	}
+	return ""
+}
+
+// escapedPath is u's path in the canonical escaped form canonicalize left
+// it in: RawPath, else Path (canonicalize sets RawPath only where the two
+// differ).
+func escapedPath(u *url.URL) string {
+	if u.RawPath != "" {
+		return u.RawPath
+	}
+	return u.Path
+}
+
+// describe names the rules of rs.
+func describe(rs rule) string {
+	var parts []string
+	for i := range ruleCount {
+		if rs&(1<<i) != 0 {
+			parts = append(parts, ruleNames[i])
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// pathKey is the value of the path key part of a request whose canonical
+// URL is u: its path as read by every rule that applies, so that
+// spellings some upstream routes alike (/Login, /login;x=1, /login.,
+// /login/) count as one key.
+func pathKey(u *url.URL, s *config.Server) string {
+	esc := escapedPath(u)
+	rs := rules(esc, esc, !s.CaseSensitivePaths)
+	if rs == 0 {
+		return u.Path
+	}
+	p, ok := read(esc, rs)
+	if !ok {
+		return u.Path
+	}
+	return p
+}
