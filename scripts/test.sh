@@ -2,8 +2,8 @@
 # The whole test suite, as README.md and .ci/run run it: formatting, go vet,
 # staticcheck, every test under the race detector, and 10,000 executions of each
 # fuzz target. It installs what it needs when missing: staticcheck from the
-# Go module proxy, redis-server, nginx, chromium, zsh and fish from Debian's packages
-# (as root).
+# Go module proxy, redis-server, nginx, caddy, nodejs, chromium, zsh and fish from
+# Debian's packages (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -90,6 +90,32 @@ if ! python3 -c 'import flask' >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-flask >/dev/null
   fi
   python3 -c 'import flask' || { echo "python3 cannot import flask: install it (apt-get install python3-flask)" >&2; exit 1; }
+fi
+
+# The forward-auth tests run Caddy's forward_auth in front of limitproxy
+# (Debian's package), as they run nginx's auth_request.
+if ! command -v caddy >/dev/null 2>&1; then
+  step "installing caddy"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq caddy >/dev/null
+    # The package may start a system instance; the tests use their own.
+    (command -v systemctl >/dev/null 2>&1 && systemctl stop caddy 2>/dev/null) || true
+  else
+    echo "caddy is missing and this is not root: install it (apt-get install caddy)" >&2
+    exit 1
+  fi
+fi
+
+# The forward-auth bypass test runs a Node backend (built-in modules
+# only, no packages): Debian's nodejs.
+if ! command -v node >/dev/null 2>&1; then
+  step "installing nodejs"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
+  else
+    echo "node is missing and this is not root: install it (apt-get install nodejs)" >&2
+    exit 1
+  fi
 fi
 
 # The completion scripts are checked by the shells they are for

@@ -71,8 +71,14 @@ func countingUpstream(t *testing.T) (addr string, api *atomic.Int64) {
 // endpoint's address.
 func startForwardAuth(t *testing.T, senders, extra string) string {
 	t.Helper()
+	return startForwardAuthFor(t, senders, extra, forwardAuthPolicies)
+}
+
+// startForwardAuthFor is startForwardAuth with the policies given.
+func startForwardAuthFor(t *testing.T, senders, extra, policies string) string {
+	t.Helper()
 	src := "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"\"\n[log]\nlevel = \"error\"\n" +
-		"[forward_auth]\nlisten = \"127.0.0.1:0\"\ntrusted_senders = [" + senders + "]\n" + extra + forwardAuthPolicies
+		"[forward_auth]\nlisten = \"127.0.0.1:0\"\ntrusted_senders = [" + senders + "]\n" + extra + policies
 	return startServer(t, "fa.toml", src).ForwardAuth.String()
 }
 
@@ -113,12 +119,26 @@ func spoofs(i int) []string {
 func TestForwardAuthNginx(t *testing.T) {
 	up, api := countingUpstream(t)
 	fa := startForwardAuth(t, `"127.0.0.1"`, "deny_status = 403\n")
-	addr := runNginx(t, "127.0.0.1", func(port int) string {
+	addr := runNginxAuthRequest(t, up, fa)
+
+	checkForwardAuthFront(t, addr, api)
+	if resp, _ := fromClient(t, addr, "/api/x"); resp.Header.Get("RateLimit") == "" {
+		t.Errorf("the refusal carries no RateLimit field: %v", resp.Header)
+	}
+}
+
+// runNginxAuthRequest starts nginx with docs/forward-auth.md's
+// auth_request recipe, as written there but for its location: / here, so
+// that every path is asked about. nginx proxies to backend and asks the
+// forward-auth endpoint at fa (started with deny_status = 403).
+func runNginxAuthRequest(t *testing.T, backend, fa string) string {
+	t.Helper()
+	return runNginx(t, "127.0.0.1", func(port int) string {
 		return fmt.Sprintf(`  server {
     listen 127.0.0.1:%[1]d;
     location / {
       auth_request /_limitproxy;
-      auth_request_set $limit_retry $upstream_http_retry_after;
+      auth_request_set $limit_retry  $upstream_http_retry_after;
       auth_request_set $limit_fields $upstream_http_ratelimit;
       add_header RateLimit $limit_fields always;
       error_page 403 = @ratelimited;
@@ -133,22 +153,18 @@ func TestForwardAuthNginx(t *testing.T) {
       proxy_set_header X-Original-Method $request_method;
       proxy_set_header X-Forwarded-Host $host;
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      # The client's own copies of the other family: removed.
       proxy_set_header X-Forwarded-Uri "";
       proxy_set_header X-Forwarded-Method "";
     }
     location @ratelimited {
       add_header Retry-After $limit_retry always;
       add_header RateLimit $limit_fields always;
-      return 429 "rate limited\n";
+      return 429;
     }
   }
-`, port, up, fa)
+`, port, backend, fa)
 	})
-
-	checkForwardAuthFront(t, addr, api)
-	if resp, _ := fromClient(t, addr, "/api/x"); resp.Header.Get("RateLimit") == "" {
-		t.Errorf("the refusal carries no RateLimit field: %v", resp.Header)
-	}
 }
 
 // TestForwardAuthCaddy: Caddy's forward_auth asks limitproxy, which
@@ -157,6 +173,18 @@ func TestForwardAuthNginx(t *testing.T) {
 func TestForwardAuthCaddy(t *testing.T) {
 	up, api := countingUpstream(t)
 	fa := startForwardAuth(t, `"127.0.0.1"`, "")
+	addr := runCaddyForwardAuth(t, up, fa)
+
+	checkForwardAuthFront(t, addr, api)
+}
+
+// runCaddyForwardAuth starts Caddy (Debian's, stopped when the test ends)
+// with docs/forward-auth.md's forward_auth recipe, as written there but
+// for its site address: plain HTTP on a free loopback port here. Caddy
+// proxies to backend and asks the forward-auth endpoint at fa. Its
+// storage, home and configuration directories are the test's.
+func runCaddyForwardAuth(t *testing.T, backend, fa string) string {
+	t.Helper()
 	dir := t.TempDir()
 	port := freePort(t)
 	conf := fmt.Sprintf(`{
@@ -169,20 +197,18 @@ http://:%[2]d {
 	forward_auth %[4]s {
 		uri /
 		copy_headers RateLimit RateLimit-Policy
+		# The client's own copies of the other family: removed.
 		header_up -X-Original-URI
 		header_up -X-Original-Method
 	}
 	reverse_proxy %[3]s
 }
-`, dir, port, up, fa)
+`, dir, port, backend, fa)
 	os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(conf), 0o644)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	t.Setenv("HOME", dir)
-	t.Setenv("XDG_DATA_HOME", filepath.Join(dir, "data"))
-	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
-	startProcess(t, addr, "caddy", "run", "--config", filepath.Join(dir, "Caddyfile"), "--adapter", "caddyfile")
-
-	checkForwardAuthFront(t, addr, api)
+	env := []string{"HOME=" + dir, "XDG_DATA_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")}
+	startProcessEnv(t, addr, env, "caddy", "run", "--config", filepath.Join(dir, "Caddyfile"), "--adapter", "caddyfile")
+	return addr
 }
 
 // checkForwardAuthFront sends 6 requests to /api/x through the proxy at

@@ -68,11 +68,21 @@ upstream = "up"
 // PID) and waits until it accepts connections on addr.
 func startProcess(t *testing.T, addr string, name string, args ...string) {
 	t.Helper()
+	startProcessEnv(t, addr, nil, name, args...)
+}
+
+// startProcessEnv is startProcess with env added to the process's
+// environment (t.Setenv would keep the test from running in parallel).
+func startProcessEnv(t *testing.T, addr string, env []string, name string, args ...string) {
+	t.Helper()
 	path, err := exec.LookPath(name)
 	if err != nil {
 		t.Fatalf("%s is not installed (scripts/test.sh installs it): %v", name, err)
 	}
 	cmd := exec.Command(path, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -118,15 +128,7 @@ func startNginx(t *testing.T) string {
 }
 
 func startFlask(t *testing.T) string {
-	dir := t.TempDir()
-	port := freePort(t)
-	app := fmt.Sprintf(`
-import logging
-from flask import Flask, request
-logging.getLogger("werkzeug").setLevel(logging.ERROR)
-app = Flask(__name__)
-ALL = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
-
+	return runFlask(t, `
 @app.route("/login", methods=ALL)
 def login():
     return "PROTECTED\n"
@@ -141,9 +143,25 @@ def api():
 @app.route("/<path:p>", methods=ALL)
 def other(p):
     return "other\n"
+`)
+}
 
+// runFlask starts a Flask app (Werkzeug's server, stopped when the test
+// ends) on a free loopback port with the routes given, which may use
+// request and ALL (every usual method); it returns the app's address.
+func runFlask(t *testing.T, routes string) string {
+	t.Helper()
+	dir := t.TempDir()
+	port := freePort(t)
+	app := fmt.Sprintf(`
+import logging
+from flask import Flask, request
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+app = Flask(__name__)
+ALL = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+%s
 app.run(host="127.0.0.1", port=%d)
-`, port)
+`, routes, port)
 	os.WriteFile(filepath.Join(dir, "app.py"), []byte(app), 0o644)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	startProcess(t, addr, "python3", filepath.Join(dir, "app.py"))
@@ -185,22 +203,32 @@ func startProxyFor(t *testing.T, addr string) string {
 // probe sends one raw request and returns its status and body.
 func probe(t *testing.T, addr, request string) (int, string) {
 	t.Helper()
+	status, body, err := exchange(addr, request)
+	if err != nil {
+		t.Fatalf("%q: %v", request, err)
+	}
+	return status, body
+}
+
+// exchange sends one raw request (its bytes as they are) on a new
+// connection to addr and returns the response's status and body.
+func exchange(addr, request string) (int, string, error) {
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
-		t.Fatal(err)
+		return 0, "", err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(c, request); err != nil {
-		t.Fatal(err)
+		return 0, "", err
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
-		t.Fatalf("%q: %v", request, err)
+		return 0, "", err
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
 }
 
 func TestBypassRealUpstreams(t *testing.T) {
