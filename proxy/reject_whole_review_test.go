@@ -651,7 +651,22 @@ func TestRejectWholeClosing(t *testing.T) {
 					t.Fatal(err)
 				}
 				h := New(set, Options{Now: func() time.Time { return t0 }})
-				srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+				// entered is closed when the handler has the first request:
+				// Shutdown must come after the server has read it (a
+				// request read during Shutdown is a documented difference
+				// of the front's, TestServerShutdownNewConnectionAnswered).
+				held, entered := make(chan struct{}), make(chan struct{})
+				var heldOnce, enteredOnce sync.Once
+				handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					switch r.URL.Path {
+					case "/hold":
+						heldOnce.Do(func() { close(held) })
+					case "/x":
+						enteredOnce.Do(func() { close(entered) })
+					}
+					h.ServeHTTP(w, r)
+				})
+				srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
 					t.Fatal(err)
@@ -668,6 +683,7 @@ func TestRejectWholeClosing(t *testing.T) {
 				}
 				addr := ln.Addr().String()
 				holdSlot(t, addr)
+				<-held
 				raw := "GET /x HTTP/1.1\r\nHost: a\r\n\r\nHEAD /y HTTP/1.1\r\nHost: a\r\n\r\n"
 				if !shutdown {
 					keepAlives(false)
@@ -676,7 +692,8 @@ func TestRejectWholeClosing(t *testing.T) {
 				}
 				res := make(chan string, 1)
 				go func() { res <- settled(readAll(t, addr, raw)) }()
-				time.Sleep(100 * time.Millisecond) // in the slot queue by now
+				<-entered
+				time.Sleep(50 * time.Millisecond) // in the slot queue by then, most likely; if not, it queues after: the same answer
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				go shut(ctx)
 				outs = append(outs, <-res)
