@@ -2,7 +2,6 @@ package policy
 
 import (
 	"bytes"
-	"net/http"
 	"regexp/syntax"
 	"slices"
 	"strings"
@@ -40,8 +39,14 @@ type index struct {
 	always []int            // every other policy but RLS ones
 }
 
-func newIndex(ps []*Policy) *index {
+// newIndex indexes ps; with fold, for MatchFold: every path, prefix and
+// literal in lower case, to be walked with a path in lower case.
+func newIndex(ps []*Policy, fold bool) *index {
 	x := &index{}
+	lower := func(s string) string { return s }
+	if fold {
+		lower = strings.ToLower
+	}
 	for i, p := range ps {
 		m := &p.Match
 		switch {
@@ -50,11 +55,11 @@ func newIndex(ps []*Policy) *index {
 		case m.All:
 			x.always = append(x.always, i)
 		case m.HasPath:
-			x.paths.insert(m.Path, i, true)
+			x.paths.insert(lower(m.Path), i, true)
 		case m.PathPrefix != "":
-			x.paths.insert(m.PathPrefix, i, false)
+			x.paths.insert(lower(m.PathPrefix), i, false)
 		case m.PathRegex != nil && regexPrefix(m.PathRegex.String()) != "":
-			x.paths.insert(regexPrefix(m.PathRegex.String()), i, false)
+			x.paths.insert(lower(regexPrefix(m.PathRegex.String())), i, false)
 		case len(m.Hosts) > 0 && !slices.ContainsFunc(m.Hosts, unindexedHost):
 			if x.hosts == nil {
 				x.hosts = map[string][]int{}
@@ -68,7 +73,7 @@ func newIndex(ps []*Policy) *index {
 				}
 			}
 		case m.PathRegex != nil && regexSuffix(m.PathRegex.String()) != "":
-			x.suffix.add(regexSuffix(m.PathRegex.String()), i)
+			x.suffix.add(lower(regexSuffix(m.PathRegex.String())), i)
 		default:
 			x.always = append(x.always, i)
 		}
@@ -82,11 +87,10 @@ func unindexedHost(h string) bool {
 	return strings.HasPrefix(h, "*") && (!strings.HasPrefix(h, "*.") || len(h) < 3)
 }
 
-// candidates appends to buf the indexes of the policies that may match r,
-// whose host is host (requestHost), in ascending order and without
-// repeats.
-func (x *index) candidates(r *http.Request, host string, buf []int) []int {
-	path := r.URL.Path
+// candidates appends to buf the indexes of the policies that may match a
+// request whose path is path and whose host is host (requestHost), in
+// ascending order and without repeats.
+func (x *index) candidates(path, host string, buf []int) []int {
 	buf = x.paths.walk(path, buf)
 	if x.hosts != nil {
 		buf = append(buf, x.hosts[host]...)

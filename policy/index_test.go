@@ -283,3 +283,97 @@ func TestIndexInvalidUTF8(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchFoldAgreesWithScan: for random sets of overlapping policies,
+// some written in upper case, and random paths in random case, MatchFold
+// (through its own index) finds exactly the policy a file-order scan finds
+// when every path, prefix and regex is compared without regard to case;
+// and a path that Match gives a policy, MatchFold gives one too.
+func TestMatchFoldAgreesWithScan(t *testing.T) {
+	paths := []string{"/", "/a", "/A", "/a/", "/A/B", "/ab", "/aB", "/abc", "/b/c/d", "/B/C/D", "/api/", "/API/", "/api/v1/x", "/Api/V1/X",
+		"/x.json", "/X.JSON", "/\u00e9t\u00e9", "/\u00c9T\u00c9", "/\u212a", "/k", "/K", "/\xff"}
+	upper := func(rng *rand.Rand, s string) string {
+		if rng.IntN(2) == 0 {
+			return s
+		}
+		return strings.ToUpper(s)
+	}
+	folded, plain := 0, 0
+	for seed := range uint64(100) {
+		rng := rand.New(rand.NewPCG(seed, 2))
+		text := randomConfig(rng, 10+rng.IntN(60))
+		// Some patterns in upper case: path and prefix values, between
+		// the quotes after "path = " and "path_prefix = ".
+		var b strings.Builder
+		for _, line := range strings.Split(text, "\n") {
+			for _, key := range []string{`path = "`, `path_prefix = "`} {
+				if i := strings.Index(line, key); i >= 0 {
+					j := i + len(key)
+					k := j + strings.IndexByte(line[j:], '"')
+					line = line[:j] + upper(rng, line[j:k]) + line[k:]
+				}
+			}
+			b.WriteString(line + "\n")
+		}
+		cfg, err := config.Parse("random.toml", []byte(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 300 {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.URL.Path = paths[rng.IntN(len(paths))]
+			r.Host = []string{"a.example", "x.b.example", "c.test", ""}[rng.IntN(4)]
+			r.Method = []string{"GET", "POST"}[rng.IntN(2)]
+			got, gotOK := set.MatchFold(r)
+			var want *Policy
+			wantOK := false
+			for _, p := range set.Policies {
+				if p.matcher.matchesFold(r, requestHost(r)) {
+					want, wantOK = p, true
+					break
+				}
+			}
+			if got != want || gotOK != wantOK {
+				t.Fatalf("seed %d: %s %q: MatchFold found %v, the scan %v", seed, r.Method, r.URL.Path, name(got), name(want))
+			}
+			if exact, ok := set.Match(r); ok && !gotOK {
+				t.Fatalf("seed %d: %q: Match found %v, MatchFold none", seed, r.URL.Path, name(exact))
+			}
+			if p, _ := set.Match(r); p != got {
+				folded++
+			} else {
+				plain++
+			}
+		}
+	}
+	t.Logf("%d requests matched another policy in any case, %d the same", folded, plain)
+	if folded < 100 || plain < 100 {
+		t.Errorf("%d requests differ, %d agree: the comparison proves little", folded, plain)
+	}
+}
+
+// TestHasPrefixFold: a prefix in any case, across case pairs whose UTF-8
+// lengths differ (K and the Kelvin sign).
+func TestHasPrefixFold(t *testing.T) {
+	for _, c := range []struct {
+		s, prefix string
+		want      bool
+	}{
+		{"/API/x", "/api/", true},
+		{"/api/x", "/API/", true},
+		{"/apx", "/api", false},
+		{"/ap", "/api", false},
+		{"/\u212a/x", "/k/", true},
+		{"/k/x", "/\u212a/", true},
+		{"/\u00c9t\u00e9/", "/\u00e9T\u00c9", true},
+		{"/b", "/a", false},
+	} {
+		if got := hasPrefixFold(c.s, c.prefix); got != c.want {
+			t.Errorf("hasPrefixFold(%q, %q) = %v, want %v", c.s, c.prefix, got, c.want)
+		}
+	}
+}

@@ -8,8 +8,10 @@ package policy
 import (
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/perkey"
@@ -24,6 +26,8 @@ type Set struct {
 	Policies []*Policy
 	LoadedAt time.Time
 	index    *index
+	fold     *index               // index for MatchFold (lower-case paths); nil with few policies
+	cased    bool                 // a policy's path, prefix or regex holds an upper-case or non-ASCII byte
 	hosts    bool                 // a policy has hosts: Match needs the request's
 	rls      map[string][]*Policy // RLS policies by domain, in file order
 }
@@ -87,8 +91,26 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 			s.rls[d] = append(s.rls[d], p)
 		}
 	}
-	s.index = newIndex(s.Policies)
+	s.index = newIndex(s.Policies, false)
+	if len(s.Policies) > smallSet {
+		s.fold = newIndex(s.Policies, true)
+	}
+	for _, p := range s.Policies {
+		m := &p.Match
+		s.cased = s.cased || cased(m.Path) || cased(m.PathPrefix) || m.PathRegex != nil && cased(m.PathRegex.String())
+	}
 	return s, nil
+}
+
+// cased reports whether s holds an upper-case ASCII letter or a non-ASCII
+// byte: a byte that another case may spell otherwise.
+func cased(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' || c >= utf8.RuneSelf {
+			return true
+		}
+	}
+	return false
 }
 
 // Match returns the first policy whose match table holds for r (policies
@@ -108,13 +130,50 @@ func (s *Set) Match(r *http.Request) (*Policy, bool) {
 		return nil, false
 	}
 	var buf [64]int
-	for _, i := range s.index.candidates(r, host, buf[:0]) {
+	for _, i := range s.index.candidates(r.URL.Path, host, buf[:0]) {
 		if p := s.Policies[i]; p.matcher.matches(r, host) {
 			return p, true
 		}
 	}
 	return nil, false
 }
+
+// MatchFold is Match as an upstream that routes paths without regard to
+// case sees the policies (Express by default, ASP.NET Core, IIS): r's path
+// is compared with each exact path and path prefix in any case
+// (strings.EqualFold), and with each path_regex case-insensitively; hosts,
+// methods and headers as Match compares them. The proxy refuses a request
+// that MatchFold gives another policy than Match (docs/security-model.md,
+// path readings). Safe for concurrent use.
+func (s *Set) MatchFold(r *http.Request) (*Policy, bool) {
+	host := ""
+	if s.hosts {
+		host = requestHost(r)
+	}
+	path := r.URL.Path
+	if s.fold == nil || cased(strings.ToLower(path)) {
+		// Few policies, or a path whose lower case is not ASCII (where
+		// strings.ToLower and EqualFold may disagree): every policy.
+		for _, p := range s.Policies {
+			if p.matcher.matchesFold(r, host) {
+				return p, true
+			}
+		}
+		return nil, false
+	}
+	var buf [64]int
+	for _, i := range s.fold.candidates(strings.ToLower(path), host, buf[:0]) {
+		if p := s.Policies[i]; p.matcher.matchesFold(r, host) {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// CasedPaths reports whether a policy's path, path_prefix or path_regex
+// holds an upper-case or non-ASCII letter: only then can MatchFold give a
+// path in lower case another policy than Match does.
+func (s *Set) CasedPaths() bool { return s.cased }
 
 // requestHost is r's host as hosts entries are compared with it: without
 // its port, in lower case.
@@ -172,11 +231,17 @@ type matcher struct {
 	path    string
 	hasPath bool
 	prefix  string
-	m       *config.Match // regexp and headers
+	m       *config.Match  // regexp and headers
+	foldRe  *regexp.Regexp // m.PathRegex, case-insensitive (MatchFold)
 }
 
 func newMatcher(m *config.Match) matcher {
-	return matcher{never: m.RLS(), all: m.All, hosts: m.Hosts, methods: m.Methods, path: m.Path, hasPath: m.HasPath, prefix: m.PathPrefix, m: m}
+	mt := matcher{never: m.RLS(), all: m.All, hosts: m.Hosts, methods: m.Methods, path: m.Path, hasPath: m.HasPath, prefix: m.PathPrefix, m: m}
+	if m.PathRegex != nil {
+		// A valid expression with a flag group before it is valid.
+		mt.foldRe = regexp.MustCompile("(?i)" + m.PathRegex.String())
+	}
+	return mt
 }
 
 // matches reports whether r, whose host is host (requestHost; needed
@@ -209,6 +274,64 @@ func (m *matcher) matches(r *http.Request, host string) bool {
 		if !ok || !h.Any && !contains(vs, h.Value) {
 			return false
 		}
+	}
+	return true
+}
+
+// matchesFold is matches with r's path compared without regard to case
+// (MatchFold).
+func (m *matcher) matchesFold(r *http.Request, host string) bool {
+	if m.never {
+		return false
+	}
+	if m.all {
+		return true
+	}
+	if len(m.hosts) > 0 && !matchHost(m.hosts, host) {
+		return false
+	}
+	if len(m.methods) > 0 && !contains(m.methods, r.Method) {
+		return false
+	}
+	path := r.URL.Path
+	if m.hasPath && !strings.EqualFold(path, m.path) {
+		return false
+	}
+	if m.prefix != "" && !hasPrefixFold(path, m.prefix) {
+		return false
+	}
+	if m.foldRe != nil && !m.foldRe.MatchString(path) {
+		return false
+	}
+	for _, h := range m.m.Headers {
+		vs, ok := r.Header[h.Name]
+		if !ok || !h.Any && !contains(vs, h.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasPrefixFold reports whether s begins with prefix in any case: whether
+// some prefix of s equals prefix under strings.EqualFold.
+func hasPrefixFold(s, prefix string) bool {
+	if len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix) {
+		return true
+	}
+	if !cased(s) && !cased(prefix) {
+		return false
+	}
+	// Case pairs of different lengths in UTF-8 (K and the Kelvin sign):
+	// compare rune by rune.
+	for _, pr := range prefix {
+		if s == "" {
+			return false
+		}
+		sr, n := utf8.DecodeRuneInString(s)
+		if sr != pr && !strings.EqualFold(string(sr), string(pr)) {
+			return false
+		}
+		s = s[n:]
 	}
 	return true
 }

@@ -58,10 +58,16 @@ var ruleNames = [ruleCount]string{
 // form is esc and whose escaped form as the upstream receives it is sent
 // (esc itself on the proxy face; the target as the client sent it behind
 // forward auth). fold is false where the server says paths are
-// case-sensitive. A path of lower-case letters, digits, '/', '-', '_'
-// and inner dots, the usual one, has none, found in one pass.
-func rules(esc, sent string, fold bool) rule {
+// case-sensitive; cased that some policy's path is written with a letter
+// that has another case (policy.Set.CasedPaths), so that even a path in
+// lower case may match it in another case. A path of lower-case letters,
+// digits, '/', '-', '_' and inner dots, the usual one, has none, found in
+// one pass.
+func rules(esc, sent string, fold, cased bool) rule {
 	var rs rule
+	if fold && cased {
+		rs |= ruleFold
+	}
 	for i := 0; i < len(esc); i++ {
 		c := esc[i]
 		switch {
@@ -125,9 +131,6 @@ func read(sent string, rs rule) (string, bool) {
 			}
 		}
 		p = strings.Join(segs, "/")
-	}
-	if rs&ruleFold != 0 {
-		p = strings.ToLower(p)
 	}
 	if rs&ruleVerbatim == 0 {
 		var ok bool
@@ -198,34 +201,46 @@ func resolveDots(p string) (string, bool) {
 // path as the upstream receives it; fold is false where paths are
 // case-sensitive (server.case_sensitive_paths).
 func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent string, fold bool) (detail string) {
-	rs := rules(escapedPath(r.URL), sent, fold)
+	rs := rules(escapedPath(r.URL), sent, fold, set.CasedPaths())
 	if rs == 0 {
 		return ""
 	}
 	alt := *r
 	u := *r.URL
 	alt.URL = &u
-	seen := []string{r.URL.Path}
+	type reading struct {
+		path string
+		fold bool
+	}
+	seen := []reading{{r.URL.Path, false}}
 	// Every combination of the rules that apply, the fullest first.
 	for sub := rs; sub != 0; sub = (sub - 1) & rs {
 		path, ok := read(sent, sub)
 		if !ok {
 			return "the path climbs above the root as some upstreams read it (" + describe(sub) + ")"
 		}
+		folded := sub&ruleFold != 0
 		if sub&ruleSlash == 0 {
 			// A reading without the slash rule is settled by its path
-			// alone.
-			if slices.Contains(seen, path) {
+			// (and case rule) alone.
+			if slices.Contains(seen, reading{path, folded}) {
 				continue
 			}
-			seen = append(seen, path)
+			seen = append(seen, reading{path, folded})
 		}
 		alt.URL.Path, alt.URL.RawPath = path, ""
-		q, ok := set.Match(&alt)
+		var q *policy.Policy
+		if folded {
+			// An upstream that ignores case compares the policies'
+			// paths in any case too.
+			q, ok = set.MatchFold(&alt)
+		} else {
+			q, ok = set.Match(&alt)
+		}
 		if ok && q == p {
 			continue
 		}
-		if sub&ruleSlash != 0 && (!ok || q.Match.Path != path) {
+		if sub&ruleSlash != 0 && (!ok || !(q.Match.HasPath && (q.Match.Path == path || folded && strings.EqualFold(q.Match.Path, path)))) {
 			// Without its trailing slash the path is another policy's
 			// only where that policy names it exactly: a prefix that
 			// ends in '/' keeps its own root (/api/ under path_prefix =
@@ -265,13 +280,16 @@ func describe(rs rule) string {
 // /login/) count as one key.
 func pathKey(u *url.URL, s *config.Server) string {
 	esc := escapedPath(u)
-	rs := rules(esc, esc, !s.CaseSensitivePaths)
+	rs := rules(esc, esc, !s.CaseSensitivePaths, false)
 	if rs == 0 {
 		return u.Path
 	}
 	p, ok := read(esc, rs)
 	if !ok {
 		return u.Path
+	}
+	if rs&ruleFold != 0 {
+		p = strings.ToLower(p)
 	}
 	return p
 }

@@ -191,8 +191,79 @@ func TestPathReadingsCaseSensitive(t *testing.T) {
 // that it costs one pass over its bytes.
 func TestRulesCommonPathHasNone(t *testing.T) {
 	for _, p := range []string{"/", "/api/v1/users/123", "/a-b_c/d.json", "/x/y.z/w"} {
-		if rs := rules(p, p, true); rs != 0 {
+		if rs := rules(p, p, true, false); rs != 0 {
 			t.Errorf("%q: rules %b, want none", p, rs)
+		}
+	}
+}
+
+// casedConfig names a gRPC service, whose method paths are in mixed case,
+// before a catch-all.
+const casedConfig = `
+[server]
+CASE
+[[upstream]]
+name = "up"
+targets = ["http://127.0.0.1:1"]
+
+[[policy]]
+name = "health"
+upstream = "up"
+match = { path_prefix = "/grpc.health.v1.Health/" }
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 1
+  window = "1h"
+
+[[policy]]
+name = "all"
+upstream = "up"
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 1000
+  window = "1h"
+`
+
+// TestPathReadingsCasedPolicy: a policy written in mixed case (a gRPC
+// service) keeps its own paths, and a spelling of them in another case,
+// which an upstream that ignores case would route to it, is refused even
+// in lower case; with case_sensitive_paths it is the catch-all's.
+func TestPathReadingsCasedPolicy(t *testing.T) {
+	for _, caseSensitive := range []bool{false, true} {
+		text := strings.Replace(casedConfig, "CASE", "", 1)
+		if caseSensitive {
+			text = strings.Replace(casedConfig, "CASE", "case_sensitive_paths = true", 1)
+		}
+		for target, want := range map[string]string{
+			"/grpc.health.v1.Health/Check": "health",
+			"/grpc.health.v1.health/check": "",
+			"/GRPC.HEALTH.V1.HEALTH/Watch": "",
+			"/other":                       "all",
+			"/Other":                       "all",
+		} {
+			if caseSensitive && want == "" {
+				want = "all"
+			}
+			cfg, err := config.Parse("cased.toml", []byte(text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Unix(0, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := New(set, Options{})
+			r, _ := http.NewRequest("POST", "http://a"+target, nil)
+			r.RequestURI = target
+			srv := set.Config.Server
+			o := ruling{keys: make([]string, 4)}
+			name := ""
+			if h.match(r, h.snap.Load(), &srv, &o) {
+				name = o.p.Name
+			}
+			if name != want {
+				t.Errorf("case_sensitive_paths = %v: %s: policy %q (%s), want %q", caseSensitive, target, name, o.detail, want)
+			}
 		}
 	}
 }
