@@ -102,6 +102,9 @@ func (f forwardAuth) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 		deny := fa.DenyStatus != 0 && (o.reply == replyLimit || o.reply == replyBan || o.reply == replyInvalid)
 		if deny {
 			rec.ResponseWriter = statusWriter{rec.ResponseWriter, fa.DenyStatus}
+			if o.reply == replyInvalid {
+				o.status = fa.DenyStatus // the problem's status member too
+			}
 		}
 		h.answer(rec, r, snap, start, &o)
 		if deny {

@@ -223,8 +223,8 @@ func TestForwardAuthCanonical(t *testing.T) {
 		}
 	}
 	deny := newForwardAuth(t, newClock().now, func(fa *config.ForwardAuth) { fa.DenyStatus = 403 })
-	if w := ask(deny, "10.0.0.1", "X-Original-URI", "/free/../limited"); w.Code != 403 {
-		t.Errorf("with deny_status = 403: %d, want 403", w.Code)
+	if w := ask(deny, "10.0.0.1", "X-Original-URI", "/free/../limited"); w.Code != 403 || !strings.Contains(w.Body.String(), `"status":403`) {
+		t.Errorf("with deny_status = 403: %d %s, want 403 and a problem whose status is 403", w.Code, w.Body)
 	}
 }
 
