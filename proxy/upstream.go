@@ -56,6 +56,8 @@ func NewTransport(cfg config.Upstream) *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: cfg.Timeout,
+		// Unused by limitproxy, which never sends Expect (newPool's
+		// Rewrite drops it); kept for other users of this Transport.
 		ExpectContinueTimeout: time.Second,
 	}
 	if cfg.Protocol == config.ProtocolH2C {
@@ -110,6 +112,15 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 				// client sent and limitproxy keyed.
 				pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 				filterUpgrade(pr.Out.Header, cfg.Upgrades)
+				// Never an Expect (issue 35), as nginx: the client's
+				// 100-continue is limitproxy's to answer, and its server
+				// does so when the body is first read (by prepareBody
+				// for a buffered body, by the transport for a streamed
+				// one). Forwarded, the transport would hold the body
+				// back for an upstream's 100 Continue, which RFC 9110
+				// lets it never send: ExpectContinueTimeout of an
+				// upstream connection and slot, per request.
+				delete(pr.Out.Header, "Expect")
 				// Every client-address header names the client the
 				// request was keyed by.
 				setForwarded(pr, srv)
