@@ -153,6 +153,8 @@ var forwardResponses = map[string]string{
 	"short":    "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc\x00close",
 	"nothing":  "\x00close",
 	"garbage":  "HTTP/1.1 2x0 Nope\r\n\r\n\x00close",
+	"status0":  "HTTP/1.1 000 Zero\r\n\r\nbody\x00close",        // read, then refused: 502
+	"status99": "HTTP/1.1 099 X\r\nContent-Length: 2\r\n\r\nok", // of known length: direct's own
 	"http10":   "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok\x00close",
 	"big":      "HTTP/1.1 200 OK\r\nContent-Length: 70000\r\n\r\n" + strings.Repeat("0123456789", 7000),
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -137,6 +138,9 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 			Transport:  tr,
 			BufferPool: buffers,
 			ModifyResponse: func(res *http.Response) error {
+				if err := checkStatus(res); err != nil {
+					return err // a malformed answer: 502, counted against t
+				}
 				t.fails.Store(0)
 				if cfg.ResponseBuffering {
 					return resp.buffer(res, &cfg)
@@ -154,6 +158,22 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 		p.targets = append(p.targets, t)
 	}
 	return p
+}
+
+// checkStatus refuses a final response whose status is outside 100–999,
+// which net/http's server cannot write (WriteHeader panics on it): the
+// upstream's answer is then malformed, as one whose status line
+// net/http's client cannot read (issue 35). That client reads any three
+// digits as a status over HTTP/1.1 ("000", "099", "+99" too), and any
+// integer over HTTP/2. Informational statuses (100–199 but 101) never
+// get here: the transports read past them (ReverseProxy passes on those
+// http.Transport reports).
+func checkStatus(res *http.Response) error {
+	if res.StatusCode >= 100 && res.StatusCode <= 999 {
+		return nil
+	}
+	code, _, _ := strings.Cut(res.Status, " ")
+	return fmt.Errorf("malformed HTTP status code %q", code)
 }
 
 // pick returns the next target that is up, round-robin; if every target is
