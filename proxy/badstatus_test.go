@@ -135,3 +135,61 @@ func checkMalformedAnswer(t *testing.T, up string, reverseOnly bool, edit func(*
 		t.Errorf("limitproxy_upstream_duration_seconds{code=\"502\"} counted %d (%v), want 1", d.GetHistogram().GetSampleCount(), err)
 	}
 }
+
+// TestInformationalStatuses: the statuses 100–199 but 101 are
+// informational on every path, as net/http's client has them: read past
+// to the final answer (the sync transport skips them; ReverseProxy over
+// http.Transport passes them on to the client first), whatever the
+// number, and an answer of informational ones alone, cut by the close,
+// is a malformed one (502). Only statuses outside 100–999 are refused
+// (TestMalformedStatus502).
+func TestInformationalStatuses(t *testing.T) {
+	t.Parallel()
+	get := "GET /i HTTP/1.1\r\nHost: h\r\n\r\n"
+	post := "POST /i HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello"
+	for _, c := range []struct {
+		name, answer string
+		want         int
+	}{
+		{"150-then-200", "HTTP/1.1 150 X\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 200},
+		{"199-then-404", "HTTP/1.1 199\r\nX-A: 1\r\n\r\nHTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno", 404},
+		{"100-103-then-999", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 999 X\r\nContent-Length: 2\r\n\r\nok", 999},
+		{"150-then-close", "HTTP/1.1 150 X\r\n\r\n", 502},
+	} {
+		for _, p := range []struct {
+			name        string
+			reverseOnly bool
+			request     string
+		}{{"direct", false, get}, {"reverse", true, get}, {"body", false, post}} {
+			t.Run(c.name+"/"+p.name, func(t *testing.T) {
+				t.Parallel()
+				u := startRawUpstream(t, func(*http.Request) (string, bool) { return c.answer, true })
+				h := forwardHandler(t, u.ln.Addr().String(), "rate = \"1000000/s\"\nburst = 1000000", nil)
+				h.reverseOnly = p.reverseOnly
+				addr, errLog := serveFrontLog(t, h)
+				conn, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(10 * time.Second))
+				io.WriteString(conn, p.request)
+				br := bufio.NewReader(conn)
+				for {
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						t.Fatalf("the client got no answer (%v); want %d (server log: %s)", err, c.want, errLog)
+					}
+					if resp.StatusCode >= 100 && resp.StatusCode <= 199 {
+						continue // passed on: informational as well
+					}
+					io.Copy(io.Discard, resp.Body)
+					if resp.StatusCode != c.want {
+						t.Errorf("the client got %d, want %d", resp.StatusCode, c.want)
+					}
+					break
+				}
+			})
+		}
+	}
+}

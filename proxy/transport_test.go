@@ -123,6 +123,8 @@ var responseShapes = []struct {
 	{"100-then-200", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false},
 	{"103-then-200", "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false},
 	{"204", "HTTP/1.1 204 No Content\r\nX-A: b\r\n\r\n", false},
+	{"150-then-200", "HTTP/1.1 150 X\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false},
+	{"1xx-then-close", "HTTP/1.1 150 X\r\n\r\n", true},
 	{"six-1xx", strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", 6) + "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true},
 	{"status-000", "HTTP/1.1 000 Zero\r\n\r\nbody", true},
 	// Statuses net/http's server cannot write (issue 35): net/http's
