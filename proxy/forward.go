@@ -48,10 +48,10 @@ func (t *target) direct(w http.ResponseWriter, r *http.Request) bool {
 		r.Trailer != nil || r.URL == nil || r.Header == nil {
 		return false
 	}
-	// An upgrade, a Te (ReverseProxy turns "trailers" into a field of its
-	// own) or an Expect (the sync transport leaves it to http.Transport,
-	// whose 1xx ReverseProxy traces): ReverseProxy's.
-	if r.Header["Upgrade"] != nil || r.Header["Te"] != nil || r.Header["Expect"] != nil {
+	// An upgrade or a Te (ReverseProxy turns "trailers" into a field of
+	// its own): ReverseProxy's. An Expect is not forwarded (Rewrite drops
+	// it), so the request is the common exchange without it.
+	if r.Header["Upgrade"] != nil || r.Header["Te"] != nil {
 		return false
 	}
 

@@ -150,6 +150,8 @@ func FuzzForwardDirect(f *testing.F) {
 		{5, "PATCH", "patch", "Connection: User-Agent\nUser-Agent: u", custom, 0, "OK", "X-Spaced : v\nContent-Type: text/event-\u017ftream", "ok", 0, "a method of its own, names a field to drop, a field name with a space, what may be an event stream"},
 		{0, "", "unframed", "Connection: Te, Upgrade", custom, 0, "OK", "Connection: Content-Length, Content-Type, Date\nContent-Type: text/plain\nDate: then", strings.Repeat("0123456789", 300), 2, "the answer's framing fields named by its Connection"},
 		{3, "", "options", "A: 1\nB: 2\nhost: other", of("short"), 0, "", "", "", 0, "options, a second Host"},
+		{0, "", "status0", "", of("status0"), 0, "", "", "", 0, "answer status0 (issue 35)"},
+		{4, "", "status99", "Expect: 100-continue", of("status99"), 0, "", "", "", 2, "post0, expect, answer status99 (issue 35)"},
 	}
 	for _, s := range seeds {
 		f.Add(s.method, s.token, s.tail, s.headers, s.answer, s.status, s.reason, s.ansHeaders, s.body, s.config)

@@ -48,8 +48,9 @@ func (l *pathLog) paths(p string) string {
 // TestForwardHandlerTakesDirect: through the Handler, served by the
 // HTTP/1.1 front as on a plain-HTTP listener, a plain bodiless GET (and
 // HEAD, DELETE) over limitproxy's own sync transport is forwarded by
-// target.direct, not by the target's ReverseProxy; requests direct
-// leaves alone (a body, TE, an upgrade) go through ReverseProxy. The
+// target.direct, not by the target's ReverseProxy, and so is one with
+// an Expect, which is not forwarded; requests direct leaves alone (a
+// body, TE, an upgrade) go through ReverseProxy. The
 // same requests through a handler that never calls direct
 // (reverseOnly) all show ReverseProxy's path: the check tells them
 // apart. (TestForwardDirectTaken calls direct itself; the differential
@@ -88,6 +89,7 @@ func TestForwardHandlerTakesDirect(t *testing.T) {
 				{"POST /r/plain/postbody HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc", "HTTP/1.1 200 OK\r\n", false},
 				{"GET /r/plain/te HTTP/1.1\r\nHost: h\r\nTE: trailers\r\n\r\n", "HTTP/1.1 200 OK\r\n", false},
 				{"GET /r/plain/upgrade HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n", "HTTP/1.1 200 OK\r\n", false},
+				{"GET /r/plain/expect HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n", "HTTP/1.1 200 OK\r\n", true}, // Expect is not forwarded
 			} {
 				got := rig.exchange(t, c.raw)
 				first, _, _ := strings.Cut(c.raw, "\r\n")

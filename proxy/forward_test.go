@@ -153,6 +153,8 @@ var forwardResponses = map[string]string{
 	"short":    "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc\x00close",
 	"nothing":  "\x00close",
 	"garbage":  "HTTP/1.1 2x0 Nope\r\n\r\n\x00close",
+	"status0":  "HTTP/1.1 000 Zero\r\n\r\nbody\x00close",        // read, then refused: 502
+	"status99": "HTTP/1.1 099 X\r\nContent-Length: 2\r\n\r\nok", // of known length: direct's own
 	"http10":   "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok\x00close",
 	"big":      "HTTP/1.1 200 OK\r\nContent-Length: 70000\r\n\r\n" + strings.Repeat("0123456789", 7000),
 }
@@ -314,7 +316,7 @@ func (c *rigConn) exchange(raw string) string {
 // and the client the same bytes back (the date and drawn request ids
 // aside). Cases are the product of both lists: the common exchange, what
 // is handed to ReverseProxy before the request goes out (an upgrade, TE,
-// Expect, a body) and after its response is in (a switch, a body of
+// a body; an Expect is dropped on both paths) and after its response is in (a switch, a body of
 // unknown length, trailers, an event stream), errors (nothing, garbage,
 // a body cut short), and hop-by-hop fields both ways.
 func TestForwardDirectDifferential(t *testing.T) {
@@ -407,7 +409,7 @@ func TestForwardDirectTaken(t *testing.T) {
 		{"DELETE", "/r/empty", http.Header{"Connection": {"keep-alive"}, "X-Forwarded-For": {"1.2.3.4"}}, "", true},
 		{"GET", "/r/plain", http.Header{"Te": {"trailers"}}, "", false},
 		{"GET", "/r/plain", http.Header{"Upgrade": {"websocket"}, "Connection": {"Upgrade"}}, "", false},
-		{"GET", "/r/plain", http.Header{"Expect": {"100-continue"}}, "", false},
+		{"GET", "/r/plain", http.Header{"Expect": {"100-continue"}}, "", true}, // not forwarded: common
 		{"POST", "/r/plain", nil, "abc", false},
 	} {
 		r := httptest.NewRequest(c.method, "http://example.com"+c.path, strings.NewReader(c.body))

@@ -26,8 +26,9 @@ import (
 // of one or a few hosts, that hand-off was a large share of the CPU a
 // forwarded request cost (in a CPU profile, scheduler and Transport code
 // were about a quarter). Everything else — https, h2c, requests with a
-// body or Expect, upgrades, CONNECT — goes to fallback, the http.Transport
-// it was built beside.
+// body, upgrades, CONNECT, and an Expect (which limitproxy's Rewrite
+// never leaves on a request) — goes to fallback, the http.Transport it
+// was built beside.
 //
 // Framing is net/http's own: the request head exactly as Request.Write
 // writes it (writeHead), the response read by http.ReadResponse: chunked

@@ -123,8 +123,18 @@ var responseShapes = []struct {
 	{"100-then-200", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false},
 	{"103-then-200", "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false},
 	{"204", "HTTP/1.1 204 No Content\r\nX-A: b\r\n\r\n", false},
+	{"150-then-200", "HTTP/1.1 150 X\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false},
+	{"1xx-then-close", "HTTP/1.1 150 X\r\n\r\n", true},
 	{"six-1xx", strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", 6) + "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true},
 	{"status-000", "HTTP/1.1 000 Zero\r\n\r\nbody", true},
+	// Statuses net/http's server cannot write (issue 35): net/http's
+	// client reads the first two as final ones (ReverseProxy's
+	// ModifyResponse then refuses them: 502), and refuses the last two
+	// itself.
+	{"status-099", "HTTP/1.1 099 X\r\nContent-Length: 2\r\n\r\nok", false},
+	{"status-plus-99", "HTTP/1.1 +99 X\r\nContent-Length: 2\r\n\r\nok", false},
+	{"status-1000", "HTTP/1.1 1000 X\r\nContent-Length: 2\r\n\r\nok", true},
+	{"status-minus-1", "HTTP/1.1 -1 X\r\nContent-Length: 2\r\n\r\nok", true},
 	{"304-with-length", "HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\nETag: \"x\"\r\n\r\n", false},
 	{"404-body", "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found", false},
 	{"repeated-headers", "HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 0\r\n\r\n", false},

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -56,6 +57,8 @@ func NewTransport(cfg config.Upstream) *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: cfg.Timeout,
+		// Unused by limitproxy, which never sends Expect (newPool's
+		// Rewrite drops it); kept for other users of this Transport.
 		ExpectContinueTimeout: time.Second,
 	}
 	if cfg.Protocol == config.ProtocolH2C {
@@ -110,6 +113,15 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 				// client sent and limitproxy keyed.
 				pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 				filterUpgrade(pr.Out.Header, cfg.Upgrades)
+				// Never an Expect (issue 35), as nginx: the client's
+				// 100-continue is limitproxy's to answer, and its server
+				// does so when the body is first read (by prepareBody
+				// for a buffered body, by the transport for a streamed
+				// one). Forwarded, the transport would hold the body
+				// back for an upstream's 100 Continue, which RFC 9110
+				// lets it never send: ExpectContinueTimeout of an
+				// upstream connection and slot, per request.
+				delete(pr.Out.Header, "Expect")
 				// Every client-address header names the client the
 				// request was keyed by.
 				setForwarded(pr, srv)
@@ -126,6 +138,9 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 			Transport:  tr,
 			BufferPool: buffers,
 			ModifyResponse: func(res *http.Response) error {
+				if err := checkStatus(res); err != nil {
+					return err // a malformed answer: 502, counted against t
+				}
 				t.fails.Store(0)
 				if cfg.ResponseBuffering {
 					return resp.buffer(res, &cfg)
@@ -143,6 +158,22 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 		p.targets = append(p.targets, t)
 	}
 	return p
+}
+
+// checkStatus refuses a final response whose status is outside 100–999,
+// which net/http's server cannot write (WriteHeader panics on it): the
+// upstream's answer is then malformed, as one whose status line
+// net/http's client cannot read (issue 35). That client reads any three
+// digits as a status over HTTP/1.1 ("000", "099", "+99" too), and any
+// integer over HTTP/2. Informational statuses (100–199 but 101) never
+// get here: the transports read past them (ReverseProxy passes on those
+// http.Transport reports).
+func checkStatus(res *http.Response) error {
+	if res.StatusCode >= 100 && res.StatusCode <= 999 {
+		return nil
+	}
+	code, _, _ := strings.Cut(res.Status, " ")
+	return fmt.Errorf("malformed HTTP status code %q", code)
 }
 
 // pick returns the next target that is up, round-robin; if every target is
