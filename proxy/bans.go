@@ -72,9 +72,9 @@ func began(ban perkey.Ban, now time.Time) bool { return ban.Since.Equal(now) }
 // rate-limit fields of mode saying so (setBanHeaders), and a problem+json
 // body. d is the decision whose offence began the ban, nil for a key
 // banned already.
-func (h *Handler) refuseBanned(w *recorder, p *policy.Policy, key string, b perkey.Ban, d *limiter.Decision, mode config.HeadersMode, now time.Time) {
+func (h *Handler) refuseBanned(w *recorder, ps *policyState, p *policy.Policy, key string, b perkey.Ban, d *limiter.Decision, mode config.HeadersMode, now time.Time) {
 	status := p.Ban.Status
-	setBanHeaders(w.Header(), mode, h.quotaView(p, key), d, b, now)
+	setBanHeaders(w.Header(), mode, h.quotaView(ps, p, key), d, b, now)
 	if w.grpc {
 		// RESOURCE_EXHAUSTED with the ban's pushback (429), as a rate
 		// limit's rejection, or PERMISSION_DENIED (403): never

@@ -88,6 +88,7 @@ const (
 // owes the limits that read it.
 type ruling struct {
 	p        *policy.Policy // nil: no policy (Invalid before matching, Unmatched)
+	ps       *policyState   // p's state in the request's snapshot
 	decision Decision
 	reply    reply
 	status   int    // the answer's status; 0 when forwarded
@@ -185,7 +186,7 @@ func (h *Handler) match(r *http.Request, snap *snapshot, s *config.Server, o *ru
 		o.detail = detail
 		return false
 	}
-	o.p, o.hp = p, p
+	o.p, o.hp, o.ps = p, p, snap.policies[p]
 	if len(p.Limits) > cap(o.keys) {
 		// More limits than the recorder holds keys for (inlineKeys).
 		o.keys = make([]string, len(p.Limits))
@@ -356,7 +357,7 @@ func (h *Handler) ask(ctx context.Context, r *http.Request, now time.Time, o *ru
 	}
 	l := p.Limiter
 	if h.overrides != nil {
-		if ol, view, ok := h.overridden(p, o.key); ok {
+		if ol, view, ok := h.overridden(o.ps, p, o.key); ok {
 			l, o.hp = ol, view
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,12 +45,12 @@ type Handler struct {
 	// averages are the running averages of the costs answers reported,
 	// for estimate_from = "average".
 	averages costAverages
-	top      trackers     // the top offenders, per policy
 	streams  streamCounts // requests streaming their bodies, per upstream and key
-	// overrides are the per-key overrides (nil: none), ovCache their
-	// compiled limiters.
+	// overrides are the per-key overrides (nil: none); each snapshot's
+	// policyState caches their compiled limiters.
 	overrides perkey.Overrides
-	ovCache   overrideCache
+	// swapMu serializes Swap.
+	swapMu sync.Mutex
 
 	// closing is done once CloseQueues is called: requests still waiting
 	// in a leaky-bucket queue then leave it with 503.
@@ -153,15 +154,27 @@ func New(set *policy.Set, o Options) *Handler {
 // they started with. An upstream whose settings (and the trusted proxies)
 // are unchanged keeps its pool: its connections and its targets' health.
 // Pools no longer used let go of their idle connections; requests still
-// using them finish normally.
+// using them finish normally. Everything that belongs to one set (pools,
+// rejections, top-offender trackers, the override cache) is built into
+// the new snapshot before it is published, and nothing of the Handler
+// outside the snapshot changes, so that a request sees one set's state
+// whole. Safe for concurrent use: Swaps are serialized, and the last to
+// take the lock is the set in force.
 func (h *Handler) Swap(set *policy.Set) {
+	h.swapMu.Lock()
+	defer h.swapMu.Unlock()
 	srv := &set.Config.Server
 	old := h.snap.Load()
 	s := &snapshot{set: set, pools: map[string]*pool{}, policies: map[*policy.Policy]*policyState{}}
 	if set.Config.Log.AccessReplay {
 		s.replay = replayHeaders(set)
 	}
-	h.top.sync(set)
+	trackers := map[string]*tracker{}
+	if old != nil {
+		for p, ps := range old.policies {
+			trackers[p.Name] = ps.tracker
+		}
+	}
 	for _, u := range set.Config.Upstreams {
 		if old != nil {
 			if p, ok := old.pools[u.Name]; ok && sameUpstream(p.cfg, u) && sameClientSource(p.srv, srv) {
@@ -172,10 +185,14 @@ func (h *Handler) Swap(set *policy.Set) {
 		s.pools[u.Name] = newPool(u, srv, h.buffers, h.resp, h.log, h.now)
 	}
 	for _, p := range set.Policies {
-		s.policies[p] = &policyState{rejection: newRejection(p, srv.RateLimitHeaders), tracker: h.top.of(p.Name)}
+		t := trackers[p.Name]
+		if t == nil {
+			t = newTracker()
+			trackers[p.Name] = t // a name given twice shares one
+		}
+		s.policies[p] = &policyState{rejection: newRejection(p, srv.RateLimitHeaders), tracker: t}
 	}
 	h.metrics.declareQueues(set)
-	h.ovCache.reset()
 	h.snap.Store(s)
 	if old != nil {
 		for name, p := range old.pools {
@@ -379,8 +396,16 @@ func (h *Handler) inform(rec *recorder, snap *snapshot, now time.Time, o *ruling
 // for concurrent use.
 type policyState struct {
 	rejection *rejection
-	tracker   *tracker // nil: none (a Handler whose trackers never met the policy)
-	requests  [numDecisions]atomic.Pointer[counterRef]
+	// tracker holds the policy's top offenders: carried over from the
+	// snapshot before for a policy of the same name, so that a reload
+	// keeps them.
+	tracker  *tracker
+	requests [numDecisions]atomic.Pointer[counterRef]
+	// overrides caches the policy's compiled per-key overrides: client
+	// key → *overrideEntry (overridden). It belongs to this snapshot, so
+	// a request still deciding under the set before never fills the
+	// cache of the set in force.
+	overrides sync.Map
 }
 
 // counterRef holds a counter for an atomic.Pointer.
@@ -427,7 +452,7 @@ func (h *Handler) answer(rec *recorder, r *http.Request, snap *snapshot, now tim
 		if o.limited {
 			offence = &o.d
 		}
-		h.refuseBanned(rec, p, o.key, o.ban, offence, snap.set.Config.Server.RateLimitHeaders, now)
+		h.refuseBanned(rec, snap.policies[p], p, o.key, o.ban, offence, snap.set.Config.Server.RateLimitHeaders, now)
 		return
 	case replyLimit:
 		reject(rec, p, o.d, snap.policies[p].rejection)

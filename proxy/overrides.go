@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,24 +22,12 @@ type overrideEntry struct {
 	view  *policy.Policy // the policy with the override's limits, for the RateLimit fields
 }
 
-// overrideKey names an entry: the policy (of one set) and the client.
-type overrideKey struct {
-	p   *policy.Policy
-	key string
-}
-
-// overrideCache holds the compiled overrides of the set in force; a new
-// set starts an empty one. Its entries are at most the overrides in use.
-type overrideCache struct {
-	m atomic.Pointer[sync.Map] // overrideKey → *overrideEntry
-}
-
-func (c *overrideCache) reset() { c.m.Store(&sync.Map{}) }
-
 // overridden returns the limiter and the policy view key of p is decided
 // by when it has an override; ok false when it has none (or the override
-// cannot apply: logged, and the policy's own limits decide).
-func (h *Handler) overridden(p *policy.Policy, key string) (*limiter.Limiter, *policy.Policy, bool) {
+// cannot apply: logged, and the policy's own limits decide). ps is p's
+// state in the snapshot of the request, which caches compiled overrides
+// for p (a new set starts with an empty cache, built with its snapshot).
+func (h *Handler) overridden(ps *policyState, p *policy.Policy, key string) (*limiter.Limiter, *policy.Policy, bool) {
 	if empty(h.overrides) {
 		return nil, nil, false
 	}
@@ -48,8 +35,11 @@ func (h *Handler) overridden(p *policy.Policy, key string) (*limiter.Limiter, *p
 	if !ok {
 		return nil, nil, false
 	}
-	m := h.ovCache.m.Load()
-	k := overrideKey{p, key}
+	m := new(sync.Map) // no state (a caller that matched no snapshot's policy): compiled, not cached
+	if ps != nil {
+		m = &ps.overrides
+	}
+	k := key
 	if v, ok := m.Load(k); ok {
 		if e := v.(*overrideEntry); e.setAt.Equal(o.SetAt) {
 			return e.l, e.view, e.l != nil

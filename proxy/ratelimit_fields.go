@@ -152,11 +152,11 @@ func setLegacyFields(h http.Header, limit, remaining, reset int64) {
 // requests describe: p, or p as key's per-key override changes it (an
 // override applies to a policy whose limits all count under its key and
 // charge on admission, as the decision applies it).
-func (h *Handler) quotaView(p *policy.Policy, key string) *policy.Policy {
+func (h *Handler) quotaView(ps *policyState, p *policy.Policy, key string) *policy.Policy {
 	if h.overrides == nil || p.Limiter == nil || p.OwnKeys || p.Deferred != nil {
 		return p
 	}
-	if _, view, ok := h.overridden(p, key); ok {
+	if _, view, ok := h.overridden(ps, p, key); ok {
 		return view
 	}
 	return p

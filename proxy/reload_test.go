@@ -210,3 +210,82 @@ upstream = "app"
 	})
 	t.Logf("%d changes checked", changed)
 }
+
+// TestSwapSnapshotState: a reload builds the top-offender trackers into
+// the new snapshot, carrying a policy's over when its name stays and
+// dropping a removed one's, and Swaps from many goroutines at once (as a
+// file watcher and the admin API may) leave one set in force whose
+// snapshot is whole: every policy has its state, and Top lists exactly
+// its policies.
+func TestSwapSnapshotState(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	clock := newClock()
+	compile := func(names ...string) *policy.Set {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString("[[upstream]]\nname = \"app\"\ntargets = [\"http://127.0.0.1:9\"]\n")
+		for _, n := range names {
+			fmt.Fprintf(&b, "[[policy]]\nname = %q\nupstream = \"app\"\nmatch = { path_prefix = \"/%s/\" }\n  [[policy.limits]]\n  algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1h\"\n", n, n)
+		}
+		cfg, err := config.Parse("swap.toml", []byte(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := policy.Compile(cfg, store, clock.now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	h := New(compile("a", "b"), Options{Now: clock.now})
+	for range 3 {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/a/x", nil))
+	}
+	rejected := func(policy string) uint64 {
+		for _, l := range h.Top(10) {
+			if l.Policy == policy {
+				return l.Total
+			}
+		}
+		return 0
+	}
+	if got := rejected("a"); got != 2 {
+		t.Fatalf("before the reload: a rejected %d, want 2", got)
+	}
+	sets := []*policy.Set{compile("a", "c"), compile("a", "b", "c"), compile("c", "a")}
+	done := make(chan struct{})
+	for i := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for j := range 20 {
+				h.Swap(sets[(i+j)%len(sets)])
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/c/x", nil))
+				h.Top(3)
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	final := compile("a", "c")
+	h.Swap(final)
+	snap := h.snap.Load()
+	if snap.set != final || len(snap.policies) != len(final.Policies) {
+		t.Fatalf("the snapshot in force is not the last set's, whole")
+	}
+	for _, p := range final.Policies {
+		if ps := snap.policies[p]; ps == nil || ps.tracker == nil || ps.rejection == nil {
+			t.Fatalf("policy %s has no state in the snapshot", p.Name)
+		}
+	}
+	var names []string
+	for _, l := range h.Top(10) {
+		names = append(names, l.Policy)
+	}
+	if !reflect.DeepEqual(names, []string{"a", "c"}) {
+		t.Errorf("Top lists %q, want [a c]", names)
+	}
+	if got := rejected("a"); got != 2 {
+		t.Errorf("after the reloads: a rejected %d, want the 2 from before (its tracker carried over)", got)
+	}
+}

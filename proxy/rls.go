@@ -199,7 +199,7 @@ func (h *Handler) decideDescriptor(ctx context.Context, snap *snapshot, domain s
 		o.decision = Unmatched
 		return
 	}
-	o.p, o.hp = p, p
+	o.p, o.hp, o.ps = p, p, snap.policies[p]
 	if p.OwnKeys {
 		for i, lk := range p.LimitKeys {
 			o.keys[i] = descriptorKey(lk.Parts, entries)

@@ -1,12 +1,10 @@
 package proxy
 
 import (
-	"sync"
 	"time"
 
 	"github.com/limitproxy/limitproxy/internal/topk"
 	"github.com/limitproxy/limitproxy/limiter"
-	"github.com/limitproxy/limitproxy/policy"
 )
 
 // Top offenders (docs/admin-api.md, GET /api/v1/top): per policy, the
@@ -47,45 +45,10 @@ func newTracker() *tracker {
 	return &tracker{rejected: w, closest: g}
 }
 
-// trackers are every policy's, by name; a policy keeps its tracker across
-// reloads while its name stays.
-type trackers struct{ m sync.Map } // policy name → *tracker
-
-// sync makes the trackers those of set's policies.
-func (ts *trackers) sync(set *policy.Set) {
-	names := map[string]bool{}
-	for _, p := range set.Policies {
-		names[p.Name] = true
-		if _, ok := ts.m.Load(p.Name); !ok {
-			ts.m.Store(p.Name, newTracker())
-		}
-	}
-	ts.m.Range(func(k, _ any) bool {
-		if !names[k.(string)] {
-			ts.m.Delete(k)
-		}
-		return true
-	})
-}
-
-// observe records a decision of p's limits about key at now: a rejection
-// counts towards the most rejected keys; every decision updates how close
-// key is to its most used limit.
-func (ts *trackers) observe(p *policy.Policy, key string, d limiter.Decision, now time.Time) {
-	ts.of(p.Name).observe(key, d, now)
-}
-
-// of returns the tracker of the policy named name, nil if there is none
-// (sync has not met it).
-func (ts *trackers) of(name string) *tracker {
-	if v, ok := ts.m.Load(name); ok {
-		return v.(*tracker)
-	}
-	return nil
-}
-
-// observe is trackers.observe on t, the tracker of the decision's
-// policy (a snapshot holds it: policyState); nil observes nothing.
+// observe records a decision of the limits of t's policy about key at
+// now: a rejection counts towards the most rejected keys; every decision
+// updates how close key is to its most used limit. t is the policy's
+// tracker, as its snapshot holds it (policyState); nil observes nothing.
 func (t *tracker) observe(key string, d limiter.Decision, now time.Time) {
 	if t == nil || key == limiter.SkipKey || d.Index < 0 {
 		return
@@ -125,12 +88,9 @@ type TopList struct {
 func (h *Handler) Top(n int) []TopList {
 	now := h.now()
 	var out []TopList
-	for _, p := range h.Set().Policies {
-		v, ok := h.top.m.Load(p.Name)
-		if !ok {
-			continue
-		}
-		t := v.(*tracker)
+	snap := h.snap.Load()
+	for _, p := range snap.set.Policies {
+		t := snap.policies[p].tracker
 		l := TopList{Policy: p.Name, Total: t.rejected.Total(now)}
 		for _, e := range t.rejected.Top(n, now) {
 			l.Rejected = append(l.Rejected, TopEntry{Key: e.Key, Count: e.Count, Error: e.Err})

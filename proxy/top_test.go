@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
-	"github.com/limitproxy/limitproxy/policy"
 )
 
 // BenchmarkTopObserve is what the top offenders cost a limited request:
@@ -16,10 +15,7 @@ import (
 func BenchmarkTopObserve(b *testing.B) {
 	for _, rejected := range []bool{false, true} {
 		b.Run("rejected="+strconv.FormatBool(rejected), func(b *testing.B) {
-			var ts trackers
-			p := &policy.Policy{}
-			p.Name = "p"
-			ts.m.Store("p", newTracker())
+			t := newTracker()
 			keys := make([]string, 1000)
 			for i := range keys {
 				keys[i] = "10.0.0." + strconv.Itoa(i)
@@ -29,7 +25,7 @@ func BenchmarkTopObserve(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				ts.observe(p, keys[i%len(keys)], d, now)
+				t.observe(keys[i%len(keys)], d, now)
 			}
 		})
 	}
