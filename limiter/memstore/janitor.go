@@ -89,7 +89,8 @@ func (sh *shard) sweepLocked(cut int64) int {
 // one charged fewer times, so to free it a flood must charge each of its
 // own keys n times (both counts capped at countMax). Entries charged
 // equally many times fall back on the state: the one with the most left
-// gives back the least, and so does the one closest to fresh.
+// gives back the least, and so does the one closest to fresh; among
+// entries equal in all three, one the new key's hash picks.
 //
 // Dropping an entry that was not fresh counts as an eviction, and one
 // that would have refused its next request (spent) also as a spent
@@ -141,10 +142,19 @@ func (s *Store) evict(sh *shard, h uint64, now int64) bool {
 		}
 	}
 	// None fresh: the fewest requests, then the most left, then the
-	// first to become fresh.
+	// first to become fresh. Entries equal in all three (spent in the same
+	// fixed window) are taken from a place in the sample that the new
+	// key's hash chooses, not always the first: else an entry behind a run
+	// of empty slots would be first, and go, far more often than its share.
 	victim := -1
 	var victimReqs, victimLeft, victimAt int64
-	for k, i := range sample[:n] {
+	off := int(h >> 32 % uint64(n))
+	for j := range n {
+		k := j + off
+		if k >= n {
+			k -= n
+		}
+		i := sample[k]
 		reqs, left, at := best.requestsAt(int(i)), best.left(int(i), now), sampleAt[k]
 		if victim < 0 || reqs < victimReqs ||
 			reqs == victimReqs && (left > victimLeft || left == victimLeft && at < victimAt) {
