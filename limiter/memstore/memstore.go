@@ -554,10 +554,11 @@ func (s *Store) Evictions() int64 { return s.evictions.Load() }
 // flood key spent by one request; the closest to fresh goes first, so a
 // key spent before the flood goes when first sampled, and one spent again
 // at once after being freed is the newest and goes again only once its
-// shard's entries have been replaced: about once per MaxKeys flood keys,
-// each time giving back the one request that spent it. The same holds for
-// a key charged n times against a flood of keys each charged n times
-// (n requests back per about n × MaxKeys flood requests).
+// shard's entries have been replaced (of entries equal in that too, as in
+// one fixed window, the new key's hash picks one), about once per MaxKeys
+// flood keys, each time giving back the one request that spent it. The
+// same holds for a key charged n times against a flood of keys each
+// charged n times (n requests back per about n × MaxKeys flood requests).
 func (s *Store) SpentEvictions() int64 { return s.spentEvictions.Load() }
 
 // left returns what the entry at position i of a limit's tables has left
