@@ -54,33 +54,42 @@ func (s *Store) charge(sh *shard, id int32, lim *driver.Limit, h uint64, now, re
 	ns := now.UnixNano()
 	switch lim.Algorithm() {
 	case limiter.TokenBucket:
-		st := get(&t.tb, h)
+		st, w := get(&t.tb, h)
 		if st == nil {
 			if n <= 0 {
 				var fresh driver.TokenBucketState
 				return lim.ChargeTokenBucket(&fresh, now, reservedAt, n)
 			}
-			st = add(s, sh, &t.tb, h, ns)
+			st, w = add(s, sh, &t.tb, h, ns)
+		}
+		if n > 0 {
+			counted(w)
 		}
 		return lim.ChargeTokenBucket(st, now, reservedAt, n)
 	case limiter.FixedWindow:
-		st := get(&t.fw, h)
+		st, w := get(&t.fw, h)
 		if st == nil {
 			if n <= 0 {
 				var fresh driver.FixedWindowState
 				return lim.ChargeFixedWindow(&fresh, now, reservedAt, n)
 			}
-			st = add(s, sh, &t.fw, h, ns)
+			st, w = add(s, sh, &t.fw, h, ns)
+		}
+		if n > 0 {
+			counted(w)
 		}
 		return lim.ChargeFixedWindow(st, now, reservedAt, n)
 	case limiter.SlidingLog:
-		st := get(&t.sl, h)
+		st, w := get(&t.sl, h)
 		if st == nil {
 			if n <= 0 {
 				var fresh driver.SlidingLogState
 				return lim.ChargeSlidingLog(&fresh, now, reservedAt, n)
 			}
-			st = add(s, sh, &t.sl, h, ns)
+			st, w = add(s, sh, &t.sl, h, ns)
+		}
+		if n > 0 {
+			counted(w)
 		}
 		return lim.ChargeSlidingLog(st, now, reservedAt, n)
 	case limiter.SlidingWindow:
@@ -100,13 +109,16 @@ func (s *Store) charge(sh *shard, id int32, lim *driver.Limit, h uint64, now, re
 // chargeWindow is charge for sliding windows, whose states differ only in
 // how many counters they hold inline.
 func chargeWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *driver.Limit, h uint64, now, reservedAt time.Time, ns, n int64) driver.Decision {
-	st := get(tab, h)
+	st, w := get(tab, h)
 	if st == nil {
 		if n <= 0 {
 			var fresh S
 			return lim.ChargeSlidingWindow(view(&fresh, lim), now, reservedAt, n)
 		}
-		st = add(s, sh, tab, h, ns)
+		st, w = add(s, sh, tab, h, ns)
+	}
+	if n > 0 {
+		counted(w)
 	}
 	return lim.ChargeSlidingWindow(view(st, lim), now, reservedAt, n)
 }

@@ -66,26 +66,36 @@ func (sh *shard) sweepLocked(cut int64) int {
 }
 
 // evict makes room in a full shard for the key with hash h. It looks at
-// a few entries of the shard's largest table and drops, in this order of
-// preference:
+// a sample of evictSample entries of the shard's largest table and drops,
+// in this order of preference:
 //
 //  1. an entry already fresh at now (forgetting it costs nothing; not an
 //     eviction);
 //  2. if none is, after sweeping the whole shard for fresh entries (at
 //     most once per shardSweepGap of request time, so a flood of new keys
-//     does not turn every insert into a scan), the entry that gives back
-//     the least when forgotten: the one with the most left of its limit,
-//     and of those the one that becomes fresh first.
+//     does not turn every insert into a scan), the entry that took the
+//     fewest requests to reach its state (its count: the requests charged
+//     to it since it was inserted, each counting 1 whatever its cost,
+//     saturating at countMax); among equals, the one with the most left
+//     of its limit; then the one that becomes fresh first.
 //
-// An entry that would refuse its next request (spent) is thus dropped only
-// when every entry sampled is spent too: a flood of new keys, each one
-// request in, never evicts a spent key, so a client cannot reset its own
-// limit by flooding the table with junk keys; to make a spent entry the
-// cheapest to forget, a flood must spend as much on each of its own keys.
-// Dropping an entry that was not fresh counts as an eviction, and a spent
-// one also as a spent eviction. It reports false if nothing could be
-// dropped (every sampled entry is a busy leaky-bucket queue). Requires
-// sh.mu held.
+// Why requests first: what an entry's state says (spent, or how much is
+// left) is chosen by its client, and a client flooding junk keys controls
+// both its own entry's state and the junk's, so any rule on state alone
+// can be made to pick the client's own entry (all spent, each junk key by
+// one request of a large cost; or its own entry the only one not quite
+// spent). The number of requests it took is what a flood cannot make
+// cheap: an entry charged n times is never dropped while the sample holds
+// one charged fewer times, so to free it a flood must charge each of its
+// own keys n times (both counts capped at countMax). Entries charged
+// equally many times fall back on the state: the one with the most left
+// gives back the least, and so does the one closest to fresh; among
+// entries equal in all three, one the new key's hash picks.
+//
+// Dropping an entry that was not fresh counts as an eviction, and one
+// that would have refused its next request (spent) also as a spent
+// eviction. It reports false if nothing could be dropped (every sampled
+// entry is a busy leaky-bucket queue). Requires sh.mu held.
 func (s *Store) evict(sh *shard, h uint64, now int64) bool {
 	var best *tables
 	for _, t := range sh.tabs {
@@ -97,10 +107,9 @@ func (s *Store) evict(sh *shard, h uint64, now int64) bool {
 		return false
 	}
 	size := best.size()
-	start := int(h % uint64(size))
+	start := int(h >> countBits % uint64(size))
 	var sample, sampleAt [evictSample]int64
 	n := 0
-	victim, victimAt := -1, int64(math.MaxInt64)
 	for p := 0; p < size && n < evictSample; p++ {
 		i := start + p
 		if i >= size {
@@ -122,11 +131,8 @@ func (s *Store) evict(sh *shard, h uint64, now int64) bool {
 		}
 		sample[n], sampleAt[n] = int64(i), at
 		n++
-		if at < victimAt {
-			victim, victimAt = i, at
-		}
 	}
-	if victim < 0 {
+	if n == 0 {
 		return false
 	}
 	if now >= sh.sweptAt+int64(shardSweepGap) {
@@ -135,13 +141,24 @@ func (s *Store) evict(sh *shard, h uint64, now int64) bool {
 			return true
 		}
 	}
-	// None fresh: the entry with the most left of its limit, the one
-	// becoming fresh first among equals.
-	victimLeft := int64(math.MinInt64)
-	for k, i := range sample[:n] {
-		left, at := best.left(int(i), now), sampleAt[k]
-		if left > victimLeft || left == victimLeft && at < victimAt {
-			victim, victimLeft, victimAt = int(i), left, at
+	// None fresh: the fewest requests, then the most left, then the
+	// first to become fresh. Entries equal in all three (spent in the same
+	// fixed window) are taken from a place in the sample that the new
+	// key's hash chooses, not always the first: else an entry behind a run
+	// of empty slots would be first, and go, far more often than its share.
+	victim := -1
+	var victimReqs, victimLeft, victimAt int64
+	off := int(h >> 32 % uint64(n))
+	for j := range n {
+		k := j + off
+		if k >= n {
+			k -= n
+		}
+		i := sample[k]
+		reqs, left, at := best.requestsAt(int(i)), best.left(int(i), now), sampleAt[k]
+		if victim < 0 || reqs < victimReqs ||
+			reqs == victimReqs && (left > victimLeft || left == victimLeft && at < victimAt) {
+			victim, victimReqs, victimLeft, victimAt = int(i), reqs, left, at
 		}
 	}
 	s.evictions.Add(1)

@@ -10,8 +10,12 @@
 //
 // The store is bounded: Options.MaxKeys caps the keys of all limits
 // together. Keys whose state has returned to a fresh key's are dropped by
-// the janitor (Run); when a shard is still full, inserting a key evicts, from
-// a small sample, the entry closest to becoming fresh, and counts it.
+// the janitor (Run); when a shard is still full, inserting a key evicts,
+// from a sample of 8, a fresh entry, else the entry charged the fewest
+// requests since it was stored (then the one with the most left, then the
+// one closest to fresh), and counts it: a key flood cannot free a key
+// that took more requests to reach its state than each of the flood's own
+// keys did (see Store.SpentEvictions for what is promised).
 package memstore
 
 import (
@@ -42,7 +46,7 @@ const DefaultSweepInterval = 10 * time.Second
 // that many bits out of a hash before placing it.
 const shardBitsMax = 8
 
-// evictSample is how many entries an eviction compares.
+// evictSample is how many entries an eviction compares (see evict).
 const evictSample = 8
 
 // Options configures a Store. The zero value is usable.
@@ -158,11 +162,13 @@ func New(o Options) *Store {
 	return s
 }
 
-// hash returns the client key's hash, never 0 (0 marks empty slots).
+// hash returns the client key's hash: its low countBits bits clear (a
+// slot keeps its entry's request count there) and never 0 (0 marks empty
+// slots).
 func (s *Store) hash(key string) uint64 {
-	h := maphash.String(s.seed, key)
+	h := maphash.String(s.seed, key) &^ countMask
 	if h == 0 {
-		h = 1
+		h = 1 << countBits
 	}
 	return h
 }
@@ -332,52 +338,64 @@ func (s *Store) step(sh *shard, id int32, lim *driver.Limit, h uint64, now time.
 	ns := now.UnixNano()
 	switch lim.Algorithm() {
 	case limiter.TokenBucket:
-		st := get(&t.tb, h)
+		st, w := get(&t.tb, h)
 		if st == nil {
 			var fresh driver.TokenBucketState
 			if d := lim.PeekTokenBucket(&fresh, now, n); !commit || !d.Allowed {
 				return d
 			}
-			st = add(s, sh, &t.tb, h, ns)
+			st, w = add(s, sh, &t.tb, h, ns)
 		}
 		if !commit {
 			return lim.PeekTokenBucket(st, now, n)
 		}
-		return lim.StepTokenBucket(st, now, n)
+		d := lim.StepTokenBucket(st, now, n)
+		if d.Allowed {
+			counted(w)
+		}
+		return d
 	case limiter.FixedWindow:
-		st := get(&t.fw, h)
+		st, w := get(&t.fw, h)
 		if st == nil {
 			var fresh driver.FixedWindowState
 			if d := lim.PeekFixedWindow(&fresh, now, n); !commit || !d.Allowed {
 				return d
 			}
-			st = add(s, sh, &t.fw, h, ns)
+			st, w = add(s, sh, &t.fw, h, ns)
 		}
 		if !commit {
 			return lim.PeekFixedWindow(st, now, n)
 		}
-		return lim.StepFixedWindow(st, now, n)
+		d := lim.StepFixedWindow(st, now, n)
+		if d.Allowed {
+			counted(w)
+		}
+		return d
 	case limiter.SlidingLog:
-		st := get(&t.sl, h)
+		st, w := get(&t.sl, h)
 		if st == nil {
 			var fresh driver.SlidingLogState
 			if d := lim.PeekSlidingLog(&fresh, now, n); !commit || !d.Allowed {
 				return d
 			}
-			st = add(s, sh, &t.sl, h, ns)
+			st, w = add(s, sh, &t.sl, h, ns)
 		}
 		if !commit {
 			return lim.PeekSlidingLog(st, now, n)
 		}
-		return lim.StepSlidingLog(st, now, n)
+		d := lim.StepSlidingLog(st, now, n)
+		if d.Allowed {
+			counted(w)
+		}
+		return d
 	case limiter.LeakyBucket:
-		st := get(&t.lb, h)
+		st, w := get(&t.lb, h)
 		if st == nil {
 			var fresh leakyEntry
 			if d := lim.PeekLeakyBucket(&fresh.s, nil, now, n); !commit || !d.Allowed {
 				return d
 			}
-			st = add(s, sh, &t.lb, h, ns)
+			st, w = add(s, sh, &t.lb, h, ns)
 		}
 		var q *driver.LeakyQueue
 		var v driver.LeakyQueue
@@ -392,6 +410,9 @@ func (s *Store) step(sh *shard, id int32, lim *driver.Limit, h uint64, now time.
 			return lim.PeekLeakyBucket(&st.s, q, now, n)
 		}
 		d := lim.StepLeakyBucket(&st.s, q, now, n)
+		if d.Allowed {
+			counted(w)
+		}
 		if d.Allowed && d.Delay > 0 {
 			d.Ticket = st.enqueue(s, sh, ns, d.Delay, lim.LeakyBucketSpacing(n))
 		}
@@ -413,18 +434,22 @@ func (s *Store) step(sh *shard, id int32, lim *driver.Limit, h uint64, now time.
 // stepWindow is step for sliding windows, whose states differ only in how
 // many counters they hold inline.
 func stepWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *driver.Limit, h uint64, now time.Time, ns, n int64, commit bool) driver.Decision {
-	st := get(tab, h)
+	st, w := get(tab, h)
 	if st == nil {
 		var fresh S
 		if d := lim.PeekSlidingWindow(view(&fresh, lim), now, n); !commit || !d.Allowed {
 			return d
 		}
-		st = add(s, sh, tab, h, ns)
+		st, w = add(s, sh, tab, h, ns)
 	}
 	if !commit {
 		return lim.PeekSlidingWindow(view(st, lim), now, n)
 	}
-	return lim.StepSlidingWindow(view(st, lim), now, n)
+	d := lim.StepSlidingWindow(view(st, lim), now, n)
+	if d.Allowed {
+		counted(w)
+	}
+	return d
 }
 
 // view returns the limiter's view of an inline sliding-window state.
@@ -441,27 +466,29 @@ func view[S swCounts2 | swCounts8 | swCounts65](st *S, lim *driver.Limit) driver
 	panic("unreachable")
 }
 
-// get returns h's state in tab, or nil if h is absent.
-func get[S any](tab *table[S], h uint64) *S {
+// get returns h's state in tab and its slot's word (for counted), or nil
+// if h is absent. Both stay valid until tab's next insert.
+func get[S any](tab *table[S], h uint64) (*S, *uint64) {
 	if i, ok := tab.find(h); ok {
-		return &tab.slots[i].s
+		return &tab.slots[i].s, &tab.slots[i].h
 	}
-	return nil
+	return nil, nil
 }
 
-// add inserts h into tab with a zero (fresh) state, evicting first if the
-// shard is full, and returns the state. If nothing can be evicted it
-// returns a state that is not remembered, rather than exceed the bound.
+// add inserts h into tab with a zero (fresh) state and a request count of
+// 0, evicting first if the shard is full, and returns the state and its
+// slot's word (for counted). If nothing can be evicted it returns a state
+// that is not remembered, and a nil word, rather than exceed the bound.
 // Requires sh.mu held.
-func add[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64) *S {
+func add[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64) (*S, *uint64) {
 	if sh.keys >= s.perShard && !s.evict(sh, h, now) {
 		s.evictions.Add(1)
 		s.spentEvictions.Add(1) // nothing remembered: a fresh state each time
-		return new(S)
+		return new(S), nil
 	}
 	i := tab.insert(h)
 	sh.keys++
-	return &tab.slots[i].s
+	return &tab.slots[i].s, &tab.slots[i].h
 }
 
 // Forget drops all state kept under the given limit names: a reload calls
@@ -498,16 +525,40 @@ func (s *Store) Len() int {
 	return total
 }
 
-// Evictions returns how many keys have been dropped before their state was
-// fresh again, to stay within MaxKeys, since the store was created.
+// Evictions returns how many entries have been dropped before their state
+// was fresh again, to stay within MaxKeys, or could not be stored at all
+// (every candidate a busy leaky-bucket queue), since the store was
+// created. Safe for concurrent use.
 func (s *Store) Evictions() int64 { return s.evictions.Load() }
 
-// SpentEvictions returns how many of Evictions were of keys that had used
-// up their limit (the entry would have refused the key's next request), or
-// new keys that could not be stored: each gave a client its whole limit
-// back. The memory store drops a spent entry only when every entry it
-// looked at was spent too, so this stays 0 under a flood of new keys unless
-// the flood spends its own keys as fully.
+// SpentEvictions returns how many of Evictions were of entries that had
+// used up their limit (the entry would have refused the key's next
+// request of weight 1), or new entries that could not be stored: each
+// gave a client its whole limit back. Safe for concurrent use.
+//
+// What is promised. A full shard evicts, of 8 entries it samples (a
+// fresh one goes first, and is no eviction), the one charged the fewest
+// requests since it was stored; of those, the one with the most left;
+// then the one that becomes fresh first. A decision that admits, and a
+// Charge that adds units, each count 1 whatever their weight; refused
+// decisions and refunds count nothing; counts stop at 255. So an entry
+// charged n times is never evicted while one charged fewer times is
+// sampled with it: a flood of keys each charged fewer times than a
+// client's own key never frees it, whatever the flood's costs and
+// states: the flood's keys evict one another, and entries charged no
+// more times than they were.
+//
+// What is not: entries charged equally many times are told apart by
+// their state and age only, which their clients choose. A key spent by
+// one request (a cost as large as its limit) is as cheap to forget as a
+// flood key spent by one request; the closest to fresh goes first, so a
+// key spent before the flood goes when first sampled, and one spent again
+// at once after being freed is the newest and goes again only once its
+// shard's entries have been replaced (of entries equal in that too, as in
+// one fixed window, the new key's hash picks one), about once per MaxKeys
+// flood keys, each time giving back the one request that spent it. The
+// same holds for a key charged n times against a flood of keys each
+// charged n times (n requests back per about n × MaxKeys flood requests).
 func (s *Store) SpentEvictions() int64 { return s.spentEvictions.Load() }
 
 // left returns what the entry at position i of a limit's tables has left
@@ -603,7 +654,15 @@ func (t *tables) count() int {
 }
 
 // hashAt returns the hash stored at position i (0 if empty).
-func (t *tables) hashAt(i int) uint64 {
+func (t *tables) hashAt(i int) uint64 { return t.wordAt(i) &^ countMask }
+
+// requestsAt returns how many requests were charged to the entry at
+// position i since it was inserted, at most countMax.
+func (t *tables) requestsAt(i int) int64 { return int64(t.wordAt(i) & countMask) }
+
+// wordAt returns the word of the slot at position i: the hash with the
+// request count in its low bits (0 if empty).
+func (t *tables) wordAt(i int) uint64 {
 	switch t.lim.Algorithm() {
 	case limiter.TokenBucket:
 		return t.tb.slots[i].h

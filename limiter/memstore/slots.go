@@ -25,7 +25,7 @@ type slotKey struct{ name, key string }
 
 // Take implements perkey.Slots.
 func (s *Store) Take(_ context.Context, name, key string, limit int64, _ time.Time) (perkey.Slot, bool, error) {
-	sh := &s.slots[s.hash(key)%slotShards]
+	sh := &s.slots[s.hash(key)>>countBits%slotShards]
 	k := slotKey{name, key}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -44,7 +44,7 @@ func (s *Store) Give(sl perkey.Slot) {
 	if sl.ID == 0 {
 		return
 	}
-	sh := &s.slots[s.hash(sl.Key)%slotShards]
+	sh := &s.slots[s.hash(sl.Key)>>countBits%slotShards]
 	k := slotKey{sl.Name, sl.Key}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -57,7 +57,7 @@ func (s *Store) Give(sl perkey.Slot) {
 
 // SlotsHeld returns the slots held for (name, key) now.
 func (s *Store) SlotsHeld(name, key string) int64 {
-	sh := &s.slots[s.hash(key)%slotShards]
+	sh := &s.slots[s.hash(key)>>countBits%slotShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.n[slotKey{name, key}]

@@ -17,31 +17,51 @@ type table[S any] struct {
 	n     int // occupied slots
 }
 
+// slot is one entry. Its word h holds the hash of the client key above the
+// low countBits bits, which hold the entry's request count (see counted):
+// the count takes bits of the hash rather than a field of its own, which
+// would grow a 24-byte slot to 32 bytes (8 bytes a key more). A key's hash
+// has its low countBits bits clear and is never 0 (Store.hash), so h is 0
+// only in an empty slot.
 type slot[S any] struct {
-	h uint64 // hash of the client key; 0 marks an empty slot
+	h uint64
 	s S
 }
 
+// countBits is how many low bits of a slot's word count the requests
+// charged to the entry since it was inserted, saturating at countMax.
+// They are taken from the hash: of a key's 64-bit hash, 56 bits are kept,
+// the top bits of which choose the shard, so keys of one shard are told
+// apart by 48 to 56 bits (two keys sharing a hash share their state).
+const countBits = 8
+
+const (
+	countMask = 1<<countBits - 1
+	countMax  = countMask // the count saturates there
+)
+
 const minSlots = 8
 
-// home returns the preferred position of hash h. The top bits of h chose the
-// shard, so they are shifted out first.
+// home returns the preferred position of hash h (a slot's word: its count
+// bits are ignored). The top bits of h chose the shard, so they are
+// shifted out first.
 func (t *table[S]) home(h uint64) int {
-	hi, _ := bits.Mul64(h<<shardBitsMax, uint64(len(t.slots)))
+	hi, _ := bits.Mul64((h&^countMask)<<shardBitsMax, uint64(len(t.slots)))
 	return int(hi)
 }
 
-// find returns the position of h and true, or false if h is absent.
+// find returns the position of h (a key's hash, count bits clear) and
+// true, or false if h is absent.
 func (t *table[S]) find(h uint64) (int, bool) {
 	if len(t.slots) == 0 {
 		return 0, false
 	}
 	for i := t.home(h); ; {
-		switch t.slots[i].h {
-		case h:
-			return i, true
-		case 0:
+		switch w := t.slots[i].h; {
+		case w == 0:
 			return i, false
+		case w&^countMask == h:
+			return i, true
 		}
 		if i++; i == len(t.slots) {
 			i = 0
@@ -49,8 +69,8 @@ func (t *table[S]) find(h uint64) (int, bool) {
 	}
 }
 
-// insert adds h, which must be absent, with a zero state and returns its
-// position. It may grow the table, moving every slot.
+// insert adds h (a key's hash, count bits clear), which must be absent,
+// with a zero state and a count of 0, and returns its position. It may grow the table, moving every slot.
 func (t *table[S]) insert(h uint64) int {
 	if (t.n+1)*5 > len(t.slots)*4 {
 		t.resize(max(minSlots, len(t.slots)+len(t.slots)/4+1))
@@ -92,8 +112,8 @@ func (t *table[S]) resize(size int) {
 	t.n = 0
 	for i := range old {
 		if old[i].h != 0 {
-			j, _ := t.find(old[i].h)
-			t.slots[j] = old[i]
+			j, _ := t.find(old[i].h &^ countMask)
+			t.slots[j] = old[i] // with its count
 			t.n++
 		}
 	}
@@ -106,5 +126,13 @@ func (t *table[S]) shrink() {
 		t.slots = nil
 	case len(t.slots) > minSlots && t.n*5 < len(t.slots):
 		t.resize(max(minSlots, t.n*3/2+1))
+	}
+}
+
+// counted adds one request to the count in the slot word at w, unless it
+// is saturated; nil (an entry not remembered) is ignored.
+func counted(w *uint64) {
+	if w != nil && *w&countMask != countMax {
+		*w++
 	}
 }

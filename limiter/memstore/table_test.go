@@ -13,10 +13,11 @@ func TestTableAgainstMap(t *testing.T) {
 	for round := range 50 {
 		var tab table[int]
 		ref := map[uint64]int{}
+		reqs := map[uint64]uint64{} // the count each entry should hold
 		universe := 1 + rng.IntN(200)
 		for step := range 3000 {
 			h := uint64(1+rng.IntN(universe)) * 0x9E3779B97F4A7C15 >> (rng.IntN(2) * 40)
-			h |= 1
+			h = h&^countMask | 1<<countBits // a key's hash: count bits clear, never 0
 			i, found := tab.find(h)
 			_, inRef := ref[h]
 			if found != inRef {
@@ -26,16 +27,23 @@ func TestTableAgainstMap(t *testing.T) {
 			case found && rng.IntN(2) == 0:
 				tab.deleteAt(i)
 				delete(ref, h)
+				delete(reqs, h)
 			case found:
 				if tab.slots[i].s != ref[h] {
 					t.Fatalf("round %d step %d: value %d, want %d", round, step, tab.slots[i].s, ref[h])
 				}
+				if c := tab.slots[i].h & countMask; c != reqs[h] {
+					t.Fatalf("round %d step %d: count %d, want %d", round, step, c, reqs[h])
+				}
 				tab.slots[i].s++
 				ref[h]++
+				counted(&tab.slots[i].h)
+				reqs[h] = min(reqs[h]+1, countMax)
 			default:
 				j := tab.insert(h)
 				tab.slots[j].s = step
 				ref[h] = step
+				reqs[h] = 0
 			}
 			if tab.n != len(ref) {
 				t.Fatalf("round %d step %d: n = %d, want %d", round, step, tab.n, len(ref))
@@ -46,7 +54,7 @@ func TestTableAgainstMap(t *testing.T) {
 		}
 		for h, v := range ref {
 			i, ok := tab.find(h)
-			if !ok || tab.slots[i].s != v {
+			if !ok || tab.slots[i].s != v || tab.slots[i].h&countMask != reqs[h] {
 				t.Fatalf("round %d: lost %x", round, h)
 			}
 		}
@@ -54,4 +62,19 @@ func TestTableAgainstMap(t *testing.T) {
 			t.Fatalf("load %d/%d above 4/5", tab.n, len(tab.slots))
 		}
 	}
+}
+
+// TestCountedSaturates: a slot's request count stops at countMax and
+// never carries into the hash; a nil word (an entry not remembered) is
+// ignored.
+func TestCountedSaturates(t *testing.T) {
+	const h = 0xABCD << countBits
+	w := uint64(h)
+	for range countMax + 10 {
+		counted(&w)
+	}
+	if w&^countMask != h || w&countMask != countMax {
+		t.Fatalf("after %d requests the word is %#x, want hash %#x with count %d", countMax+10, w, h, countMax)
+	}
+	counted(nil)
 }
