@@ -28,6 +28,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -305,6 +306,11 @@ type conn struct {
 	watchDone  chan struct{}
 	watchN     int // bytes watchRead read past c.w
 	watchErr   error
+	// finished reports that the client has half-closed (EOF) while
+	// requests it sent were still pending: it has finished sending, not
+	// gone. Its pipelined requests are answered, and an EOF is no
+	// departure for the rest of the connection.
+	finished bool
 }
 
 func (s *Server) newConn(rw net.Conn) *conn {
@@ -608,16 +614,22 @@ func (c *conn) watch(d time.Duration) {
 }
 
 // watchRead, run by the watch's timer, reads in the background into the
-// buffer's free room, until the client goes away (EOF or an error: the
-// request's context is canceled) or the watch stops. What it reads is
-// the next request's (pipelined), kept for it; it goes on reading after
-// it, so that a client that sends a byte and leaves is noticed too (and
-// a request queued for it never forwarded), until the buffer is full (a
-// client that has pipelined 8 KiB is not watched further). stopWatch
-// ends the read by putting the read deadline in the past; the deadline
-// is cleared here, before the first read, and no read starts once
-// stopWatch has begun, so that none can clear stopWatch's deadline and
-// block.
+// buffer's free room, until the client goes away (an error, or EOF with
+// nothing pending: the request's context is canceled) or the watch
+// stops. What it reads is the next request's (pipelined), kept for it; it
+// goes on reading after it, so that a client that sends a byte and leaves
+// with a reset is noticed too (and a request queued for it never
+// forwarded), until the buffer is full (a client that has pipelined 8 KiB
+// is not watched further). An EOF while a whole pipelined head is
+// pending is a half-close (shutdown(SHUT_WR): `printf … | nc -N`), a
+// client that has finished sending, not one gone: the pending requests
+// are answered in order, as net/http's server and nginx answer them, and
+// the connection then ends at the EOF its next read meets. An EOF after
+// part of a head only (a byte, then close) is a client gone, as is any
+// other error (a reset). stopWatch ends the read by putting the
+// read deadline in the past; the deadline is cleared here, before the
+// first read, and no read starts once stopWatch has begun, so that none
+// can clear stopWatch's deadline and block.
 func (c *conn) watchRead() {
 	defer func() { c.watchDone <- struct{}{} }()
 	c.rwc.SetReadDeadline(time.Time{})
@@ -629,13 +641,25 @@ func (c *conn) watchRead() {
 		n, err := c.rwc.Read(free)
 		c.watchN += n
 		if err != nil {
-			if !c.stopping.Load() {
-				c.watchErr = err
-				c.cancel()
+			if c.stopping.Load() {
+				return
 			}
+			if err == io.EOF && (c.finished || holdsHead(c.buf[c.r:c.w+c.watchN])) {
+				c.finished = true
+				return
+			}
+			c.watchErr = err
+			c.cancel()
 			return
 		}
 	}
+}
+
+// holdsHead reports whether b, bytes a client pipelined, holds the end
+// of a request head: a request it has sent whole, to be answered even
+// after it half-closes.
+func holdsHead(b []byte) bool {
+	return bytes.Contains(b, []byte("\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
 }
 
 // stopWatch ends the watch when the handler returns: the timer stopped
