@@ -317,7 +317,7 @@ upstream = "app"
 // (a token bucket goes into debt and refills from below zero)". Ten
 // failures in flight at once (all checked before any is charged) must
 // leave the bucket at 2 − 10 = −8 tokens, so the next failure fits only
-// after 90 s. limiter/charge.go caps the debt at one burst (−2): after
+// after 90 s. limiter/driver/charge.go caps the debt at one burst (−2): after
 // 31 s the key is let through again, 8 of the 10 failures forgotten.
 func TestChargeDebtCappedAtOneBurst(t *testing.T) {
 	const inFlight = 10
