@@ -273,14 +273,13 @@ func TestRequestID(t *testing.T) {
 var bytesSent = regexp.MustCompile(`"method":"([A-Z]+)"[^\n]*"status":(\d+)[^\n]*"bytes_sent":(\d+)`)
 
 // TestRejectHeadBytesSent: the access log's bytes_sent is "bytes of
-// response body sent to the client" (docs/metrics.md), and a forwarded
-// HEAD's answer logs 0; a HEAD the proxy refuses itself logs the length
-// of the body it would have sent (189), which nobody sent: reject's
-// Write (and writeWhole, which adds len(body) as the Write it stands
-// for) counts what the server's Write returns, the whole body for HEAD.
-//
-// Since fixed: the recorder counts no body bytes for HEAD, on the front
-// and on net/http's server alike.
+// response body sent to the client" (docs/metrics.md), so a HEAD logs 0,
+// forwarded or refused by the proxy itself, on the front and on
+// net/http's server alike. A refused HEAD used to log the length of the
+// body it would have sent (189), which nobody sent: reject's Write (and
+// writeWhole, which adds len(body) as the Write it stands for) counted
+// what the server's Write returns, the whole body for HEAD. The recorder
+// now counts no body bytes for HEAD.
 func TestRejectHeadBytesSent(t *testing.T) {
 	t.Parallel()
 	up := startScriptUpstream(t, map[string]string{"p": "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"}).ln.Addr().String()
