@@ -269,3 +269,32 @@ func TestRequestID(t *testing.T) {
 		}
 	}
 }
+
+var bytesSent = regexp.MustCompile(`"method":"([A-Z]+)"[^\n]*"status":(\d+)[^\n]*"bytes_sent":(\d+)`)
+
+// TestRejectHeadBytesSent: the access log's bytes_sent is "bytes of
+// response body sent to the client" (docs/metrics.md), so a HEAD logs 0,
+// forwarded or refused by the proxy itself, on the front and on
+// net/http's server alike. A refused HEAD used to log the length of the
+// body it would have sent (189), which nobody sent: reject's Write (and
+// writeWhole, which adds len(body) as the Write it stands for) counted
+// what the server's Write returns, the whole body for HEAD. The recorder
+// now counts no body bytes for HEAD.
+func TestRejectHeadBytesSent(t *testing.T) {
+	t.Parallel()
+	up := startScriptUpstream(t, map[string]string{"p": "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"}).ln.Addr().String()
+	for _, via := range []wholeVia{viaFront, viaNetHTTP} {
+		rig := startWholeRig(t, via, up, wholeCfg, nil, nil)
+		readAll(t, rig.addr, "HEAD /r/p HTTP/1.1\r\nHost: a\r\n\r\n") // forwarded
+		readAll(t, rig.addr, "HEAD /r/p HTTP/1.1\r\nHost: a\r\n\r\n") // refused
+		ms := bytesSent.FindAllStringSubmatch(rig.access.String(), -1)
+		if len(ms) != 2 || ms[0][2] != "200" || ms[1][2] != "429" {
+			t.Fatalf("%v: access log %q", via, rig.access.String())
+		}
+		for _, m := range ms {
+			if m[3] != "0" {
+				t.Errorf("%v: HEAD answered %s logged bytes_sent %s; nothing of a body is sent to HEAD", via, m[2], m[3])
+			}
+		}
+	}
+}

@@ -109,8 +109,12 @@ type Decision struct {
 	// RetryAfter is, for a rejected request, the time after which the same
 	// request would be admitted if nothing else arrived; 0 when allowed.
 	RetryAfter time.Duration
-	// Limit is the quota of the limit these figures describe: burst,
-	// limit per window, or queue size for the leaky bucket.
+	// Limit is the quota of the limit these figures describe (its
+	// Quota): the burst, the limit per window, or for the leaky bucket
+	// Queue + 1 + Delay — the requests that may wait, the one leaving,
+	// and the Delay requests of a burst forwarded at once. (A leaky-bucket
+	// request whose units, n × Cost, exceed MaxCount is refused with
+	// Limit Queue + 1.)
 	Limit int64
 	// Remaining is how many more requests of cost 1 that limit would admit
 	// now, after this request.

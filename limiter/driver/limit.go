@@ -135,8 +135,8 @@ func (l *Limit) SlidingWindow() SlidingWindowParams { return l.sw.SlidingWindowP
 // Quota returns the limit's quota and the time window it refers to, as
 // docs/responses.md's RateLimit-Policy reports them (q and w): burst over the time the
 // burst takes to refill for a token bucket, limit over window for the window
-// algorithms, and queue+1 over the time the queue takes to drain for a leaky
-// bucket.
+// algorithms, and queue+1+delay over the time that many requests of cost 1
+// take to leave at the rate for a leaky bucket.
 func (l *Limit) Quota() (quota int64, window time.Duration) {
 	switch l.alg {
 	case TokenBucket:

@@ -121,7 +121,7 @@ local function int(x) return format('%d', x) end
 -- function that writes the new state (nil if nothing to write).
 
 -- token_bucket: earns p millionths of a token every q µs, exactly; the
--- clock advances by whole q and carries the rest (as limiter/tokenbucket.go).
+-- clock advances by whole q and carries the rest (as limiter/driver/tokenbucket.go).
 local function token_bucket(key, p, q, burst, cost)
   local c = n * cost
   if c > burst then return 0, -1, 0, now, 0, 0, nil end
@@ -405,8 +405,8 @@ local function leaky_bucket(key, interval, queue, maxwait, cost, lead)
   end
 end
 
--- Charges (limiter.Charger; the Go side's Charge… steps are the
--- reference): n units, signed, applied unconditionally for a request
+-- Charges (driver.Charger in limiter/driver/charge.go; the Go side's
+-- Charge… steps are the reference): n units, signed, applied unconditionally for a request
 -- reserved at "reserved" (µs, at most now). n is in the limit's own units
 -- (its cost is not applied). Each returns whether the debt bound capped
 -- it: a charge never takes a limit's usage past twice its capacity. Each
@@ -439,7 +439,8 @@ local function charge_token_bucket(key, p, q, burst, cost)
   local avail = min(full, tokens + floor((t - last) * p / q))
   local capped = false
   if n > 0 then
-    -- Down to -burst at most, in whole tokens (as limiter/tokenbucket.go).
+    -- Down to -burst at most, in whole tokens (as
+    -- limiter/driver/tokenbucket.go).
     local take = min(u, max(0, floor(avail / MICRO) * MICRO + full))
     tokens = tokens - take
     capped = take < u

@@ -31,189 +31,189 @@ type (
 		Policy   []rawPolicy    `toml:"policy"`
 	}
 	rawServer struct {
-		Listen            Value[string] `toml:"listen"`
-		ReadHeaderTimeout Duration      `toml:"read_header_timeout"`
-		IdleTimeout       Duration      `toml:"idle_timeout"`
-		ShutdownTimeout   Duration      `toml:"shutdown_timeout"`
-		MaxHeaderBytes    Value[int64]  `toml:"max_header_bytes"`
-		MaxConnections    Value[int64]  `toml:"max_connections"`
-		TrustedProxies    cidrs         `toml:"trusted_proxies"`
-		ClientIPHeader    Value[string] `toml:"client_ip_header"`
-		TrustedHops       Value[int64]  `toml:"trusted_hops"`
-		ProxyProtocolFrom cidrs         `toml:"proxy_protocol_from"`
-		IPv6Prefix        Value[int64]  `toml:"ipv6_prefix"`
-		RateLimitHeaders  Value[string] `toml:"rate_limit_headers"`
-		AmbiguousKeyParts Value[string] `toml:"ambiguous_key_parts"`
-		Underscores       Value[bool]   `toml:"underscores_in_headers"`
-		CaseSensitive     Value[bool]   `toml:"case_sensitive_paths"`
-		ClientBodyTimeout Duration      `toml:"client_body_timeout"`
-		SendTimeout       Duration      `toml:"send_timeout"`
-		TempDir           Value[string] `toml:"temp_dir"`
-		RespBudget        Value[int64]  `toml:"response_buffer_budget"`
-		RespDisk          Value[int64]  `toml:"response_buffer_disk"`
-		ProxyProtocol     Value[bool]   `toml:"proxy_protocol"`
-		H2C               Value[bool]   `toml:"h2c"`
-		TLS               *rawTLS       `toml:"tls"`
+		Listen            scalar[string] `toml:"listen"`
+		ReadHeaderTimeout durationValue  `toml:"read_header_timeout"`
+		IdleTimeout       durationValue  `toml:"idle_timeout"`
+		ShutdownTimeout   durationValue  `toml:"shutdown_timeout"`
+		MaxHeaderBytes    scalar[int64]  `toml:"max_header_bytes"`
+		MaxConnections    scalar[int64]  `toml:"max_connections"`
+		TrustedProxies    cidrs          `toml:"trusted_proxies"`
+		ClientIPHeader    scalar[string] `toml:"client_ip_header"`
+		TrustedHops       scalar[int64]  `toml:"trusted_hops"`
+		ProxyProtocolFrom cidrs          `toml:"proxy_protocol_from"`
+		IPv6Prefix        scalar[int64]  `toml:"ipv6_prefix"`
+		RateLimitHeaders  scalar[string] `toml:"rate_limit_headers"`
+		AmbiguousKeyParts scalar[string] `toml:"ambiguous_key_parts"`
+		Underscores       scalar[bool]   `toml:"underscores_in_headers"`
+		CaseSensitive     scalar[bool]   `toml:"case_sensitive_paths"`
+		ClientBodyTimeout durationValue  `toml:"client_body_timeout"`
+		SendTimeout       durationValue  `toml:"send_timeout"`
+		TempDir           scalar[string] `toml:"temp_dir"`
+		RespBudget        scalar[int64]  `toml:"response_buffer_budget"`
+		RespDisk          scalar[int64]  `toml:"response_buffer_disk"`
+		ProxyProtocol     scalar[bool]   `toml:"proxy_protocol"`
+		H2C               scalar[bool]   `toml:"h2c"`
+		TLS               *rawTLS        `toml:"tls"`
 	}
 	rawTLS struct {
-		Mode       Value[string] `toml:"mode"`
-		Domains    Strings       `toml:"domains"`
-		Email      Value[string] `toml:"email"`
-		CA         Value[string] `toml:"ca"`
-		CARoot     Value[string] `toml:"ca_root"`
-		Storage    Value[string] `toml:"storage"`
-		HTTPListen Value[string] `toml:"http_listen"`
-		CertFile   Value[string] `toml:"cert_file"`
-		KeyFile    Value[string] `toml:"key_file"`
+		Mode       scalar[string] `toml:"mode"`
+		Domains    stringList     `toml:"domains"`
+		Email      scalar[string] `toml:"email"`
+		CA         scalar[string] `toml:"ca"`
+		CARoot     scalar[string] `toml:"ca_root"`
+		Storage    scalar[string] `toml:"storage"`
+		HTTPListen scalar[string] `toml:"http_listen"`
+		CertFile   scalar[string] `toml:"cert_file"`
+		KeyFile    scalar[string] `toml:"key_file"`
 	}
 	rawAdmin struct {
-		Listen   Value[string] `toml:"listen"`
-		TokenEnv Value[string] `toml:"token_env"`
-		TopKeys  Value[string] `toml:"top_keys"`
-		Hosts    Strings       `toml:"allowed_hosts"`
-		HashEnv  Value[string] `toml:"key_hash_secret_env"`
+		Listen   scalar[string] `toml:"listen"`
+		TokenEnv scalar[string] `toml:"token_env"`
+		TopKeys  scalar[string] `toml:"top_keys"`
+		Hosts    stringList     `toml:"allowed_hosts"`
+		HashEnv  scalar[string] `toml:"key_hash_secret_env"`
 	}
 	rawForwardAuth struct {
-		Listen     Value[string] `toml:"listen"`
-		Senders    cidrs         `toml:"trusted_senders"`
-		DenyStatus Value[int64]  `toml:"deny_status"`
-		MaxWait    Duration      `toml:"max_wait"`
+		Listen     scalar[string] `toml:"listen"`
+		Senders    cidrs          `toml:"trusted_senders"`
+		DenyStatus scalar[int64]  `toml:"deny_status"`
+		MaxWait    durationValue  `toml:"max_wait"`
 	}
 	rawLog struct {
-		Level  Value[string] `toml:"level"`
-		Format Value[string] `toml:"format"`
-		Access Value[bool]   `toml:"access"`
-		Replay Value[bool]   `toml:"access_replay"`
-		Client Value[string] `toml:"client_address"`
+		Level  scalar[string] `toml:"level"`
+		Format scalar[string] `toml:"format"`
+		Access scalar[bool]   `toml:"access"`
+		Replay scalar[bool]   `toml:"access_replay"`
+		Client scalar[string] `toml:"client_address"`
 	}
 	rawRLS struct {
-		Listen         Value[string] `toml:"listen"`
-		CertFile       Value[string] `toml:"cert_file"`
-		KeyFile        Value[string] `toml:"key_file"`
-		ClientCAFile   Value[string] `toml:"client_ca_file"`
-		MaxHitsAddend  Value[int64]  `toml:"max_hits_addend"`
-		MaxDescriptors Value[int64]  `toml:"max_descriptors"`
-		MaxEntries     Value[int64]  `toml:"max_entries"`
-		MaxMessage     Value[int64]  `toml:"max_message_bytes"`
-		MaxStreams     Value[int64]  `toml:"max_concurrent_streams"`
+		Listen         scalar[string] `toml:"listen"`
+		CertFile       scalar[string] `toml:"cert_file"`
+		KeyFile        scalar[string] `toml:"key_file"`
+		ClientCAFile   scalar[string] `toml:"client_ca_file"`
+		MaxHitsAddend  scalar[int64]  `toml:"max_hits_addend"`
+		MaxDescriptors scalar[int64]  `toml:"max_descriptors"`
+		MaxEntries     scalar[int64]  `toml:"max_entries"`
+		MaxMessage     scalar[int64]  `toml:"max_message_bytes"`
+		MaxStreams     scalar[int64]  `toml:"max_concurrent_streams"`
 	}
 	rawStore struct {
-		Backend Value[string] `toml:"backend"`
-		MaxKeys Value[int64]  `toml:"max_keys"`
-		OvFile  Value[string] `toml:"overrides_file"`
-		Redis   rawRedis      `toml:"redis"`
+		Backend scalar[string] `toml:"backend"`
+		MaxKeys scalar[int64]  `toml:"max_keys"`
+		OvFile  scalar[string] `toml:"overrides_file"`
+		Redis   rawRedis       `toml:"redis"`
 	}
 	rawRedis struct {
-		Addrs       Strings       `toml:"addrs"`
-		MasterName  Value[string] `toml:"master_name"`
-		Username    Value[string] `toml:"username"`
-		PasswordEnv Value[string] `toml:"password_env"`
-		DB          Value[int64]  `toml:"db"`
-		TLS         Value[bool]   `toml:"tls"`
-		Timeout     Duration      `toml:"timeout"`
-		Prefix      Value[string] `toml:"prefix"`
-		OnError     Value[string] `toml:"on_error"`
+		Addrs       stringList     `toml:"addrs"`
+		MasterName  scalar[string] `toml:"master_name"`
+		Username    scalar[string] `toml:"username"`
+		PasswordEnv scalar[string] `toml:"password_env"`
+		DB          scalar[int64]  `toml:"db"`
+		TLS         scalar[bool]   `toml:"tls"`
+		Timeout     durationValue  `toml:"timeout"`
+		Prefix      scalar[string] `toml:"prefix"`
+		OnError     scalar[string] `toml:"on_error"`
 	}
 	rawUpstream struct {
-		Name          Value[string]   `toml:"name"`
-		Targets       Strings         `toml:"targets"`
-		Timeout       Duration        `toml:"timeout"`
-		PreserveHost  Value[bool]     `toml:"preserve_host"`
-		MaxFails      Value[int64]    `toml:"max_fails"`
-		FailTimeout   Duration        `toml:"fail_timeout"`
-		Upgrades      Strings         `toml:"upgrades"`
-		Buffering     Value[bool]     `toml:"request_buffering"`
-		MaxBodyBytes  Value[int64]    `toml:"max_body_bytes"`
-		MinBodyRate   Value[int64]    `toml:"min_body_rate"`
-		RateWindow    Duration        `toml:"body_rate_window"`
-		MaxStreams    Value[int64]    `toml:"max_streams_per_key"`
-		RespBuffering Value[bool]     `toml:"response_buffering"`
-		RespMemory    Value[int64]    `toml:"response_buffer_memory"`
-		RespFile      Value[int64]    `toml:"response_buffer_file"`
-		AllowTrace    Value[bool]     `toml:"allow_trace"`
-		Protocol      Value[string]   `toml:"protocol"`
+		Name          scalar[string]  `toml:"name"`
+		Targets       stringList      `toml:"targets"`
+		Timeout       durationValue   `toml:"timeout"`
+		PreserveHost  scalar[bool]    `toml:"preserve_host"`
+		MaxFails      scalar[int64]   `toml:"max_fails"`
+		FailTimeout   durationValue   `toml:"fail_timeout"`
+		Upgrades      stringList      `toml:"upgrades"`
+		Buffering     scalar[bool]    `toml:"request_buffering"`
+		MaxBodyBytes  scalar[int64]   `toml:"max_body_bytes"`
+		MinBodyRate   scalar[int64]   `toml:"min_body_rate"`
+		RateWindow    durationValue   `toml:"body_rate_window"`
+		MaxStreams    scalar[int64]   `toml:"max_streams_per_key"`
+		RespBuffering scalar[bool]    `toml:"response_buffering"`
+		RespMemory    scalar[int64]   `toml:"response_buffer_memory"`
+		RespFile      scalar[int64]   `toml:"response_buffer_file"`
+		AllowTrace    scalar[bool]    `toml:"allow_trace"`
+		Protocol      scalar[string]  `toml:"protocol"`
 		Concurrency   *rawConcurrency `toml:"concurrency"`
 	}
 	rawConcurrency struct {
-		Limit     Value[int64]  `toml:"limit"`
-		Adaptive  Value[bool]   `toml:"adaptive"`
-		MinLimit  Value[int64]  `toml:"min_limit"`
-		MaxLimit  Value[int64]  `toml:"max_limit"`
-		Queue     Value[int64]  `toml:"queue"`
-		MaxWait   Duration      `toml:"max_wait"`
-		FairShare Value[bool]   `toml:"fair_share"`
-		Mode      Value[string] `toml:"mode"`
-		Classes   []rawClass    `toml:"classes"`
+		Limit     scalar[int64]  `toml:"limit"`
+		Adaptive  scalar[bool]   `toml:"adaptive"`
+		MinLimit  scalar[int64]  `toml:"min_limit"`
+		MaxLimit  scalar[int64]  `toml:"max_limit"`
+		Queue     scalar[int64]  `toml:"queue"`
+		MaxWait   durationValue  `toml:"max_wait"`
+		FairShare scalar[bool]   `toml:"fair_share"`
+		Mode      scalar[string] `toml:"mode"`
+		Classes   []rawClass     `toml:"classes"`
 	}
 	rawClass struct {
-		Name    Value[string] `toml:"name"`
-		Reserve share         `toml:"reserve"`
+		Name    scalar[string] `toml:"name"`
+		Reserve share          `toml:"reserve"`
 	}
 	rawPolicy struct {
-		Name      Value[string]  `toml:"name"`
-		Upstream  Value[string]  `toml:"upstream"`
-		Mode      Value[string]  `toml:"mode"`
-		Key       Strings        `toml:"key"`
-		OnMissing Value[string]  `toml:"on_missing"`
+		Name      scalar[string] `toml:"name"`
+		Upstream  scalar[string] `toml:"upstream"`
+		Mode      scalar[string] `toml:"mode"`
+		Key       stringList     `toml:"key"`
+		OnMissing scalar[string] `toml:"on_missing"`
 		Match     *rawMatch      `toml:"match"`
 		Limits    []rawLimit     `toml:"limits"`
 		Reject    *rawReject     `toml:"reject"`
 		Conc      *rawPolicyConc `toml:"concurrency"`
-		Class     Value[string]  `toml:"class"`
+		Class     scalar[string] `toml:"class"`
 		Ban       *rawBan        `toml:"ban"`
 	}
 	rawPolicyConc struct {
-		Limit   Value[int64] `toml:"limit"`
-		Queue   Value[int64] `toml:"queue"`
-		MaxWait Duration     `toml:"max_wait"`
+		Limit   scalar[int64] `toml:"limit"`
+		Queue   scalar[int64] `toml:"queue"`
+		MaxWait durationValue `toml:"max_wait"`
 	}
 	rawMatch struct {
-		Hosts      Strings                  `toml:"hosts"`
-		Methods    Strings                  `toml:"methods"`
-		Path       Value[string]            `toml:"path"`
-		PathPrefix Value[string]            `toml:"path_prefix"`
-		PathRegex  Value[string]            `toml:"path_regex"`
-		Headers    map[string]Value[string] `toml:"headers"`
-		RLSDomain  Value[string]            `toml:"rls_domain"`
-		Descriptor Strings                  `toml:"descriptor"`
+		Hosts      stringList                `toml:"hosts"`
+		Methods    stringList                `toml:"methods"`
+		Path       scalar[string]            `toml:"path"`
+		PathPrefix scalar[string]            `toml:"path_prefix"`
+		PathRegex  scalar[string]            `toml:"path_regex"`
+		Headers    map[string]scalar[string] `toml:"headers"`
+		RLSDomain  scalar[string]            `toml:"rls_domain"`
+		Descriptor stringList                `toml:"descriptor"`
 	}
 	rawLimit struct {
-		Name      Value[string] `toml:"name"`   // [[shared_limit]]: its name; [[policy.limits]]: the name in the RateLimit fields
-		Shared    Value[string] `toml:"shared"` // [[policy.limits]] only
-		Key       Strings       `toml:"key"`
-		OnMissing Value[string] `toml:"on_missing"`
-		Algorithm Value[string] `toml:"algorithm"`
-		Rate      rateValue     `toml:"rate"`
-		Burst     Value[int64]  `toml:"burst"`
-		Limit     Value[int64]  `toml:"limit"`
-		Window    Duration      `toml:"window"`
-		Slots     Value[int64]  `toml:"slots"`
-		Queue     Value[int64]  `toml:"queue"`
-		MaxWait   Duration      `toml:"max_wait"`
-		Delay     Value[int64]  `toml:"delay"`
-		Cost      Value[int64]  `toml:"cost"`
+		Name      scalar[string] `toml:"name"`   // [[shared_limit]]: its name; [[policy.limits]]: the name in the RateLimit fields
+		Shared    scalar[string] `toml:"shared"` // [[policy.limits]] only
+		Key       stringList     `toml:"key"`
+		OnMissing scalar[string] `toml:"on_missing"`
+		Algorithm scalar[string] `toml:"algorithm"`
+		Rate      rateValue      `toml:"rate"`
+		Burst     scalar[int64]  `toml:"burst"`
+		Limit     scalar[int64]  `toml:"limit"`
+		Window    durationValue  `toml:"window"`
+		Slots     scalar[int64]  `toml:"slots"`
+		Queue     scalar[int64]  `toml:"queue"`
+		MaxWait   durationValue  `toml:"max_wait"`
+		Delay     scalar[int64]  `toml:"delay"`
+		Cost      scalar[int64]  `toml:"cost"`
 		// Charged after the answer ([[policy.limits]] only).
-		Count        *rawCount     `toml:"count"`
-		CostFrom     Value[string] `toml:"cost_from"`
-		Estimate     Value[int64]  `toml:"estimate"`
-		EstimateFrom Value[string] `toml:"estimate_from"`
+		Count        *rawCount      `toml:"count"`
+		CostFrom     scalar[string] `toml:"cost_from"`
+		Estimate     scalar[int64]  `toml:"estimate"`
+		EstimateFrom scalar[string] `toml:"estimate_from"`
 	}
 	rawCount struct {
-		Status statuses      `toml:"status"`
-		Header Value[string] `toml:"header"`
+		Status statuses       `toml:"status"`
+		Header scalar[string] `toml:"header"`
 	}
 	rawBan struct {
-		Duration    Duration      `toml:"duration"`
-		Escalation  Value[int64]  `toml:"escalation"`
-		MaxDuration Duration      `toml:"max_duration"`
-		ForgetAfter Duration      `toml:"forget_after"`
-		Status      Value[int64]  `toml:"status"`
-		Mode        Value[string] `toml:"mode"`
+		Duration    durationValue  `toml:"duration"`
+		Escalation  scalar[int64]  `toml:"escalation"`
+		MaxDuration durationValue  `toml:"max_duration"`
+		ForgetAfter durationValue  `toml:"forget_after"`
+		Status      scalar[int64]  `toml:"status"`
+		Mode        scalar[string] `toml:"mode"`
 	}
 	rawReject struct {
-		Status      Value[int64]  `toml:"status"`
-		Body        Value[string] `toml:"body"`
-		ContentType Value[string] `toml:"content_type"`
+		Status      scalar[int64]  `toml:"status"`
+		Body        scalar[string] `toml:"body"`
+		ContentType scalar[string] `toml:"content_type"`
 	}
 )
 

@@ -168,15 +168,15 @@ func defs() node {
 // typeSchema is the schema of one value type of types.go.
 func typeSchema(t reflect.Type) (node, bool) {
 	switch t {
-	case reflect.TypeFor[Value[string]]():
+	case reflect.TypeFor[scalar[string]]():
 		return node{"type": "string"}, true
-	case reflect.TypeFor[Value[int64]]():
+	case reflect.TypeFor[scalar[int64]]():
 		return node{"type": "integer"}, true
-	case reflect.TypeFor[Value[bool]]():
+	case reflect.TypeFor[scalar[bool]]():
 		return node{"type": "boolean"}, true
-	case reflect.TypeFor[Strings]():
+	case reflect.TypeFor[stringList]():
 		return node{"type": "array", "items": node{"type": "string"}}, true
-	case reflect.TypeFor[Duration]():
+	case reflect.TypeFor[durationValue]():
 		return node{"$ref": "#/$defs/duration"}, true
 	case reflect.TypeFor[rateValue]():
 		return node{"$ref": "#/$defs/rate"}, true
@@ -186,7 +186,7 @@ func typeSchema(t reflect.Type) (node, bool) {
 		return node{"$ref": "#/$defs/share"}, true
 	case reflect.TypeFor[statuses]():
 		return node{"type": "array", "items": node{"$ref": "#/$defs/status"}}, true
-	case reflect.TypeFor[map[string]Value[string]]():
+	case reflect.TypeFor[map[string]scalar[string]]():
 		return node{"type": "object", "propertyNames": node{"$ref": "#/$defs/headerName"}, "additionalProperties": node{"type": "string"}}, true
 	}
 	return nil, false

@@ -18,16 +18,16 @@ import (
 // then reports them all, each at its key's file:line:col. Set reports
 // whether the key was present at all.
 
-// Value is a configuration value of a plain TOML type: string, int64 or
+// scalar is a configuration value of a plain TOML type: string, int64 or
 // bool. The zero value is an absent key.
-type Value[T string | int64 | bool] struct {
+type scalar[T string | int64 | bool] struct {
 	V   T
 	Set bool
 	err error
 }
 
 // UnmarshalTOML implements toml.Unmarshaler.
-func (v *Value[T]) UnmarshalTOML(data any) error {
+func (v *scalar[T]) UnmarshalTOML(data any) error {
 	v.Set = true
 	orig := data
 	data, v.err = expandData(data)
@@ -49,7 +49,7 @@ func (v *Value[T]) UnmarshalTOML(data any) error {
 }
 
 // Or returns the value, or def when the key is absent.
-func (v Value[T]) Or(def T) T {
+func (v scalar[T]) Or(def T) T {
 	if !v.Set {
 		return def
 	}
@@ -87,15 +87,15 @@ func describe(data any) string {
 	return fmt.Sprintf("a %T", data)
 }
 
-// Strings is an array of strings. The zero value is an absent key.
-type Strings struct {
+// stringList is an array of strings. The zero value is an absent key.
+type stringList struct {
 	V   []string
 	Set bool
 	err error
 }
 
 // UnmarshalTOML implements toml.Unmarshaler.
-func (s *Strings) UnmarshalTOML(data any) error {
+func (s *stringList) UnmarshalTOML(data any) error {
 	s.Set = true
 	data, s.err = expandData(data)
 	if s.err != nil {
@@ -118,17 +118,17 @@ func (s *Strings) UnmarshalTOML(data any) error {
 	return nil
 }
 
-// Duration is a length of time written as a string with a unit ("250ms",
+// durationValue is a length of time written as a string with a unit ("250ms",
 // "1m", "1h30m"). A bare integer is an error: TOML would have it read as
 // nanoseconds, which is never what was meant.
-type Duration struct {
+type durationValue struct {
 	D   time.Duration
 	Set bool
 	err error
 }
 
 // UnmarshalTOML implements toml.Unmarshaler.
-func (d *Duration) UnmarshalTOML(data any) error {
+func (d *durationValue) UnmarshalTOML(data any) error {
 	d.Set = true
 	data, d.err = expandData(data)
 	if d.err != nil {
@@ -154,7 +154,7 @@ func (d *Duration) UnmarshalTOML(data any) error {
 }
 
 // Or returns the duration, or def when the key is absent.
-func (d Duration) Or(def time.Duration) time.Duration {
+func (d durationValue) Or(def time.Duration) time.Duration {
 	if !d.Set {
 		return def
 	}
@@ -231,7 +231,7 @@ type cidrs struct {
 
 // UnmarshalTOML implements toml.Unmarshaler.
 func (c *cidrs) UnmarshalTOML(data any) error {
-	var s Strings
+	var s stringList
 	s.UnmarshalTOML(data)
 	c.Set, c.err = true, s.err
 	for i, v := range s.V {
@@ -264,15 +264,15 @@ func parsePrefix(s string) (netip.Prefix, error) {
 // valueError returns the error recorded by a decoded value, if any.
 func valueError(v any) error {
 	switch v := v.(type) {
-	case *Value[string]:
+	case *scalar[string]:
 		return v.err
-	case *Value[int64]:
+	case *scalar[int64]:
 		return v.err
-	case *Value[bool]:
+	case *scalar[bool]:
 		return v.err
-	case *Strings:
+	case *stringList:
 		return v.err
-	case *Duration:
+	case *durationValue:
 		return v.err
 	case *rateValue:
 		return v.err

@@ -1,9 +1,8 @@
 package replay
 
-// Regression tests from the adversarial review of replay, the top
-// offenders and the per-key overrides: each
-// comment describes the defect the test was written to show; the test
-// asserts the behaviour since fixed.
+// Replay of a log whose keys are not valid UTF-8. The test is named for
+// the behaviour that must hold; its comment describes the defect it was
+// written to show, since fixed.
 
 import (
 	"bytes"
@@ -13,7 +12,9 @@ import (
 	"testing"
 )
 
-func review18Send(t *testing.T, addr, path string, header ...string) int {
+// sendHeader sends a GET of path to addr with the header name, value
+// pairs given and returns the status, or 0 after t.Error.
+func sendHeader(t *testing.T, addr, path string, header ...string) int {
 	req, _ := http.NewRequest("GET", addr+path, nil)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
@@ -28,13 +29,13 @@ func review18Send(t *testing.T, addr, path string, header ...string) int {
 	return resp.StatusCode
 }
 
-// TestReview18InvalidUTF8HeaderKeys: HTTP allows obs-text (bytes >= 0x80)
+// TestReplayKeepsInvalidUTF8Keys: HTTP allows obs-text (bytes >= 0x80)
 // in header values, and the proxy keys on them byte for byte; the access
 // log (zap's JSON) writes every invalid UTF-8 byte as U+FFFD, so two
 // clients whose keys differ only there become one key in the replay. The
 // live proxy admitted both (limit 1 each); the replay of its own log
 // against the same configuration rejects one.
-func TestReview18InvalidUTF8HeaderKeys(t *testing.T) {
+func TestReplayKeepsInvalidUTF8Keys(t *testing.T) {
 	const cfg = `
 [server]
 listen = "127.0.0.1:0"
@@ -58,7 +59,7 @@ key = ["header:X-API-Key"]
 	codes := map[string]int{}
 	cfgPath, logPath := record(t, cfg, okUpstream, func(addr string) {
 		for _, k := range []string{"key-\xff", "key-\xfe"} {
-			codes[k] = review18Send(t, addr, "/x", "X-API-Key", k)
+			codes[k] = sendHeader(t, addr, "/x", "X-API-Key", k)
 		}
 	})
 	if codes["key-\xff"] != 200 || codes["key-\xfe"] != 200 {

@@ -26,9 +26,9 @@ import (
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
-// Review of the rejection written whole (recorder.writeWhole, the
-// front's WriteWhole): what a client and an operator can vary, held to
-// net/http's bytes and to the same rejection written through the map.
+// The rejection written whole (recorder.writeWhole, the front's
+// WriteWhole) matches net/http's bytes and the same rejection written
+// through the map, whatever a client and an operator can vary.
 
 // wholeVia is the server a wholeRig's proxy is served by.
 type wholeVia int

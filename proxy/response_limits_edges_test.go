@@ -1,14 +1,11 @@
 package proxy
 
-// Regression tests from the adversarial review of the limits that read the
-// answer (charges after the fact, bans, response-code limits): each
-// comment describes the defect the test was written to show; the test
-// asserts the behaviour since fixed (or, where the fix was to the
-// configuration's checks or the documentation, that).
-
-// Adversarial review of the limits that read the answer and the penalty
-// box. Each test states the documented behaviour it checks; a
-// failure is a defect, not a flaky test.
+// Edge cases of the limits that read the answer (charges after the fact,
+// bans, response-code limits) and the penalty box. Each test is named for
+// the behaviour that must hold; its comment describes the defect it was
+// written to show, since fixed (or, where the fix was to the
+// configuration's checks or the documentation, the documented bound it
+// now checks). A failure is a defect, not a flaky test.
 
 import (
 	"bufio"
@@ -42,7 +39,7 @@ func (u *countingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(u.status)
 }
 
-const review17ShadowBan = `
+const shadowBanCfg = `
 [[upstream]]
 name = "app"
 targets = [%q]
@@ -60,7 +57,7 @@ key = ["header:X-Key"]
   mode = "shadow"
 `
 
-// TestReview17ShadowBanDisablesEnforcedLimit: an enforced policy with a
+// TestShadowBanKeepsEnforcedLimit: an enforced policy with a
 // ban in shadow mode. docs/metrics.md says a shadow_banned request is
 // "forwarded (and decided by its limits as usual)", and
 // docs/configuration.md says a shadow ban "never refuses". So the
@@ -69,12 +66,12 @@ key = ["header:X-Key"]
 // `case decision == ShadowBanned` forwards every request whatever the
 // limit decided: the key becomes unlimited for as long as the shadow ban
 // lasts, and each of those requests is a new offence (escalating).
-func TestReview17ShadowBanDisablesEnforcedLimit(t *testing.T) {
+func TestShadowBanKeepsEnforcedLimit(t *testing.T) {
 	up := &countingUpstream{status: 200}
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
 	b := newRLBackend(t, "memory", time.Now)
-	e := newRLEnv(t, review17ShadowBan, srv.URL, b, time.Now)
+	e := newRLEnv(t, shadowBanCfg, srv.URL, b, time.Now)
 	var codes []int
 	for range 10 {
 		code, _ := send(t, "GET", e.addr+"/x", "X-Key", "k")
@@ -129,7 +126,7 @@ func rawPost(t *testing.T, addr, path string, header ...string) int {
 	}
 }
 
-// TestReview17ExpectContinueEvadesCount: docs/response-limits.md says a
+// TestCountLimitCountsAfterExpectContinue: docs/response-limits.md says a
 // count limit is charged when the answer "matches — the status the client
 // received". A client that sends "Expect: 100-continue" gets the header
 // forwarded (it is not hop-by-hop); the upstream, reading the body,
@@ -138,7 +135,7 @@ func rawPost(t *testing.T, addr, path string, header ...string) int {
 // *first* status written (handler.go WriteHeader). settle then sees 100,
 // which never matches {status = [401]}: no failure is ever counted, and
 // the client guesses passwords without limit.
-func TestReview17ExpectContinueEvadesCount(t *testing.T) {
+func TestCountLimitCountsAfterExpectContinue(t *testing.T) {
 	up := &countingUpstream{status: 401}
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
@@ -165,11 +162,11 @@ func TestReview17ExpectContinueEvadesCount(t *testing.T) {
 	}
 }
 
-// TestReview17EarlyHintsEvadeCount: the same with an upstream that sends
+// TestCountLimitCountsAfterEarlyHints: the same with an upstream that sends
 // 103 Early Hints before its 401 (as many frameworks and CDNs do): the
 // first status the recorder saw is 103, so no 401 is ever counted. (A
 // request without a body goes through syncTransport, which skips 1xx.)
-func TestReview17EarlyHintsEvadeCount(t *testing.T) {
+func TestCountLimitCountsAfterEarlyHints(t *testing.T) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
@@ -193,7 +190,7 @@ func TestReview17EarlyHintsEvadeCount(t *testing.T) {
 	}
 }
 
-const review17RetryAfter = `
+const offenceCfg = `
 [[upstream]]
 name = "app"
 targets = [%q]
@@ -209,18 +206,18 @@ key = ["header:X-Key"]
   duration = "1h"
 `
 
-// TestReview17OffenceRetryAfter: the request whose rejection bans the key
+// TestOffenceRetryAfterIsTheBans: the request whose rejection bans the key
 // is answered with the limit's Retry-After (1 s), although the key is now
 // banned for an hour. A client that honours Retry-After comes back after
 // 1 s and is refused for the hour (docs/responses.md promises Retry-After
 // "until the ban ends" for banned keys; the offending 429 contradicts it).
-func TestReview17OffenceRetryAfter(t *testing.T) {
+func TestOffenceRetryAfterIsTheBans(t *testing.T) {
 	up := &countingUpstream{status: 200}
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
 	clock := newClock()
 	b := newRLBackend(t, "memory", clock.now)
-	e := newRLEnv(t, review17RetryAfter, srv.URL, b, clock.now)
+	e := newRLEnv(t, offenceCfg, srv.URL, b, clock.now)
 	if code, _ := send(t, "GET", e.addr+"/x", "X-Key", "k"); code != 200 {
 		t.Fatalf("first: %d", code)
 	}
@@ -235,7 +232,7 @@ func TestReview17OffenceRetryAfter(t *testing.T) {
 	}
 }
 
-const review17Count = `
+const countOnErrorCfg = `
 [[upstream]]
 name = "app"
 targets = [%q]
@@ -253,7 +250,7 @@ upstream = "app"
   count = { status = [401] }
 `
 
-// TestReview17CountIgnoresOnError: with the Redis store unreachable, a
+// TestCountLimitFollowsOnError: with the Redis store unreachable, a
 // policy with a count limit must follow on_error like every store call
 // (docs/redis.md; "deny" here:
 // reject). decideDeferred checks a count limit with PeekN, and the Redis
@@ -262,7 +259,7 @@ upstream = "app"
 // Every limit of the policy is skipped, the ordinary token bucket too, and
 // nothing is charged anywhere; the breaker never opens (Peek bypasses it),
 // so every request waits the Redis timeout first.
-func TestReview17CountIgnoresOnError(t *testing.T) {
+func TestCountLimitFollowsOnError(t *testing.T) {
 	t.Parallel()
 	for _, onError := range []string{"deny", "local"} {
 		t.Run(onError, func(t *testing.T) {
@@ -283,7 +280,7 @@ func TestReview17CountIgnoresOnError(t *testing.T) {
 				t.Fatal(err)
 			}
 			bk := &rlBackend{store: rs, bans: memstore.NewBans(memstore.BanOptions{})}
-			e := newRLEnv(t, review17Count, srv.URL, bk, time.Now)
+			e := newRLEnv(t, countOnErrorCfg, srv.URL, bk, time.Now)
 			var codes []int
 			for range 6 {
 				code, _ := send(t, "POST", e.addr+"/login")
@@ -301,7 +298,7 @@ func TestReview17CountIgnoresOnError(t *testing.T) {
 	}
 }
 
-const review17Debt = `
+const debtCfg = `
 [[upstream]]
 name = "app"
 targets = [%q]
@@ -315,14 +312,14 @@ upstream = "app"
   count = { status = [401] }
 `
 
-// TestReview17DebtCapUndercounts: docs/response-limits.md says "The limit
+// TestChargeDebtCappedAtOneBurst: docs/response-limits.md says "The limit
 // is never undercounted: a charge that finds the limit spent still counts
 // (a token bucket goes into debt and refills from below zero)". Ten
 // failures in flight at once (all checked before any is charged) must
 // leave the bucket at 2 − 10 = −8 tokens, so the next failure fits only
-// after 90 s. limiter/charge.go caps the debt at one burst (−2): after
+// after 90 s. limiter/driver/charge.go caps the debt at one burst (−2): after
 // 31 s the key is let through again, 8 of the 10 failures forgotten.
-func TestReview17DebtCapUndercounts(t *testing.T) {
+func TestChargeDebtCappedAtOneBurst(t *testing.T) {
 	const inFlight = 10
 	var arrived atomic.Int64
 	release := make(chan struct{})
@@ -341,7 +338,7 @@ func TestReview17DebtCapUndercounts(t *testing.T) {
 	t.Cleanup(srv.Close)
 	clock := newClock()
 	b := newRLBackend(t, "memory", clock.now)
-	e := newRLEnv(t, review17Debt, srv.URL, b, clock.now)
+	e := newRLEnv(t, debtCfg, srv.URL, b, clock.now)
 	done := make(chan int, inFlight)
 	for range inFlight {
 		go func() {
@@ -376,7 +373,7 @@ func TestReview17DebtCapUndercounts(t *testing.T) {
 	}
 }
 
-// TestReview17StoreOutageIsAnOffence: with on_error = "deny", a request
+// TestStoreOutageIsNoOffence: with on_error = "deny", a request
 // refused because the store could not decide (not because its key is over
 // a quota) is treated as an offence, and its key is banned for the ban's
 // duration. In production the penalty box is on the same Redis: Ban then
@@ -384,7 +381,7 @@ func TestReview17DebtCapUndercounts(t *testing.T) {
 // (decisions stay "deny" until its probe), so a Redis blip bans every
 // client active during the breaker's open second. (Here the penalty box
 // is the memory one, to make the point without timing.)
-func TestReview17StoreOutageIsAnOffence(t *testing.T) {
+func TestStoreOutageIsNoOffence(t *testing.T) {
 	up := &countingUpstream{status: 200}
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
@@ -401,7 +398,7 @@ func TestReview17StoreOutageIsAnOffence(t *testing.T) {
 		t.Fatal(err)
 	}
 	bk := &rlBackend{store: rs, bans: memstore.NewBans(memstore.BanOptions{})}
-	e := newRLEnv(t, review17RetryAfter, srv.URL, bk, time.Now)
+	e := newRLEnv(t, offenceCfg, srv.URL, bk, time.Now)
 	code, _ := send(t, "GET", e.addr+"/x", "X-Key", "k")
 	list, _ := bk.bans.List(context.Background(), "p", time.Now(), 10)
 	t.Logf("first request with the store down: %d; bans %d", code, len(list))
@@ -410,7 +407,7 @@ func TestReview17StoreOutageIsAnOffence(t *testing.T) {
 	}
 }
 
-const review17ConcQueue = `
+const concQueueCfg = `
 [[upstream]]
 name = "auth"
 targets = [%q]
@@ -429,13 +426,13 @@ match = { path = "/login" }
   count = { status = [401] }
 `
 
-// TestReview17CountBoundWithConcurrencyQueue: docs/response-limits.md
+// TestCountBoundCountsConcurrencyQueue: docs/response-limits.md
 // says that with "[policy.concurrency] limit = c on the policy, that is at
 // most limit + c − 1" failures per key (3 here, with c = 1). But the count
 // check runs before the [policy.concurrency] gate, and requests waiting in
 // its queue were all checked already: each is forwarded when a slot frees,
 // never checked again. The bound is limit + c + queue − 1.
-func TestReview17CountBoundWithConcurrencyQueue(t *testing.T) {
+func TestCountBoundCountsConcurrencyQueue(t *testing.T) {
 	const clients = 12
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -445,7 +442,7 @@ func TestReview17CountBoundWithConcurrencyQueue(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	b := newRLBackend(t, "memory", time.Now)
-	e := newRLEnv(t, review17ConcQueue, srv.URL, b, time.Now)
+	e := newRLEnv(t, concQueueCfg, srv.URL, b, time.Now)
 	tr := &http.Transport{MaxIdleConnsPerHost: clients}
 	t.Cleanup(tr.CloseIdleConnections)
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -479,7 +476,7 @@ func TestReview17CountBoundWithConcurrencyQueue(t *testing.T) {
 	}
 }
 
-const review17AvgLockout = `
+const avgLockoutCfg = `
 [[upstream]]
 name = "llm"
 targets = [%q]
@@ -496,7 +493,7 @@ key = ["header:X-Key"]
   estimate_from = "average"
 `
 
-// TestReview17AverageOverCapacityLocksKeyOut: with estimate_from =
+// TestAverageOverCapacityNoLockout: with estimate_from =
 // "average", one answer that reports more than the limit's capacity (150
 // against 100 per minute: allowed, the charge goes into debt) makes the
 // key's average 150. From then on every request reserves 150, which can
@@ -504,14 +501,14 @@ key = ["header:X-Key"]
 // answer comes back, the average never falls again. The key is locked out
 // for the life of the process (the averages survive reloads), long after
 // its debt is paid.
-func TestReview17AverageOverCapacityLocksKeyOut(t *testing.T) {
+func TestAverageOverCapacityNoLockout(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Cost", r.Header.Get("X-Want"))
 	}))
 	t.Cleanup(srv.Close)
 	clock := newClock()
 	b := newRLBackend(t, "memory", clock.now)
-	e := newRLEnv(t, review17AvgLockout, srv.URL, b, clock.now)
+	e := newRLEnv(t, avgLockoutCfg, srv.URL, b, clock.now)
 	if code, _ := send(t, "GET", e.addr+"/x", "X-Key", "k", "X-Want", "150"); code != 200 {
 		t.Fatalf("first: %d", code)
 	}
@@ -523,13 +520,13 @@ func TestReview17AverageOverCapacityLocksKeyOut(t *testing.T) {
 	}
 }
 
-// TestReview17BannedGRPCCall: a gRPC call refused by a limit is answered
+// TestBannedGRPCCallResourceExhausted: a gRPC call refused by a limit is answered
 // RESOURCE_EXHAUSTED (8, grpc.go), but the same call refused because its
 // key is banned (status 429) goes through writeProblem → grpcCode(429) =
 // UNAVAILABLE (14), the code gRPC clients' retry policies retry at once:
 // a banned gRPC client is told to retry immediately, and the ban's
 // Retry-After means nothing to it.
-func TestReview17BannedGRPCCall(t *testing.T) {
+func TestBannedGRPCCallResourceExhausted(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/grpc")
@@ -537,7 +534,7 @@ func TestReview17BannedGRPCCall(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	b := newRLBackend(t, "memory", time.Now)
-	e := newRLEnv(t, review17RetryAfter, up.URL, b, time.Now)
+	e := newRLEnv(t, offenceCfg, up.URL, b, time.Now)
 	var h2c http.Protocols
 	h2c.SetUnencryptedHTTP2(true)
 	client := &http.Client{Transport: &http.Transport{Protocols: &h2c}}

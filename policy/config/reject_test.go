@@ -15,8 +15,7 @@ import (
 // depending on the protocol. A multi-line TOML string (a trailing
 // newline) or an environment value is enough to get one.
 //
-// Found in review (of the rejection written whole), fixed: such a value
-// is refused at its position.
+// Since fixed: such a value is refused at its position.
 func TestRejectContentTypeFieldValue(t *testing.T) {
 	for _, ct := range []string{
 		`"text/plain\r\nSet-Cookie: a=1"`,
@@ -49,8 +48,7 @@ func parseRejectContentType(ct string) error {
 // problem+json labelled text/plain, which a client that looks for
 // application/problem+json (docs/responses.md) does not recognise.
 //
-// Found in review, fixed: refused at its position, saying to leave it
-// out.
+// Since fixed: refused at its position, saying to leave it out.
 func TestRejectEmptyBody(t *testing.T) {
 	err := parseReject(`  body = ""` + "\n")
 	const want = `reject.toml:12:3: policy[0].reject.body: is empty: leave body out for the problem+json body`

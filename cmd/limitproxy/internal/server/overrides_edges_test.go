@@ -1,9 +1,8 @@
 package server
 
-// Regression tests from the adversarial review of replay, the top
-// offenders and the per-key overrides: each
-// comment describes the defect the test was written to show; the test
-// asserts the behaviour since fixed.
+// The per-key overrides across a reload and the overrides file's default
+// place. Each test is named for the behaviour that must hold; its comment
+// describes the defect it was written to show, since fixed.
 
 import (
 	"fmt"
@@ -17,13 +16,13 @@ import (
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
-// TestReview18OverrideFailsOpenAfterReload: on Redis, PUT checks a scaled
+// TestReloadedOverrideNeverFailsOpen: on Redis, PUT checks a scaled
 // override against the policy in force (redisstore.Check), but a reload
 // that changes the policy's rate is not checked against the overrides
 // kept: the scaled limits then exceed the Redis store's exact arithmetic,
 // every Allow of that client fails, and the handler forwards it ("limiter
 // failed; request forwarded") even with on_error = "deny".
-func TestReview18OverrideFailsOpenAfterReload(t *testing.T) {
+func TestReloadedOverrideNeverFailsOpen(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rate := "1/1s"
@@ -74,18 +73,18 @@ func TestReview18OverrideFailsOpenAfterReload(t *testing.T) {
 	}
 }
 
-// TestReview18DefaultOverridesFileNeedsWritableCwd: with the memory store
+// TestMemoryStoreStartsWithoutWritableCwd: with the memory store
 // and no [store] overrides_file, the default "overrides.json" is relative
 // to the working directory, and the start fails when that directory
 // cannot take a file (here /proc, which even root cannot write): a
 // configuration that started before this change no longer does, though
 // it uses no overrides.
-func TestReview18DefaultOverridesFileNeedsWritableCwd(t *testing.T) {
+func TestMemoryStoreStartsWithoutWritableCwd(t *testing.T) {
 	dir := t.TempDir()
 	path := dir + "/limitproxy.toml"
 	os.WriteFile(path, []byte(configText("http://127.0.0.1:9", 2, "1/s", "")), 0o644)
 	t.Chdir("/proc")
-	cfg, err := loadForReview18(path)
+	cfg, err := loadConfigFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,4 +93,4 @@ func TestReview18DefaultOverridesFileNeedsWritableCwd(t *testing.T) {
 	}
 }
 
-func loadForReview18(path string) (*config.Config, error) { return config.Load(path) }
+func loadConfigFile(path string) (*config.Config, error) { return config.Load(path) }
