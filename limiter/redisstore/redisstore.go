@@ -511,7 +511,8 @@ const replyValues = 6
 // Configuration validation refuses such policies with Cluster.
 var ErrClusterKeys = errors.New("redis: on Redis Cluster the limits of one policy must share one client key")
 
-// quota is the Limit a decision reports: burst, limit, or queue + 1.
+// quota is the Limit a decision reports: burst, limit, or for a leaky
+// bucket queue + 1 + delay (driver.Limit.Quota).
 func quota(l driver.Limit) int64 {
 	q, _ := l.Quota()
 	return q
