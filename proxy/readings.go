@@ -240,12 +240,13 @@ func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent stri
 		if ok && q == p {
 			continue
 		}
-		if sub&ruleSlash != 0 && (!ok || !(q.Match.HasPath && (q.Match.Path == path || folded && strings.EqualFold(q.Match.Path, path)))) {
+		if sub&ruleSlash != 0 && (!ok || !(q.Match.HasPath && (q.Match.Path == path || folded && strings.EqualFold(q.Match.Path, path)) || q.Match.PathRegex != nil)) {
 			// Without its trailing slash the path is another policy's
-			// only where that policy names it exactly: a prefix that
-			// ends in '/' keeps its own root (/api/ under path_prefix =
-			// "/api/"); the readings without this rule are checked on
-			// their own.
+			// only where that policy names it exactly, or by a
+			// path_regex (^/users/[0-9]+$ is the /users/:id an upstream
+			// serves /users/1/ as): a prefix that ends in '/' keeps its
+			// own root (/api/ under path_prefix = "/api/"); the readings
+			// without this rule are checked on their own.
 			continue
 		}
 		return "the path is " + path + " as some upstreams read it (" + describe(sub) + "), which another policy than this one's matches"
