@@ -201,7 +201,14 @@ func resolveDots(p string) (string, bool) {
 // path as the upstream receives it; fold is false where paths are
 // case-sensitive (server.case_sensitive_paths).
 func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent string, fold bool) (detail string) {
-	rs := rules(escapedPath(r.URL), sent, fold, set.CasedPaths())
+	esc := escapedPath(r.URL)
+	rs := rules(esc, sent, fold, set.CasedPaths())
+	if sent != esc {
+		// What the canonical form resolved away (a segment in upper
+		// case before a "..") is still in the target an upstream that
+		// routes it as sent reads: its rules too.
+		rs |= rules(sent, sent, fold, false)
+	}
 	if rs == 0 {
 		return ""
 	}
