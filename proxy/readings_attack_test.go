@@ -108,3 +108,50 @@ func TestPathReadingsVerbatimCase(t *testing.T) {
 		t.Errorf("/API/x/../../other on the proxy face: policy %q (%s), want all", name, detail)
 	}
 }
+
+// TestPathReadingsVerbatimRawNonASCII: behind forward auth the target
+// may hold raw UTF-8 (nginx and Caddy pass it on); a raw non-ASCII
+// letter in a segment a ".." drops from the canonical form is read in
+// any case as a percent-encoded one is: /ſvc/x/../../other (U+017F,
+// which strings.EqualFold and ASP.NET fold to 's') is refused beside a
+// /svc/ prefix, as /%C5%BFvc/x/../../other is.
+func TestPathReadingsVerbatimRawNonASCII(t *testing.T) {
+	const cfg = `
+[[upstream]]
+name = "up"
+targets = ["http://127.0.0.1:1"]
+[[policy]]
+name = "svc"
+upstream = "up"
+match = { path_prefix = "/svc/" }
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 1
+  window = "1h"
+[[policy]]
+name = "all"
+upstream = "up"
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 1000
+  window = "1h"
+`
+	c, err := config.Parse("raw.toml", []byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.Compile(c, memstore.New(memstore.Options{}), time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(set, Options{})
+	for _, target := range []string{"/%C5%BFvc/x/../../other", "/\u017fvc/x/../../other"} {
+		r, _ := http.NewRequest("GET", "http://a/", nil)
+		r.URL.Path, r.RequestURI = target, target
+		srv := set.Config.Server
+		o := ruling{keys: make([]string, 4), verbatim: true}
+		if h.match(r, h.snap.Load(), &srv, &o) {
+			t.Errorf("%q behind forward auth: decided under %q, want refused", target, o.p.Name)
+		}
+	}
+}
