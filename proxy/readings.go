@@ -89,7 +89,9 @@ func rules(esc, sent string, fold, cased bool) rule {
 			if i+1 == len(esc) || esc[i+1] == '/' || esc[i+1] == ';' {
 				rs |= ruleTrailing
 			}
-		case fold && 'A' <= c && c <= 'Z':
+		case fold && ('A' <= c && c <= 'Z' || c >= 0x80):
+			// c >= 0x80: a non-ASCII letter as sent, raw (behind forward
+			// auth); the canonical form has it percent-encoded.
 			rs |= ruleFold
 		}
 	}
