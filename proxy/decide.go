@@ -181,8 +181,12 @@ func (h *Handler) match(r *http.Request, snap *snapshot, s *config.Server, o *ru
 	if sent == "" {
 		sent = escapedPath(r.URL)
 	}
-	if detail := checkReadings(r, snap.set, p, sent, !s.CaseSensitivePaths); detail != "" {
-		o.refuse(Invalid, replyInvalid, http.StatusBadRequest)
+	if detail := checkReadings(r, snap.set, p, sent, !s.CaseSensitivePaths, snap.slashed); detail != "" {
+		status := http.StatusBadRequest
+		if detail == tooLongToRead {
+			status = http.StatusRequestURITooLong
+		}
+		o.refuse(Invalid, replyInvalid, status)
 		o.detail = detail
 		return false
 	}

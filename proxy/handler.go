@@ -65,8 +65,11 @@ type Handler struct {
 // snapshot is a policy set with what is built once for it: the upstream
 // pools, and each policy's rejection (its body and fixed fields).
 type snapshot struct {
-	set   *policy.Set
-	pools map[string]*pool
+	set *policy.Set
+	// slashed reports that a policy's exact path, or its path_regex,
+	// ends in '/' (readings.go: ruleAddSlash).
+	slashed bool
+	pools   map[string]*pool
 	// policies holds, for each policy of set, what its requests would
 	// otherwise look up by name: read once a request (policyState).
 	policies map[*policy.Policy]*policyState
@@ -169,6 +172,7 @@ func (h *Handler) Swap(set *policy.Set) {
 	if set.Config.Log.AccessReplay {
 		s.replay = replayHeaders(set)
 	}
+	s.slashed = slashedPaths(set)
 	trackers := map[string]*tracker{}
 	if old != nil {
 		for p, ps := range old.policies {

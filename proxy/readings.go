@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"net/http"
 	"net/url"
 	"slices"
@@ -40,8 +41,9 @@ const (
 	ruleFold                       // case ignored (Express, ASP.NET Core, IIS); off with case_sensitive_paths
 	ruleSlash                      // one trailing '/' ignored (Express, ASP.NET Core, Spring 5); only against exact paths
 	ruleVerbatim                   // dot segments and repeated slashes as sent (Werkzeug, Express): forward auth only
+	ruleAddSlash                   // a trailing '/' added (Express, ASP.NET Core serve /account as /account/); only against exact paths and regexes
 
-	ruleCount = 6
+	ruleCount = 7
 )
 
 // ruleNames name the rules in a refusal's detail.
@@ -52,6 +54,7 @@ var ruleNames = [ruleCount]string{
 	"in another case (Express, ASP.NET Core, IIS)",
 	"without its trailing slash (Express, ASP.NET Core, Spring)",
 	"as sent, dot segments unresolved (Werkzeug, Express)",
+	"with a trailing slash (Express, ASP.NET Core)",
 }
 
 // rules returns the rules that change the path whose canonical escaped
@@ -106,105 +109,125 @@ func rules(esc, sent string, fold, cased bool) rule {
 
 // read returns the decoded path an upstream reading by the rules rs sees
 // in sent (escaped, as it receives it), and false if, so read, the path
-// climbs above the root.
-func read(sent string, rs rule) (string, bool) {
-	var b strings.Builder
-	b.Grow(len(sent))
-	// Segments of the escaped form, so that only a bare ';' starts
-	// parameters (an upstream decodes after cutting them).
-	for i, seg := range strings.Split(sent, "/") {
-		if i > 0 {
-			b.WriteByte('/')
+// climbs above the root. It writes the path into buf (grown to
+// len(sent)+1 if smaller) and returns it as a view of buf, valid until
+// buf is written again: one pass over sent and one over the decoded
+// bytes, in place, whatever the rules, so that reading a path costs
+// about what copying it does.
+func read(buf []byte, sent string, rs rule) ([]byte, bool) {
+	if cap(buf) < len(sent)+1 {
+		buf = make([]byte, 0, len(sent)+1)
+	}
+	b := buf[:0]
+	// Decode, cutting each segment's parameters at a bare ';' (an
+	// upstream decodes after cutting them), and read a backslash, bare
+	// or decoded, as a '/'.
+	params := false
+	for i := 0; i < len(sent); i++ {
+		c := sent[i]
+		if c == '/' {
+			params = false
+			b = append(b, '/')
+			continue
 		}
-		if rs&ruleParams != 0 {
-			seg, _, _ = strings.Cut(seg, ";")
+		if params {
+			continue
 		}
-		b.WriteString(unescapeAny(seg))
-	}
-	p := b.String()
-	if rs&ruleBackslash != 0 {
-		p = strings.ReplaceAll(p, `\`, "/")
-	}
-	if rs&ruleTrailing != 0 {
-		segs := strings.Split(p, "/")
-		for i, s := range segs {
-			if s != "." && s != ".." {
-				segs[i] = strings.TrimRight(s, ". ")
-			}
+		if c == ';' && rs&ruleParams != 0 {
+			params = true
+			continue
 		}
-		p = strings.Join(segs, "/")
-	}
-	if rs&ruleVerbatim == 0 {
-		var ok bool
-		if p, ok = resolveDots(p); !ok {
-			return "", false
-		}
-	}
-	if rs&ruleSlash != 0 && len(p) > 1 {
-		p = strings.TrimSuffix(p, "/")
-	}
-	return p, true
-}
-
-// unescapeAny decodes the percent-encodings of s that are well formed and
-// leaves the rest as they are.
-func unescapeAny(s string) string {
-	if strings.IndexByte(s, '%') < 0 {
-		return s
-	}
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) {
-			hi, ok1 := unhex(s[i+1])
-			lo, ok2 := unhex(s[i+2])
+		if c == '%' && i+2 < len(sent) {
+			hi, ok1 := unhex(sent[i+1])
+			lo, ok2 := unhex(sent[i+2])
 			if ok1 && ok2 {
-				b = append(b, hi<<4|lo)
+				c = hi<<4 | lo
 				i += 2
-				continue
 			}
 		}
-		b = append(b, s[i])
+		if c == '\\' && rs&ruleBackslash != 0 {
+			c = '/'
+		}
+		b = append(b, c)
 	}
-	return string(b)
+	// Segment by segment, in place (what is written never passes what is
+	// read): trailing dots and spaces dropped, and unless verbatim, "."
+	// and ".." resolved and empty segments merged.
+	verbatim := rs&ruleVerbatim != 0
+	w, trailing := 0, false
+	for i := 0; i < len(b); {
+		j := i + 1
+		for j < len(b) && b[j] != '/' {
+			j++
+		}
+		seg := b[i+1 : j]
+		if b[i] != '/' {
+			seg = b[i:j] // a target not starting with '/'
+		}
+		dots := string(seg) == "." || string(seg) == ".."
+		if rs&ruleTrailing != 0 && !dots {
+			seg = bytes.TrimRight(seg, ". ")
+		}
+		switch {
+		case verbatim:
+			b[w] = '/'
+			w++
+			w += copy(b[w:], seg)
+		case len(seg) == 0 || string(seg) == ".":
+			trailing = true
+		case string(seg) == "..":
+			if w == 0 {
+				return nil, false
+			}
+			w = bytes.LastIndexByte(b[:w], '/')
+			trailing = true
+		default:
+			b[w] = '/'
+			w++
+			w += copy(b[w:], seg)
+			trailing = false
+		}
+		i = j
+	}
+	if !verbatim && (trailing || w == 0) {
+		b = append(b[:w], '/')
+		w++
+	}
+	if rs&ruleSlash != 0 && w > 1 && b[w-1] == '/' {
+		w--
+	}
+	if rs&ruleAddSlash != 0 && (w == 0 || b[w-1] != '/') {
+		b = append(b[:w], '/')
+		w++
+	}
+	return b[:w], true
 }
 
-// resolveDots resolves the "." and ".." segments of a decoded path and
-// merges repeated slashes, keeping a trailing slash; false if it climbs
-// above the root.
-func resolveDots(p string) (string, bool) {
-	var segs []string
-	trailing := false
-	for _, s := range strings.Split(p, "/")[1:] {
-		switch s {
-		case "", ".":
-			trailing = true
-			continue
-		case "..":
-			if len(segs) == 0 {
-				return "", false
-			}
-			segs = segs[:len(segs)-1]
-			trailing = true
-			continue
-		}
-		segs = append(segs, s)
-		trailing = false
-	}
-	out := "/" + strings.Join(segs, "/")
-	if trailing && len(segs) > 0 {
-		out += "/"
-	}
-	return out, true
-}
+// maxReadPath is the longest path, in bytes as the upstream receives it,
+// that is read by the rules: each of up to 63 readings costs a pass over
+// it and a match (about 4 ns a byte each), so a longer one that has any
+// other reading is refused with 414 (detail tooLongToRead) rather than
+// read at a cost a client chooses: at most about half a millisecond a
+// request. Browsers and CDNs keep URLs well under it; nginx refuses a
+// request line over 8 KiB.
+const maxReadPath = 4 << 10
+
+// tooLongToRead is checkReadings' refusal of a path over maxReadPath.
+const tooLongToRead = "the path is over 4 KiB and has other readings (a ;, \\, trailing dot, upper-case letter or trailing slash), which are not checked at that length"
 
 // checkReadings returns why r (canonical, matched to p by set) is
 // refused when a reading of its path selects another policy than p, or
 // climbs above the root; "" when every reading agrees. sent is the escaped
 // path as the upstream receives it; fold is false where paths are
 // case-sensitive (server.case_sensitive_paths).
-func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent string, fold bool) (detail string) {
+func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent string, fold, slashed bool) (detail string) {
 	esc := escapedPath(r.URL)
 	rs := rules(esc, sent, fold, set.CasedPaths())
+	if slashed && !strings.HasSuffix(esc, "/") {
+		// A policy names a path that ends in '/': Express and ASP.NET
+		// Core serve this one there too.
+		rs |= ruleAddSlash
+	}
 	if sent != esc {
 		// What the canonical form resolved away (a segment in upper
 		// case before a "..") is still in the target an upstream that
@@ -214,6 +237,9 @@ func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent stri
 	if rs == 0 {
 		return ""
 	}
+	if len(sent) > maxReadPath {
+		return tooLongToRead
+	}
 	alt := *r
 	u := *r.URL
 	alt.URL = &u
@@ -222,15 +248,17 @@ func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent stri
 		fold bool
 	}
 	seen := []reading{{r.URL.Path, false}}
+	buf := make([]byte, 0, len(sent)+1)
 	// Every combination of the rules that apply, the fullest first.
 	for sub := rs; sub != 0; sub = (sub - 1) & rs {
-		path, ok := read(sent, sub)
+		b, ok := read(buf, sent, sub)
+		path := string(b)
 		if !ok {
 			return "the path climbs above the root as some upstreams read it (" + describe(sub) + ")"
 		}
 		folded := sub&ruleFold != 0
-		if sub&ruleSlash == 0 {
-			// A reading without the slash rule is settled by its path
+		if sub&(ruleSlash|ruleAddSlash) == 0 {
+			// A reading without a slash rule is settled by its path
 			// (and case rule) alone.
 			if slices.Contains(seen, reading{path, folded}) {
 				continue
@@ -249,7 +277,7 @@ func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent stri
 		if ok && q == p {
 			continue
 		}
-		if sub&ruleSlash != 0 && (!ok || !(q.Match.HasPath && (q.Match.Path == path || folded && strings.EqualFold(q.Match.Path, path)) || q.Match.PathRegex != nil)) {
+		if sub&(ruleSlash|ruleAddSlash) != 0 && (!ok || !(q.Match.HasPath && (q.Match.Path == path || folded && strings.EqualFold(q.Match.Path, path)) || q.Match.PathRegex != nil)) {
 			// Without its trailing slash the path is another policy's
 			// only where that policy names it exactly, or by a
 			// path_regex (^/users/[0-9]+$ is the /users/:id an upstream
@@ -294,12 +322,37 @@ func pathKey(u *url.URL, s *config.Server) string {
 	if rs == 0 {
 		return u.Path
 	}
-	p, ok := read(esc, rs)
+	if len(esc) > maxReadPath {
+		return u.Path // refused by checkReadings
+	}
+	b, ok := read(nil, esc, rs)
 	if !ok {
 		return u.Path
 	}
 	if rs&ruleFold != 0 {
-		p = strings.ToLower(p)
+		return strings.ToLower(string(b))
 	}
-	return p
+	return string(b)
+}
+
+// slashedPaths reports whether a policy of set names an exact path that
+// ends in '/' (other than the root), or has a path_regex whose expression
+// ends with "/$" or "/?$" (or the same before a ")"): only then may a
+// path without a trailing slash be another policy's to an upstream that
+// adds one.
+func slashedPaths(set *policy.Set) bool {
+	for _, p := range set.Policies {
+		m := &p.Match
+		if m.HasPath && len(m.Path) > 1 && strings.HasSuffix(m.Path, "/") {
+			return true
+		}
+		if m.PathRegex != nil {
+			re := strings.TrimSuffix(m.PathRegex.String(), ")$")
+			re = strings.TrimSuffix(strings.TrimSuffix(re, "$"), "?")
+			if strings.HasSuffix(re, "/") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -51,18 +51,27 @@ func adversarialPath(n int) string { return "/A" + strings.Repeat("/a;b.%5Cc.", 
 // CPU (20 such requests through the proxy took 1.3 s, 19 of them
 // answered 429), a thousand times an ordinary request. Bounded here at
 // 1,000 allocations and 64 bytes allocated per byte of path.
+//
+// A path over maxReadPath (4 KiB) that has other readings is refused
+// unread; one just under it is read whole, by every rule.
 func TestReadingsCostBounded(t *testing.T) {
-	target := adversarialPath(6000)
-	r, set, p, _ := readingsCase(t, readingsConfig, target)
-	esc := escapedPath(r.URL)
-	var ms0, ms1 runtimeMemStats
-	ms0.read()
-	allocs := testing.AllocsPerRun(3, func() { checkReadings(r, set, p, esc, true) })
-	ms1.read()
-	perCall := (ms1.bytes - ms0.bytes) / 4 // AllocsPerRun runs it once more to warm up
-	if allocs > 1000 || perCall > 64*uint64(len(target)) {
-		t.Errorf("the readings of a %d-byte path cost %.0f allocations and %d bytes a request; want at most 1000 and %d",
-			len(target), allocs, perCall, 64*len(target))
+	for _, n := range []int{6000, (maxReadPath - 3) / 10} {
+		target := adversarialPath(n)
+		r, set, p, _ := readingsCase(t, readingsConfig, target)
+		esc := escapedPath(r.URL)
+		var ms0, ms1 runtimeMemStats
+		ms0.read()
+		var detail string
+		allocs := testing.AllocsPerRun(3, func() { detail = checkReadings(r, set, p, esc, true, slashedPaths(set)) })
+		ms1.read()
+		perCall := (ms1.bytes - ms0.bytes) / 4 // AllocsPerRun runs it once more to warm up
+		if allocs > 1000 || perCall > 64*uint64(len(target)) {
+			t.Errorf("the readings of a %d-byte path cost %.0f allocations and %d bytes a request; want at most 1000 and %d",
+				len(target), allocs, perCall, 64*len(target))
+		}
+		if long := len(target) > maxReadPath; long != (detail == tooLongToRead) {
+			t.Errorf("a %d-byte path: refused %q; want refused unread exactly when over %d bytes", len(target), detail, maxReadPath)
+		}
 	}
 }
 
@@ -85,7 +94,7 @@ func BenchmarkCheckReadings(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				checkReadings(r, set, p, esc, true)
+				checkReadings(r, set, p, esc, true, slashedPaths(set))
 			}
 		})
 	}
