@@ -36,7 +36,6 @@ type pool struct {
 type target struct {
 	pool      *pool
 	proxy     *httputil.ReverseProxy
-	replay    *httputil.ReverseProxy // proxy, passing on a response direct has (forward.go)
 	name      string
 	fails     atomic.Int64
 	downUntil atomic.Int64 // Unix ns; 0 when up
@@ -152,9 +151,6 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 			},
 			ErrorLog: errLog,
 		}
-		replay := *t.proxy
-		replay.Transport = replayTransport{}
-		t.replay = &replay
 		p.targets = append(p.targets, t)
 	}
 	return p
