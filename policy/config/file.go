@@ -53,6 +53,7 @@ type (
 		RespDisk          Value[int64]  `toml:"response_buffer_disk"`
 		ProxyProtocol     Value[bool]   `toml:"proxy_protocol"`
 		H2C               Value[bool]   `toml:"h2c"`
+		HTTP1             Value[string] `toml:"http1"`
 		TLS               *rawTLS       `toml:"tls"`
 	}
 	rawTLS struct {
@@ -132,6 +133,7 @@ type (
 		RespFile      Value[int64]    `toml:"response_buffer_file"`
 		AllowTrace    Value[bool]     `toml:"allow_trace"`
 		Protocol      Value[string]   `toml:"protocol"`
+		Transport     Value[string]   `toml:"transport"`
 		Concurrency   *rawConcurrency `toml:"concurrency"`
 	}
 	rawConcurrency struct {
