@@ -11,16 +11,18 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/bench/internal/proc"
+	"github.com/limitproxy/limitproxy/bench/internal/stats"
 )
 
-// compare runs limitproxy builds or settings against each other, forwarding
-// under a token bucket that never rejects (as the main run's "never
-// rejecting" row), interleaved: each variant is "NAME|BIN" or
+// compare runs limitproxy builds or settings against each other under a
+// token bucket of rate and burst (the main run's "never rejecting" row's,
+// 1000000000/s and as many, or its over-limit row's, 1000/s and 100),
+// interleaved: each variant is "NAME|BIN" or
 // "NAME|BIN|LINE;LINE…", lines added to the configuration's [[upstream]]
 // table (transport = "net/http", say). It reports each
 // variant's medians and, within each round, its ratio to the first
 // variant, then their median.
-func compare(variants []string, rounds int, dur time.Duration, conns, threads int, wrkCPU, ownCPU string, out io.Writer) error {
+func compare(variants []string, rate string, burst int, rounds int, dur time.Duration, conns, threads int, wrkCPU, ownCPU string, out io.Writer) error {
 	up, err := proc.StartOKUpstream()
 	if err != nil {
 		return err
@@ -45,7 +47,7 @@ func compare(variants []string, rounds int, dur time.Duration, conns, threads in
 			conf += strings.ReplaceAll(parts[2], ";", "\n") + "\n"
 		}
 		cmd, f, err := proc.LimitproxyCommand(parts[1], filepath.Join(dir, strconv.Itoa(i)+".toml"),
-			conf+fmt.Sprintf(proc.TokenBucketPolicy, "1000000000/s", 1000000000), logPath)
+			conf+fmt.Sprintf(proc.TokenBucketPolicy, rate, burst), logPath)
 		if err != nil {
 			return err
 		}
@@ -82,17 +84,18 @@ func compare(variants []string, rounds int, dur time.Duration, conns, threads in
 		}
 	}
 	first := targets[0]
-	fmt.Fprintf(out, "wrk -t%d -c%d -d%v against each variant, forwarding under a token bucket that never rejects, %d interleaved rounds; medians (min–max). Ratios are taken within each round against %s, then their median.\n\n",
-		threads, conns, dur, rounds, first.name)
-	fmt.Fprintln(out, "| variant | requests/s | proxy CPU µs/request | req/s vs first | CPU vs first |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|")
+	fmt.Fprintf(out, "wrk -t%d -c%d -d%v against each variant, under a token bucket of %s, burst %d, %d interleaved rounds; medians (min–max). Ratios are taken within each round against %s, then their median.\n\n",
+		threads, conns, dur, rate, burst, rounds, first.name)
+	fmt.Fprintln(out, "| variant | requests/s | non-2xx | proxy CPU µs/request | req/s vs first | CPU vs first |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|")
 	for _, t := range targets {
 		var rr, cr []float64
 		for i := range t.rounds {
 			rr = append(rr, t.rounds[i].rps/first.rounds[i].rps)
 			cr = append(cr, t.rounds[i].cpuPerReq/first.rounds[i].cpuPerReq)
 		}
-		fmt.Fprintf(out, "| %s | %s | %s | %s | %s |\n", t.name, spread(column(t, func(s sample) float64 { return s.rps }), "%.0f"),
+		fmt.Fprintf(out, "| %s | %s | %.0f%% | %s | %s | %s |\n", t.name, spread(column(t, func(s sample) float64 { return s.rps }), "%.0f"),
+			100*stats.Median(column(t, func(s sample) float64 { return s.non2xx })),
 			spread(column(t, func(s sample) float64 { return s.cpuPerReq }), "%.1f"), spread(rr, "%.2f×"), spread(cr, "%.2f×"))
 	}
 	fmt.Fprintln(out)

@@ -101,9 +101,11 @@ func main() {
 	ownCPU := flag.String("own-cpu", "", "once the proxies have started (inheriting this process's CPUs), move this process — the upstream — to these CPUs (taskset -a -p -c), e.g. 0, so that the proxies have their CPUs to themselves")
 	var variants multiFlag
 	flag.Var(&variants, "compare", "instead of the whole run, compare limitproxy variants forwarding, interleaved: NAME|BIN[|LINE;LINE…] (lines added to [[upstream]]), repeated; ratios against the first")
+	rate := flag.String("compare-rate", "1000000000/s", "with -compare: the token bucket's rate (1000/s: mostly 429s)")
+	burst := flag.Int("compare-burst", 1000000000, "with -compare: the token bucket's burst")
 	flag.Parse()
 	if len(variants) > 0 {
-		if err := compare(variants, *rounds, *dur, *conns, *threads, *wrkCPU, *ownCPU, os.Stdout); err != nil {
+		if err := compare(variants, *rate, *burst, *rounds, *dur, *conns, *threads, *wrkCPU, *ownCPU, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "proxybench:", err)
 			os.Exit(1)
 		}
