@@ -19,7 +19,8 @@ import (
 // 1000000000/s and as many, or its over-limit row's, 1000/s and 100),
 // interleaved: each variant is "NAME|BIN" or
 // "NAME|BIN|LINE;LINE…", lines added to the configuration's [[upstream]]
-// table (transport = "net/http", say). It reports each
+// table (transport = "net/http", say), or to its [server] table for
+// those that begin "server." (server.http1 = "net/http"). It reports each
 // variant's medians and, within each round, its ratio to the first
 // variant, then their median.
 func compare(variants []string, rate string, burst int, rounds int, dur time.Duration, conns, threads int, wrkCPU, ownCPU string, out io.Writer) error {
@@ -44,7 +45,13 @@ func compare(variants []string, rate string, burst int, rounds int, dur time.Dur
 		logPath := filepath.Join(dir, strconv.Itoa(i)+".log")
 		conf := proc.LimitproxyConfigAccessLog(addr, up.Addr, "draft")
 		if len(parts) > 2 && parts[2] != "" {
-			conf += strings.ReplaceAll(parts[2], ";", "\n") + "\n"
+			for line := range strings.SplitSeq(parts[2], ";") {
+				if key, ok := strings.CutPrefix(line, "server."); ok {
+					conf = strings.Replace(conf, "[server]\n", "[server]\n"+key+"\n", 1)
+				} else {
+					conf += line + "\n"
+				}
+			}
 		}
 		cmd, f, err := proc.LimitproxyCommand(parts[1], filepath.Join(dir, strconv.Itoa(i)+".toml"),
 			conf+fmt.Sprintf(proc.TokenBucketPolicy, rate, burst), logPath)

@@ -100,7 +100,7 @@ func main() {
 	wrkCPU := flag.String("wrk-cpu", "", "run wrk on these CPUs (taskset -c), e.g. 0; the caller pins the rest elsewhere")
 	ownCPU := flag.String("own-cpu", "", "once the proxies have started (inheriting this process's CPUs), move this process — the upstream — to these CPUs (taskset -a -p -c), e.g. 0, so that the proxies have their CPUs to themselves")
 	var variants multiFlag
-	flag.Var(&variants, "compare", "instead of the whole run, compare limitproxy variants forwarding, interleaved: NAME|BIN[|LINE;LINE…] (lines added to [[upstream]]), repeated; ratios against the first")
+	flag.Var(&variants, "compare", "instead of the whole run, compare limitproxy variants forwarding, interleaved: NAME|BIN[|LINE;LINE…] (lines added to [[upstream]], or to [server] as server.KEY = …), repeated; ratios against the first")
 	rate := flag.String("compare-rate", "1000000000/s", "with -compare: the token bucket's rate (1000/s: mostly 429s)")
 	burst := flag.Int("compare-burst", 1000000000, "with -compare: the token bucket's burst")
 	flag.Parse()
