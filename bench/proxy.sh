@@ -62,12 +62,11 @@ section="$bin/section.md"
   echo "(a new buffer per request), as the comparison asks for a bare one. What each part costs, in process (\`BenchmarkOverhead\` in"
   echo "proxy/bench_test.go, $rounds interleaved rounds): the same request through the bare ReverseProxy, the same with limitproxy's buffer"
   echo "pool (bare-pooled), and limitproxy's handler (match, client key, token bucket, RateLimit headers, forward), all over a transport"
-  echo "that answers at once, so only the proxies' own work is timed (limitproxy's through ReverseProxy: it forwards without it only over its own
-upstream transport, as BenchmarkForwarded below does). limitproxy against bare-pooled is the cost of the limit itself."
+  echo "that answers at once, so only the proxies' own work is timed. limitproxy against bare-pooled is the cost of the limit itself."
   echo
   (cd bench && go run ./benchmd -anchor Overhead=bare) <"$overhead"
   echo
-  echo "Allocations per forwarded request (the target: at most 30), by the whole server (\`BenchmarkForwarded\` in"
+  echo "Allocations per forwarded request (at most 40: TestServerAllocations), by the whole server (\`BenchmarkForwarded\` in"
   echo "cmd/limitproxy/internal/server/forward_bench_test.go, $rounds rounds): the proxy's HTTP/1.1 front, limitproxy's handler under a token bucket that never"
   echo "rejects, the upstream transport, metrics on, the access log off and on (to a writer that discards); one keep-alive"
   echo "connection over loopback from a raw-socket client to a raw-socket upstream, neither of which allocates per request,"

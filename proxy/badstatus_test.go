@@ -36,7 +36,7 @@ func TestMalformedStatus502(t *testing.T) {
 	h1Answers := []string{
 		"HTTP/1.1 000 OK\r\n\r\n",
 		"HTTP/1.1 099 X\r\n\r\n",
-		"HTTP/1.1 099 X\r\nContent-Length: 2\r\n\r\nok", // of known length: direct's own, not replayed
+		"HTTP/1.1 099 X\r\nContent-Length: 2\r\n\r\nok", // of known length
 		"HTTP/1.1 +99 X\r\n\r\n",
 		"HTTP/1.1 1000 X\r\n\r\n",
 		"HTTP/1.1 -1 X\r\n\r\n",
@@ -48,20 +48,18 @@ func TestMalformedStatus502(t *testing.T) {
 	get := "GET /s HTTP/1.1\r\nHost: h\r\n\r\n"
 	post := "POST /s HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello"
 	paths := []struct {
-		name        string
-		h2c         bool
-		reverseOnly bool
-		edit        func(*config.Config)
-		request     string
+		name    string
+		h2c     bool
+		edit    func(*config.Config)
+		request string
 	}{
-		{"direct", false, false, nil, get},
-		{"reverse", false, true, nil, get},
-		{"direct/unbuffered-response", false, false, func(c *config.Config) { c.Upstreams[0].ResponseBuffering = false }, get},
-		{"buffered-body", false, false, nil, post},
-		{"streamed-body", false, false, streamed, post},
-		{"h2c", true, false, h2c, get},
-		{"h2c/buffered-body", true, false, h2c, post},
-		{"h2c/streamed-body", true, false, func(c *config.Config) { h2c(c); streamed(c) }, post},
+		{"get", false, nil, get},
+		{"get/unbuffered-response", false, func(c *config.Config) { c.Upstreams[0].ResponseBuffering = false }, get},
+		{"buffered-body", false, nil, post},
+		{"streamed-body", false, streamed, post},
+		{"h2c", true, h2c, get},
+		{"h2c/buffered-body", true, h2c, post},
+		{"h2c/streamed-body", true, func(c *config.Config) { h2c(c); streamed(c) }, post},
 	}
 	for _, p := range paths {
 		answers := h1Answers
@@ -79,7 +77,7 @@ func TestMalformedStatus502(t *testing.T) {
 					u := startRawUpstream(t, func(*http.Request) (string, bool) { return answer, true })
 					up = u.ln.Addr().String()
 				}
-				checkMalformedAnswer(t, up, p.reverseOnly, p.edit, p.request)
+				checkMalformedAnswer(t, up, p.edit, p.request)
 			})
 		}
 	}
@@ -88,14 +86,13 @@ func TestMalformedStatus502(t *testing.T) {
 // checkMalformedAnswer sends request through a proxy in front of up,
 // which answers it malformed, and checks what the client, the logs and
 // the metrics see.
-func checkMalformedAnswer(t *testing.T, up string, reverseOnly bool, edit func(*config.Config), request string) {
+func checkMalformedAnswer(t *testing.T, up string, edit func(*config.Config), request string) {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	m := NewMetrics(prometheus.NewRegistry())
 	h := forwardHandler(t, up, "rate = \"1000000/s\"\nburst = 1000000", edit)
 	// As forwardHandler's, with a logger, the access log and metrics.
 	h = New(h.snap.Load().set, Options{Logger: zap.New(core), AccessLog: true, Metrics: m, Now: h.now})
-	h.reverseOnly = reverseOnly
 	addr, errLog := serveFrontLog(t, h)
 
 	c, err := net.Dial("tcp", addr)
@@ -157,15 +154,13 @@ func TestInformationalStatuses(t *testing.T) {
 		{"150-then-close", "HTTP/1.1 150 X\r\n\r\n", 502},
 	} {
 		for _, p := range []struct {
-			name        string
-			reverseOnly bool
-			request     string
-		}{{"direct", false, get}, {"reverse", true, get}, {"body", false, post}} {
+			name    string
+			request string
+		}{{"get", get}, {"body", post}} {
 			t.Run(c.name+"/"+p.name, func(t *testing.T) {
 				t.Parallel()
 				u := startRawUpstream(t, func(*http.Request) (string, bool) { return c.answer, true })
 				h := forwardHandler(t, u.ln.Addr().String(), "rate = \"1000000/s\"\nburst = 1000000", nil)
-				h.reverseOnly = p.reverseOnly
 				addr, errLog := serveFrontLog(t, h)
 				conn, err := net.Dial("tcp", addr)
 				if err != nil {

@@ -56,10 +56,6 @@ type Handler struct {
 	// in a leaky-bucket queue then leave it with 503.
 	closing     context.Context
 	closeQueues context.CancelFunc
-
-	// reverseOnly sends every request through the targets' ReverseProxy,
-	// never target.direct (forward_test.go compares the two).
-	reverseOnly bool
 }
 
 // snapshot is a policy set with what is built once for it: the upstream
@@ -584,9 +580,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 	}()
 	w.forwarded = true
 	forwardRequestID(r, w)
-	if h.reverseOnly || !t.direct(w, r) {
-		t.proxy.ServeHTTP(w, r)
-	}
+	t.proxy.ServeHTTP(w, r)
 	if w.status != statusClientClosed {
 		h.metrics.forwarded(p.Upstream, w.statusCode(), h.now().Sub(begin))
 	}

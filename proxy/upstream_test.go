@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -65,6 +66,35 @@ func TestPreserveHost(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("preserve_host = %v: upstream saw Host %q, want %q", preserve, got, want)
+		}
+	}
+}
+
+// TestTransportSwitch: [[upstream]] transport picks the client under each
+// target's ReverseProxy, limitproxy's by default and http.Transport with
+// "net/http" (always for h2c), and both forward.
+func TestTransportSwitch(t *testing.T) {
+	t.Parallel()
+	up := startScriptUpstream(t, nil)
+	for _, c := range []struct {
+		name string
+		edit func(*config.Config)
+		own  bool
+	}{
+		{"default", nil, true},
+		{"net/http", func(c *config.Config) { c.Upstreams[0].Transport = config.ImplNetHTTP }, false},
+	} {
+		h := forwardHandler(t, up.ln.Addr().String(), "rate = \"1000000/s\"\nburst = 1000000", c.edit)
+		tr := h.snap.Load().pools["app"].targets[0].proxy.Transport
+		if _, own := tr.(*syncTransport); own != c.own {
+			t.Errorf("%s: the transport is a %T", c.name, tr)
+		}
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "http://example.com/x", nil)
+		r.RemoteAddr = "192.0.2.1:1234"
+		h.ServeHTTP(w, r)
+		if w.Code != 200 || w.Body.String() != "ok" {
+			t.Errorf("%s: %d %q, want 200 \"ok\"", c.name, w.Code, w.Body)
 		}
 	}
 }

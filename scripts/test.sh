@@ -184,11 +184,6 @@ go test -race -count=1 ./...
 step "go test -race (bench/)"
 (cd bench && go test -race -count=1 ./...)
 (cd deploy/kubernetes/validate && go test -race -count=1 ./...)
-# The differential tests whose exchanges the race detector slows a
-# hundredfold, and so samples: whole, without it.
-step "go test (differential, whole)"
-go test -count=1 -run '^TestForwardDirect' ./proxy/
-
 # The Dockerfile's build step, checked here since no Docker engine runs
 # where this is developed: a static binary that runs.
 step "static build (Dockerfile)"
@@ -212,5 +207,3 @@ step "go test -fuzz (briefly)"
 for target in ./policy/config:FuzzParseRate ./policy/config:FuzzParse ./proxy:FuzzClientKey ./proxy:FuzzRewriteKeyParts ./proxy:FuzzNormalizePath ./proxy:FuzzSyncTransport ./proxy:FuzzWriteHead ./internal/h1:FuzzParseHead; do
   go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 10000x "${target%%:*}"
 done
-# Each execution of this one is two exchanges through two proxies.
-go test -run '^$' -fuzz '^FuzzForwardDirect$' -fuzztime 500x ./proxy

@@ -19,6 +19,7 @@
 // It starts every process it measures and stops each by its PID when done.
 //
 //	proxybench -limitproxy BIN -bareproxy BIN -bare429 BIN [-rounds 5] [-duration 5s] [-conns 64] > section.md
+//	proxybench -compare 'NAME|BIN[|LINE;…]' -compare … [-rounds 5] [-duration 5s]   (limitproxy variants forwarding, compare.go)
 package main
 
 import (
@@ -74,6 +75,14 @@ const nginxConf = `  upstream app { server %[1]s; keepalive 64; }
 }
 `
 
+// multiFlag is a flag that may be given more than once.
+type multiFlag []string
+
+func (m *multiFlag) String() string { return strings.Join(*m, " ") }
+
+// Set adds v.
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
 type sample struct {
 	rps, p50, p99 float64 // requests/s, ms, ms
 	non2xx        float64 // share of responses that were not 2xx/3xx
@@ -90,7 +99,18 @@ func main() {
 	threads := flag.Int("threads", 2, "wrk threads")
 	wrkCPU := flag.String("wrk-cpu", "", "run wrk on these CPUs (taskset -c), e.g. 0; the caller pins the rest elsewhere")
 	ownCPU := flag.String("own-cpu", "", "once the proxies have started (inheriting this process's CPUs), move this process — the upstream — to these CPUs (taskset -a -p -c), e.g. 0, so that the proxies have their CPUs to themselves")
+	var variants multiFlag
+	flag.Var(&variants, "compare", "instead of the whole run, compare limitproxy variants forwarding, interleaved: NAME|BIN[|LINE;LINE…] (lines added to [[upstream]], or to [server] as server.KEY = …), repeated; ratios against the first")
+	rate := flag.String("compare-rate", "1000000000/s", "with -compare: the token bucket's rate (1000/s: mostly 429s)")
+	burst := flag.Int("compare-burst", 1000000000, "with -compare: the token bucket's burst")
 	flag.Parse()
+	if len(variants) > 0 {
+		if err := compare(variants, *rate, *burst, *rounds, *dur, *conns, *threads, *wrkCPU, *ownCPU, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "proxybench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *lp == "" || *bare == "" || *bare429 == "" {
 		fmt.Fprintln(os.Stderr, "usage: proxybench -limitproxy BIN -bareproxy BIN -bare429 BIN [-rounds N] [-duration D] [-conns N]")
 		os.Exit(2)

@@ -116,7 +116,13 @@ type Server struct {
 	// knowledge as well as HTTP/1.1 (gRPC clients without TLS). With TLS,
 	// HTTP/2 is negotiated by ALPN whatever it says.
 	H2C bool
-	TLS *TLS // nil: plain HTTP
+	// HTTP1 is whose server reads plain-HTTP/1.1 requests on the proxy
+	// listener: limitproxy's front (internal/h1), which answers the
+	// cheap refusals (429, over max_connections) itself and hands the
+	// rest to net/http's server, or net/http's alone. TLS listeners are
+	// always net/http's.
+	HTTP1 Implementation
+	TLS   *TLS // nil: plain HTTP
 }
 
 // TLS is [server.tls].
@@ -264,6 +270,12 @@ type Upstream struct {
 	// HTTP/1.1, or HTTP/2 with prior knowledge (h2c, for gRPC backends
 	// without TLS). https:// targets negotiate by ALPN.
 	Protocol UpstreamProtocol
+	// Transport is whose client sends requests to HTTP/1.1 targets:
+	// limitproxy's (a request without a body, upgrade or TE written on
+	// the handler's goroutine; the rest through http.Transport), or
+	// net/http's http.Transport for every request. h2c is always
+	// http.Transport's.
+	Transport Implementation
 	// Buffering reads a request's whole body before an upstream
 	// connection is taken (nginx's proxy_request_buffering). false says
 	// that the upstream takes streamed request bodies (gRPC client
@@ -339,6 +351,18 @@ const DefaultClass = "default"
 
 // MaxClasses is the most priority classes an upstream may have.
 const MaxClasses = 16
+
+// Implementation is whose code does a part of the HTTP stack that
+// limitproxy has its own of: [server] http1 and [[upstream]] transport.
+// limitproxy's is the default where it measured cheaper (BENCHMARKS.md);
+// net/http's is the reference, there to fall back on.
+type Implementation string
+
+// The implementations.
+const (
+	ImplLimitproxy Implementation = "limitproxy" // limitproxy's own
+	ImplNetHTTP    Implementation = "net/http"   // the standard library's
+)
 
 // UpstreamProtocol is an upstream's protocol setting.
 type UpstreamProtocol string

@@ -72,7 +72,11 @@ const (
 	DefaultMode                 = Enforce
 	DefaultOnMissing            = MissingShared
 	DefaultUpstreamProtocol     = ProtocolHTTP1
-	DefaultRejectStatus         = 429
+	// limitproxy's own HTTP/1.1 front and upstream transport: each saves
+	// more than 15% of its path's CPU (BENCHMARKS.md).
+	DefaultHTTP1        = ImplLimitproxy
+	DefaultTransport    = ImplLimitproxy
+	DefaultRejectStatus = 429
 	// DefaultBanMax is how long an escalating ban may grow; DefaultBanForget
 	// how long an offence is remembered for escalation.
 	DefaultBanMax            = 24 * time.Hour

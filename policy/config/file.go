@@ -53,6 +53,7 @@ type (
 		RespDisk          scalar[int64]  `toml:"response_buffer_disk"`
 		ProxyProtocol     scalar[bool]   `toml:"proxy_protocol"`
 		H2C               scalar[bool]   `toml:"h2c"`
+		HTTP1             scalar[string] `toml:"http1"`
 		TLS               *rawTLS        `toml:"tls"`
 	}
 	rawTLS struct {
@@ -132,6 +133,7 @@ type (
 		RespFile      scalar[int64]   `toml:"response_buffer_file"`
 		AllowTrace    scalar[bool]    `toml:"allow_trace"`
 		Protocol      scalar[string]  `toml:"protocol"`
+		Transport     scalar[string]  `toml:"transport"`
 		Concurrency   *rawConcurrency `toml:"concurrency"`
 	}
 	rawConcurrency struct {

@@ -276,6 +276,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 	refine("server.ipv6_prefix", node{"minimum": 1, "maximum": 128})
 	refine("server.rate_limit_headers", node{"enum": headersModes})
 	refine("server.ambiguous_key_parts", node{"enum": ambiguousModes})
+	refine("server.http1", node{"enum": implementations})
 	refine("server.client_body_timeout", positive)
 	refine("server.send_timeout", positive)
 	refine("server.client_ip_header", node{"$ref": "#/$defs/headerName", "not": node{"pattern": anyCaseOf("", hopByHopNames)}})
@@ -358,13 +359,15 @@ func generateSchema(docs []byte) ([]byte, error) {
 	refine("upstream[].max_fails", node{"minimum": 0})
 	refine("upstream[].upgrades", node{"items": node{"type": "string", "pattern": "^" + tokenRE + "(/[^/]*)?$"}})
 	refine("upstream[].protocol", node{"enum": upstreamProtocols})
+	refine("upstream[].transport", node{"enum": implementations})
 	refine("upstream[].max_body_bytes", node{"minimum": 1})
 	refine("upstream[].min_body_rate", node{"minimum": 0, "maximum": 1 << 30})
 	refine("upstream[].body_rate_window", positive)
 	refine("upstream[].max_streams_per_key", node{"minimum": 1, "maximum": 1_000_000})
 	refine("upstream[]", node{
-		"if":   node{"properties": node{"protocol": node{"const": ProtocolH2C}}, "required": []string{"protocol"}},
-		"then": node{"properties": node{"targets": node{"items": node{"pattern": "^[Hh][Tt][Tt][Pp]://"}}}},
+		"if": node{"properties": node{"protocol": node{"const": ProtocolH2C}}, "required": []string{"protocol"}},
+		"then": node{"properties": node{"targets": node{"items": node{"pattern": "^[Hh][Tt][Tt][Pp]://"}},
+			"transport": node{"const": ImplNetHTTP}}},
 	})
 	refine("upstream[].concurrency.limit", node{"minimum": 1, "maximum": 1_000_000})
 	refine("upstream[].concurrency.min_limit", node{"minimum": 1, "maximum": 1_000_000})
@@ -492,6 +495,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"server.send_timeout":                      dur(DefaultSendTimeout),
 		"server.proxy_protocol":                    false,
 		"server.h2c":                               false,
+		"server.http1":                             DefaultHTTP1,
 		"server.tls.ca":                            DefaultACMECA,
 		"server.tls.storage":                       DefaultACMEStorage,
 		"admin.listen":                             DefaultAdminListen,
@@ -527,6 +531,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"upstream[].max_streams_per_key":           DefaultMaxStreamsPerKey,
 		"upstream[].allow_trace":                   false,
 		"upstream[].protocol":                      DefaultUpstreamProtocol,
+		"upstream[].transport":                     DefaultTransport,
 		"upstream[].concurrency.adaptive":          false,
 		"upstream[].concurrency.min_limit":         DefaultMinLimit,
 		"upstream[].concurrency.max_limit":         DefaultMaxLimit,

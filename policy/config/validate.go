@@ -37,6 +37,7 @@ var (
 	backends          = []Backend{BackendMemory, BackendRedis}
 	onErrors          = []OnError{OnErrorLocal, OnErrorAllow, OnErrorDeny}
 	upstreamProtocols = []UpstreamProtocol{ProtocolHTTP1, ProtocolH2C}
+	implementations   = []Implementation{ImplLimitproxy, ImplNetHTTP}
 	modes             = []Mode{Enforce, Shadow}
 	onMissings        = []OnMissing{MissingShared, MissingIP, MissingSkip, MissingReject}
 
@@ -223,6 +224,7 @@ func validateServer(s *rawServer, c *collector) Server {
 		ResponseBufferBudget: s.RespBudget.Or(DefaultResponseBufferBudget),
 		ResponseBufferDisk:   s.RespDisk.Or(DefaultResponseBufferDisk),
 		ProxyProtocol:        s.ProxyProtocol.V,
+		HTTP1:                Implementation(s.HTTP1.Or(string(DefaultHTTP1))),
 		H2C:                  s.H2C.V,
 	}
 	if !s.ProxyProtocolFrom.Set {
@@ -285,6 +287,7 @@ func validateServer(s *rawServer, c *collector) Server {
 	}
 	oneOf(c, "server.rate_limit_headers", srv.RateLimitHeaders, headersModes...)
 	oneOf(c, "server.ambiguous_key_parts", srv.AmbiguousKeyParts, ambiguousModes...)
+	oneOf(c, "server.http1", srv.HTTP1, implementations...)
 	if t := s.TLS; t != nil {
 		srv.TLS = &TLS{
 			Mode: TLSMode(t.Mode.V), Domains: t.Domains.V, Email: t.Email.V,
@@ -377,6 +380,7 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 		Name: u.Name.V, Timeout: u.Timeout.Or(DefaultUpstreamTimeout), PreserveHost: u.PreserveHost.V,
 		MaxFails: int(u.MaxFails.Or(DefaultMaxFails)), FailTimeout: u.FailTimeout.Or(DefaultFailTimeout),
 		Upgrades: DefaultUpgrades, AllowTrace: u.AllowTrace.V, Protocol: UpstreamProtocol(u.Protocol.Or(string(DefaultUpstreamProtocol))),
+		Transport: Implementation(u.Transport.Or(string(DefaultTransport))),
 		Buffering: u.Buffering.Or(DefaultRequestBuffering), MaxBodyBytes: u.MaxBodyBytes.Or(DefaultMaxBodyBytes),
 		MinBodyRate: u.MinBodyRate.Or(DefaultMinBodyRate), RateWindow: u.RateWindow.Or(DefaultBodyRateWindow),
 		MaxStreamsPerKey:     int(u.MaxStreams.Or(DefaultMaxStreamsPerKey)),
@@ -407,6 +411,13 @@ func validateUpstream(u *rawUpstream, key string, names map[string]int, i int, c
 		c.add(key+".timeout", "must be greater than zero")
 	}
 	oneOf(c, key+".protocol", up.Protocol, upstreamProtocols...)
+	oneOf(c, key+".transport", up.Transport, implementations...)
+	if up.Protocol == ProtocolH2C && up.Transport == ImplLimitproxy {
+		if u.Transport.Set {
+			c.add(key+".transport", "limitproxy's transport speaks HTTP/1.1; an h2c upstream's is net/http's")
+		}
+		up.Transport = ImplNetHTTP
+	}
 	if up.Protocol == ProtocolH2C {
 		for j, t := range up.Targets {
 			if t.Scheme != "http" {

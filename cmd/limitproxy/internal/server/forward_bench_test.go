@@ -127,8 +127,7 @@ func (r *rawClient) do() (int, error) {
 // access log and metrics as a production configuration has them but the
 // log discarded. The client and the upstream are raw sockets that allocate
 // nothing per request, so allocs/op is the proxy's allocations per
-// forwarded request (the target: at most 30; TestServerAllocations holds
-// it there).
+// forwarded request (TestServerAllocations holds it to at most 40).
 //
 //	go test -run '^$' -bench Forwarded -benchmem ./cmd/limitproxy/internal/server
 func BenchmarkForwarded(b *testing.B) {
@@ -221,9 +220,11 @@ key = ["ip"]
 
 // TestServerAllocations holds the whole server to the allocations per
 // request BenchmarkForwarded and BenchmarkRejected measure, access log
-// and metrics on: at most 30 per forwarded request (issue 29's target;
-// 23 measured, 25 under the race detector) and 10 per 429 (7 measured,
-// 8 under the race detector). testing.AllocsPerRun counts the whole
+// and metrics on: at most 40 per forwarded request (34 measured, 36
+// under the race detector; issue 29's target was 30, met at 23 by a
+// path that forwarded without httputil.ReverseProxy, which issue 36's
+// one HTTP stack removed: ReverseProxy's clones are the difference) and
+// 10 per 429 (7 measured, 8 under the race detector). testing.AllocsPerRun counts the whole
 // process, so the test is not parallel, and the margins absorb what
 // other goroutines allocate meanwhile.
 func TestServerAllocations(t *testing.T) {
@@ -233,7 +234,7 @@ func TestServerAllocations(t *testing.T) {
 		burst, want int
 		most        float64
 	}{
-		{"forwarded", "1000000000/s", 1000000000, 200, 30},
+		{"forwarded", "1000000000/s", 1000000000, 200, 40},
 		{"rejected", "1/10s", 1, 429, 10},
 	} {
 		rc := startCountedServer(t, c.rate, c.burst, c.want, true)

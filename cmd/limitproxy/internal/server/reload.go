@@ -229,6 +229,7 @@ func restartOnly(a, b *config.Config) []string {
 	check("server.max_header_bytes", a.Server.MaxHeaderBytes, b.Server.MaxHeaderBytes)
 	check("server.max_connections", a.Server.MaxConnections, b.Server.MaxConnections)
 	check("server.proxy_protocol", a.Server.ProxyProtocol, b.Server.ProxyProtocol)
+	check("server.http1", a.Server.HTTP1, b.Server.HTTP1)
 	check("server.h2c", a.Server.H2C, b.Server.H2C)
 	check("server.temp_dir", a.Server.TempDir, b.Server.TempDir)
 	check("server.response_buffer_budget", a.Server.ResponseBufferBudget, b.Server.ResponseBufferBudget)

@@ -187,7 +187,8 @@ type process struct {
 
 	ln  net.Listener // the proxy's, as srv serves it
 	srv *http.Server
-	// front serves plain HTTP/1.1 in front of srv (server); nil under TLS.
+	// front serves plain HTTP/1.1 in front of srv (server); nil under TLS
+	// or with [server] http1 = "net/http".
 	front *h1.Server
 	// With [server.tls]: the listener of http_listen and its server
 	// (redirects to HTTPS, ACME's HTTP challenges), and the ACME manager.
@@ -492,10 +493,14 @@ func (p *process) servers() []func() error {
 	// Decided before net/http's server runs: it sets a TLSConfig of
 	// its own (for HTTP/2) once it serves.
 	serve := []func() error{func() error { return p.srv.ServeTLS(p.ln, "", "") }}
-	if p.srv.TLSConfig == nil {
+	switch {
+	case p.srv.TLSConfig != nil:
+	case p.cfg.Server.HTTP1 == config.ImplLimitproxy:
 		front := h1.New(p.srv)
 		p.front = front
 		serve[0] = func() error { return front.Serve(p.ln) }
+	default: // [server] http1 = "net/http"
+		serve[0] = func() error { return p.srv.Serve(p.ln) }
 	}
 	if p.redirect != nil {
 		serve = append(serve, func() error { return p.redirect.Serve(p.redirectLn) })
