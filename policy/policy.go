@@ -246,41 +246,14 @@ func newMatcher(m *config.Match) matcher {
 
 // matches reports whether r, whose host is host (requestHost; needed
 // only when m has hosts), satisfies every condition of m.
-func (m *matcher) matches(r *http.Request, host string) bool {
-	if m.never {
-		return false
-	}
-	if m.all {
-		return true
-	}
-	if len(m.hosts) > 0 && !matchHost(m.hosts, host) {
-		return false
-	}
-	if len(m.methods) > 0 && !contains(m.methods, r.Method) {
-		return false
-	}
-	path := r.URL.Path
-	if m.hasPath && path != m.path {
-		return false
-	}
-	if m.prefix != "" && !strings.HasPrefix(path, m.prefix) {
-		return false
-	}
-	if re := m.m.PathRegex; re != nil && !re.MatchString(path) {
-		return false
-	}
-	for _, h := range m.m.Headers {
-		vs, ok := r.Header[h.Name]
-		if !ok || !h.Any && !contains(vs, h.Value) {
-			return false
-		}
-	}
-	return true
-}
+func (m *matcher) matches(r *http.Request, host string) bool { return m.match(r, host, false) }
 
 // matchesFold is matches with r's path compared without regard to case
 // (MatchFold).
-func (m *matcher) matchesFold(r *http.Request, host string) bool {
+func (m *matcher) matchesFold(r *http.Request, host string) bool { return m.match(r, host, true) }
+
+// match is matches, and with fold matchesFold.
+func (m *matcher) match(r *http.Request, host string, fold bool) bool {
 	if m.never {
 		return false
 	}
@@ -294,14 +267,21 @@ func (m *matcher) matchesFold(r *http.Request, host string) bool {
 		return false
 	}
 	path := r.URL.Path
-	if m.hasPath && !strings.EqualFold(path, m.path) {
-		return false
-	}
-	if m.prefix != "" && !hasPrefixFold(path, m.prefix) {
-		return false
-	}
-	if m.foldRe != nil && !m.foldRe.MatchString(path) {
-		return false
+	switch {
+	case !fold:
+		if m.hasPath && path != m.path || m.prefix != "" && !strings.HasPrefix(path, m.prefix) {
+			return false
+		}
+		if re := m.m.PathRegex; re != nil && !re.MatchString(path) {
+			return false
+		}
+	default:
+		if m.hasPath && !strings.EqualFold(path, m.path) || m.prefix != "" && !hasPrefixFold(path, m.prefix) {
+			return false
+		}
+		if m.foldRe != nil && !m.foldRe.MatchString(path) {
+			return false
+		}
 	}
 	for _, h := range m.m.Headers {
 		vs, ok := r.Header[h.Name]
