@@ -18,6 +18,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 )
 
 var stamp = regexp.MustCompile(`"ts":"[0-9T:.Z+-]+"`)
@@ -72,15 +73,17 @@ func TestAccessJSONAsZap(t *testing.T) {
 				r.Header.Set("X-Forwarded-For", c.xff)
 			}
 			srv := &config.Server{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, ClientIPHeader: "X-Forwarded-For"}
-			rec := &recorder{status: c.status, upstream: "app", key: c.key, err: c.err}
-			rec.access = accessFields{requestID: "0123456789abcdef0123456789abcdef", sent: 191, log: &config.Log{ClientAddress: c.mode}, srv: srv}
+			x := &exchange{w: recorder{status: c.status, sent: 191}, rec: record{upstream: "app", key: c.key, err: c.err}}
+			x.req = request{r: r, start: start, srv: srv, id: [1]string{"0123456789abcdef0123456789abcdef"},
+				snap: &snapshot{set: &policy.Set{Config: &config.Config{Log: config.Log{ClientAddress: c.mode}}}}}
+			x.req.client = clientkey.Resolve(r, srv)
 			var o *owed
 			if c.cost != 0 {
 				o = &owed{cost: c.cost}
 			}
 			zapOut.Reset()
 			h.accJSON = nil
-			h.logAccess(r, rec, start, c.p, Rejected, c.wait, o)
+			h.logAccess(x, c.p, Rejected, c.wait, o)
 			if zapOut.Len() == 0 {
 				t.Fatal("zap wrote no line")
 			}
@@ -88,14 +91,14 @@ func TestAccessJSONAsZap(t *testing.T) {
 			if c.err != "" {
 				level = zapcore.WarnLevel
 			}
-			own := appendAccessJSON(nil, h, r, rec, at, at.Sub(start), c.p, Rejected, c.wait, o, level)
+			own := appendAccessJSON(nil, h, x, at, at.Sub(start), c.p, Rejected, c.wait, o, level)
 			if string(own) != zapOut.String() {
 				t.Errorf("own encoding:\n%s\nzap's:\n%s", own, zapOut.String())
 			}
 			// Through logAccess, stamped with the wall clock.
 			var written bytes.Buffer
 			h.accJSON = &written
-			h.logAccess(r, rec, start, c.p, Rejected, c.wait, o)
+			h.logAccess(x, c.p, Rejected, c.wait, o)
 			if got, want := stamp.ReplaceAllString(written.String(), "TS"), stamp.ReplaceAllString(zapOut.String(), "TS"); got != want {
 				t.Errorf("logAccess wrote:\n%s\nwant (but the time):\n%s", got, want)
 			}

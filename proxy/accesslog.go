@@ -17,53 +17,24 @@ import (
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
-// accessFields are what a request's access-log line carries beyond its
-// outcome, and the request id its answer carries.
-type accessFields struct {
-	requestID string
-	// idValue is requestID as a header's values, for the request
-	// forwarded and the answer alike: the header maps take a slice of it
-	// (capacity 1), not a new slice; neither is changed in place.
-	idValue [1]string
-	sent    int64      // bytes of response body written to the client
-	body    *timedBody // the request body as read, if it was; nil: none read
-	log     *config.Log
-	srv     *config.Server
-}
-
 // maxLoggedUserAgent bounds the user agent the access log carries, in
 // bytes: a client's header is up to max_header_bytes, and a flood of
 // such lines would be the client's to write.
 const maxLoggedUserAgent = 256
 
-// beginRequest is the first thing done with a request: it settles its
-// request id (requestid.go), which the answer carries and the upstream
-// receives (forwardRequestID), and what its access-log line will need
-// from snap.
-func (h *Handler) beginRequest(r *http.Request, rec *recorder, snap *snapshot) {
-	cfg := snap.set.Config
-	rec.access.log, rec.access.srv = &cfg.Log, &cfg.Server
-	rec.access.requestID = requestID(r, &cfg.Server)
-	rec.access.idValue[0] = rec.access.requestID
-}
-
 // forwardRequestID sets the request id on r as it goes to the upstream,
 // replacing what the client sent. (Not before: the policies match and
 // key on the request's headers as the client sent them.)
-func forwardRequestID(r *http.Request, rec *recorder) {
-	r.Header[requestIDHeader] = rec.access.idHeader()
+func forwardRequestID(r *http.Request, x *exchange) {
+	r.Header[requestIDHeader] = x.req.id[:]
 }
-
-// idHeader returns the request id as a header's values: one slice for
-// both headers that carry it (neither is changed in place).
-func (a *accessFields) idHeader() []string { return a.idValue[:] }
 
 // stampHeader sets the request id on the answer, once, as its head is
 // written: an upstream's own X-Request-Id is replaced, so that the client
 // holds the id the access log has.
 func (r *recorder) stampHeader() {
-	if r.access.requestID != "" {
-		r.Header()[requestIDHeader] = r.access.idHeader()
+	if r.id != nil {
+		r.Header()[requestIDHeader] = r.id
 	}
 }
 
@@ -73,17 +44,18 @@ func (r *recorder) stampHeader() {
 // out, with an error field. The line is encoded here and written out off
 // the request's time (the server gives the access logger a buffered
 // destination).
-func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision Decision, wait time.Duration, o *owed) {
+func (h *Handler) logAccess(x *exchange, p *policy.Policy, decision Decision, wait time.Duration, o *owed) {
 	if h.acc == nil {
 		return
 	}
+	r, rec, w, start := x.req.r, &x.rec, &x.w, x.req.start
 	level := zapcore.InfoLevel
 	if rec.err != "" {
 		level = zapcore.WarnLevel
 	}
 	if h.accJSON != nil && rec.replay == nil {
 		if h.acc.Core().Enabled(level) {
-			h.writeAccessJSON(r, rec, start, p, decision, wait, o, level)
+			h.writeAccessJSON(x, p, decision, wait, o, level)
 		}
 		return
 	}
@@ -100,8 +72,8 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 		key = h.hasher.Key(rec.key)
 	}
 	var received int64
-	if rec.access.body != nil {
-		received = rec.access.body.read.Load()
+	if rec.readBody != nil {
+		received = rec.readBody.read.Load()
 	}
 	ua := r.Header.Get("User-Agent")
 	if len(ua) > maxLoggedUserAgent {
@@ -111,18 +83,18 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 		zap.String("method", r.Method),
 		zap.String("host", r.Host),
 		zap.String("path", r.URL.Path),
-		zap.Int("status", rec.statusCode()),
+		zap.Int("status", w.statusCode()),
 		zap.Duration("duration", h.now().Sub(start)),
 		zap.String("policy", name),
 		zap.String("decision", decision.String()),
 		zap.String("upstream", rec.upstream),
 		zap.Duration("queue_wait", wait),
-		zap.String("client", h.loggedClient(r, rec)),
+		zap.String("client", h.loggedClient(x)),
 		zap.String("key", key),
-		zap.Int64("bytes_sent", rec.access.sent),
+		zap.Int64("bytes_sent", w.sent),
 		zap.Int64("bytes_received", received),
 		zap.String("user_agent", ua),
-		zap.String("request_id", rec.access.requestID),
+		zap.String("request_id", x.req.id[0]),
 		zap.String("error", rec.err),
 		{}, // cost
 	}
@@ -144,15 +116,12 @@ func (h *Handler) logAccess(r *http.Request, rec *recorder, start time.Time, p *
 // loggedClient is the access log's client field: the address the ip key
 // part resolves, as [log] client_address shows it; "" for none (a Unix
 // socket).
-func (h *Handler) loggedClient(r *http.Request, rec *recorder) string {
-	if rec.access.srv == nil {
+func (h *Handler) loggedClient(x *exchange) string {
+	if !x.req.client.OK {
 		return ""
 	}
-	a, ok := clientIP(r, rec.access.srv)
-	if !ok {
-		return ""
-	}
-	switch rec.access.log.ClientAddress {
+	a := x.req.client.Addr
+	switch x.req.snap.set.Config.Log.ClientAddress {
 	case config.ClientMasked:
 		return maskAddr(a).String()
 	case config.ClientHashed:
@@ -191,9 +160,9 @@ const maxPooledLine = 16 << 10
 // logAccess's order, strings escaped as zap escapes them, durations in
 // seconds), byte for byte, but appended into a pooled buffer and written
 // in one Write, without building zap fields.
-func (h *Handler) writeAccessJSON(r *http.Request, rec *recorder, start time.Time, p *policy.Policy, decision Decision, wait time.Duration, o *owed, level zapcore.Level) {
+func (h *Handler) writeAccessJSON(x *exchange, p *policy.Policy, decision Decision, wait time.Duration, o *owed, level zapcore.Level) {
 	bp := accessBufs.Get().(*[]byte)
-	b := appendAccessJSON((*bp)[:0], h, r, rec, time.Now(), h.now().Sub(start), p, decision, wait, o, level)
+	b := appendAccessJSON((*bp)[:0], h, x, time.Now(), h.now().Sub(x.req.start), p, decision, wait, o, level)
 	h.accJSON.Write(b)
 	if cap(b) <= maxPooledLine {
 		*bp = b
@@ -202,7 +171,8 @@ func (h *Handler) writeAccessJSON(r *http.Request, rec *recorder, start time.Tim
 }
 
 // appendAccessJSON appends the access line, stamped ts, to b.
-func appendAccessJSON(b []byte, h *Handler, r *http.Request, rec *recorder, ts time.Time, duration time.Duration, p *policy.Policy, decision Decision, wait time.Duration, o *owed, level zapcore.Level) []byte {
+func appendAccessJSON(b []byte, h *Handler, x *exchange, ts time.Time, duration time.Duration, p *policy.Policy, decision Decision, wait time.Duration, o *owed, level zapcore.Level) []byte {
+	r, rec, w := x.req.r, &x.rec, &x.w
 	b = append(b, `{"level":"`...)
 	b = append(b, level.String()...)
 	b = append(b, `","ts":"`...)
@@ -214,7 +184,7 @@ func appendAccessJSON(b []byte, h *Handler, r *http.Request, rec *recorder, ts t
 	b = append(b, `,"path":`...)
 	b = appendJSONString(b, r.URL.Path)
 	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(rec.statusCode()), 10)
+	b = strconv.AppendInt(b, int64(w.statusCode()), 10)
 	b = append(b, `,"duration":`...)
 	b = appendSeconds(b, duration)
 	b = append(b, `,"policy":`...)
@@ -230,17 +200,17 @@ func appendAccessJSON(b []byte, h *Handler, r *http.Request, rec *recorder, ts t
 	b = append(b, `,"queue_wait":`...)
 	b = appendSeconds(b, wait)
 	b = append(b, `,"client":`...)
-	b = h.appendLoggedClient(b, r, rec)
+	b = h.appendLoggedClient(b, x)
 	b = append(b, `,"key":"`...)
 	if rec.key != "" && h.hasher != nil {
 		b = h.keyHashes.appendKey(b, h.hasher, rec.key)
 	}
 	b = append(b, `","bytes_sent":`...)
-	b = strconv.AppendInt(b, rec.access.sent, 10)
+	b = strconv.AppendInt(b, w.sent, 10)
 	b = append(b, `,"bytes_received":`...)
 	var received int64
-	if rec.access.body != nil {
-		received = rec.access.body.read.Load()
+	if rec.readBody != nil {
+		received = rec.readBody.read.Load()
 	}
 	b = strconv.AppendInt(b, received, 10)
 	b = append(b, `,"user_agent":`...)
@@ -250,7 +220,7 @@ func appendAccessJSON(b []byte, h *Handler, r *http.Request, rec *recorder, ts t
 	}
 	b = appendJSONString(b, ua)
 	b = append(b, `,"request_id":`...)
-	b = appendJSONString(b, rec.access.requestID)
+	b = appendJSONString(b, x.req.id[0])
 	if rec.err != "" {
 		b = append(b, `,"error":`...)
 		b = appendJSONString(b, rec.err)
@@ -264,17 +234,14 @@ func appendAccessJSON(b []byte, h *Handler, r *http.Request, rec *recorder, ts t
 
 // appendLoggedClient appends loggedClient's value as a JSON string,
 // without allocating for a full or masked address.
-func (h *Handler) appendLoggedClient(b []byte, r *http.Request, rec *recorder) []byte {
-	if rec.access.srv == nil {
+func (h *Handler) appendLoggedClient(b []byte, x *exchange) []byte {
+	if !x.req.client.OK {
 		return append(b, `""`...)
 	}
-	a, ok := clientIP(r, rec.access.srv)
-	if !ok {
-		return append(b, `""`...)
-	}
+	a := x.req.client.Addr
 	var scratch [64]byte
 	var text []byte
-	switch rec.access.log.ClientAddress {
+	switch x.req.snap.set.Config.Log.ClientAddress {
 	case config.ClientMasked:
 		text = maskAddr(a).AppendTo(scratch[:0])
 	case config.ClientHashed:

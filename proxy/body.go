@@ -188,7 +188,8 @@ func hasBody(r *http.Request) bool {
 // there already. A request without a body costs nothing. cleanup releases
 // the buffer and must be called once the request is done; err is the
 // client's, to answer with.
-func prepareBody(w http.ResponseWriter, r *http.Request, lim bodyLimits) (cleanup func(), err *clientBodyError) {
+func prepareBody(x *exchange, r *http.Request, lim bodyLimits) (cleanup func(), err *clientBodyError) {
+	var w http.ResponseWriter = &x.w
 	if !hasBody(r) {
 		return func() {}, nil
 	}
@@ -196,9 +197,7 @@ func prepareBody(w http.ResponseWriter, r *http.Request, lim bodyLimits) (cleanu
 		return func() {}, &clientBodyError{http.StatusRequestEntityTooLarge, &http.MaxBytesError{Limit: lim.max}}
 	}
 	tb := &timedBody{body: r.Body, timeout: lim.timeout, left: lim.max, max: lim.max}
-	if rec, ok := w.(*recorder); ok {
-		rec.access.body = tb
-	}
+	x.rec.readBody = tb
 	if dl, ok := unwrapDeadliner(w); ok {
 		tb.dl = dl
 		// The server answers "Expect: 100-continue" itself when the body

@@ -158,9 +158,10 @@ func (h *Handler) refund(ctx context.Context, o *owed) {
 // settle charges what the answer owes once it has ended (or failed, or
 // never was: the request was not forwarded, and what was reserved is
 // given back). It runs whatever happened, a response cut short included.
-func (h *Handler) settle(rec *recorder, o *owed) {
+func (h *Handler) settle(x *exchange, o *owed) {
 	ctx := context.Background() // the client may have gone; the charge stands
-	if !rec.forwarded {
+	rec := &x.w
+	if !x.rec.forwarded {
 		h.refund(ctx, o)
 		return
 	}
@@ -170,7 +171,7 @@ func (h *Handler) settle(rec *recorder, o *owed) {
 		}
 		ch := &o.p.Charges[i]
 		cost, reported := int64(0), false
-		if ch.CostFrom != "" && !rec.unseen {
+		if ch.CostFrom != "" && !x.rec.unseen {
 			cost, reported = reportedCost(rec.Header(), ch)
 			if reported {
 				h.averages.observe(l.Limits()[0].Name(), o.keys[i], cost)
@@ -185,7 +186,7 @@ func (h *Handler) settle(rec *recorder, o *owed) {
 			// So is an answer nobody here sees (the forward-auth
 			// endpoint's): the count limit then counts every request
 			// let through.
-			gone := rec.unseen || rec.head == 0 && rec.status == statusClientClosed
+			gone := x.rec.unseen || rec.head == 0 && rec.status == statusClientClosed
 			if !gone && (rec.head == 0 || !ch.Count.Matches(rec.head, rec.Header())) {
 				h.metrics.responseCharge(o.p.Name, chargeNotCounted)
 				continue

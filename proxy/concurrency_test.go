@@ -265,23 +265,23 @@ func TestUpstreamOutcome(t *testing.T) {
 	at := time.Unix(1, 0)
 	for _, c := range []struct {
 		name string
-		w    recorder
+		x    exchange
 		want concurrency.Outcome
 	}{
-		{"200", recorder{status: 200, headerAt: at}, concurrency.Good},
-		{"404", recorder{status: 404, headerAt: at}, concurrency.Good},
-		{"429", recorder{status: 429, headerAt: at}, concurrency.Overload},
-		{"503", recorder{status: 503, headerAt: at}, concurrency.Overload},
-		{"504 of the proxy", recorder{status: 504, headerAt: at, ownAnswer: true}, concurrency.Overload},
-		{"502 of the proxy", recorder{status: 502, headerAt: at, ownAnswer: true}, concurrency.Overload},
-		{"502 of the upstream", recorder{status: 502, headerAt: at}, concurrency.Neutral},
-		{"500", recorder{status: 500, headerAt: at}, concurrency.Neutral},
-		{"101 tunnel", recorder{status: 101, headerAt: at}, concurrency.Neutral},
-		{"client gone", recorder{status: statusClientClosed}, concurrency.Neutral},
-		{"413 about the body", recorder{status: 413, headerAt: at, ownAnswer: true}, concurrency.Neutral},
-		{"no answer", recorder{}, concurrency.Neutral},
+		{"200", exchange{w: recorder{status: 200, headerAt: at}}, concurrency.Good},
+		{"404", exchange{w: recorder{status: 404, headerAt: at}}, concurrency.Good},
+		{"429", exchange{w: recorder{status: 429, headerAt: at}}, concurrency.Overload},
+		{"503", exchange{w: recorder{status: 503, headerAt: at}}, concurrency.Overload},
+		{"504 of the proxy", exchange{w: recorder{status: 504, headerAt: at}, rec: record{ownAnswer: true}}, concurrency.Overload},
+		{"502 of the proxy", exchange{w: recorder{status: 502, headerAt: at}, rec: record{ownAnswer: true}}, concurrency.Overload},
+		{"502 of the upstream", exchange{w: recorder{status: 502, headerAt: at}}, concurrency.Neutral},
+		{"500", exchange{w: recorder{status: 500, headerAt: at}}, concurrency.Neutral},
+		{"101 tunnel", exchange{w: recorder{status: 101, headerAt: at}}, concurrency.Neutral},
+		{"client gone", exchange{w: recorder{status: statusClientClosed}}, concurrency.Neutral},
+		{"413 about the body", exchange{w: recorder{status: 413, headerAt: at}, rec: record{ownAnswer: true}}, concurrency.Neutral},
+		{"no answer", exchange{}, concurrency.Neutral},
 	} {
-		if got := upstreamOutcome(&c.w); got != c.want {
+		if got := upstreamOutcome(&c.x); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 )
 
 // Decision is what the proxy decided about one request, as the access
@@ -135,25 +136,25 @@ type ruling struct {
 	owes *owed
 }
 
-// decide decides r, arriving at now, under snap with the server settings
-// s: canonical form, policy, keys, penalty box, per-key overrides,
+// decide decides x's request, as it arrived (its facts: the snapshot,
+// the server settings, the client, the time): canonical form, policy, keys, penalty box, per-key overrides,
 // limits (reserving what limits that read the answer need), and the
 // offence a rejection makes. It is the one path both ServeHTTP and the
 // Evaluator take: what follows it (waiting in a leaky bucket's queue, the
 // concurrency gates, forwarding, settling the answer) is theirs. It
 // rewrites r as the upstream is to see it (canonicalize, pinned key
 // headers). o must be the zero ruling but for its keys.
-func (h *Handler) decide(ctx context.Context, r *http.Request, snap *snapshot, s *config.Server, now time.Time, o *ruling) {
-	if !h.match(r, snap, s, o) {
+func (h *Handler) decide(ctx context.Context, x *exchange, o *ruling) {
+	if !h.match(x, o) {
 		return
 	}
-	if !h.buildKeys(r, s, o) {
+	if !h.buildKeys(x, o) {
 		return
 	}
-	if h.inPenaltyBox(now, o) {
+	if h.inPenaltyBox(x.req.start, o) {
 		return
 	}
-	h.applyLimits(ctx, r, now, o)
+	h.applyLimits(ctx, x.req.r, x.req.start, o)
 }
 
 // refuse records that the proxy answers r itself.
@@ -163,7 +164,8 @@ func (o *ruling) refuse(d Decision, a reply, status int) {
 
 // match puts r in canonical form and finds its policy; false when r is
 // answered without one (Invalid, Unmatched) or refused as TRACE.
-func (h *Handler) match(r *http.Request, snap *snapshot, s *config.Server, o *ruling) bool {
+func (h *Handler) match(x *exchange, o *ruling) bool {
+	r, snap, s := x.req.r, x.req.snap, x.req.srv
 	var sent string // the path as the upstream receives it, if not canonical
 	if o.verbatim && strings.HasPrefix(r.RequestURI, "/") {
 		sent, _, _ = strings.Cut(r.RequestURI, "?")
@@ -206,45 +208,46 @@ func (h *Handler) match(r *http.Request, snap *snapshot, s *config.Server, o *ru
 // policy's own for its [policy.concurrency]); false when r is refused for
 // its key (ambiguous, or missing with on_missing = "reject") or
 // forwarded without limiting (Skipped).
-func (h *Handler) buildKeys(r *http.Request, s *config.Server, o *ruling) bool {
-	p := o.p
+func (h *Handler) buildKeys(x *exchange, o *ruling) bool {
+	p, r := o.p, x.req.r
+	q := x.keyRequest()
 	var (
-		res    keyResult
-		ownRes = keyOK
+		res    clientkey.Result
+		ownRes = clientkey.OK
 	)
 	if p.OwnKeys {
-		res = limitKeys(r, p, s, o.keys[:len(p.Limits)])
+		res = clientkey.Limits(&q, p, o.keys[:len(p.Limits)])
 		if p.Concurrency != nil {
 			// Built now, so that an ambiguous part of it is refused
 			// before any limit counts the request.
-			if o.gateKey, ownRes = clientKey(r, p, s); ownRes == keyInvalid {
-				res = keyInvalid
+			if o.gateKey, ownRes = clientkey.Policy(&q, p); ownRes == clientkey.Invalid {
+				res = clientkey.Invalid
 			}
 		}
 	} else {
-		o.key, res = clientKey(r, p, s)
+		o.key, res = clientkey.Policy(&q, p)
 		o.gateKey = o.key
 	}
-	if res == keyInvalid {
+	if res == clientkey.Invalid {
 		o.refuse(Invalid, replyAmbiguous, http.StatusBadRequest)
 		return false
 	}
-	if s.AmbiguousKeyParts == config.AmbiguousRewrite {
-		rewriteKeyParts(r, p)
+	if x.req.srv.AmbiguousKeyParts == config.AmbiguousRewrite {
+		clientkey.Rewrite(r, p)
 	}
 	switch res {
-	case keySkip:
+	case clientkey.Skip:
 		o.decision = Skipped
 		return false
-	case keyReject:
+	case clientkey.Reject:
 		o.refuse(Rejected, replyNoKey, http.StatusBadRequest)
 		return false
 	}
-	pinKeyHeaders(r, p)
+	clientkey.Pin(r, p)
 	// The request passes the policy's concurrency gate under its own key,
 	// unless that key skips it; one that lacks it is refused (gate).
-	o.gated = p.Concurrency != nil && ownRes != keySkip
-	o.noGateKey = ownRes == keyReject
+	o.gated = p.Concurrency != nil && ownRes != clientkey.Skip
+	o.noGateKey = ownRes == clientkey.Reject
 	return true
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy"
@@ -80,7 +81,11 @@ func (e *Evaluator) Evaluate(r *http.Request, now time.Time) Verdict {
 	e.now = now
 	var keys [limiter.MaxLimits]string
 	o := ruling{keys: keys[:]}
-	e.h.decide(context.Background(), r, e.h.snap.Load(), &e.srv, now, &o)
+	snap := e.h.snap.Load()
+	x := e.h.newExchange(headerWriter{}, r, snap, &e.srv, now)
+	x.req.r = r
+	x.req.client = clientkey.Resolve(r, &e.srv)
+	e.h.decide(context.Background(), x, &o)
 	v := Verdict{Decision: o.decision, Status: o.status, owes: o.owes}
 	if o.p != nil {
 		v.Policy = o.p.Name
@@ -112,8 +117,8 @@ func (e *Evaluator) Answer(v Verdict, status int, cost int64, end time.Time) {
 			}
 		}
 	}
-	rec := &recorder{ResponseWriter: hw, forwarded: true, status: status, head: status}
-	e.h.settle(rec, v.owes)
+	x := &exchange{w: recorder{ResponseWriter: hw, status: status, head: status}, rec: record{forwarded: true}}
+	e.h.settle(x, v.owes)
 }
 
 // headerWriter is a ResponseWriter that holds only a header: an answer

@@ -9,6 +9,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 )
 
 // The forward-auth endpoint (docs/forward-auth.md) answers another proxy
@@ -44,23 +45,20 @@ func (f forwardAuth) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 	start := h.now()
 	snap := h.snap.Load()
 	fa := &snap.set.Config.ForwardAuth
+	// The settings the request is judged by: the set's, with the trusted
+	// senders believed as proxies (originalRequest).
 	srv := snap.set.Config.Server
+	x := h.newExchange(w, in, snap, &srv, start)
 	r, problemDetail := originalRequest(in, fa, &srv)
-	rec := h.newRecorder(w, r, snap, start)
-	if rec.access.srv != nil {
-		// The access log's client, too, is the one behind the sender.
-		rec.access.srv = &srv
-	}
-	if rec.replay != nil {
-		// The client as this endpoint finds it: behind a trusted sender.
-		rec.replay = captureReplay(r, snap.replay, &srv, start)
-	}
+	// Its facts are the original request's: the client behind the
+	// sender, the target as sent.
+	h.arrive(x, r)
 	// The answer goes to the asking proxy, never to a gRPC client: a
 	// refusal must be a refusal by its HTTP status.
-	rec.grpc, rec.h2 = false, false
+	x.w.grpc, x.w.h2 = false, false
 	// The endpoint never sees the answer: what limits that read it are
 	// owed is settled as for an answer nobody saw (settle).
-	rec.unseen = true
+	x.rec.unseen = true
 	var (
 		keys [limiter.MaxLimits]string
 		// The asking proxy forwards the target as its client sent it:
@@ -68,31 +66,25 @@ func (f forwardAuth) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 		o    = ruling{keys: keys[:], verbatim: true}
 		wait time.Duration
 	)
-	defer func() { h.done(rec, r, snap, start, &o, wait) }()
+	defer func() { h.done(x, &o, wait) }()
 	if problemDetail != "" {
 		o.refuse(Invalid, replyInvalid, http.StatusBadRequest)
 		o.detail = problemDetail
-		h.answer(rec, r, snap, start, &o)
+		h.answer(x, &o)
 		return
 	}
-	h.decide(in.Context(), r, snap, &srv, start, &o)
+	h.decide(in.Context(), x, &o)
 	if o.owes != nil {
-		defer h.settle(rec, o.owes)
+		defer h.settle(x, o.owes)
 	}
-	h.inform(rec, snap, start, &o)
+	h.inform(&x.w, snap, start, &o)
 	if o.reply == noReply && o.decision == Queued {
-		if o.d.Delay > fa.MaxWait {
-			// Longer than the endpoint waits: refused as over the limit,
-			// its place in the queue given back. By then a request waits
-			// max_wait at most.
-			leaveQueue(o.p, o.d)
-			o.d.RetryAfter = o.d.Delay - fa.MaxWait
-			o.refuse(Rejected, replyLimit, o.p.Reject.Status)
-		} else {
-			var ok bool
-			if wait, ok = h.waitTurn(rec, r, o.p, o.d, start); !ok {
-				return
-			}
+		// A turn further than max_wait is refused as over the limit, its
+		// place in the queue given back: by then a request waits
+		// max_wait at most.
+		var ok bool
+		if wait, ok = h.waitTurn(x, &o, fa.MaxWait); !ok {
+			return
 		}
 	}
 	if o.reply != noReply {
@@ -101,23 +93,23 @@ func (f forwardAuth) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 		// auth_request passes only 401 and 403 on as a refusal.
 		deny := fa.DenyStatus != 0 && (o.reply == replyLimit || o.reply == replyBan || o.reply == replyInvalid)
 		if deny {
-			rec.ResponseWriter = statusWriter{rec.ResponseWriter, fa.DenyStatus}
+			x.w.ResponseWriter = statusWriter{x.w.ResponseWriter, fa.DenyStatus}
 			if o.reply == replyInvalid {
 				o.status = fa.DenyStatus // the problem's status member too
 			}
 		}
-		h.answer(rec, r, snap, start, &o)
+		h.answer(x, &o)
 		if deny {
-			rec.status, rec.head = fa.DenyStatus, fa.DenyStatus
+			x.w.status, x.w.head = fa.DenyStatus, fa.DenyStatus
 		}
 		return
 	}
 	// Allowed: the caller forwards it. Counted as forwarded, so that
 	// limits that read the answer are charged (settle).
-	rec.forwarded = true
-	rec.Header().Set("Cache-Control", "no-store")
-	rec.Header().Set("Content-Length", "0")
-	rec.WriteHeader(http.StatusOK)
+	x.rec.forwarded = true
+	x.w.Header().Set("Cache-Control", "no-store")
+	x.w.Header().Set("Content-Length", "0")
+	x.w.WriteHeader(http.StatusOK)
 }
 
 // statusWriter writes every status as status: [forward_auth]
@@ -148,8 +140,8 @@ func (s statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 func originalRequest(in *http.Request, fa *config.ForwardAuth, srv *config.Server) (r *http.Request, detail string) {
 	r = in.Clone(in.Context())
 	r.Body, r.ContentLength = http.NoBody, 0
-	peer, ok := peerAddr(in.RemoteAddr)
-	if !ok || !isTrusted(peer, fa.TrustedSenders) {
+	peer, ok := clientkey.ParsePeer(in.RemoteAddr)
+	if !ok || !clientkey.Trusted(peer, fa.TrustedSenders) {
 		return r, ""
 	}
 	srv.TrustedProxies = append(append(make([]netip.Prefix, 0, len(fa.TrustedSenders)+len(srv.TrustedProxies)), fa.TrustedSenders...), srv.TrustedProxies...)

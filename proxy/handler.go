@@ -9,8 +9,6 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +20,7 @@ import (
 	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 )
 
 // Handler is the proxy's http.Handler. It holds the current policy set in
@@ -150,8 +149,8 @@ func New(set *policy.Set, o Options) *Handler {
 }
 
 // Swap makes set the one new requests see. Requests in flight keep the set
-// they started with. An upstream whose settings (and the trusted proxies)
-// are unchanged keeps its pool: its connections and its targets' health.
+// they started with. An upstream whose settings are unchanged keeps its
+// pool: its connections and its targets' health.
 // Pools no longer used let go of their idle connections; requests still
 // using them finish normally. Everything that belongs to one set (pools,
 // rejections, top-offender trackers, the override cache) is built into
@@ -177,12 +176,12 @@ func (h *Handler) Swap(set *policy.Set) {
 	}
 	for _, u := range set.Config.Upstreams {
 		if old != nil {
-			if p, ok := old.pools[u.Name]; ok && sameUpstream(p.cfg, u) && sameClientSource(p.srv, srv) {
+			if p, ok := old.pools[u.Name]; ok && sameUpstream(p.cfg, u) {
 				s.pools[u.Name] = p
 				continue
 			}
 		}
-		s.pools[u.Name] = newPool(u, srv, h.buffers, h.resp, h.log, h.now)
+		s.pools[u.Name] = newPool(u, h.buffers, h.resp, h.log, h.now)
 	}
 	for _, p := range set.Policies {
 		t := trackers[p.Name]
@@ -201,12 +200,6 @@ func (h *Handler) Swap(set *policy.Set) {
 			}
 		}
 	}
-}
-
-// sameClientSource reports whether a and b work out client addresses
-// alike (resolveClient), so that a pool of a's may serve b's requests.
-func sameClientSource(a, b *config.Server) bool {
-	return slices.Equal(a.TrustedProxies, b.TrustedProxies) && a.ClientIPHeader == b.ClientIPHeader && a.TrustedHops == b.TrustedHops
 }
 
 // sameUpstream reports whether a pool built for a may serve b: the
@@ -240,31 +233,33 @@ func (h *Handler) KeyHasher() *KeyHasher { return h.hasher }
 // Set returns the policy set new requests see.
 func (h *Handler) Set() *policy.Set { return h.snap.Load().set }
 
-// ServeHTTP is the data path: snapshot → decide (canonical form, match,
-// keys, penalty box, limits) → the proxy's own answer, or the leaky
-// bucket's queue, the policy's concurrency gate and forward.
+// ServeHTTP is the data path: snapshot → the request's facts (its
+// exchange) → decide (canonical form, match, keys, penalty box, limits)
+// → the proxy's own answer, or the leaky bucket's queue, the policy's
+// concurrency gate and forward.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
 	snap := h.snap.Load()
-	rec := h.newRecorder(w, r, snap, start)
+	x := h.newExchange(w, r, snap, &snap.set.Config.Server, start)
+	h.arrive(x, r)
 	var (
-		o    = ruling{keys: rec.keys[:]}
+		o    = ruling{keys: x.keys[:]}
 		wait time.Duration
 	)
-	defer func() { h.done(rec, r, snap, start, &o, wait) }()
-	defer abortIfGone(rec)
-	h.decide(r.Context(), r, snap, &snap.set.Config.Server, start, &o)
+	defer func() { h.done(x, &o, wait) }()
+	defer abortIfGone(&x.w)
+	h.decide(r.Context(), x, &o)
 	if o.owes != nil {
-		defer h.settle(rec, o.owes)
+		defer h.settle(x, o.owes)
 	}
-	rec.key = o.key // the upstream's fair share counts it under this key
+	x.rec.key = o.key // the upstream's fair share counts it under this key
 	if o.p != nil && o.p.OwnKeys {
-		rec.key = o.keys[0]
+		x.rec.key = o.keys[0]
 	}
-	h.inform(rec, snap, start, &o)
+	h.inform(&x.w, snap, start, &o)
 	if o.reply != noReply {
-		readRefusedBody(rec, r, snap.set.Config.Server.ClientBodyTimeout)
-		h.answer(rec, r, snap, start, &o)
+		readRefusedBody(&x.w, r, x.req.srv.ClientBodyTimeout)
+		h.answer(x, &o)
 		return
 	}
 	// From here the request may wait (the queue, a slot, the upstream):
@@ -284,7 +279,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// proxy (queued, waiting for a slot, in flight) then counts against
 	// limit + queue, so a key cannot keep a leaky queue's worth of
 	// connections open beyond what its concurrency allows.
-	release, ok := h.gate(rec, r, snap, &o)
+	release, ok := h.gate(x, &o)
 	if !ok {
 		if queued {
 			// Refused a slot: give its place in the queue back.
@@ -294,11 +289,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	if queued {
-		if wait, ok = h.waitTurn(rec, r, o.p, o.d, start); !ok {
+		if wait, ok = h.waitTurn(x, &o, 0); !ok {
 			return
 		}
 	}
-	h.forward(rec, r, snap, o.p)
+	h.forward(x, o.p)
 }
 
 // clientWatcher is a ResponseWriter whose server watches for the client
@@ -336,42 +331,29 @@ func abortIfGone(rec *recorder) {
 	}
 }
 
-// newRecorder returns the recorder of w for r, arriving at start.
-func (h *Handler) newRecorder(w http.ResponseWriter, r *http.Request, snap *snapshot, start time.Time) *recorder {
-	rec := &recorder{ResponseWriter: w, sendTimeout: snap.set.Config.Server.SendTimeout, grpc: isGRPC(r), h2: r.ProtoMajor == 2,
-		headReq: r.Method == http.MethodHead}
-	rec.dl, _ = unwrapDeadliner(w)
-	h.beginRequest(r, rec, snap)
-	if h.acc != nil && snap.set.Config.Log.AccessReplay {
-		// As received: before decide puts r in canonical form.
-		rec.replay = captureReplay(r, snap.replay, &snap.set.Config.Server, start)
-	}
-	return rec
-}
-
 // done counts and logs the exchange once the handler is through with it.
-func (h *Handler) done(rec *recorder, r *http.Request, snap *snapshot, start time.Time, o *ruling, wait time.Duration) {
+func (h *Handler) done(x *exchange, o *ruling, wait time.Duration) {
 	// The server writes what remains of the response after ServeHTTP
 	// returns: it has send_timeout too (at least 7/8 of it, as every
 	// write: a deadline set within the last eighth is not set again).
-	rec.renewDeadline()
+	x.w.renewDeadline()
 	name := ""
 	if o.p != nil {
 		name = o.p.Name
 	}
 	decision := o.decision
-	if rec.shed {
+	if x.rec.shed {
 		decision = Shed
 	}
-	if rec.streamRefused {
+	if x.rec.streamRefused {
 		decision = StreamRefused
 	}
-	if ps := snap.policies[o.p]; ps != nil {
+	if ps := x.req.snap.policies[o.p]; ps != nil {
 		ps.count(h.metrics, name, decision)
 	} else {
 		h.metrics.decision(name, decision)
 	}
-	h.logAccess(r, rec, start, o.p, decision, wait, o.owes)
+	h.logAccess(x, o.p, decision, wait, o.owes)
 }
 
 // inform writes the RateLimit fields of what the limits decided, and
@@ -429,8 +411,8 @@ func (ps *policyState) count(m *Metrics, policy string, d Decision) {
 }
 
 // answer gives the answer of the proxy's own that decide chose.
-func (h *Handler) answer(rec *recorder, r *http.Request, snap *snapshot, now time.Time, o *ruling) {
-	p := o.p
+func (h *Handler) answer(x *exchange, o *ruling) {
+	p, rec, snap, now := o.p, &x.w, x.req.snap, x.req.start
 	pr := problem{Type: "about:blank", Title: http.StatusText(o.status), Status: o.status}
 	switch o.reply {
 	case replyInvalid:
@@ -444,15 +426,15 @@ func (h *Handler) answer(rec *recorder, r *http.Request, snap *snapshot, now tim
 		rec.Header().Set("Allow", allowed)
 		pr.Detail = "TRACE is not allowed to the upstream " + p.Upstream
 	case replyAmbiguous:
-		pr.Detail = "a part of the client key is repeated or malformed: " + ambiguousPart(r, p, snap.set.Config.Server.AmbiguousKeyParts)
+		pr.Detail = "a part of the client key is repeated or malformed: " + clientkey.AmbiguousPart(x.req.r, p, x.req.srv.AmbiguousKeyParts)
 	case replyNoKey:
-		pr.Detail = "the request lacks a part of its client key: " + keyNames(p)
+		pr.Detail = "the request lacks a part of its client key: " + clientkey.Names(p)
 	case replyBan:
 		var offence *limiter.Decision // the limit's rejection, when this request's offence began the ban
 		if o.limited {
 			offence = &o.d
 		}
-		h.refuseBanned(rec, snap.policies[p], p, o.key, o.ban, offence, snap.set.Config.Server.RateLimitHeaders, now)
+		h.refuseBanned(rec, snap.policies[p], p, o.key, o.ban, offence, x.req.srv.RateLimitHeaders, now)
 		return
 	case replyLimit:
 		reject(rec, p, o.d, snap.policies[p].rejection)
@@ -464,38 +446,31 @@ func (h *Handler) answer(rec *recorder, r *http.Request, snap *snapshot, now tim
 // gate takes a slot of the policy's [policy.concurrency] for the
 // request's key, if it passes one; when none could be had, it has
 // answered the request (or the client left) and reports false.
-func (h *Handler) gate(rec *recorder, r *http.Request, snap *snapshot, o *ruling) (release func(), ok bool) {
+func (h *Handler) gate(x *exchange, o *ruling) (release func(), ok bool) {
 	if !o.gated {
 		return func() {}, true
 	}
-	return h.concurrencyGate(rec, r, o.p, o.gateKey, snap.policies[o.p].rejection, &o.decision)
+	return h.concurrencyGate(x, o.p, o.gateKey, o.ps.rejection, &o.decision)
 }
 
-// waitTurn holds r in p's leaky-bucket queue until d's turn comes. It
-// returns how long r waited since start, and false when r left the queue
-// without its turn: the client went (nobody to answer), or CloseQueues
-// turned it away (answered 503).
-func (h *Handler) waitTurn(rec *recorder, r *http.Request, p *policy.Policy, d limiter.Decision, start time.Time) (time.Duration, bool) {
-	h.metrics.queued(p.Name, 1)
-	ctx, cancel := context.WithCancel(r.Context())
-	stop := context.AfterFunc(h.closing, cancel)
-	err := p.Limiter.Wait(ctx, d)
-	stop()
-	cancel()
-	h.metrics.queued(p.Name, -1)
-	wait := h.now().Sub(start)
-	h.metrics.waited(p.Name, wait)
+// waitTurn holds x's request in its policy's leaky-bucket queue until
+// its turn comes (await). It returns how long it waited since it arrived,
+// and false when it left the queue without its turn: the client went
+// (nobody to answer), or CloseQueues turned it away (answered 503).
+func (h *Handler) waitTurn(x *exchange, o *ruling, maxWait time.Duration) (time.Duration, bool) {
+	r, rec := x.req.r, &x.w
+	wait, err := h.await(r.Context(), o, x.req.start, maxWait)
 	switch {
 	case err == nil:
 		return wait, true
-	case r.Context().Err() != nil:
+	case err != errShuttingDown:
 		// The client left while queued: it has left the queue and is
 		// never forwarded; there is no one to answer.
 		rec.status = statusClientClosed
 	default:
 		// The drain budget ran out (CloseQueues): the request has left
 		// the queue and is answered, not forwarded.
-		readRefusedBody(rec, r, h.snap.Load().set.Config.Server.ClientBodyTimeout)
+		readRefusedBody(rec, r, x.req.srv.ClientBodyTimeout)
 		rec.Header().Set("Retry-After", "1")
 		writeProblem(rec, http.StatusServiceUnavailable, problem{Type: "about:blank", Title: "Service Unavailable",
 			Status: http.StatusServiceUnavailable, Detail: "the proxy is shutting down; retry"})
@@ -503,40 +478,29 @@ func (h *Handler) waitTurn(rec *recorder, r *http.Request, p *policy.Policy, d l
 	return wait, false
 }
 
-// leaveQueue gives back the place in p's leaky-bucket queue that d took,
-// for a request that will not wait in it.
-func leaveQueue(p *policy.Policy, d limiter.Decision) {
-	gone, cancel := context.WithCancel(context.Background())
-	cancel()
-	p.Limiter.Wait(gone, d)
-}
-
-func keyNames(p *policy.Policy) string {
-	names := make([]string, len(p.Key))
-	for i, k := range p.Key {
-		names[i] = k.String()
-	}
-	return strings.Join(names, ", ")
-}
-
-func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *policy.Policy) {
+// forward sends x's request to its policy's upstream and relays the
+// answer: through the streams bound, the body's buffering, the upstream's
+// concurrency limit, and the target's httputil.ReverseProxy, which finds
+// the exchange on the request (exchangeOf) to name its client.
+func (h *Handler) forward(x *exchange, p *policy.Policy) {
+	r, w, snap := x.req.r, &x.w, x.req.snap
 	pool := snap.pools[p.Upstream]
-	w.upstream = p.Upstream
-	lim := limitsFor(&pool.cfg, &snap.set.Config.Server)
+	x.rec.upstream = p.Upstream
+	lim := limitsFor(&pool.cfg, x.req.srv)
 	lim.dir = h.resp.dir // temp_dir needs a restart: the one the server started with
-	release, ok := h.admitStream(w, r, &pool.cfg, lim, &snap.set.Config.Server)
+	release, ok := h.admitStream(x, &pool.cfg, lim)
 	if !ok {
 		return
 	}
 	defer release()
-	cleanup, berr := prepareBody(w, r, lim)
+	cleanup, berr := prepareBody(x, r, lim)
 	defer cleanup()
 	if berr != nil {
-		w.err = berr.Error()
+		x.rec.err = berr.Error()
 		berr.write(w, r)
 		return
 	}
-	w.body, _ = r.Body.(*timedBody)
+	x.rec.body, _ = r.Body.(*timedBody)
 	if w.dl != nil && r.Header.Get("Upgrade") != "" {
 		// An upgraded connection is the tunnel's own: no deadline left
 		// from an earlier exchange on it may cut it.
@@ -544,19 +508,17 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 		w.dl.SetWriteDeadline(time.Time{})
 	}
 	if pool.conc != nil {
-		ticket, ok := h.acquire(w, r, pool, p.Class)
+		ticket, ok := h.acquire(x, pool, p.Class)
 		if !ok {
 			return
 		}
 		w.clock = h.now
-		w.slot.hold(ticket)
+		x.rec.slot.hold(ticket)
 		// Given back here when the exchange ends, unless the response
 		// buffer gave it back when the upstream was done (respbuf.go).
-		defer func() { w.slot.release(upstreamOutcome(w), w.headerAt.Sub(w.sentAt)) }()
-		if pool.cfg.ResponseBuffering {
-			r = r.WithContext(context.WithValue(r.Context(), recorderKey{}, w))
-		}
+		defer func() { x.rec.slot.release(upstreamOutcome(x), w.headerAt.Sub(x.rec.sentAt)) }()
 	}
+	r = withExchange(r, x)
 	t := pool.pick()
 	begin := h.now()
 	defer func() {
@@ -570,131 +532,18 @@ func (h *Handler) forward(w *recorder, r *http.Request, snap *snapshot, p *polic
 		}
 		if v == http.ErrAbortHandler {
 			if w.writeFailed || r.Context().Err() != nil {
-				w.status, w.err = statusClientClosed, "client gone while the response was sent"
+				w.status, x.rec.err = statusClientClosed, "client gone while the response was sent"
 			} else {
-				w.status, w.err = http.StatusBadGateway, "upstream response cut short"
+				w.status, x.rec.err = http.StatusBadGateway, "upstream response cut short"
 			}
 			h.metrics.forwarded(p.Upstream, w.statusCode(), h.now().Sub(begin))
 		}
 		panic(v)
 	}()
-	w.forwarded = true
-	forwardRequestID(r, w)
+	x.rec.forwarded = true
+	forwardRequestID(r, x)
 	t.proxy.ServeHTTP(w, r)
 	if w.status != statusClientClosed {
 		h.metrics.forwarded(p.Upstream, w.statusCode(), h.now().Sub(begin))
 	}
-}
-
-// recorder remembers the status written, for the access log. It unwraps to
-// the underlying writer so that http.ResponseController (which
-// ReverseProxy uses to flush streams and hijack WebSocket upgrades) reaches
-// it; flushes stop at its FlushError (grpc.go), which passes them on.
-type recorder struct {
-	http.ResponseWriter
-	dl            deadliner     // the connection's deadlines; nil if none
-	sendTimeout   time.Duration // allowed between two writes
-	renewed       time.Time     // when the write deadline was last set
-	status        int
-	upstream      string
-	body          *timedBody    // the request body being streamed, if any
-	writeFailed   bool          // a write to the client failed
-	err           string        // why the exchange failed after the status went out
-	grpc          bool          // a gRPC call: answered with grpc-status (grpc.go)
-	h2            bool          // an HTTP/2 request (see FlushError)
-	headReq       bool          // a HEAD request: no body goes out, whatever Write is given
-	grpcStatus    int           // the HTTP status a gRPC answer of ours stands for
-	key           string        // the client key, for the upstream's fair share
-	replay        *replayFields // [log] access_replay's fields; nil without it
-	forwarded     bool          // sent to the upstream
-	unseen        bool          // answered by someone else: the forward-auth endpoint's caller
-	head          int           // the status written first, whatever became of the exchange
-	shed          bool          // turned away by the upstream's concurrency limit
-	streamRefused bool          // refused: its key streams max_streams_per_key bodies already
-	ownAnswer     bool          // the proxy answered for the upstream (502, 504, a body error)
-	access        accessFields  // what the access log and the answer carry beyond the above (accesslog.go)
-
-	// Under a concurrency limit: when the request was let through, and
-	// when the response head was written (by clock).
-	clock            func() time.Time
-	sentAt, headerAt time.Time
-	slot             slotHold // the upstream slot held, if any
-
-	// keys are the ruling's (decide.go): here, they take no allocation
-	// of their own for a policy of up to inlineKeys limits (match makes
-	// room for more). Not limiter.MaxLimits of them: that would make
-	// every recorder 192 bytes larger, past the size class allocated
-	// without a header, for the rare policy that has more.
-	keys [inlineKeys]string
-}
-
-// inlineKeys is how many limits' keys a recorder holds itself.
-const inlineKeys = 4
-
-func (r *recorder) WriteHeader(code int) {
-	// An informational answer (100 Continue, 103 Early Hints) relayed
-	// before the final one is not the answer: the final status is what
-	// the log, the limits that read answers and the adaptive limit's
-	// latency see.
-	if r.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
-		r.stampHeader()
-		r.status, r.head = code, code
-		if r.clock != nil {
-			r.headerAt = r.clock()
-		}
-	}
-	r.renewDeadline()
-	r.ResponseWriter.WriteHeader(code)
-}
-
-// renewDeadline gives the next write to the client send_timeout (as
-// nginx's send_timeout: the time between two writes, not for the whole
-// response). The deadline is moved at most every eighth of the timeout, so
-// that a response of many small writes does not pay for it each time: a
-// client is cut between 7/8 and all of send_timeout after its last read.
-func (r *recorder) renewDeadline() {
-	if r.dl == nil || r.sendTimeout <= 0 {
-		return
-	}
-	// Since reads the monotonic clock alone (renewed has its reading),
-	// and Now reads the wall clock too: only a renewal needs that.
-	if time.Since(r.renewed) < r.sendTimeout/8 {
-		return
-	}
-	now := time.Now()
-	r.renewed = now
-	r.dl.SetWriteDeadline(now.Add(r.sendTimeout))
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.stampHeader()
-		r.status = http.StatusOK
-	}
-	r.renewDeadline()
-	n, err := r.ResponseWriter.Write(b)
-	if !r.headReq {
-		// The server takes a HEAD answer's body and sends none of it.
-		r.access.sent += int64(n)
-	}
-	if err != nil {
-		r.writeFailed = true
-	}
-	return n, err
-}
-
-// Unwrap returns the underlying ResponseWriter.
-func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-// statusCode is the status the access log and metrics record: for a
-// gRPC answer of limitproxy's own (HTTP 200 with a grpc-status), the HTTP
-// status it stands for.
-func (r *recorder) statusCode() int {
-	if r.grpcStatus != 0 {
-		return r.grpcStatus
-	}
-	if r.status == 0 {
-		return http.StatusOK
-	}
-	return r.status
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/limitproxy/limitproxy/internal/httptoken"
+
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
@@ -121,8 +123,8 @@ func canonicalSegment(seg string) (string, error) {
 			if i+2 >= len(seg) {
 				return "", errBadEscape
 			}
-			hi, ok1 := unhex(seg[i+1])
-			lo, ok2 := unhex(seg[i+2])
+			hi, ok1 := httptoken.Unhex(seg[i+1])
+			lo, ok2 := httptoken.Unhex(seg[i+2])
 			if !ok1 || !ok2 {
 				return "", errBadEscape
 			}
@@ -242,18 +244,6 @@ func unreserved(c byte) bool {
 
 const upperHex = "0123456789ABCDEF"
 
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
 // unescapePath decodes every percent-encoding of a canonical escaped path
 // (which has only well-formed ones).
 func unescapePath(s string) string {
@@ -264,8 +254,8 @@ func unescapePath(s string) string {
 	b := make([]byte, 0, len(s)-2*n)
 	for i := 0; i < len(s); i++ {
 		if s[i] == '%' && i+2 < len(s) {
-			hi, _ := unhex(s[i+1])
-			lo, _ := unhex(s[i+2])
+			hi, _ := httptoken.Unhex(s[i+1])
+			lo, _ := httptoken.Unhex(s[i+2])
 			b = append(b, hi<<4|lo)
 			i += 2
 			continue

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/limitproxy/limitproxy/internal/httptoken"
+
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
 )
@@ -138,8 +140,8 @@ func read(buf []byte, sent string, rs rule) ([]byte, bool) {
 			continue
 		}
 		if c == '%' && i+2 < len(sent) {
-			hi, ok1 := unhex(sent[i+1])
-			lo, ok2 := unhex(sent[i+2])
+			hi, ok1 := httptoken.Unhex(sent[i+1])
+			lo, ok2 := httptoken.Unhex(sent[i+2])
 			if ok1 && ok2 {
 				c = hi<<4 | lo
 				i += 2

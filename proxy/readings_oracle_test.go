@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/limitproxy/limitproxy/internal/httptoken"
 )
 
 // TestReadAgreesWithOracle: read, which works in place in one buffer, gives
@@ -86,8 +88,8 @@ func unescapeAnyOracle(s string) string {
 	b := make([]byte, 0, len(s))
 	for i := 0; i < len(s); i++ {
 		if s[i] == '%' && i+2 < len(s) {
-			hi, ok1 := unhex(s[i+1])
-			lo, ok2 := unhex(s[i+2])
+			hi, ok1 := httptoken.Unhex(s[i+1])
+			lo, ok2 := httptoken.Unhex(s[i+2])
 			if ok1 && ok2 {
 				b = append(b, hi<<4|lo)
 				i += 2

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,6 @@ func matchTarget(t *testing.T, caseSensitive bool, target string, verbatim bool)
 		t.Fatal(err)
 	}
 	h := New(set, Options{})
-	snap := h.snap.Load()
 	r, err := http.NewRequest("GET", "http://a"+target, nil)
 	if err != nil {
 		// A target Go's URL parser refuses whole: build it by hand.
@@ -75,12 +75,12 @@ func matchTarget(t *testing.T, caseSensitive bool, target string, verbatim bool)
 		r.URL.Path = target
 	}
 	r.RequestURI = target
-	srv := set.Config.Server
+	x := testExchange(h, httptest.NewRecorder(), r, nil)
 	o := ruling{keys: make([]string, 4), verbatim: verbatim}
-	if !h.match(r, snap, &srv, &o) {
+	if !h.match(x, &o) {
 		return "", "", o.detail
 	}
-	h.buildKeys(r, &srv, &o)
+	h.buildKeys(x, &o)
 	parts, _ := KeyParts(o.key)
 	if len(parts) == 1 {
 		key = parts[0]
@@ -255,10 +255,9 @@ func TestPathReadingsCasedPolicy(t *testing.T) {
 			h := New(set, Options{})
 			r, _ := http.NewRequest("POST", "http://a"+target, nil)
 			r.RequestURI = target
-			srv := set.Config.Server
 			o := ruling{keys: make([]string, 4)}
 			name := ""
-			if h.match(r, h.snap.Load(), &srv, &o) {
+			if h.match(testExchange(h, httptest.NewRecorder(), r, nil), &o) {
 				name = o.p.Name
 			}
 			if name != want {

@@ -206,7 +206,8 @@ func (r *recorder) writeWhole(code int, rj *rejection) bool {
 	}
 	f[6] = ra[0]
 	f[7] = "\r\n"
-	if id := r.access.requestID; id != "" {
+	if r.id != nil {
+		id := r.id[0]
 		if !plainValue(id) {
 			return false
 		}
@@ -225,7 +226,7 @@ func (r *recorder) writeWhole(code int, rj *rejection) bool {
 		r.headerAt = r.clock()
 	}
 	if !r.headReq {
-		r.access.sent += int64(len(rj.body))
+		r.sent += int64(len(rj.body))
 	}
 	return true
 }

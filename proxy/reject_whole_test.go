@@ -218,8 +218,9 @@ func TestRejectWholeTaken(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fw := &fakeWhole{header: http.Header{}, decline: tc.decline}
 			rec := &recorder{ResponseWriter: fw}
-			rec.access.requestID = tc.id
-			rec.access.idValue[0] = tc.id
+			if tc.id != "" {
+				rec.id = []string{tc.id}
+			}
 			fixed(fw.header)
 			if tc.set != nil {
 				tc.set(fw.header)
@@ -229,16 +230,16 @@ func TestRejectWholeTaken(t *testing.T) {
 				t.Fatalf("taken = %v, want %v", taken, tc.want != "")
 			}
 			if !taken {
-				if rec.status != 0 || rec.access.sent != 0 || fw.fields != "" {
-					t.Errorf("not taken, yet status %d, sent %d, fields %q", rec.status, rec.access.sent, fw.fields)
+				if rec.status != 0 || rec.sent != 0 || fw.fields != "" {
+					t.Errorf("not taken, yet status %d, sent %d, fields %q", rec.status, rec.sent, fw.fields)
 				}
 				return
 			}
 			if fw.fields != tc.want || string(fw.body) != "{}\n" {
 				t.Errorf("fields\n%q\nwant\n%q (body %q)", fw.fields, tc.want, fw.body)
 			}
-			if rec.status != 429 || rec.head != 429 || rec.access.sent != 3 {
-				t.Errorf("status %d, head %d, sent %d; want 429, 429, 3", rec.status, rec.head, rec.access.sent)
+			if rec.status != 429 || rec.head != 429 || rec.sent != 3 {
+				t.Errorf("status %d, head %d, sent %d; want 429, 429, 3", rec.status, rec.head, rec.sent)
 			}
 		})
 	}

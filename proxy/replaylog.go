@@ -11,6 +11,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 )
 
 // With [log] access_replay, each access-log line carries what `limitproxy
@@ -47,11 +48,8 @@ func replayHeaders(set *policy.Set) []string {
 	}
 	parts := func(ps []config.KeyPart) {
 		for _, kp := range ps {
-			switch kp.Kind {
-			case config.KeyHeader:
-				add(kp.Name)
-			case config.KeyCookie:
-				add("Cookie")
+			if name, ok := clientkey.Header(kp); ok {
+				add(name)
 			}
 		}
 	}
@@ -74,7 +72,7 @@ func replayHeaders(set *policy.Set) []string {
 }
 
 // captureReplay returns r's replay fields, arrived at start.
-func captureReplay(r *http.Request, names []string, s *config.Server, start time.Time) *replayFields {
+func captureReplay(r *http.Request, names []string, start time.Time) *replayFields {
 	f := &replayFields{received: start, target: escapeReplay(r.RequestURI)}
 	for _, n := range names {
 		if vs := r.Header[n]; len(vs) > 0 {

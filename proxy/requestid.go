@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"net/http"
 
-	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 )
 
 // requestIDHeader carries a request's id: to the upstream, back to the
@@ -17,27 +17,18 @@ const requestIDHeader = "X-Request-Id"
 const maxRequestID = 128
 
 // requestID returns r's id: the X-Request-Id a trusted proxy (a peer in
-// trusted_proxies, on a connection not marked peer-only) sent, if it sent
-// exactly one of 1 to maxRequestID visible ASCII characters; otherwise a
-// new one, 32 random hex digits. A client that is not behind a trusted
-// proxy cannot choose the id its request is logged and forwarded under.
-func requestID(r *http.Request, s *config.Server) string {
-	if vs := r.Header[requestIDHeader]; len(vs) == 1 && validRequestID(vs[0]) && trustedPeer(r, s) {
+// trusted_proxies, on a connection not marked peer-only: c.Trusted) sent,
+// if it sent exactly one of 1 to maxRequestID visible ASCII characters;
+// otherwise a new one, 32 random hex digits. A client that is not behind
+// a trusted proxy cannot choose the id its request is logged and
+// forwarded under.
+func requestID(r *http.Request, c *clientkey.Client) string {
+	if vs := r.Header[requestIDHeader]; len(vs) == 1 && c.Trusted && validRequestID(vs[0]) {
 		return vs[0]
 	}
 	var b [16]byte
 	rand.Read(b[:]) // never fails (crypto/rand, go1.24+)
 	return hex.EncodeToString(b[:])
-}
-
-// trustedPeer reports whether r's peer is a trusted proxy whose headers
-// are believed (as resolveClient believes them).
-func trustedPeer(r *http.Request, s *config.Server) bool {
-	if len(s.TrustedProxies) == 0 {
-		return false
-	}
-	peer, ok := peerAddr(r.RemoteAddr)
-	return ok && isTrusted(peer, s.TrustedProxies) && !peerOnly(r.Context())
 }
 
 func validRequestID(s string) bool {

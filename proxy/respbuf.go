@@ -126,11 +126,6 @@ func CheckTempDir(dir string) error {
 	return nil
 }
 
-// recorderKey is the request context key under which forward leaves the
-// recorder of a request holding an upstream concurrency slot, for the
-// buffer to give the slot back when the upstream is done.
-type recorderKey struct{}
-
 // slotHold is a request's slot of [upstream.concurrency], given back once:
 // by the response buffer when the upstream has answered, or by forward
 // when the exchange ends.
@@ -193,10 +188,11 @@ func (b *respBuffers) buffer(resp *http.Response, cfg *config.Upstream) error {
 		outcome concurrency.Outcome
 		latency time.Duration
 	)
-	if rec, ok := resp.Request.Context().Value(recorderKey{}).(*recorder); ok {
-		hold = &rec.slot
+	if x := exchangeOf(resp.Request); x != nil && x.w.clock != nil {
+		// Under the upstream's concurrency limit (forward set the clock).
+		hold = &x.rec.slot
 		outcome = answerOutcome(resp.StatusCode)
-		latency = rec.clock().Sub(rec.sentAt)
+		latency = x.w.clock().Sub(x.rec.sentAt)
 	}
 	maxChunks := int((cfg.ResponseBufferMemory + copyBufferSize - 1) / copyBufferSize)
 	if n := resp.ContentLength; n > 0 && n < copyBufferSize && maxChunks > 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 )
 
 // RLSMethod is the method of the access log line of an RLS descriptor.
@@ -75,12 +76,12 @@ func rateLimitFields(name string) bool {
 func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Descriptor) ([]DescriptorVerdict, http.Header, error) {
 	start := h.now()
 	snap := h.snap.Load()
-	// Every descriptor's ruling, recorder, wait and keys, and the
+	// Every descriptor's ruling, exchange, wait and keys, and the
 	// verdicts: one allocation for a call of one descriptor (most), three
 	// for more.
 	type decided struct {
 		o    ruling
-		rec  recorder
+		x    exchange
 		wait time.Duration
 	}
 	var (
@@ -105,11 +106,12 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 		a := &all[i]
 		a.o.keys = keys[i*limiter.MaxLimits : (i+1)*limiter.MaxLimits : (i+1)*limiter.MaxLimits]
 		a.o.n, a.o.peek = max(ds[i].Cost, 1), ds[i].CheckOnly
-		a.rec.ResponseWriter = headerWriter{}
+		a.x.w.ResponseWriter = headerWriter{}
+		a.x.req.start, a.x.req.snap, a.x.req.srv = start, snap, &snap.set.Config.Server
 		h.decideDescriptor(ctx, snap, domain, ds[i].Entries, start, &a.o)
-		h.inform(&a.rec, snap, start, &a.o)
+		h.inform(&a.x.w, snap, start, &a.o)
 		if a.o.reply != noReply {
-			h.answer(&a.rec, nil, snap, start, &a.o)
+			h.answer(&a.x, &a.o)
 		}
 		over = over || a.o.reply != noReply
 	}
@@ -124,7 +126,7 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 			leaveQueue(o.p, o.d)
 			continue
 		}
-		all[i].wait, err = h.rlsWait(ctx, o, start)
+		all[i].wait, err = h.await(ctx, o, start, 0)
 	}
 	best := -1
 	for i := range all {
@@ -145,14 +147,16 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 			}
 			v.ResetAfter = max(o.d.ResetAt.Sub(start), 0)
 		}
-		status := a.rec.status
+		status := a.x.w.status
 		if status == 0 {
 			status = http.StatusOK
 		}
 		h.metrics.decision(v.Policy, v.Decision)
 		if h.acc != nil {
-			// The request the line shows is built only for a log.
-			h.logAccess(descriptorRequest(domain, ds[i].Entries), &recorder{status: status}, start, o.p, v.Decision, a.wait, nil)
+			// The request the line shows is built only for a log, in an
+			// exchange of its own: a descriptor sends no body.
+			lx := &exchange{req: request{r: descriptorRequest(domain, ds[i].Entries), start: start}, w: recorder{status: status}}
+			h.logAccess(lx, o.p, v.Decision, a.wait, nil)
 		}
 		switch {
 		case best < 0:
@@ -166,7 +170,7 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 	}
 	fields := http.Header{}
 	if best >= 0 {
-		for name, vs := range all[best].rec.Header() {
+		for name, vs := range all[best].x.w.Header() {
 			if rateLimitFields(name) {
 				fields[name] = vs
 			}
@@ -224,44 +228,13 @@ func descriptorKey(parts []config.KeyPart, entries []policy.DescriptorEntry) str
 	for _, part := range parts {
 		for _, e := range entries {
 			if e.Key == part.Name {
-				b = appendPart(b, []byte(e.Value))
+				b = clientkey.AppendPart(b, []byte(e.Value))
 				break
 			}
 		}
 	}
 	return string(b)
 }
-
-// rlsWait holds a queued descriptor until its leaky bucket's turn, as
-// waitTurn holds a request; it returns the wait, and an error when the
-// caller left or CloseQueues turned it away (it has left the queue).
-func (h *Handler) rlsWait(ctx context.Context, o *ruling, start time.Time) (time.Duration, error) {
-	p := o.p
-	h.metrics.queued(p.Name, 1)
-	wctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(h.closing, cancel)
-	err := p.Limiter.Wait(wctx, o.d)
-	stop()
-	cancel()
-	h.metrics.queued(p.Name, -1)
-	wait := h.now().Sub(start)
-	h.metrics.waited(p.Name, wait)
-	switch {
-	case err == nil:
-		return wait, nil
-	case ctx.Err() != nil:
-		return wait, ctx.Err()
-	}
-	return wait, errShuttingDown
-}
-
-// errShuttingDown is DecideDescriptors' error for a descriptor queued when
-// CloseQueues was called.
-var errShuttingDown = shutdownError{}
-
-type shutdownError struct{}
-
-func (shutdownError) Error() string { return "limitproxy is shutting down; retry" }
 
 // maxLoggedValue bounds each descriptor value in the access log's path.
 const maxLoggedValue = 256

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -137,7 +136,8 @@ func wake(ch chan struct{}) {
 // (the policy's reject status with Retry-After: 1; in shadow mode it lets
 // r through holding nothing) and reports false for a request not to be
 // forwarded. decision is updated as the metrics count it.
-func (h *Handler) concurrencyGate(rec *recorder, r *http.Request, p *policy.Policy, key string, rj *rejection, decision *Decision) (release func(), ok bool) {
+func (h *Handler) concurrencyGate(x *exchange, p *policy.Policy, key string, rj *rejection, decision *Decision) (release func(), ok bool) {
+	r, rec := x.req.r, &x.w
 	s, taken, err := h.takeSlot(r.Context(), p, key)
 	switch {
 	case taken:
@@ -154,8 +154,8 @@ func (h *Handler) concurrencyGate(rec *recorder, r *http.Request, p *policy.Poli
 		return func() {}, true
 	}
 	*decision = Rejected
-	rec.err = "concurrency limit"
-	readRefusedBody(rec, r, h.snap.Load().set.Config.Server.ClientBodyTimeout)
+	x.rec.err = "concurrency limit"
+	readRefusedBody(rec, r, x.req.srv.ClientBodyTimeout)
 	reject(rec, p, limiter.Decision{RetryAfter: time.Second, Index: -1}, rj)
 	return nil, false
 }

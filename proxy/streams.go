@@ -50,7 +50,7 @@ func (s *streamCounts) acquire(k streamKey, limit int) (release func(), ok bool)
 
 // admitStream bounds the requests of one client key whose bodies stream
 // to the upstream u at once. A request that buffers, or has no body, is
-// not counted. The key is the policy's client key (w.key); a key that
+// not counted. The key is the policy's client key (record.key); a key that
 // names no client — none (key = [], a key part skipped), a limit's skip
 // marker, or one with a part missing under on_missing = "shared", which
 // every client lacking that part shares — is counted with its client's
@@ -58,21 +58,22 @@ func (s *streamCounts) acquire(k streamKey, limit int) (release func(), ok bool)
 // (the bound is never a global one). Beyond the bound the request is
 // refused here — 429 with Retry-After, RESOURCE_EXHAUSTED for a gRPC call
 // — and ok is false.
-func (h *Handler) admitStream(w *recorder, r *http.Request, u *config.Upstream, lim bodyLimits, s *config.Server) (release func(), ok bool) {
+func (h *Handler) admitStream(x *exchange, u *config.Upstream, lim bodyLimits) (release func(), ok bool) {
+	r, w, s := x.req.r, &x.w, x.req.srv
 	if lim.buffer || !hasBody(r) {
 		return func() {}, true
 	}
-	key := "key " + w.key
-	if w.key == "" || w.key == limiter.SkipKey || !completeKey(w.key) {
-		if a, ok := clientIP(r, s); ok {
-			key += " addr " + a.String()
+	key := "key " + x.rec.key
+	if x.rec.key == "" || x.rec.key == limiter.SkipKey || !completeKey(x.rec.key) {
+		if c := &x.req.client; c.OK {
+			key += " addr " + c.Addr.String()
 		}
 	}
 	release, ok = h.streams.acquire(streamKey{u.Name, key}, u.MaxStreamsPerKey)
 	if ok {
 		return release, true
 	}
-	w.streamRefused = true
+	x.rec.streamRefused = true
 	readRefusedBody(w, r, s.ClientBodyTimeout)
 	w.Header().Set("Retry-After", streamRetryAfter)
 	const detail = "this client streams max_streams_per_key request bodies to the upstream already; retry when one ends"

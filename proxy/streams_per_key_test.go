@@ -31,8 +31,9 @@ func TestStreamsPerKeyBoundPerClient(t *testing.T) {
 		return r
 	}
 	admit := func(h *Handler, key string, r *http.Request) bool {
-		w := &recorder{ResponseWriter: httptest.NewRecorder(), key: key}
-		_, ok := h.admitStream(w, r, u, lim, s)
+		x := testExchange(h, httptest.NewRecorder(), r, s)
+		x.rec.key = key
+		_, ok := h.admitStream(x, u, lim)
 		return ok
 	}
 	shared, res := keyOf(req("192.0.2.1", ""), parts, config.MissingShared, s)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 	"github.com/limitproxy/limitproxy/proxy/internal/concurrency"
 )
 
@@ -29,7 +30,6 @@ type pool struct {
 	next      atomic.Uint64
 	now       func() time.Time
 	conc      *concurrency.Limiter // [upstream.concurrency]; nil: none
-	srv       *config.Server       // how client addresses are worked out (its [server])
 }
 
 // target is one upstream address with its reverse proxy and health.
@@ -99,9 +99,9 @@ func newRoundTripper(cfg config.Upstream) roundTripper {
 	return newSyncTransport(tr, cfg.Timeout)
 }
 
-func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPool, resp *respBuffers, log *zap.Logger, now func() time.Time) *pool {
+func newPool(cfg config.Upstream, buffers httputil.BufferPool, resp *respBuffers, log *zap.Logger, now func() time.Time) *pool {
 	tr := newRoundTripper(cfg)
-	p := &pool{cfg: cfg, srv: srv, transport: tr, now: now}
+	p := &pool{cfg: cfg, transport: tr, now: now}
 	if c := cfg.Concurrency; c != nil {
 		params := concurrency.Params{Limit: c.Limit, Adaptive: c.Adaptive, MinLimit: c.MinLimit, MaxLimit: c.MaxLimit,
 			Queue: c.Queue, MaxWait: c.MaxWait, FairShare: c.FairShare, Shadow: c.Mode == config.Shadow}
@@ -132,8 +132,13 @@ func newPool(cfg config.Upstream, srv *config.Server, buffers httputil.BufferPoo
 				// upstream connection and slot, per request.
 				delete(pr.Out.Header, "Expect")
 				// Every client-address header names the client the
-				// request was keyed by.
-				setForwarded(pr, srv)
+				// request was keyed by: its exchange's (forward puts
+				// it on the request). Without one, none is vouched for.
+				if x := exchangeOf(pr.In); x != nil {
+					clientkey.SetForwarded(pr, x.req.srv, &x.req.client)
+				} else {
+					clientkey.SetForwarded(pr, &config.Server{}, &clientkey.Client{})
+				}
 				// The request id (forwardRequestID put it on In) after
 				// the hop-by-hop fields went: a client's Connection
 				// field naming X-Request-Id cannot strip it.
@@ -209,21 +214,22 @@ func (p *pool) pick() *target {
 // away, 504 for a timeout, 502 for anything else (refused, reset, bad
 // response).
 func (t *target) failed(w http.ResponseWriter, r *http.Request, err error, log *zap.Logger) {
-	if rec, ok := w.(*recorder); ok && rec.body != nil && rec.body.err != nil {
+	x := exchangeOf(r)
+	if x != nil && x.rec.body != nil && x.rec.body.err != nil {
 		// The client's body broke off, was malformed or too large
 		// (streamed to an unbuffered upstream): the client's fault, never
 		// counted against the target. Checked first, since a body read
 		// that timed out also ends the request's context.
-		log.Debug("request body could not be read", zap.String("upstream", t.pool.cfg.Name), zap.Error(rec.body.err))
-		rec.err = rec.body.err.Error()
-		rec.ownAnswer = true
-		rec.body.err.write(w, r)
+		log.Debug("request body could not be read", zap.String("upstream", t.pool.cfg.Name), zap.Error(x.rec.body.err))
+		x.rec.err = x.rec.body.err.Error()
+		x.rec.ownAnswer = true
+		x.rec.body.err.write(w, r)
 		return
 	}
 	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
 		log.Debug("client gone before upstream answered", zap.String("upstream", t.pool.cfg.Name), zap.String("target", t.name), zap.Error(err))
-		if rec, ok := w.(*recorder); ok {
-			rec.status = statusClientClosed
+		if x != nil {
+			x.w.status = statusClientClosed
 		}
 		return
 	}
@@ -238,8 +244,8 @@ func (t *target) failed(w http.ResponseWriter, r *http.Request, err error, log *
 		log.Warn("upstream target marked down", zap.String("upstream", t.pool.cfg.Name), zap.String("target", t.name), zap.Duration("for", t.pool.cfg.FailTimeout))
 	}
 	log.Warn("upstream error", zap.String("upstream", t.pool.cfg.Name), zap.String("target", t.name), zap.Int("status", status), zap.Error(err))
-	if rec, ok := w.(*recorder); ok {
-		rec.ownAnswer = true
+	if x != nil {
+		x.rec.ownAnswer = true
 	}
 	writeProblem(w, status, problem{Type: "about:blank", Title: http.StatusText(status), Status: status,
 		Detail: "the upstream " + t.pool.cfg.Name + " did not answer"})
@@ -295,9 +301,10 @@ func upgradeAllowed(proto string, allowed []string) bool {
 // queue if need be. A request turned away is answered 503 with
 // Retry-After (429 stays for quota); one whose client left while it
 // waited is not answered. It reports whether r may go on.
-func (h *Handler) acquire(w *recorder, r *http.Request, pool *pool, class int) (concurrency.Ticket, bool) {
-	ticket, _, err := pool.conc.Acquire(r.Context(), w.key, class)
-	w.sentAt = h.now()
+func (h *Handler) acquire(x *exchange, pool *pool, class int) (concurrency.Ticket, bool) {
+	r, w := x.req.r, &x.w
+	ticket, _, err := pool.conc.Acquire(r.Context(), x.rec.key, class)
+	x.rec.sentAt = h.now()
 	if err == nil {
 		return ticket, true
 	}
@@ -306,9 +313,9 @@ func (h *Handler) acquire(w *recorder, r *http.Request, pool *pool, class int) (
 		w.status = statusClientClosed
 		return ticket, false
 	}
-	w.shed = true
-	w.err = string(shed.Reason)
-	readRefusedBody(w, r, h.snap.Load().set.Config.Server.ClientBodyTimeout)
+	x.rec.shed = true
+	x.rec.err = string(shed.Reason)
+	readRefusedBody(w, r, x.req.srv.ClientBodyTimeout)
 	w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(shed.RetryAfter), 10))
 	writeProblem(w, http.StatusServiceUnavailable, problem{Type: "about:blank", Title: "Service Unavailable",
 		Status: http.StatusServiceUnavailable, Detail: "the upstream " + pool.cfg.Name + " is at its concurrency limit; retry"})
@@ -319,7 +326,8 @@ func (h *Handler) acquire(w *recorder, r *http.Request, pool *pool, class int) (
 // adaptive concurrency limit: its own answer below 500 but 429 is Good (101, a tunnel, is Neutral);
 // 429, 503, 504, a timeout or a failed connection (the proxy's 502 or
 // 504) are Overload; other 5xx and a client that left are Neutral.
-func upstreamOutcome(w *recorder) concurrency.Outcome {
+func upstreamOutcome(x *exchange) concurrency.Outcome {
+	w := &x.w
 	switch code := w.statusCode(); {
 	case code == statusClientClosed || code == http.StatusSwitchingProtocols:
 		// An upgraded connection (WebSocket) is a tunnel: its time to
@@ -327,11 +335,11 @@ func upstreamOutcome(w *recorder) concurrency.Outcome {
 		return concurrency.Neutral
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout:
 		return concurrency.Overload
-	case code == http.StatusBadGateway && (w.ownAnswer || w.err != ""):
+	case code == http.StatusBadGateway && (x.rec.ownAnswer || x.rec.err != ""):
 		// The proxy's own 502: the upstream could not be reached or
 		// answered no valid head (or cut its answer short).
 		return concurrency.Overload
-	case code >= 500 || w.ownAnswer || w.headerAt.IsZero():
+	case code >= 500 || x.rec.ownAnswer || w.headerAt.IsZero():
 		return concurrency.Neutral
 	}
 	return concurrency.Good

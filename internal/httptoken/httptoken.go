@@ -45,3 +45,17 @@ func EqualFold(s, t string) bool {
 }
 
 func isBoundary(b byte) bool { return b == ' ' || b == ',' || b == '\t' }
+
+// Unhex returns the value of the hexadecimal digit c (either case), as a
+// percent-encoding's digits are read; false if c is none.
+func Unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

@@ -294,25 +294,14 @@ type KeyPart struct {
 
 // String returns the part as the key list writes it, e.g. "header:X-Api-Key".
 func (k KeyPart) String() string {
-	switch k.Kind {
-	case KeyIP:
-		return "ip"
-	case KeyHeader:
-		return "header:" + k.Name
-	case KeyQuery:
-		return "query:" + k.Name
-	case KeyCookie:
-		return "cookie:" + k.Name
-	case KeyHost:
-		return "host"
-	case KeyMethod:
-		return "method"
-	case KeyPath:
-		return "path"
-	case KeyDescriptor:
-		return "descriptor:" + k.Name
+	if int(k.Kind) >= len(keyKinds) || keyKinds[k.Kind].name == "" {
+		return "?"
 	}
-	return "?"
+	kk := &keyKinds[k.Kind]
+	if kk.syntax == "" {
+		return kk.name
+	}
+	return kk.name + ":" + k.Name
 }
 
 // ClientAddressHeaders are the request headers, besides X-Forwarded-For
@@ -344,40 +333,22 @@ func isClientAddressHeader(name string) bool {
 // errClientAddressKey explains why a client-address header is no key part.
 const errClientAddressKey = "is a client-address header, which the proxy rewrites to the client on its way upstream, so a key on it would not be what the upstream reads: key by \"ip\" and name the header in [server] client_ip_header"
 
-// parseKeyPart parses one element of a key list: ip, host, method, path,
-// header:NAME, query:NAME or cookie:NAME.
+// parseKeyPart parses one element of a key list: a kind of keyKinds,
+// with ":NAME" for the kinds that take one.
 func parseKeyPart(s string) (KeyPart, error) {
-	switch s {
-	case "ip":
-		return KeyPart{Kind: KeyIP}, nil
-	case "host":
-		return KeyPart{Kind: KeyHost}, nil
-	case "method":
-		return KeyPart{Kind: KeyMethod}, nil
-	case "path":
-		return KeyPart{Kind: KeyPath}, nil
-	}
-	kind, name, ok := strings.Cut(s, ":")
-	if ok && name != "" {
-		switch kind {
-		case "header":
-			if !validToken(name) {
-				return KeyPart{}, fmt.Errorf("%q: %q is not a header name", s, name)
-			}
-			if h := canonicalHeader(name); isClientAddressHeader(h) {
-				return KeyPart{}, fmt.Errorf("%q: %s %s", s, h, errClientAddressKey)
-			}
-			return KeyPart{Kind: KeyHeader, Name: canonicalHeader(name)}, nil
-		case "query":
-			return KeyPart{Kind: KeyQuery, Name: name}, nil
-		case "descriptor":
-			return KeyPart{Kind: KeyDescriptor, Name: name}, nil
-		case "cookie":
-			if !validToken(name) {
-				return KeyPart{}, fmt.Errorf("%q: %q is not a cookie name", s, name)
-			}
-			return KeyPart{Kind: KeyCookie, Name: name}, nil
+	kind, name, named := strings.Cut(s, ":")
+	for k := range keyKinds {
+		kk := &keyKinds[k]
+		if kk.name == "" || kk.name != kind || named != (kk.syntax != "") || named && name == "" {
+			continue
 		}
+		if kk.check != nil {
+			var err error
+			if name, err = kk.check(name); err != nil {
+				return KeyPart{}, fmt.Errorf("%q: %w", s, err)
+			}
+		}
+		return KeyPart{Kind: KeyKind(k), Name: name}, nil
 	}
-	return KeyPart{}, fmt.Errorf("%q is not a key part (want ip, host, method, path, header:NAME, query:NAME, cookie:NAME or, in an RLS policy, descriptor:KEY)", s)
+	return KeyPart{}, fmt.Errorf("%q is not a key part (want %s)", s, keyPartSyntax)
 }

@@ -1,40 +1,53 @@
-package proxy
+package clientkey
 
 import (
 	"context"
-	"hash/maphash"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // The client address (docs/security-model.md) has one source: the peer,
 // and, only when the peer is a trusted proxy, the one header [server]
-// client_ip_header names. resolveClient is the only place it is worked
-// out; the key builder, the access log's replay fields, the fair share of
-// an upstream's concurrency limit and the headers the upstream is sent all
-// go through it, so that none of them can name another client than the
-// one that was limited.
+// client_ip_header names. Resolve is the only place it is worked out, once
+// a request, as it arrives; the key builder, the access log, the replay
+// fields, the fair share of an upstream's concurrency limit and the
+// headers the upstream is sent (SetForwarded) all read that one Client,
+// so that none of them can name another client than the one that was
+// limited.
 
-// clientIP returns the address r is keyed by: see resolveClient.
-// IPv4-mapped IPv6 addresses are unmapped. ok is false if RemoteAddr cannot
-// be parsed (never the case for requests from net/http's server).
-func clientIP(r *http.Request, s *config.Server) (addr netip.Addr, ok bool) {
-	addr, _, _, ok = resolveClient(r, s, nil)
-	return addr, ok
+// Client is a request's addresses, as Resolve works them out. The zero
+// Client has no address (OK false): a request whose RemoteAddr is not
+// one, which no part of the key or the log can name.
+type Client struct {
+	// Addr is the client address: the peer, or behind a trusted peer the
+	// one client_ip_header names. IPv4-mapped addresses are unmapped and
+	// IPv6 zones dropped.
+	Addr netip.Addr
+	// Peer is the connection's peer address.
+	Peer netip.Addr
+	// Hops are the trusted proxies' addresses between Addr and Peer,
+	// left to right (SetForwarded writes them); nil for none.
+	Hops []netip.Addr
+	// OK is false when RemoteAddr could not be parsed (never the case for
+	// requests from net/http's server or limitproxy's front).
+	OK bool
+	// Trusted reports that Peer is a trusted proxy whose headers are
+	// believed: inside trusted_proxies, on a connection not marked
+	// peer-only (WithPeerOnly).
+	Trusted bool
 }
 
-// resolveClient returns r's client address and its peer's. The client is
-// the peer, unless the peer is inside s.TrustedProxies and its connection
-// is not marked peer-only (WithPeerOnly): then s.ClientIPHeader, read as a
-// list (every field line, comma-separated elements; for Forwarded, each
-// element's for= value; empty elements ignored), is walked from the right
-// (the element nearest to us):
+// Resolve returns r's Client under s. The client is the peer, unless the
+// peer is inside s.TrustedProxies and its connection is not marked
+// peer-only (WithPeerOnly): then s.ClientIPHeader, read as a list (every
+// field line, comma-separated elements; for Forwarded, each element's
+// for= value; empty elements ignored), is walked from the right (the
+// element nearest to us):
 //
 //   - TrustedHops = 0: past every element inside TrustedProxies to the
 //     first that is not one (nginx's real_ip_recursive). An element that
@@ -45,46 +58,38 @@ func clientIP(r *http.Request, s *config.Server) (addr netip.Addr, ok bool) {
 //     address (Envoy's xff_num_trusted_hops); with fewer elements, or if
 //     that one is not an address, the peer.
 //
-// If chain is not nil, the addresses of the elements between the client
-// and the peer (the trusted hops, left to right) are appended to it, and
-// the result returned as hops.
-func resolveClient(r *http.Request, s *config.Server, chain []netip.Addr) (client, peer netip.Addr, hops []netip.Addr, ok bool) {
-	peer, ok = peerAddr(r.RemoteAddr)
+// Hops take an allocation of their own only when there are some.
+func Resolve(r *http.Request, s *config.Server) Client {
+	peer, ok := ParsePeer(r.RemoteAddr)
 	if !ok {
-		return netip.Addr{}, netip.Addr{}, chain, false
+		return Client{}
 	}
-	client = peer
-	if !isTrusted(peer, s.TrustedProxies) || peerOnly(r.Context()) {
-		return client, peer, chain, true
+	c := Client{Addr: peer, Peer: peer, OK: true}
+	if !Trusted(peer, s.TrustedProxies) || peerOnly(r.Context()) {
+		return c
 	}
+	c.Trusted = true
 	name := headerName(s)
-	client, chain = walkHeader(peer, r.Header[name], name == "Forwarded", s.TrustedProxies, s.TrustedHops, chain)
-	return client, peer, chain, true
+	c.Addr, c.Hops = walkHeader(peer, r.Header[name], name == "Forwarded", s.TrustedProxies, s.TrustedHops, true)
+	return c
 }
 
-// ClientFromHeader returns the client named by the field lines of a
-// client-address header named header ("X-Forwarded-For", "Forwarded",
-// any other a list of addresses) that a trusted peer sent, by the rules
-// the live proxy keys requests by (resolveClient): walked from the right
-// past trusted, or with hops > 0 the hops-th element from the right; peer
-// when the lines name no client. The replay's log reader uses it, so
-// that a logged list is read as the proxy would read it. Safe for
-// concurrent use.
-func ClientFromHeader(peer netip.Addr, lines []string, header string, trusted []netip.Prefix, hops int) netip.Addr {
-	client, _ := walkHeader(peer, lines, http.CanonicalHeaderKey(header) == "Forwarded", trusted, hops, nil)
+// FromHeader is proxy.ClientFromHeader: the client a trusted peer's
+// client-address header names, read as Resolve reads it.
+func FromHeader(peer netip.Addr, lines []string, header string, trusted []netip.Prefix, hops int) netip.Addr {
+	client, _ := walkHeader(peer, lines, http.CanonicalHeaderKey(header) == "Forwarded", trusted, hops, false)
 	return client
 }
 
-// walkHeader is resolveClient's reading of the client-address header
-// lines vs behind the trusted peer; see there. The trusted hops found are
-// appended to chain (when not nil), left to right.
-func walkHeader(peer netip.Addr, vs []string, forwarded bool, trusted []netip.Prefix, trustedHops int, chain []netip.Addr) (client netip.Addr, hops []netip.Addr) {
+// walkHeader is Resolve's reading of the client-address header
+// lines vs behind the trusted peer; see there. With collect, the
+// trusted hops found are returned as chain, left to right.
+func walkHeader(peer netip.Addr, vs []string, forwarded bool, trusted []netip.Prefix, trustedHops int, collect bool) (client netip.Addr, chain []netip.Addr) {
 	client = peer
 	if len(vs) == 0 {
 		return client, chain
 	}
 	it := elements{lines: vs, forwarded: forwarded}
-	collect, start := chain != nil, len(chain)
 	if trustedHops > 0 {
 		for n := 1; ; n++ {
 			v, more := it.next()
@@ -104,7 +109,7 @@ func walkHeader(peer netip.Addr, vs []string, forwarded bool, trusted []netip.Pr
 			}
 		}
 		if client == peer {
-			chain = chain[:start]
+			chain = nil
 		}
 	} else {
 		walked := false
@@ -123,14 +128,13 @@ func walkHeader(peer netip.Addr, vs []string, forwarded bool, trusted []netip.Pr
 				chain = append(chain, client)
 			}
 			client, walked = a, true
-			if !isTrusted(a, trusted) {
+			if !Trusted(a, trusted) {
 				break
 			}
 		}
 	}
-	c := chain[start:]
-	for i, j := 0, len(c)-1; i < j; i, j = i+1, j-1 {
-		c[i], c[j] = c[j], c[i]
+	for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
+		chain[i], chain[j] = chain[j], chain[i]
 	}
 	return client, chain
 }
@@ -144,38 +148,9 @@ func headerName(s *config.Server) string {
 	return s.ClientIPHeader
 }
 
-// peerAddr parses a RemoteAddr, "ip:port" or a bare address. A
-// connection's requests share one RemoteAddr, which a request would parse
-// two or three times (its key, its log line, its request id's trust), at
-// about 200 ns each: the result is kept in peerCache, found again by the
-// whole string.
-func peerAddr(remote string) (netip.Addr, bool) {
-	slot := &peerCache[maphash.String(peerSeed, remote)%uint64(len(peerCache))]
-	if e := slot.Load(); e != nil && e.remote == remote {
-		return e.addr, e.ok
-	}
-	a, ok := parsePeerAddr(remote)
-	slot.Store(&peerEntry{remote: remote, addr: a, ok: ok})
-	return a, ok
-}
-
-// peerCache holds the last RemoteAddr parsed into each of its slots, by
-// a hash of the string; an entry is never changed, only replaced, and
-// is taken only for the very string it was parsed from. Safe for
-// concurrent use; 256 slots of a pointer each.
-var peerCache [256]atomic.Pointer[peerEntry]
-
-var peerSeed = maphash.MakeSeed()
-
-// peerEntry is a RemoteAddr and what parsePeerAddr made of it.
-type peerEntry struct {
-	remote string
-	addr   netip.Addr
-	ok     bool
-}
-
-// parsePeerAddr is peerAddr without the cache.
-func parsePeerAddr(remote string) (netip.Addr, bool) {
+// ParsePeer parses a RemoteAddr, "ip:port" or a bare address, as the
+// peer's address: IPv4-mapped addresses unmapped, any IPv6 zone dropped.
+func ParsePeer(remote string) (netip.Addr, bool) {
 	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
 		a, err := netip.ParseAddr(remote)
@@ -187,7 +162,8 @@ func parsePeerAddr(remote string) (netip.Addr, bool) {
 	return ap.Addr().Unmap().WithZone(""), true
 }
 
-func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+// Trusted reports whether a is inside one of trusted.
+func Trusted(a netip.Addr, trusted []netip.Prefix) bool {
 	for _, p := range trusted {
 		if p.Contains(a) {
 			return true
@@ -293,15 +269,8 @@ func splitQuoted(s string, sep byte) []string {
 // peerOnlyKey is the context key of WithPeerOnly.
 type peerOnlyKey struct{}
 
-// WithPeerOnly returns a copy of ctx, a connection's base context (as
-// http.Server.ConnContext makes it), under which a request whose peer is
-// a trusted proxy is keyed by that peer's address all the same when
-// peerOnly returns true: no forwarding header it carries is believed.
-// The server uses it for a connection a load balancer opened with a PROXY
-// protocol LOCAL or UNKNOWN header, which names no client. peerOnly is
-// called once for each such request, after the request was read, and
-// possibly from several goroutines at once (HTTP/2 streams); it must be
-// safe for that.
+// WithPeerOnly is proxy.WithPeerOnly: under the context it returns, a
+// request is keyed by its peer whenever peerOnly returns true.
 func WithPeerOnly(ctx context.Context, peerOnly func() bool) context.Context {
 	return context.WithValue(ctx, peerOnlyKey{}, peerOnly)
 }
@@ -311,9 +280,9 @@ func peerOnly(ctx context.Context) bool {
 	return f != nil && f()
 }
 
-// setForwarded writes the forwarding headers of pr.Out so that each names
-// the client pr.In was keyed by (resolveClient over s), whichever an
-// upstream reads:
+// SetForwarded writes the forwarding headers of pr.Out so that each names
+// c, the client pr.In was keyed by (Resolve over s, with its hops),
+// whichever an upstream reads:
 //
 //   - X-Forwarded-For: the client, the trusted hops between it and the
 //     peer, the peer; the part of the chain the client wrote itself is
@@ -328,7 +297,7 @@ func peerOnly(ctx context.Context) bool {
 //
 // httputil.ReverseProxy has removed X-Forwarded-For, Forwarded and the
 // other two from pr.Out before Rewrite; the rest are pr.In's, copied.
-func setForwarded(pr *httputil.ProxyRequest, s *config.Server) {
+func SetForwarded(pr *httputil.ProxyRequest, s *config.Server, c *Client) {
 	in, h := pr.In, pr.Out.Header
 	// One backing array for the three values always set (one allocation
 	// where SetXForwarded makes three).
@@ -340,10 +309,9 @@ func setForwarded(pr *httputil.ProxyRequest, s *config.Server) {
 		vals[2] = "https"
 	}
 	h["X-Forwarded-Proto"] = vals[2:3:3]
-	var buf [8]netip.Addr
-	client, peer, chain, ok := resolveClient(in, s, buf[:0])
+	client, peer, chain := c.Addr, c.Peer, c.Hops
 	name := headerName(s)
-	if !ok {
+	if !c.OK {
 		// No peer address (never from net/http's server): nothing can be
 		// vouched for.
 		delete(h, "X-Forwarded-For")

@@ -1,4 +1,4 @@
-package proxy
+package clientkey
 
 import (
 	"fmt"
@@ -25,33 +25,49 @@ func groupIPv6(a netip.Addr, bits int) netip.Addr {
 	return p.Addr()
 }
 
-// keyResult says what the key parts of a request produced.
-type keyResult uint8
+// Result says what the key parts of a request produced.
+type Result uint8
 
+// The results.
 const (
-	keyOK      keyResult = iota
-	keySkip              // on_missing = "skip": do not limit
-	keyReject            // on_missing = "reject": answer 400
-	keyMissing           // (internal) a part was absent
-	keyInvalid           // a keyed cookie or query parameter is repeated or malformed: answer 400
+	OK      Result = iota
+	Skip           // on_missing = "skip": do not limit
+	Reject         // on_missing = "reject": answer 400
+	Invalid        // a keyed cookie or query parameter is repeated or malformed: answer 400
 )
 
-// clientKey builds the key of r for policy p: its key parts, each
-// length-prefixed ("13:203.0.113.7" …) so that no value can be crafted to
-// collide with another combination; an absent part is written "-", which
-// no length prefix produces. With on_missing = "ip" a request missing a part
-// is keyed by its address alone, under a distinct prefix.
-func clientKey(r *http.Request, p *policy.Policy, s *config.Server) (key string, res keyResult) {
-	return keyOf(r, p.Key, p.OnMissing, s)
+// Request is what a client key is built from: the request as its policy
+// matched it (canonical form), its Client, resolved once when it arrived,
+// the server settings it is judged by, and the reader of its path key
+// part. The data path builds one per request; it is read, never changed.
+type Request struct {
+	R      *http.Request
+	Client *Client
+	Server *config.Server
+	// Path returns the path key part's value (the proxy's fullest reading
+	// of the canonical path); nil reads R.URL.Path.
+	Path PathReader
 }
 
-// limitKeys builds, for a policy whose limits have keys of their own
-// (OwnKeys), the key each limit counts r under into keys (len(p.Limits)):
-// limiter.SkipKey for a limit whose key r lacks with on_missing "skip".
-// res is keyInvalid if a limit's key part is ambiguous, keyReject if any
-// limit's on_missing rejects r, keySkip if every limit skips it. Each
+// PathReader gives the path key part's value.
+type PathReader interface{ PathKey() string }
+
+// Policy builds the key of q for policy p: its key parts, each
+// length-prefixed ("13:203.0.113.7" …) so that no value can be crafted
+// to collide with another combination; an absent part is written "-",
+// which no length prefix produces. With on_missing = "ip" a request
+// missing a part is keyed by its address alone, under a distinct prefix.
+func Policy(q *Request, p *policy.Policy) (key string, res Result) {
+	return Of(q, p.Key, p.OnMissing)
+}
+
+// Limits builds, for a policy whose limits have keys of their own
+// (OwnKeys), the key each limit counts q under into keys (len(p.Limits)):
+// limiter.SkipKey for a limit whose key q lacks with on_missing "skip".
+// res is Invalid if a limit's key part is ambiguous, Reject if any
+// limit's on_missing rejects q, Skip if every limit skips it. Each
 // distinct key is built once.
-func limitKeys(r *http.Request, p *policy.Policy, s *config.Server, keys []string) keyResult {
+func Limits(q *Request, p *policy.Policy, keys []string) Result {
 	skipped := 0
 	for i, lk := range p.LimitKeys {
 		j := 0
@@ -61,11 +77,11 @@ func limitKeys(r *http.Request, p *policy.Policy, s *config.Server, keys []strin
 		if j < i {
 			keys[i] = keys[j]
 		} else {
-			k, res := keyOf(r, lk.Parts, lk.OnMissing, s)
+			k, res := Of(q, lk.Parts, lk.OnMissing)
 			switch res {
-			case keyReject, keyInvalid:
+			case Reject, Invalid:
 				return res
-			case keySkip:
+			case Skip:
 				k = limiter.SkipKey
 			}
 			keys[i] = k
@@ -75,15 +91,16 @@ func limitKeys(r *http.Request, p *policy.Policy, s *config.Server, keys []strin
 		}
 	}
 	if skipped == len(keys) {
-		return keySkip
+		return Skip
 	}
-	return keyOK
+	return OK
 }
 
-// keyOf builds the key of r from parts, with onMissing for an absent
-// part; keyInvalid, whatever onMissing says, for a keyed cookie or query
-// parameter that r holds ambiguously (keyedPart).
-func keyOf(r *http.Request, parts []config.KeyPart, onMissing config.OnMissing, s *config.Server) (key string, res keyResult) {
+// Of builds the key of q from parts, with onMissing for an absent part;
+// Invalid, whatever onMissing says, for a keyed cookie or query parameter
+// that q holds ambiguously (Keyed).
+func Of(q *Request, parts []config.KeyPart, onMissing config.OnMissing) (key string, res Result) {
+	s := q.Server
 	var stack [128]byte
 	b := stack[:0]
 	missing, stopped := false, false
@@ -92,32 +109,19 @@ func keyOf(r *http.Request, parts []config.KeyPart, onMissing config.OnMissing, 
 			// The key is settled by on_missing, but a keyed cookie or
 			// query parameter sent ambiguously is still refused, as
 			// whatever the key, the upstream may read another value.
-			if (part.Kind == config.KeyCookie || part.Kind == config.KeyQuery) && s.AmbiguousKeyParts != config.AmbiguousRewrite {
-				if _, st := keyedPart(r, part, s.AmbiguousKeyParts); st == partAmbiguous {
-					return "", keyInvalid
+			if keyed(part.Kind) && s.AmbiguousKeyParts != config.AmbiguousRewrite {
+				if _, st := Keyed(q.R, part, s.AmbiguousKeyParts); st == Ambiguous {
+					return "", Invalid
 				}
 			}
 			continue
 		}
-		if part.Kind == config.KeyIP {
-			// The common case, without an intermediate string.
-			if a, ok := clientIP(r, s); ok {
-				var ipb [64]byte
-				b = appendPart(b, groupIPv6(a, s.IPv6Prefix).AppendTo(ipb[:0]))
-				continue
-			}
-		} else if part.Kind == config.KeyCookie || part.Kind == config.KeyQuery {
-			v, st := keyedPart(r, part, s.AmbiguousKeyParts)
-			switch st {
-			case partPresent:
-				b = appendPart(b, []byte(v))
-				continue
-			case partAmbiguous:
-				return "", keyInvalid
-			}
-		} else if v, ok := keyPart(r, part, s); ok {
-			b = appendPart(b, []byte(v))
+		var st State
+		if b, st = appendPart(b, q, part); st == Present {
 			continue
+		}
+		if st == Ambiguous {
+			return "", Invalid
 		}
 		missing = true
 		if onMissing != config.MissingShared {
@@ -127,27 +131,30 @@ func keyOf(r *http.Request, parts []config.KeyPart, onMissing config.OnMissing, 
 		b = append(b, "-;"...)
 	}
 	if !missing {
-		return string(b), keyOK
+		return string(b), OK
 	}
 	switch onMissing {
 	case config.MissingShared:
-		return string(b), keyOK
+		return string(b), OK
 	case config.MissingSkip:
-		return "", keySkip
+		return "", Skip
 	case config.MissingReject:
-		return "", keyReject
+		return "", Reject
 	}
-	ip, _ := keyPart(r, config.KeyPart{Kind: config.KeyIP}, s)
-	return "ip=" + ip, keyOK
+	ip := ""
+	if q.Client.OK {
+		ip = groupIPv6(q.Client.Addr, s.IPv6Prefix).String()
+	}
+	return "ip=" + ip, OK
 }
 
-// KeyFor builds the client key of policy p from raw values of its key
+// For builds the client key of policy p from raw values of its key
 // parts, in order, the way the data path builds it from a request: an ip
 // part is parsed and grouped by ipv6_prefix, the others are taken as they
 // are. The admin API uses it to find one client's state.
-func KeyFor(p *policy.Policy, s *config.Server, values []string) (string, error) {
+func For(p *policy.Policy, s *config.Server, values []string) (string, error) {
 	if len(values) != len(p.Key) {
-		return "", fmt.Errorf("policy %q has %d key parts (%s); got %d values", p.Name, len(p.Key), keyNames(p), len(values))
+		return "", fmt.Errorf("policy %q has %d key parts (%s); got %d values", p.Name, len(p.Key), Names(p), len(values))
 	}
 	var b []byte
 	for i, part := range p.Key {
@@ -159,15 +166,15 @@ func KeyFor(p *policy.Policy, s *config.Server, values []string) (string, error)
 			}
 			v = groupIPv6(a.Unmap(), s.IPv6Prefix).String()
 		}
-		b = appendPart(b, []byte(v))
+		b = AppendPart(b, []byte(v))
 	}
 	return string(b), nil
 }
 
-// KeyParts splits a key that KeyFor or a request built into its parts'
+// Parts splits a key that For or a request built into its parts'
 // values; false if key is not one (a key a limit of its own builds with
 // on_missing markers decodes as far as it can).
-func KeyParts(key string) ([]string, bool) {
+func Parts(key string) ([]string, bool) {
 	var parts []string
 	for key != "" {
 		n, rest, ok := strings.Cut(key, ":")
@@ -181,35 +188,12 @@ func KeyParts(key string) ([]string, bool) {
 	return parts, true
 }
 
-// appendPart appends one present key part, length-prefixed: "13:203.0.113.7;".
-func appendPart(b, v []byte) []byte {
+// AppendPart appends one present key part, length-prefixed: "13:203.0.113.7;".
+func AppendPart(b, v []byte) []byte {
 	b = strconv.AppendInt(b, int64(len(v)), 10)
 	b = append(b, ':')
 	b = append(b, v...)
 	return append(b, ';')
-}
-
-func keyPart(r *http.Request, part config.KeyPart, s *config.Server) (string, bool) {
-	switch part.Kind {
-	case config.KeyIP:
-		a, ok := clientIP(r, s)
-		if !ok {
-			return "", false
-		}
-		return groupIPv6(a, s.IPv6Prefix).String(), true
-	case config.KeyHeader:
-		return firstHeaderValue(r.Header, part.Name)
-	case config.KeyQuery, config.KeyCookie:
-		v, st := keyedPart(r, part, s.AmbiguousKeyParts)
-		return v, st == partPresent
-	case config.KeyHost:
-		return strings.ToLower(config.HostName(r.Host)), true
-	case config.KeyMethod:
-		return r.Method, true
-	case config.KeyPath:
-		return pathKey(r.URL, s), true
-	}
-	return "", false
 }
 
 // Key parts read one value, the one an upstream most likely reads, so that
@@ -218,7 +202,7 @@ func keyPart(r *http.Request, part config.KeyPart, s *config.Server) (string, bo
 // An empty value counts as absent (on_missing applies). A header is read
 // by its first value, and the upstream receives only that one
 // (pinKeyHeaders); a cookie or query parameter must appear once,
-// well-formed (keyparts.go).
+// well-formed (keyed.go).
 
 // firstHeaderValue returns the first value of the header name (canonical):
 // its first field line, up to the first comma outside double quotes (in
@@ -249,11 +233,11 @@ func firstHeaderValue(h http.Header, name string) (string, bool) {
 	return v, v != ""
 }
 
-// pinKeyHeaders leaves each header that is a part of p's key with the one
+// Pin leaves each header that is a part of p's key with the one
 // value the key was built from (or removes it when that value is empty),
 // so that the upstream reads the identity that was limited, whichever of
 // several values it would have read.
-func pinKeyHeaders(r *http.Request, p *policy.Policy) {
+func Pin(r *http.Request, p *policy.Policy) {
 	pinHeaders(r, p.Key)
 	if p.OwnKeys {
 		for _, lk := range p.LimitKeys {
@@ -279,4 +263,13 @@ func pinHeaders(r *http.Request, parts []config.KeyPart) {
 			delete(r.Header, part.Name)
 		}
 	}
+}
+
+// Names returns p's key parts as its key list writes them, comma-separated.
+func Names(p *policy.Policy) string {
+	names := make([]string, len(p.Key))
+	for i, k := range p.Key {
+		names[i] = k.String()
+	}
+	return strings.Join(names, ", ")
 }

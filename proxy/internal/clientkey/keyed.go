@@ -1,9 +1,11 @@
-package proxy
+package clientkey
 
 import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/limitproxy/limitproxy/internal/httptoken"
 
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
@@ -19,17 +21,18 @@ import (
 // to case, PHP decodes cookie names and reads '.' and ' ' in a name as
 // '_', SimpleCookie and nginx take white space or a comma inside a cookie
 // pair as the start of another. So a request with any of these around its
-// keyed name is ambiguous (keyAmbiguous): refused, or with
+// keyed name is ambiguous (Ambiguous): refused, or with
 // ambiguous_key_parts = "rewrite" keyed by the last well-formed value and
-// forwarded with only that one (rewriteKeyParts).
+// forwarded with only that one (Rewrite).
 
-// partState is what a request holds of one keyed cookie or parameter.
-type partState uint8
+// State is what a request holds of one key part.
+type State uint8
 
+// The states.
 const (
-	partAbsent    partState = iota // not there, or empty: on_missing applies
-	partPresent                    // exactly one well-formed value
-	partAmbiguous                  // repeated or malformed
+	Absent    State = iota // not there, or empty: on_missing applies
+	Present                // exactly one well-formed value
+	Ambiguous              // a keyed cookie or parameter repeated or malformed
 )
 
 // occurrence is one place a request names a keyed cookie or parameter,
@@ -41,9 +44,9 @@ type occurrence struct {
 	value string // its value as keyed, when ok
 }
 
-// keyedPart returns the value of the cookie or query part of r, with
-// what ambiguity does in mode.
-func keyedPart(r *http.Request, part config.KeyPart, mode config.AmbiguousMode) (string, partState) {
+// Keyed returns the value of the cookie or query part of r, with what
+// ambiguity does in mode.
+func Keyed(r *http.Request, part config.KeyPart, mode config.AmbiguousMode) (string, State) {
 	var occ []occurrence
 	var stack [4]occurrence
 	switch part.Kind {
@@ -52,39 +55,39 @@ func keyedPart(r *http.Request, part config.KeyPart, mode config.AmbiguousMode) 
 	case config.KeyQuery:
 		occ = queryOccurrences(stack[:0], r.URL.RawQuery, part.Name)
 	default:
-		return "", partAbsent
+		return "", Absent
 	}
 	c, st := choose(occ, mode)
-	if st != partPresent {
+	if st != Present {
 		return "", st
 	}
-	return occ[c].value, partPresent
+	return occ[c].value, Present
 }
 
 // choose picks the occurrence a key reads: the only one, if it is
 // well-formed; with rewrite, the last well-formed one (-1: none). An
 // empty value is absent.
-func choose(occ []occurrence, mode config.AmbiguousMode) (int, partState) {
+func choose(occ []occurrence, mode config.AmbiguousMode) (int, State) {
 	switch {
 	case len(occ) == 0:
-		return -1, partAbsent
+		return -1, Absent
 	case len(occ) == 1 && occ[0].ok:
 		if occ[0].value == "" {
-			return 0, partAbsent
+			return 0, Absent
 		}
-		return 0, partPresent
+		return 0, Present
 	case mode != config.AmbiguousRewrite:
-		return -1, partAmbiguous
+		return -1, Ambiguous
 	}
 	for i := len(occ) - 1; i >= 0; i-- {
 		if occ[i].ok {
 			if occ[i].value == "" {
-				return i, partAbsent
+				return i, Absent
 			}
-			return i, partPresent
+			return i, Present
 		}
 	}
-	return -1, partAbsent
+	return -1, Absent
 }
 
 // cookieOccurrences appends to occ each place the Cookie field lines
@@ -246,8 +249,8 @@ func lenientUnescape(s string) string {
 		case c == '+':
 			b = append(b, ' ')
 		case c == '%' && i+2 < len(s):
-			hi, ok1 := unhex(s[i+1])
-			lo, ok2 := unhex(s[i+2])
+			hi, ok1 := httptoken.Unhex(s[i+1])
+			lo, ok2 := httptoken.Unhex(s[i+2])
 			if !ok1 || !ok2 {
 				b = append(b, c)
 				continue
@@ -261,31 +264,31 @@ func lenientUnescape(s string) string {
 	return string(b)
 }
 
-// ambiguousPart returns the first cookie or query part among parts that
+// AmbiguousPart returns the first cookie or query part of p's keys that
 // r holds ambiguously (refused in mode), for the answer to name it.
-func ambiguousPart(r *http.Request, p *policy.Policy, mode config.AmbiguousMode) string {
+func AmbiguousPart(r *http.Request, p *policy.Policy, mode config.AmbiguousMode) string {
 	all := [][]config.KeyPart{p.Key}
 	for _, lk := range p.LimitKeys {
 		all = append(all, lk.Parts)
 	}
 	for _, parts := range all {
 		for _, part := range parts {
-			if _, st := keyedPart(r, part, mode); st == partAmbiguous {
+			if _, st := Keyed(r, part, mode); st == Ambiguous {
 				return part.String()
 			}
 		}
 	}
-	return keyNames(p)
+	return Names(p)
 }
 
-// rewriteKeyParts leaves in r, for each cookie or query part of p's keys
+// Rewrite leaves in r, for each cookie or query part of p's keys
 // (its own, its limits'), only the occurrence the key was read from, or
 // none when the part was absent: every other pair that names it is
 // removed from the Cookie field lines or the query, the rest kept byte
 // for byte. A request that names each part once, well-formed, is left as
 // it is. Only with ambiguous_key_parts = "rewrite": otherwise such a
 // request was refused.
-func rewriteKeyParts(r *http.Request, p *policy.Policy) {
+func Rewrite(r *http.Request, p *policy.Policy) {
 	rewriteParts(r, p.Key)
 	for _, lk := range p.LimitKeys {
 		rewriteParts(r, lk.Parts)
