@@ -6,17 +6,12 @@ import (
 	"net/http"
 )
 
-// forwardAuthServer is the [forward_auth] listener and its server: the
-// proxy handler's forward-auth decision endpoint (docs/forward-auth.md).
-type forwardAuthServer struct {
-	ln  net.Listener
-	srv *http.Server
-}
-
 // listenForwardAuth, with [forward_auth] listen, opens the forward-auth
-// listener and its server, with the proxy listener's header timeout, size
-// bound and connection bound (max_connections, counted apart: a flood of
-// connections to one listener cannot starve the other).
+// listener and its face: the proxy handler's forward-auth decision
+// endpoint (docs/forward-auth.md), with the proxy listener's header
+// timeout, size bound and connection bound (max_connections, counted
+// apart: a flood of connections to one listener cannot starve the
+// other).
 func (p *process) listenForwardAuth() error {
 	fa, s := p.cfg.ForwardAuth, p.cfg.Server
 	if fa.Listen == "" {
@@ -31,13 +26,12 @@ func (p *process) listenForwardAuth() error {
 		bound = DefaultMaxConnections(fileLimit())
 	}
 	ln := newLimitListener(tcp, bound, true, p.log.Named("forward_auth"))
-	p.onClose(func() { ln.Close() })
-	p.fauth = &forwardAuthServer{ln: ln, srv: &http.Server{
+	p.addFace("forward_auth", ln, &http.Server{
 		Handler:           p.handler.ForwardAuth(),
 		ReadHeaderTimeout: s.ReadHeaderTimeout,
 		IdleTimeout:       s.IdleTimeout,
 		MaxHeaderBytes:    s.MaxHeaderBytes,
 		ErrorLog:          mustStdLog(p.log.Named("forward_auth")),
-	}}
+	}, true)
 	return nil
 }

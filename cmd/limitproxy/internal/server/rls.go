@@ -3,24 +3,15 @@ package server
 import (
 	"fmt"
 	"net"
-	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 
 	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/rls"
 )
 
-// rlsListener is [rls]'s listener and the gRPC server serving it.
-type rlsListener struct {
-	ln  net.Listener
-	srv *grpc.Server
-}
-
 // listenRLS, with [rls] listen, opens Envoy's rate limit service
 // (docs/envoy.md) on its own listener, bounded to max_connections like
-// the proxy's, and serves it until the process closes: then calls in
-// flight get shutdown_timeout to finish.
+// the proxy's, and its face: a data face, drained with the proxy's.
 func (p *process) listenRLS() error {
 	c := p.cfg.RLS
 	if c.Listen == "" {
@@ -32,6 +23,7 @@ func (p *process) listenRLS() error {
 	}
 	tcp, err := net.Listen("tcp", c.Listen)
 	if err != nil {
+		srv.Stop() // its stream workers
 		return fmt.Errorf("rls: listen %s: %w", c.Listen, err)
 	}
 	if c.ClientCAFile == "" && !loopback(c.Listen) {
@@ -39,24 +31,6 @@ func (p *process) listenRLS() error {
 			zap.String("listen", c.Listen))
 	}
 	ln := newLimitListener(tcp, p.maxConnections(), false, p.log.Named("rls"))
-	p.rls = &rlsListener{ln: ln, srv: srv}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := rls.Serve(srv, ln); err != nil {
-			p.log.Error("rls: serve", zap.Error(err))
-		}
-	}()
-	p.onClose(func() {
-		stopped := make(chan struct{})
-		go func() { srv.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(p.cfg.Server.ShutdownTimeout):
-			srv.Stop()
-			<-stopped
-		}
-		<-done
-	})
+	p.addFace("rls", ln, newGRPCServer(srv), true)
 	return nil
 }

@@ -65,12 +65,14 @@ func newLogger(c config.Log, level zap.AtomicLevel, out zapcore.WriteSyncer) *za
 	return zap.New(zapcore.NewCore(encoder, out, level))
 }
 
-// Addrs is where a running Server listens. Admin is nil when the admin
-// listener is off, ForwardAuth when [forward_auth] is.
+// Addrs is where a running Server listens: a face's address is nil when
+// it is off.
 type Addrs struct {
-	Proxy, Admin net.Addr
-	ForwardAuth  net.Addr
-	RLS          net.Addr // nil without [rls] listen
+	Proxy       net.Addr
+	Redirect    net.Addr // [server.tls] http_listen
+	Admin       net.Addr // [admin] listen
+	ForwardAuth net.Addr // [forward_auth] listen
+	RLS         net.Addr // [rls] listen
 }
 
 // Options configures a Server.
@@ -154,10 +156,11 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 	for _, work := range p.workers() {
 		wg.Go(func() { work(workers) })
 	}
-	servers := p.servers()
-	served := make(chan error, len(servers)) // each sends once, never blocked
-	for _, serve := range servers {
-		wg.Go(func() { served <- serve() })
+	// Every face's accept loop (face.go), each returning once drain
+	// has stopped its face, or at once if it fails.
+	served := make(chan error, len(p.faces)) // each sends once, never blocked
+	for _, f := range p.faces {
+		wg.Go(func() { served <- f.serve() })
 	}
 	failed := p.serve(ctx, served, ready)
 	p.drain()
@@ -185,24 +188,19 @@ type process struct {
 	handler *proxy.Handler
 	reload  *reloader
 
+	// faces are the listeners and their servers, each registered by the
+	// step that opened it (face.go).
+	faces []*face
+
 	ln  net.Listener // the proxy's, as srv serves it
 	srv *http.Server
-	// front serves plain HTTP/1.1 in front of srv (server); nil under TLS
-	// or with [server] http1 = "net/http".
+	// front serves plain HTTP/1.1 in front of srv; nil under TLS or with
+	// [server] http1 = "net/http".
 	front *h1.Server
-	// With [server.tls]: the listener of http_listen and its server
-	// (redirects to HTTPS, ACME's HTTP challenges), and the ACME manager.
-	redirectLn net.Listener
-	redirect   *http.Server
-	managed    *acme
-	// With [admin] listen.
-	adminLn       net.Listener
-	admin         *http.Server
-	adminTimeouts adminTimeouts // the admin server's: defaultAdminTimeouts
-	// With [forward_auth] listen.
-	fauth *forwardAuthServer
-	// With [rls] listen: Envoy's rate limit service (rls.go).
-	rls *rlsListener
+	// With [server.tls] mode = "acme": the ACME manager.
+	managed *acme
+	// The admin server's timeouts: defaultAdminTimeouts.
+	adminTimeouts adminTimeouts
 }
 
 // onClose registers f to run when the process closes, before every f
@@ -293,7 +291,10 @@ func keyHasher(a config.Admin, log *zap.Logger) (*proxy.KeyHasher, error) {
 }
 
 // listenProxy opens the proxy's listener, bounded to max_connections,
-// behind the PROXY protocol if asked, and its server.
+// behind the PROXY protocol if asked, and its face: under TLS net/http's
+// server serving HTTPS (startTLS gives it its certificates), which
+// serves HTTP/2 and the handshake; else the HTTP/1.1 front in front of
+// net/http's server, or with [server] http1 = "net/http" net/http's own.
 func (p *process) listenProxy() error {
 	s := p.cfg.Server
 	tcp, err := net.Listen("tcp", s.Listen)
@@ -301,7 +302,6 @@ func (p *process) listenProxy() error {
 		return fmt.Errorf("listen %s: %w", s.Listen, err)
 	}
 	limited := newLimitListener(tcp, p.maxConnections(), s.TLS == nil, p.log.Named("listener"))
-	p.onClose(func() { limited.Close() })
 	p.ln = limited
 	if s.ProxyProtocol {
 		// Under TLS too: the PROXY header precedes the handshake. Who may
@@ -326,6 +326,15 @@ func (p *process) listenProxy() error {
 		protocols.SetUnencryptedHTTP2(true)
 		p.srv.Protocols = &protocols
 	}
+	var srv faceServer = p.srv
+	switch {
+	case s.TLS != nil:
+		srv = tlsServer{p.srv}
+	case s.HTTP1 == config.ImplLimitproxy:
+		p.front = h1.New(p.srv)
+		srv = p.front
+	}
+	p.addFace("proxy", p.ln, srv, true)
 	return nil
 }
 
@@ -341,23 +350,28 @@ func (p *process) maxConnections() int {
 	return n
 }
 
-// startTLS, with [server.tls], makes the proxy's server serve HTTPS: with
-// mode = "files" the certificate is loaded now, so that a bad one stops
-// the start with a clear error; with ACME, the certificates are obtained
-// once the listeners answer (serve). http_listen gets a server that
-// redirects to HTTPS and answers ACME's HTTP challenges.
+// startTLS, with [server.tls], gives the proxy's server its
+// certificates: with mode = "files" the certificate is loaded now, so
+// that a bad one stops the start with a clear error; with ACME, the
+// certificates are obtained once the listeners answer (serve).
+// http_listen gets the redirect face: a server that redirects to HTTPS
+// and answers ACME's HTTP challenges.
 func (p *process) startTLS() error {
 	t := p.cfg.Server.TLS
 	if t == nil {
 		return nil
 	}
+	var redirect *http.Server
+	httpPort := 0
 	if t.HTTPListen != "" {
 		ln, err := net.Listen("tcp", t.HTTPListen)
 		if err != nil {
 			return fmt.Errorf("server.tls.http_listen %s: %w", t.HTTPListen, err)
 		}
-		p.onClose(func() { ln.Close() })
-		p.redirectLn = ln
+		// Its handler is set below, before anything serves.
+		redirect = &http.Server{ReadHeaderTimeout: p.cfg.Server.ReadHeaderTimeout}
+		p.addFace("redirect", ln, redirect, false)
+		httpPort = ln.Addr().(*net.TCPAddr).Port
 	}
 	_, port, _ := net.SplitHostPort(p.ln.Addr().String())
 	var handler http.Handler = redirectToHTTPS(port)
@@ -369,10 +383,6 @@ func (p *process) startTLS() error {
 		}
 		p.srv.TLSConfig = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
 	case config.TLSACME:
-		httpPort := 0
-		if p.redirectLn != nil {
-			httpPort = p.redirectLn.Addr().(*net.TCPAddr).Port
-		}
 		managed, err := newACME(t, p.ln.Addr().(*net.TCPAddr).Port, httpPort, p.log)
 		if err != nil {
 			return err
@@ -382,14 +392,14 @@ func (p *process) startTLS() error {
 		p.srv.TLSConfig = managed.tlsConfig()
 		handler = managed.challenge(handler)
 	}
-	if p.redirectLn != nil {
-		p.redirect = &http.Server{Handler: handler, ReadHeaderTimeout: p.cfg.Server.ReadHeaderTimeout}
+	if redirect != nil {
+		redirect.Handler = handler
 	}
 	return nil
 }
 
 // listenAdmin, with [admin] listen, opens the admin listener and its
-// server: the API (behind the token of token_env, if set) behind the
+// face: the API (behind the token of token_env, if set) behind the
 // guard (adminguard.go).
 func (p *process) listenAdmin() error {
 	a := p.cfg.Admin
@@ -408,16 +418,14 @@ func (p *process) listenAdmin() error {
 		p.log.Warn("admin API listens beyond loopback without a token: anyone who reaches it can reload the config and reset clients; set admin.token_env",
 			zap.String("listen", a.Listen))
 	}
-	p.onClose(func() { ln.Close() })
-	p.adminLn = ln
-	p.admin = &http.Server{
+	p.addFace("admin", ln, &http.Server{
 		Handler:           newAdminGuard(a.Listen, a.AllowedHosts).wrap(adminHandler(p.reload, p.stores, p.metrics, token)),
 		ReadHeaderTimeout: p.adminTimeouts.readHeader,
 		ReadTimeout:       p.adminTimeouts.read,
 		WriteTimeout:      p.adminTimeouts.write,
 		IdleTimeout:       p.adminTimeouts.idle,
 		ErrorLog:          mustStdLog(p.log.Named("admin")),
-	}
+	}, false)
 	return nil
 }
 
@@ -468,56 +476,10 @@ func (p *process) watchSignals() func(ctx context.Context) {
 	}
 }
 
-// proxyServer is the proxy listener's server: net/http's, or in front of
-// it the HTTP/1.1 front (internal/h1).
-type proxyServer interface {
-	Serve(net.Listener) error
-	Shutdown(context.Context) error
-	Close() error
-}
-
-// server returns the proxy listener's server: the front for plain HTTP
-// (servers builds it), net/http's own under TLS, which serves HTTP/2 and
-// the handshake.
-func (p *process) server() proxyServer {
-	if p.front != nil {
-		return p.front
-	}
-	return p.srv
-}
-
-// servers returns the servers' accept loops: the proxy's (HTTPS if it has
-// a certificate), the HTTP redirect's and the admin's, each returning
-// when its server is shut down or fails.
-func (p *process) servers() []func() error {
-	// Decided before net/http's server runs: it sets a TLSConfig of
-	// its own (for HTTP/2) once it serves.
-	serve := []func() error{func() error { return p.srv.ServeTLS(p.ln, "", "") }}
-	switch {
-	case p.srv.TLSConfig != nil:
-	case p.cfg.Server.HTTP1 == config.ImplLimitproxy:
-		front := h1.New(p.srv)
-		p.front = front
-		serve[0] = func() error { return front.Serve(p.ln) }
-	default: // [server] http1 = "net/http"
-		serve[0] = func() error { return p.srv.Serve(p.ln) }
-	}
-	if p.redirect != nil {
-		serve = append(serve, func() error { return p.redirect.Serve(p.redirectLn) })
-	}
-	if p.admin != nil {
-		serve = append(serve, func() error { return p.admin.Serve(p.adminLn) })
-	}
-	if p.fauth != nil {
-		serve = append(serve, func() error { return p.fauth.srv.Serve(p.fauth.ln) })
-	}
-	return serve
-}
-
-// serve waits, the servers accepting, for ACME's certificates if any (the
+// serve waits, the faces accepting, for ACME's certificates if any (the
 // listeners answer the CA's challenges now), then says the proxy is ready
-// and serves until ctx is done or a server fails (served). It returns
-// what stopped it other than ctx.
+// and serves until ctx is done or a face's accept loop ends (served,
+// which names the face). It returns what stopped it other than ctx.
 func (p *process) serve(ctx context.Context, served <-chan error, ready chan<- Addrs) error {
 	if p.managed != nil {
 		if err := p.managed.obtain(ctx); err != nil {
@@ -536,56 +498,4 @@ func (p *process) serve(ctx context.Context, served <-chan error, ready chan<- A
 	case <-ctx.Done():
 		return nil
 	}
-}
-
-// addrs returns where the process listens.
-func (p *process) addrs() Addrs {
-	a := Addrs{Proxy: p.ln.Addr()}
-	if p.adminLn != nil {
-		a.Admin = p.adminLn.Addr()
-	}
-	if p.fauth != nil {
-		a.ForwardAuth = p.fauth.ln.Addr()
-	}
-	if p.rls != nil {
-		a.RLS = p.rls.ln.Addr()
-	}
-	return a
-}
-
-// drain stops accepting and lets requests in flight, queued ones included,
-// finish within shutdown_timeout; requests still queued then get 503 and
-// Retry-After rather than a closed connection. Then it closes the other
-// servers.
-func (p *process) drain() {
-	p.log.Info("shutting down", zap.Duration("drain_budget", p.cfg.Server.ShutdownTimeout))
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Server.ShutdownTimeout)
-	defer cancel()
-	var fauth sync.WaitGroup
-	if p.fauth != nil {
-		// Beside the proxy's, within the same budget.
-		fauth.Go(func() { p.fauth.srv.Shutdown(ctx) })
-	}
-	srv := p.server()
-	if err := srv.Shutdown(ctx); err != nil {
-		// A moment for the 503 answers to go out.
-		p.handler.CloseQueues()
-		answer, cancel := context.WithTimeout(context.Background(), time.Second)
-		srv.Shutdown(answer)
-		cancel()
-		srv.Close()
-		p.log.Warn("drain budget exhausted; queued requests answered 503, remaining connections closed", zap.Error(err))
-	}
-	p.handler.CloseIdleConnections()
-	if p.fauth != nil {
-		p.fauth.srv.Close()
-		fauth.Wait()
-	}
-	if p.admin != nil {
-		p.admin.Close()
-	}
-	if p.redirect != nil {
-		p.redirect.Close()
-	}
-	p.log.Info("stopped")
 }
