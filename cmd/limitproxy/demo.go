@@ -96,14 +96,12 @@ Try, in another terminal (README.md "A first session" shows what they answer):
   curl -i -X POST %s/login
 `, upstream, base, where, base, base, base)
 	if admin != nil {
-		// A call that changes something needs this Content-Type
-		// (docs/admin-api.md), also without a body.
 		a := "http://" + admin.String()
 		fmt.Fprintf(&b, `
-  # the admin API lifts the ban and forgets the address's counts (a call that
-  # changes something needs Content-Type: application/json); /login answers again
-  curl -s -o /dev/null -w '%%{http_code}\n' -X DELETE -H 'Content-Type: application/json' %s/api/v1/policies/login/bans/127.0.0.1
-  curl -s -o /dev/null -w '%%{http_code}\n' -X DELETE -H 'Content-Type: application/json' %s/api/v1/policies/login/keys/127.0.0.1
+  # the admin API lifts the ban and forgets the address's counts; /login
+  # answers again
+  curl -s -o /dev/null -w '%%{http_code}\n' -X DELETE %s/api/v1/policies/login/bans/127.0.0.1
+  curl -s -o /dev/null -w '%%{http_code}\n' -X DELETE %s/api/v1/policies/login/keys/127.0.0.1
   curl -s -o /dev/null -w '%%{http_code}\n' -X POST %s/login
 `, a, a, base)
 	}

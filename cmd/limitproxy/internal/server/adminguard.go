@@ -47,9 +47,13 @@ var defaultAdminTimeouts = adminTimeouts{
 // attacker.example whose name now resolves to 127.0.0.1) gets 421, and a
 // request that changes something (any method but GET, HEAD and OPTIONS)
 // gets 403 when it comes from another origin (Sec-Fetch-Site cross-site or
-// same-site, or an Origin not of its Host) and 415 unless its Content-Type
-// is application/json, which no cross-origin page can send without a CORS
-// preflight, which the admin listener never grants.
+// same-site, or an Origin not of its Host: every browser sends one of
+// them with such a request), and 415 when it carries a body, or a
+// Content-Type, other than application/json, which no cross-origin page
+// can send without a CORS preflight, which the admin listener never
+// grants. A request without a body and without a Content-Type (curl -X
+// POST, curl -X DELETE) is taken: it says nothing a type could
+// describe.
 type adminGuard struct {
 	// names are the host names a Host may give, as allowedHost compares
 	// them: "name" (any port) or "name:port", in lower case.
@@ -125,14 +129,24 @@ func (g *adminGuard) wrap(next http.Handler) http.Handler {
 					"a cross-origin request cannot change anything on the admin API")
 				return
 			}
-			if mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-				writeProblem(w, http.StatusUnsupportedMediaType, "Unsupported Media Type",
-					"a "+req.Method+" to the admin API needs Content-Type: application/json (also without a body)")
-				return
+			if !bodiless(req) {
+				if mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+					writeProblem(w, http.StatusUnsupportedMediaType, "Unsupported Media Type",
+						"a "+req.Method+" to the admin API with a body or a Content-Type needs Content-Type: application/json")
+					return
+				}
 			}
 		}
 		next.ServeHTTP(w, req)
 	})
+}
+
+// bodiless reports whether req has no body and no Content-Type: an
+// HTTP/1 request without Content-Length or Transfer-Encoding, or with
+// Content-Length: 0; an HTTP/2 one whose headers ended its stream.
+func bodiless(req *http.Request) bool {
+	_, typed := req.Header["Content-Type"]
+	return !typed && req.ContentLength == 0 && len(req.TransferEncoding) == 0
 }
 
 // writeProblem answers an RFC 9457 problem details object.

@@ -141,9 +141,11 @@ func TestAdminRebinding(t *testing.T) {
 // browser could have sent it from another page: a cross-site form or
 // text/plain POST (a "simple" request, sent without a preflight), an
 // Origin not of the Host, Sec-Fetch-Site cross-site or same-site (403),
-// or any Content-Type but application/json, a body-less DELETE included
-// (415). A CORS preflight is granted nothing. No reload happens. A
-// same-origin JSON request with the token works.
+// a body-less one too (a no-cors fetch), or a body or any Content-Type
+// but application/json (415). A CORS preflight is granted nothing. No
+// reload happens. A same-origin JSON request with the token works, and
+// so does the bare command an operator types: curl -X POST or -X DELETE
+// without a body or a Content-Type.
 func TestAdminCrossSite(t *testing.T) {
 	t.Setenv("LIMITPROXY_TEST_ADMIN_TOKEN", "s3cret")
 	r := startFile(t, func(path, up string) {
@@ -169,15 +171,29 @@ func TestAdminCrossSite(t *testing.T) {
 		{"JSON, same-site", "POST", "/api/v1/reload", 403, []string{"Content-Type", "application/json", "Sec-Fetch-Site", "same-site", "Authorization", auth}},
 		{"DELETE from another site", "DELETE", "/api/v1/policies/all/keys/127.0.0.1", 403, []string{"Content-Type", "application/json", "Origin", "http://evil.example", "Authorization", auth}},
 		{"text/plain, same origin", "POST", "/api/v1/reload", 415, []string{"Content-Type", "text/plain", "Origin", "http://" + self, "Authorization", auth}},
-		{"no Content-Type (curl -X POST)", "POST", "/api/v1/reload", 415, []string{"Authorization", auth}},
 		{"form, no Origin", "POST", "/api/v1/reload", 415, []string{"Content-Type", "application/x-www-form-urlencoded", "Authorization", auth}},
-		{"body-less DELETE without Content-Type", "DELETE", "/api/v1/policies/all/keys/127.0.0.1", 415, []string{"Authorization", auth}},
 		{"PUT as text/json", "PUT", "/api/v1/policies/all/overrides/127.0.0.1", 415, []string{"Content-Type", "text/json", "Authorization", auth}},
+		{"body-less, no Content-Type, from another site (no-cors fetch)", "POST", "/api/v1/reload", 403, []string{"Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site", "Authorization", auth}},
+		{"body-less, no Content-Type, Origin only (older browser)", "POST", "/api/v1/reload", 403, []string{"Origin", "http://evil.example", "Authorization", auth}},
+		{"body-less DELETE from another site", "DELETE", "/api/v1/policies/all/keys/127.0.0.1", 403, []string{"Sec-Fetch-Site", "cross-site", "Authorization", auth}},
+		{"a body without a Content-Type", "POST", "/api/v1/reload", 415, []string{"Authorization", auth, "X-Body", "{}"}},
+		{"body-less, Content-Length: 0, text/plain", "POST", "/api/v1/reload", 415, []string{"Content-Type", "text/plain", "Authorization", auth}},
 	} {
-		code, ct, body := adminCall(t, r, c.method, c.path, "", "", c.fields...)
+		body := ""
+		for i := 0; i+1 < len(c.fields); i += 2 {
+			if c.fields[i] == "X-Body" {
+				body = c.fields[i+1]
+			}
+		}
+		code, ct, body := adminCall(t, r, c.method, c.path, "", body, c.fields...)
 		if code != c.want || ct != "application/problem+json" {
 			t.Errorf("%s: %d %s %q, want %d problem+json", c.name, code, ct, body, c.want)
 		}
+	}
+	// A rebinding page (its name now resolving to the admin listener)
+	// sending the bare command: refused by its Host.
+	if code, _, body := adminCall(t, r, "POST", "/api/v1/reload", "rebound.example", "", "Authorization", auth); code != 421 {
+		t.Errorf("body-less POST with Host rebound.example: %d %s, want 421", code, body)
 	}
 	if now := reloadsCounted(t, r); now != reloads {
 		t.Errorf("a refused request reloaded: %s, was %s", now, reloads)
@@ -215,8 +231,15 @@ func TestAdminCrossSite(t *testing.T) {
 			t.Errorf("%q: %d %s, want 200 applied", fields, code, body)
 		}
 	}
-	if now := reloadsCounted(t, r); !strings.Contains(now, `{result="success"} 3`) {
-		t.Errorf("reloads: %s, want 3 successes", now)
+	// The bare commands an operator types: no body, no Content-Type.
+	if code, _, body := adminCall(t, r, "POST", "/api/v1/reload", "", "", "Authorization", auth); code != 200 || !strings.Contains(body, `"applied": true`) {
+		t.Errorf("curl -X POST: %d %s, want 200 applied", code, body)
+	}
+	if code, _, body := adminCall(t, r, "DELETE", "/api/v1/policies/all/keys/127.0.0.1", "", "", "Authorization", auth); code != 204 {
+		t.Errorf("curl -X DELETE: %d %s, want 204", code, body)
+	}
+	if now := reloadsCounted(t, r); !strings.Contains(now, `{result="success"} 4`) {
+		t.Errorf("reloads: %s, want 4 successes", now)
 	}
 }
 
