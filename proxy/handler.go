@@ -289,7 +289,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	if queued {
-		if wait, ok = h.waitTurn(x, &o, 0); !ok {
+		if wait, ok = h.waitTurn(x, &o, noMaxWait); !ok {
 			return
 		}
 	}
@@ -454,9 +454,11 @@ func (h *Handler) gate(x *exchange, o *ruling) (release func(), ok bool) {
 }
 
 // waitTurn holds x's request in its policy's leaky-bucket queue until
-// its turn comes (await). It returns how long it waited since it arrived,
-// and false when it left the queue without its turn: the client went
-// (nobody to answer), or CloseQueues turned it away (answered 503).
+// its turn comes (await: a turn further away than maxWait is refused as
+// the limit refuses; o is then refused and waitTurn reports true). It
+// returns how long it waited since it arrived, and false when it left
+// the queue without its turn: the client went (nobody to answer), or
+// CloseQueues turned it away (answered 503).
 func (h *Handler) waitTurn(x *exchange, o *ruling, maxWait time.Duration) (time.Duration, bool) {
 	r, rec := x.req.r, &x.w
 	wait, err := h.await(r.Context(), o, x.req.start, maxWait)

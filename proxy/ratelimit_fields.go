@@ -12,7 +12,7 @@ import (
 )
 
 // The rate-limit fields (docs/responses.md): in "draft" mode the IETF
-// httpapi RateLimit draft-10's RateLimit-Policy, one quota policy item
+// httpapi RateLimit draft-11's RateLimit-Policy, one quota policy item
 // per limit of the policy, named as config.Policy.LimitName says and the
 // same on every response of the policy to a client, and RateLimit, the
 // service limit of the most pressing of them; in "legacy" mode
@@ -32,8 +32,9 @@ func setRateLimitHeaders(h http.Header, mode config.HeadersMode, p *policy.Polic
 		return
 	}
 	if mode == config.HeadersDraft || mode == config.HeadersBoth {
-		// t: draft-10's seconds until additional quota is available, never
-		// more than Retry-After on a rejection.
+		// t, the effective window (draft-11 §4.1.2): the seconds until
+		// additional quota is available, within which no more than r can
+		// be used; never more than Retry-After on a rejection (§6).
 		next := ceilSeconds(d.Next)
 		if !d.Allowed {
 			next = min(next, retryAfter(d))

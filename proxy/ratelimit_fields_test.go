@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -132,7 +133,7 @@ func items(t *testing.T, h http.Header, field string) (map[string]map[string]int
 // TestRateLimitPolicyStable: a policy of several limits sends one quota
 // policy item per limit, each under a name of its own, and the same
 // RateLimit-Policy on every response, rejections included, while
-// RateLimit names whichever limit is the most pressing (draft-10 §3: the
+// RateLimit names whichever limit is the most pressing (draft-11 §3: the
 // field value SHOULD remain consistent over a sequence of responses). A
 // client with a per-key override sees its own quotas under the same
 // names, as steadily.
@@ -287,6 +288,165 @@ func TestRejectFieldsAsBuilt(t *testing.T) {
 		}
 		if newRejectFields(p, config.HeadersBoth) != nil || newRejectFields(p, config.HeadersLegacy) != nil {
 			t.Errorf("%s: built fields outside draft mode", p.Name)
+		}
+	}
+}
+
+// retryConfig has a policy per algorithm, one of two limits and one
+// with a penalty box; the forward-auth endpoint waits no leaky-bucket
+// delay (max_wait = "0s"), so that every delay is a rejection too.
+const retryConfig = `
+[server]
+trusted_proxies = ["127.0.0.1/32"]
+
+[forward_auth]
+listen = "127.0.0.1:0"
+trusted_senders = ["198.51.100.1/32"]
+max_wait = "0s"
+
+[[upstream]]
+name = "app"
+targets = ["%s"]
+
+[[policy]]
+name = "tb"
+upstream = "app"
+match = { path = "/tb" }
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "3/s"
+  burst = 5
+
+[[policy]]
+name = "fw"
+upstream = "app"
+match = { path = "/fw" }
+  [[policy.limits]]
+  algorithm = "fixed_window"
+  limit = 4
+  window = "10s"
+
+[[policy]]
+name = "sl"
+upstream = "app"
+match = { path = "/sl" }
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 3
+  window = "7s"
+
+[[policy]]
+name = "sw"
+upstream = "app"
+match = { path = "/sw" }
+  [[policy.limits]]
+  algorithm = "sliding_window"
+  limit = 5
+  window = "9s"
+
+[[policy]]
+name = "lb"
+upstream = "app"
+match = { path = "/lb" }
+  [[policy.limits]]
+  algorithm = "leaky_bucket"
+  rate = "2/s"
+  queue = 3
+  max_wait = "1s"
+
+[[policy]]
+name = "two"
+upstream = "app"
+match = { path = "/two" }
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1/s"
+  burst = 4
+  [[policy.limits]]
+  algorithm = "fixed_window"
+  limit = 6
+  window = "1m"
+
+[[policy]]
+name = "ban"
+upstream = "app"
+match = { path = "/ban" }
+  [[policy.limits]]
+  algorithm = "sliding_log"
+  limit = 2
+  window = "5s"
+  [policy.ban]
+  duration = "20s"
+`
+
+// TestRetryAfterNotBeforeEffectiveWindow: draft-11 §6 — a response with
+// both Retry-After and RateLimit SHOULD NOT have Retry-After point earlier
+// than the end of the effective window (t). Every algorithm's rejection,
+// a limit of two, a ban's, and a leaky bucket's turn refused by max_wait
+// (its own, and forward auth's), on the proxy face and behind forward
+// auth, over random arrivals on an injected clock: each RateLimit item's
+// t is at most Retry-After, and Retry-After is at least 1.
+func TestRetryAfterNotBeforeEffectiveWindow(t *testing.T) {
+	clock := newClock()
+	up := newUpstream(t, nil)
+	cfg, err := config.Parse("retry.toml", fmt.Appendf(nil, retryConfig, up.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), clock.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(set, Options{Bans: memstore.NewBans(memstore.BanOptions{}), Now: clock.now})
+	fa := h.ForwardAuth()
+	rng := rand.New(rand.NewPCG(36, 39))
+	proxyPaths := []string{"/tb", "/fw", "/sl", "/sw", "/two", "/ban"}
+	allPaths := append(proxyPaths, "/lb")
+	rejected := map[string]int{}
+	i := 0
+	for range 600 {
+		// A burst of 1 to 10 requests a few ms apart to one path, on one
+		// face, then a pause of up to 3 s.
+		face, handler, paths := "proxy", http.Handler(h), proxyPaths
+		if rng.IntN(2) == 0 {
+			face, handler, paths = "forward auth", fa, allPaths
+		}
+		path := paths[rng.IntN(len(paths))]
+		for range 1 + rng.IntN(10) {
+			i++
+			clock.advance(time.Duration(rng.IntN(50)) * time.Millisecond)
+			r := httptest.NewRequest("GET", path, nil)
+			r.RemoteAddr = "192.0.2.7:1"
+			w := httptest.NewRecorder()
+			handler.ServeHTTP(w, r)
+			if w.Code != http.StatusTooManyRequests {
+				continue
+			}
+			rejected[face+" "+path]++
+			ra, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+			if err != nil || ra < 1 {
+				t.Fatalf("request %d, %s %s: Retry-After %q, want a positive integer", i, face, path, w.Header().Get("Retry-After"))
+			}
+			its, names := items(t, w.Header(), "Ratelimit")
+			if len(names) == 0 {
+				t.Fatalf("request %d, %s %s: a rejection without RateLimit", i, face, path)
+			}
+			for _, n := range names {
+				if tt := its[n]["t"]; tt > ra {
+					t.Errorf("request %d, %s %s: RateLimit %q has t=%d past Retry-After: %d", i, face, path, w.Header().Get("Ratelimit"), tt, ra)
+				}
+			}
+		}
+		clock.advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
+	}
+	for _, face := range []string{"proxy", "forward auth"} {
+		for _, p := range allPaths {
+			if face == "proxy" && p == "/lb" {
+				continue
+			}
+			if rejected[face+" "+p] == 0 {
+				t.Errorf("%s %s: never rejected: nothing was tested there", face, p)
+			}
 		}
 	}
 }

@@ -126,7 +126,7 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 			leaveQueue(o.p, o.d)
 			continue
 		}
-		all[i].wait, err = h.await(ctx, o, start, 0)
+		all[i].wait, err = h.await(ctx, o, start, noMaxWait)
 	}
 	best := -1
 	for i := range all {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
@@ -17,16 +18,17 @@ import (
 // own.
 
 // await holds a request its ruling queued in its policy's leaky bucket
-// until its turn comes, counting it in the queue metrics. maxWait > 0 is
-// the longest the face waits: a turn further away is refused at once as
-// over the limit (its place given back, Retry-After until the turn would
-// be maxWait away), so that no request waits longer. It returns the time
+// until its turn comes, counting it in the queue metrics. maxWait is the
+// longest the face waits (noMaxWait: as long as the turn takes): a turn
+// further away is refused at once as over the limit (its place given
+// back, Retry-After until the turn would be maxWait away), so that no
+// request waits longer; 0 refuses every delay. It returns the time
 // since start, and nil when the turn came (or o was refused); ctx's error
 // when the caller left first, errShuttingDown when CloseQueues turned it
 // away: either way it has left the queue.
 func (h *Handler) await(ctx context.Context, o *ruling, start time.Time, maxWait time.Duration) (time.Duration, error) {
 	p := o.p
-	if maxWait > 0 && o.d.Delay > maxWait {
+	if o.d.Delay > maxWait {
 		leaveQueue(p, o.d)
 		o.d.RetryAfter = o.d.Delay - maxWait
 		o.refuse(Rejected, replyLimit, p.Reject.Status)
@@ -49,6 +51,9 @@ func (h *Handler) await(ctx context.Context, o *ruling, start time.Time, maxWait
 	}
 	return wait, errShuttingDown
 }
+
+// noMaxWait is await's maxWait for a face that waits every turn out.
+const noMaxWait = time.Duration(math.MaxInt64)
 
 // leaveQueue gives back the place in p's leaky-bucket queue that d took,
 // for a request that will not wait in it.

@@ -553,7 +553,7 @@ type HeadersMode string
 
 // The rate_limit_headers modes.
 const (
-	HeadersDraft  HeadersMode = "draft"  // IETF draft-10 RateLimit-Policy and RateLimit
+	HeadersDraft  HeadersMode = "draft"  // IETF draft-11 RateLimit-Policy and RateLimit
 	HeadersLegacy HeadersMode = "legacy" // X-RateLimit-Limit, -Remaining, -Reset
 	HeadersBoth   HeadersMode = "both"
 	HeadersNone   HeadersMode = "none"
