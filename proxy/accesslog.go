@@ -4,13 +4,12 @@ import (
 	"hash/maphash"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/buffer"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/limitproxy/limitproxy/policy"
@@ -146,218 +145,127 @@ func maskAddr(a netip.Addr) netip.Prefix {
 	return p
 }
 
-// accessBufs are the buffers access lines are encoded in
-// (writeAccessJSON): a line is encoded and written without allocating.
-var accessBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+// accessEncoder is the access logger's JSON encoder as the server builds
+// it (newLogger: zap.NewProductionEncoderConfig with ISO 8601 times), a
+// zapcore.Encoder shared by every request: EncodeEntry encodes each line
+// in an encoder and a buffer of zap's pools.
+var accessEncoder = zapcore.NewJSONEncoder(accessEncoderConfig())
 
-// maxPooledLine bounds the buffers accessBufs keeps, in bytes: a line as
-// long as a long path or host makes is encoded once, not kept.
-const maxPooledLine = 16 << 10
-
-// writeAccessJSON writes logAccess's line to Options.AccessJSON as the
-// server's JSON access logger encodes it (zap's JSON encoder: level, ts
-// in ISO 8601 with milliseconds, logger "access", msg, then the fields in
-// logAccess's order, strings escaped as zap escapes them, durations in
-// seconds), byte for byte, but appended into a pooled buffer and written
-// in one Write, without building zap fields.
-func (h *Handler) writeAccessJSON(x *exchange, p *policy.Policy, decision Decision, wait time.Duration, o *owed, level zapcore.Level) {
-	bp := accessBufs.Get().(*[]byte)
-	b := appendAccessJSON((*bp)[:0], h, x, time.Now(), h.now().Sub(x.req.start), p, decision, wait, o, level)
-	h.accJSON.Write(b)
-	if cap(b) <= maxPooledLine {
-		*bp = b
-		accessBufs.Put(bp)
-	}
+// accessEncoderConfig is the access logger's encoder configuration with
+// the JSON format.
+func accessEncoderConfig() zapcore.EncoderConfig {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	return enc
 }
 
-// appendAccessJSON appends the access line, stamped ts, to b.
-func appendAccessJSON(b []byte, h *Handler, x *exchange, ts time.Time, duration time.Duration, p *policy.Policy, decision Decision, wait time.Duration, o *owed, level zapcore.Level) []byte {
+// accessLine is one request's access-log fields as zap's encoder reads
+// them (MarshalLogObject), in the order logAccess gives them. Pooled
+// (accessLinePool) with the field that carries it and the scratch its
+// client address and key hash are appended in, so that a line is encoded
+// without allocating.
+type accessLine struct {
+	h              *Handler
+	x              *exchange
+	p              *policy.Policy
+	decision       Decision
+	duration, wait time.Duration
+	o              *owed
+	field          [1]zapcore.Field // zap.Inline of the line itself
+	scratch        [96]byte         // the client address, then the key hash
+}
+
+var accessLinePool = sync.Pool{New: func() any {
+	l := &accessLine{}
+	l.field[0] = zap.Inline(l)
+	return l
+}}
+
+// writeAccessJSON writes logAccess's line to Options.AccessJSON as the
+// server's JSON access logger would, through zap's JSON encoder
+// configured as that logger's (accessEncoder), in one Write, without
+// building zap fields.
+func (h *Handler) writeAccessJSON(x *exchange, p *policy.Policy, decision Decision, wait time.Duration, o *owed, level zapcore.Level) {
+	buf := h.encodeAccess(x, time.Now(), h.now().Sub(x.req.start), p, decision, wait, o, level)
+	h.accJSON.Write(buf.Bytes())
+	buf.Free()
+}
+
+// encodeAccess returns x's access line, stamped ts, in a buffer of zap's
+// pool.
+func (h *Handler) encodeAccess(x *exchange, ts time.Time, duration time.Duration, p *policy.Policy, decision Decision, wait time.Duration, o *owed, level zapcore.Level) *buffer.Buffer {
+	l := accessLinePool.Get().(*accessLine)
+	l.h, l.x, l.p, l.decision, l.duration, l.wait, l.o = h, x, p, decision, duration, wait, o
+	// zap's JSON encoder returns no error, and MarshalLogObject none.
+	buf, _ := accessEncoder.EncodeEntry(zapcore.Entry{Level: level, Time: ts, LoggerName: "access", Message: "request"}, l.field[:])
+	l.h, l.x, l.p, l.o = nil, nil, nil, nil
+	accessLinePool.Put(l)
+	return buf
+}
+
+// MarshalLogObject adds the line's fields to enc: logAccess's, in its
+// order.
+func (l *accessLine) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	h, x := l.h, l.x
 	r, rec, w := x.req.r, &x.rec, &x.w
-	b = append(b, `{"level":"`...)
-	b = append(b, level.String()...)
-	b = append(b, `","ts":"`...)
-	b = appendTimestamp(b, ts)
-	b = append(b, `","logger":"access","msg":"request","method":`...)
-	b = appendJSONString(b, r.Method)
-	b = append(b, `,"host":`...)
-	b = appendJSONString(b, r.Host)
-	b = append(b, `,"path":`...)
-	b = appendJSONString(b, r.URL.Path)
-	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(w.statusCode()), 10)
-	b = append(b, `,"duration":`...)
-	b = appendSeconds(b, duration)
-	b = append(b, `,"policy":`...)
-	if p != nil {
-		b = appendJSONString(b, p.Name)
-	} else {
-		b = append(b, `""`...)
+	enc.AddString("method", r.Method)
+	enc.AddString("host", r.Host)
+	enc.AddString("path", r.URL.Path)
+	enc.AddInt("status", w.statusCode())
+	enc.AddDuration("duration", l.duration)
+	name := ""
+	if l.p != nil {
+		name = l.p.Name
 	}
-	b = append(b, `,"decision":`...)
-	b = appendJSONString(b, decision.String())
-	b = append(b, `,"upstream":`...)
-	b = appendJSONString(b, rec.upstream)
-	b = append(b, `,"queue_wait":`...)
-	b = appendSeconds(b, wait)
-	b = append(b, `,"client":`...)
-	b = h.appendLoggedClient(b, x)
-	b = append(b, `,"key":"`...)
+	enc.AddString("policy", name)
+	enc.AddString("decision", l.decision.String())
+	enc.AddString("upstream", rec.upstream)
+	enc.AddDuration("queue_wait", l.wait)
+	b := h.appendLoggedClient(l.scratch[:0], x)
+	enc.AddByteString("client", b)
+	k := len(b)
 	if rec.key != "" && h.hasher != nil {
 		b = h.keyHashes.appendKey(b, h.hasher, rec.key)
 	}
-	b = append(b, `","bytes_sent":`...)
-	b = strconv.AppendInt(b, w.sent, 10)
-	b = append(b, `,"bytes_received":`...)
+	enc.AddByteString("key", b[k:])
+	enc.AddInt64("bytes_sent", w.sent)
 	var received int64
 	if rec.readBody != nil {
 		received = rec.readBody.read.Load()
 	}
-	b = strconv.AppendInt(b, received, 10)
-	b = append(b, `,"user_agent":`...)
+	enc.AddInt64("bytes_received", received)
 	ua := r.Header.Get("User-Agent")
 	if len(ua) > maxLoggedUserAgent {
 		ua = ua[:maxLoggedUserAgent]
 	}
-	b = appendJSONString(b, ua)
-	b = append(b, `,"request_id":`...)
-	b = appendJSONString(b, x.req.id[0])
+	enc.AddString("user_agent", ua)
+	enc.AddString("request_id", x.req.id[0])
 	if rec.err != "" {
-		b = append(b, `,"error":`...)
-		b = appendJSONString(b, rec.err)
+		enc.AddString("error", rec.err)
 	}
-	if o != nil && o.cost >= 0 {
-		b = append(b, `,"cost":`...)
-		b = strconv.AppendInt(b, o.cost, 10)
+	if l.o != nil && l.o.cost >= 0 {
+		enc.AddInt64("cost", l.o.cost)
 	}
-	return append(b, "}\n"...)
+	return nil
 }
 
-// appendLoggedClient appends loggedClient's value as a JSON string,
-// without allocating for a full or masked address.
+// appendLoggedClient appends loggedClient's value to b, without
+// allocating for a full or masked address.
 func (h *Handler) appendLoggedClient(b []byte, x *exchange) []byte {
 	if !x.req.client.OK {
-		return append(b, `""`...)
-	}
-	a := x.req.client.Addr
-	var scratch [64]byte
-	var text []byte
-	switch x.req.snap.set.Config.Log.ClientAddress {
-	case config.ClientMasked:
-		text = maskAddr(a).AppendTo(scratch[:0])
-	case config.ClientHashed:
-		if h.hasher == nil {
-			return append(b, `""`...)
-		}
-		return appendJSONString(b, h.hasher.Addr(a))
-	default:
-		text = a.AppendTo(scratch[:0])
-	}
-	return appendJSONString(b, text)
-}
-
-// appendSeconds appends d in seconds, as zap's SecondsDurationEncoder
-// (the shortest decimal of float64(d)/1e9 that reads back as that float).
-// Under exactBound that decimal is d's own, in nanoseconds: d has at
-// most 15 significant digits, so float64(d)/1e9, the quotient rounded
-// once, reads back from no other decimal of 15 digits or fewer (float64
-// keeps every decimal of 15 digits apart). It is written from integers
-// then: seconds, and the nanoseconds without their trailing zeros.
-func appendSeconds(b []byte, d time.Duration) []byte {
-	if d < 0 || d >= exactBound {
-		return strconv.AppendFloat(b, float64(d)/float64(time.Second), 'f', -1, 64)
-	}
-	b = strconv.AppendInt(b, int64(d/time.Second), 10)
-	ns := int64(d % time.Second)
-	if ns == 0 {
 		return b
 	}
-	var frac [10]byte
-	frac[0] = '.'
-	for i := 9; i > 0; i-- {
-		frac[i] = byte('0' + ns%10)
-		ns /= 10
-	}
-	n := len(frac)
-	for frac[n-1] == '0' {
-		n--
-	}
-	return append(b, frac[:n]...)
-}
-
-// jsonPlain holds the bytes appendJSONString copies as they are
-// without a closer look: printable ASCII but the backslash and the quote.
-var jsonPlain = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '\\' && c != '"'
-	}
-	return t
-}()
-
-// exactBound bounds the durations appendSeconds writes from integers:
-// 10^15 ns (about 11.6 days), the first of 16 significant digits.
-const exactBound = time.Duration(1e15)
-
-// appendJSONString appends s as a JSON string escaped as zap's JSON
-// encoder escapes it: \\, \" and \n, \r, \t by their escapes, other
-// bytes below 0x20 as \u00XX, a byte that is not UTF-8 as \ufffd, the
-// rest as is.
-func appendJSONString[S []byte | string](b []byte, s S) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	// Most strings are printable ASCII with nothing to escape: found so
-	// with one table lookup a byte, and copied at once.
-	i := 0
-	for i < len(s) && jsonPlain[s[i]] {
-		i++
-	}
-	if i == len(s) {
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	last := 0
-	for i < len(s) {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			var r rune
-			var size int
-			switch v := any(s).(type) {
-			case string:
-				r, size = utf8.DecodeRuneInString(v[i:])
-			case []byte:
-				r, size = utf8.DecodeRune(v[i:])
-			}
-			if r != utf8.RuneError || size != 1 {
-				i += size
-				continue
-			}
-			b = append(b, s[last:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			last = i
-			continue
+	a := x.req.client.Addr
+	switch x.req.snap.set.Config.Log.ClientAddress {
+	case config.ClientMasked:
+		return maskAddr(a).AppendTo(b)
+	case config.ClientHashed:
+		if h.hasher == nil {
+			return b
 		}
-		if c >= 0x20 && c != '\\' && c != '"' {
-			i++
-			continue
-		}
-		b = append(b, s[last:i]...)
-		switch c {
-		case '\\', '"':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		i++
-		last = i
+		return append(b, h.hasher.Addr(a)...)
 	}
-	b = append(b, s[last:]...)
-	return append(b, '"')
+	return a.AppendTo(b)
 }
 
 // keyHashCache remembers the key hashes of recent client keys, so that a
@@ -398,32 +306,4 @@ func (c *keyHashCache) appendKey(b []byte, h *KeyHasher, key string) []byte {
 	h.appendKey(e.hash[:0], key)
 	slot.Store(e)
 	return append(b, e.hash[:]...)
-}
-
-// stampSecond is the part of a second's timestamps that stays the same
-// through the second (appendTimestamp).
-type stampSecond struct {
-	unix   int64
-	loc    *time.Location
-	prefix []byte // "2006-01-02T15:04:05."
-	zone   []byte // "Z0700"
-}
-
-// lastSecond is the second the latest access line was stamped in.
-var lastSecond atomic.Pointer[stampSecond]
-
-// appendTimestamp appends t as t.AppendFormat(b,
-// "2006-01-02T15:04:05.000Z0700") does (zap's ISO 8601 time encoder),
-// formatting the date, time and zone once a second.
-func appendTimestamp(b []byte, t time.Time) []byte {
-	s := lastSecond.Load()
-	if s == nil || s.unix != t.Unix() || s.loc != t.Location() {
-		s = &stampSecond{unix: t.Unix(), loc: t.Location(),
-			prefix: t.AppendFormat(nil, "2006-01-02T15:04:05."), zone: t.AppendFormat(nil, "Z0700")}
-		lastSecond.Store(s)
-	}
-	ms := t.Nanosecond() / int(time.Millisecond)
-	b = append(b, s.prefix...)
-	b = append(b, byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
-	return append(b, s.zone...)
 }

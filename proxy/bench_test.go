@@ -106,7 +106,9 @@ upstream = "app"
 
 // BenchmarkRejected is one rejected request (a limit of 1 per hour, spent)
 // through the handler, without and with the access log (to a writer that
-// discards): what logging every rejection costs the request under a flood.
+// discards): what logging every rejection costs the request under a flood,
+// through zap's logger (accesslog: the console format's path) and as the
+// server logs JSON (accessjson).
 //
 //	go test -run '^$' -bench Rejected -benchmem ./proxy
 func BenchmarkRejected(b *testing.B) {
@@ -137,6 +139,15 @@ upstream = "app"
 			enc := zap.NewProductionEncoderConfig()
 			return Options{AccessLog: true, Logger: zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zap.InfoLevel))}
 		}},
+		// As the server has it with the JSON format: the line encoded by
+		// the handler (writeAccessJSON) and written to the access
+		// logger's destination.
+		{"accessjson", func() Options {
+			enc := zap.NewProductionEncoderConfig()
+			enc.EncodeTime = zapcore.ISO8601TimeEncoder
+			acc := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zap.InfoLevel)).Named("access")
+			return Options{AccessLog: true, AccessLogger: acc, AccessJSON: io.Discard}
+		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			set, _ := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
@@ -151,5 +162,27 @@ upstream = "app"
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkAccessLine is one access-log line alone, as the server writes
+// it with the JSON format (logAccess to Options.AccessJSON, discarded):
+// a 429 of a policy keyed by client IP, the client address in full, its
+// key's hash remembered from the line before.
+//
+//	go test -run '^$' -bench AccessLine -benchmem ./proxy
+func BenchmarkAccessLine(b *testing.B) {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	acc := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zap.InfoLevel)).Named("access")
+	h := &Handler{acc: acc, accJSON: io.Discard, hasher: NewKeyHasher(nil), now: time.Now}
+	req := httptest.NewRequest("GET", "http://proxy/api/x?y=1", nil)
+	req.RemoteAddr = "203.0.113.7:40000"
+	req.Header.Set("User-Agent", "flood/1.0")
+	p := &policy.Policy{Policy: config.Policy{Name: "bench"}}
+	x := logExchange(req, time.Now(), 429, 17)
+	b.ReportAllocs()
+	for b.Loop() {
+		h.logAccess(x, p, Rejected, 0, nil)
 	}
 }

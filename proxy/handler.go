@@ -85,10 +85,10 @@ type Options struct {
 	AccessLogger *zap.Logger
 	// AccessJSON, if not nil, is the destination of the access logger,
 	// which encodes JSON as zap.NewProductionEncoderConfig with ISO 8601
-	// times does: the handler then encodes its access lines itself, the
-	// same bytes without building zap fields, and writes each line with
-	// one Write (which must not keep the slice), when the access logger
-	// is enabled at the line's level. Lines with [log] access_replay's
+	// times does: the handler then encodes its access lines through zap's
+	// JSON encoder so configured, the same bytes without building zap
+	// fields, and writes each line with one Write (which must not keep
+	// the slice), when the access logger is enabled at the line's level. Lines with [log] access_replay's
 	// fields still go through the access logger.
 	AccessJSON io.Writer
 	// Metrics, if not nil, receives docs/metrics.md's data-path metrics.
