@@ -98,12 +98,11 @@ Try, in another terminal (README.md "A first session" shows what they answer):
 	if admin != nil {
 		a := "http://" + admin.String()
 		fmt.Fprintf(&b, `
-  # the admin API lifts the ban and forgets the address's counts; /login
+  # the admin API lifts the ban, and the address starts afresh; /login
   # answers again
   curl -s -o /dev/null -w '%%{http_code}\n' -X DELETE %s/api/v1/policies/login/bans/127.0.0.1
-  curl -s -o /dev/null -w '%%{http_code}\n' -X DELETE %s/api/v1/policies/login/keys/127.0.0.1
   curl -s -o /dev/null -w '%%{http_code}\n' -X POST %s/login
-`, a, a, base)
+`, a, base)
 	}
 	fmt.Fprintf(&b, `
   # policy "reports": a leaky bucket of 5/s; 8 requests at once leave 200 ms apart

@@ -255,13 +255,18 @@ func (a *adminAPI) bans(w http.ResponseWriter, req *http.Request) {
 
 // liftBan is DELETE /api/v1/policies/{policy}/bans/{key}: the client
 // named as for …/keys/{key}, or ?hash= its key hash as the bans list shows
-// it (a limit's own key, a key of several parts), is let in again.
+// it (a limit's own key, a key of several parts), is let in again. Named
+// by its key, the client starts afresh: its counts in the policy's limits
+// are reset too (as DELETE …/keys/{key}), so that its next request is not
+// the offence that bans it again (204). Named by its hash, which cannot be
+// turned back into the key the limits count under, only the ban is lifted:
+// the answer (200) says so, and what to call to reset the counts.
 func (a *adminAPI) liftBan(w http.ResponseWriter, req *http.Request) {
 	p, ok := a.policyNamed(w, req.PathValue("policy"))
 	if !ok {
 		return
 	}
-	key := req.URL.Query().Get("hash")
+	key, raw := req.URL.Query().Get("hash"), ""
 	if key != "" {
 		stored, ok, err := a.bannedStoreKey(req, p.Name, key)
 		if err != nil {
@@ -274,7 +279,8 @@ func (a *adminAPI) liftBan(w http.ResponseWriter, req *http.Request) {
 		}
 		key = stored
 	} else {
-		raw, err := proxy.KeyFor(p, &a.reloader.handler.Set().Config.Server, keyValues(p, req))
+		var err error
+		raw, err = proxy.KeyFor(p, &a.reloader.handler.Set().Config.Server, keyValues(p, req))
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
@@ -285,11 +291,24 @@ func (a *adminAPI) liftBan(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
 	case !lifted:
 		writeError(w, http.StatusNotFound, "no ban of that key under policy "+strconv.Quote(p.Name))
-	default:
-		w.WriteHeader(http.StatusNoContent)
+		return
 	}
+	if raw != "" && p.Limiter != nil && !p.OwnKeys {
+		if err := p.Limiter.Reset(req.Context(), raw); err != nil {
+			writeError(w, http.StatusServiceUnavailable, "the ban is lifted, but the client's counts could not be reset: "+err.Error())
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	detail := "the ban is lifted; the client's counts in the policy's limits are as they were (a key hash does not name the key they count under): its next request over a limit is an offence again. Reset them with DELETE /api/v1/policies/" + p.Name + "/keys/{key}"
+	if p.OwnKeys {
+		detail = "the ban is lifted; the policy's limits count under keys of their own, which are not reset: its next request over a limit is an offence again"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"policy": p.Name, "lifted": true, "counts_reset": false, "detail": detail})
 }
 
 // bannedStoreKey returns the stored form of the banned key whose key hash

@@ -12,8 +12,10 @@ import (
 // TestBansAPI, the whole server over loopback: a client over its limit is
 // banned (the third request is rejected, the fourth refused as banned,
 // with Retry-After for the ban); GET …/bans lists it at level 1; DELETE
-// lifts it (204), after which the list is empty and the client's next
-// rejection is a first offence again; lifting a key with no ban is 404.
+// by the client's key lifts it and resets its counts (204): the list is
+// empty and the client's next requests are served as a fresh client's,
+// its next rejection a first offence again; lifting a key with no ban is
+// 404; a lift by the listed hash lifts the ban only and says so (200).
 func TestBansAPI(t *testing.T) {
 	r := startFile(t, func(path, up string) {
 		text := configText(up, 2, "1/h", "") + "  [policy.ban]\n  duration = \"1h\"\n  escalation = 2\n"
@@ -99,14 +101,21 @@ func TestBansAPI(t *testing.T) {
 	if c := lift("127.0.0.1"); c != 404 {
 		t.Fatalf("lifting again: %d, want 404", c)
 	}
-	if code, _ := get(); code != 429 {
-		t.Fatalf("after the lift: %d, want 429 from the limit (its quota is still spent)", code)
+	// A fresh start: the quota is whole again, so the lift is not undone
+	// by the next request.
+	for i, want := range []int{200, 200, 429} {
+		if code, _ := get(); code != want {
+			t.Fatalf("request %d after the lift: %d, want %d (a fresh client's)", i+1, code, want)
+		}
 	}
 	if bs := list(); len(bs) != 1 || bs[0].Level != 1 {
 		t.Fatalf("bans %+v, want a first offence again (the lift forgot the first)", bs)
 	}
-	if c := lift("_?hash=" + list()[0].Key); c != 204 {
-		t.Fatalf("lift by the listed hash: %d, want 204", c)
+	if c := lift("_?hash=" + list()[0].Key); c != 200 {
+		t.Fatalf("lift by the listed hash: %d, want 200 (the ban lifted, the counts not reset)", c)
+	}
+	if code, _ := get(); code != 429 {
+		t.Fatalf("after a lift by hash: %d, want 429 (the counts are as they were, as the answer said)", code)
 	}
 	resp, err := http.Get(r.admin + "/metrics")
 	if err != nil {
@@ -114,7 +123,7 @@ func TestBansAPI(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`limitproxy_bans_total{policy="all"} 2`, `limitproxy_requests_total{decision="banned",policy="all"} 1`} {
+	for _, want := range []string{`limitproxy_bans_total{policy="all"} 3`, `limitproxy_requests_total{decision="banned",policy="all"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
