@@ -273,3 +273,56 @@ func checkBurst(t *testing.T, s sessionStep, got []string) {
 		t.Errorf("$ %s\ngot:\n%s\nREADME.md shows:\n%s", s.cmd, strings.Join(got, "\n"), strings.Join(s.want, "\n"))
 	}
 }
+
+// TestReadmeTestInstalls: the README's test command says what it installs
+// as scripts/test.sh installs it: every Debian package the script may
+// apt-get install, and the Go tools it may go install, are named in the
+// README's comment (by the name a reader knows), and the README names
+// nothing the script does not install.
+func TestReadmeTestInstalls(t *testing.T) {
+	script, err := os.ReadFile("../../scripts/test.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "installs what it needs: ")
+	said, _, ok2 := strings.Cut(rest, ")")
+	if !ok || !ok2 {
+		t.Fatal("README: no \"installs what it needs: …)\" comment")
+	}
+	said = strings.Join(strings.Fields(strings.ReplaceAll(said, "#", "")), " ")
+	// Debian's package → the name the README gives it.
+	known := map[string]string{"redis-server": "redis-server", "nginx-light": "nginx", "python3-flask": "Flask",
+		"caddy": "caddy", "nodejs": "nodejs", "chromium": "chromium", "$sh": "zsh, fish"}
+	var want []string
+	for _, m := range regexp.MustCompile(`apt-get install -y -qq (\S+)`).FindAllStringSubmatch(string(script), -1) {
+		pkg := strings.Trim(m[1], `"`)
+		name, ok := known[pkg]
+		if !ok {
+			t.Errorf("scripts/test.sh installs %s, which this test does not know: name it in the README and here", pkg)
+			continue
+		}
+		want = append(want, name)
+	}
+	for _, tool := range []string{"staticcheck", "deadcode"} {
+		if !strings.Contains(string(script), "go install") || !strings.Contains(string(script), tool) {
+			t.Errorf("scripts/test.sh no longer installs %s", tool)
+		}
+		want = append(want, tool)
+	}
+	for _, w := range want {
+		for _, n := range strings.Split(w, ", ") {
+			if !strings.Contains(said, n) {
+				t.Errorf("README's test command does not say it installs %s (it says: %s)", n, said)
+			}
+		}
+	}
+	for _, n := range strings.Split(said, ", ") {
+		if !slices.ContainsFunc(want, func(w string) bool { return slices.Contains(strings.Split(w, ", "), n) }) {
+			t.Errorf("README's test command says it installs %q, which scripts/test.sh does not", n)
+		}
+	}
+}
