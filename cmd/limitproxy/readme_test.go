@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -324,5 +326,35 @@ func TestReadmeTestInstalls(t *testing.T) {
 		if !slices.ContainsFunc(want, func(w string) bool { return slices.Contains(strings.Split(w, ", "), n) }) {
 			t.Errorf("README's test command says it installs %q, which scripts/test.sh does not", n)
 		}
+	}
+}
+
+// TestReadmeStarterConfig: the README's starter configuration (its one
+// toml block) is a valid configuration that `limitproxy check` passes, of
+// the size the README promises a newcomer (15 to 25 lines), serving one
+// policy that limits every request per client address.
+func TestReadmeStarterConfig(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```toml\n(.*?)```").FindAllSubmatch(readme, -1)
+	if len(blocks) != 1 {
+		t.Fatalf("README: %d toml blocks, want the one starter configuration", len(blocks))
+	}
+	text := blocks[0][1]
+	if n := strings.Count(string(text), "\n"); n < 15 || n > 25 {
+		t.Errorf("the starter configuration has %d lines, want 15 to 25", n)
+	}
+	path := filepath.Join(t.TempDir(), "limitproxy.toml")
+	if err := os.WriteFile(path, text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"check", "-config", path}, &out, &errOut); err != nil {
+		t.Fatalf("limitproxy check of the README's starter: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	if want := path + ": ok: 1 polic"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("check said %q, want it to start %q", out.String(), want)
 	}
 }
