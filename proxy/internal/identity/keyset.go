@@ -36,6 +36,9 @@ type keySet struct {
 	// sum fingerprints the keys (kid, alg and RFC 7638 thumbprint of each):
 	// two sets with the same sum verify the same tokens.
 	sum [sha256.Size]byte
+	// gen numbers the sets a Verifier has installed; cache entries carry
+	// the generation they were verified under.
+	gen uint64
 }
 
 // parseKeySet reads a JWKS (RFC 7517 §5). Keys of a type go-jose does not
