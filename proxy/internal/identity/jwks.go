@@ -2,9 +2,11 @@ package identity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -28,6 +30,9 @@ func (v *Verifier) fetch(ctx context.Context) (*keySet, []string, error) {
 	}
 	req.Header.Set("Accept", "application/jwk-set+json, application/json")
 	resp, err := v.client.Do(req)
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		return nil, nil, ue.Err // without the URL, which the caller names
+	}
 	if err != nil {
 		return nil, nil, err
 	}

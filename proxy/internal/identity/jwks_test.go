@@ -260,7 +260,7 @@ func TestURLFailureKeepsLastGood(t *testing.T) {
 		{"no keys", func() { srv.serveBody([]byte(`{"keys": []}`)) }, "no usable signature key"},
 		{"a bad key", func() { srv.serveBody([]byte(`{"keys": [{"kty": "oct", "kid": "a", "k": "c2VjcmV0"}]}`)) }, "symmetric"},
 		{"too large", func() { srv.serveBody(bytes.Repeat([]byte(" "), maxJWKSBytes+1)) }, "over 1048576 bytes"},
-		{"timeout", func() { srv.hang.Store(true) }, "context deadline exceeded"},
+		{"timeout", func() { srv.hang.Store(true) }, srv.URL + ": context deadline exceeded (keeping"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv.status.Store(0)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"strings"
@@ -111,7 +112,7 @@ func New(cfg Config, opts Options) (*Verifier, error) {
 	for _, a := range s.algs {
 		v.algs = append(v.algs, jose.SignatureAlgorithm(a))
 	}
-	if v.client == nil {
+	if v.client == nil && s.JWKSURL != "" {
 		v.client = defaultClient()
 	}
 	if s.CacheSize > 0 {
@@ -153,9 +154,13 @@ func New(cfg Config, opts Options) (*Verifier, error) {
 	return v, nil
 }
 
-// readFile reads a JWKS file of at most maxJWKSBytes.
+// readFile reads a JWKS file of at most maxJWKSBytes. Its errors do not
+// repeat the path, which the caller names.
 func readFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return nil, pe.Err
+	}
 	if err != nil {
 		return nil, err
 	}
