@@ -1,9 +1,25 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test release bench bench-limiter bench-proxy bench-profile bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls bench-scaling mutants
+.PHONY: test build install release bench bench-limiter bench-proxy bench-profile bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls bench-scaling mutants
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
 	scripts/test.sh
+
+# The binary, static, as the release and the container build it: ./limitproxy.
+build:
+	scripts/build-static.sh limitproxy
+
+# Installs what deploy/limitproxy.service runs (as root): the binary as
+# $(PREFIX)/bin/limitproxy, the unit as /etc/systemd/system/limitproxy.service,
+# and, unless one is there, the README's starter configuration as
+# /etc/limitproxy/config.toml (edit its upstream). DESTDIR stages it elsewhere.
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 limitproxy $(DESTDIR)$(PREFIX)/bin/limitproxy
+	install -D -m 0644 deploy/limitproxy.service $(DESTDIR)/etc/systemd/system/limitproxy.service
+	sed -i 's|/usr/local/bin/limitproxy|$(PREFIX)/bin/limitproxy|g' $(DESTDIR)/etc/systemd/system/limitproxy.service
+	install -d -m 0755 $(DESTDIR)/etc/limitproxy
+	[ -e $(DESTDIR)/etc/limitproxy/config.toml ] || install -m 0644 deploy/config.toml $(DESTDIR)/etc/limitproxy/config.toml
 
 # Release archives for linux and darwin, amd64 and arm64, in dist/:
 #   make release VERSION=v0.2.0

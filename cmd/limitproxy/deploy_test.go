@@ -204,3 +204,72 @@ func TestSystemdUnitReload(t *testing.T) {
 		t.Errorf("ExecReload on a refused file: exit %d, %q; want 1 with the error", code, errOut)
 	}
 }
+
+// TestMakeInstall: `make install` puts the binary where the systemd unit
+// runs it, the unit where systemd reads it and, unless one is there, the
+// README's starter configuration as /etc/limitproxy/config.toml, which the
+// installed binary checks; `systemd-analyze verify` passes on the staged
+// root (DESTDIR, with this host's systemd units), which it does not on a
+// root without the binary; a second install keeps an edited
+// configuration.
+func TestMakeInstall(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatalf("systemd-analyze is not installed: %v", err)
+	}
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	root := t.TempDir()
+	install := func() {
+		t.Helper()
+		cmd := exec.Command("make", "-s", "install", "DESTDIR="+root)
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("make install: %v\n%s", err, out)
+		}
+	}
+	install()
+	os.Remove("../../limitproxy") // make build's output, in the tree
+	// The host's own units (sysinit.target and the rest), as a root has.
+	if err := os.MkdirAll(filepath.Join(root, "usr/lib/systemd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/usr/lib/systemd/system", filepath.Join(root, "usr/lib/systemd/system")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := verifyUnit(analyze, root); err != nil {
+		t.Errorf("systemd-analyze verify of the installed unit: %v\n%s", err, out)
+	}
+	bin := filepath.Join(root, "usr/local/bin/limitproxy")
+	conf := filepath.Join(root, "etc/limitproxy/config.toml")
+	if out, err := exec.Command(bin, "check", "-config", conf).CombinedOutput(); err != nil {
+		t.Errorf("the installed binary's check of the installed configuration: %v\n%s", err, out)
+	}
+	readme, _ := os.ReadFile("../../README.md")
+	installed, _ := os.ReadFile(conf)
+	starter := regexp.MustCompile("(?s)```toml\n(.*?)```").FindSubmatch(readme)
+	if starter == nil || !strings.HasSuffix(string(installed), string(starter[1])) {
+		t.Errorf("the installed configuration is not the README's starter:\n%s", installed)
+	}
+	// Without the binary, verify fails: the check above can fail.
+	os.Remove(bin)
+	if out, err := verifyUnit(analyze, root); err == nil {
+		t.Errorf("systemd-analyze verify passed without the binary:\n%s", out)
+	}
+	// An edited configuration is kept.
+	os.WriteFile(conf, []byte("# mine\n"), 0o644)
+	install()
+	os.Remove("../../limitproxy")
+	if b, _ := os.ReadFile(conf); string(b) != "# mine\n" {
+		t.Errorf("a second install replaced the configuration: %q", b)
+	}
+}
+
+// verifyUnit runs systemd-analyze verify on the unit installed under
+// root.
+func verifyUnit(analyze, root string) ([]byte, error) {
+	cmd := exec.Command(analyze, "verify", "--root="+root, "limitproxy.service")
+	cmd.Dir = root
+	return cmd.CombinedOutput()
+}
