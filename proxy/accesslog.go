@@ -152,12 +152,36 @@ func maskAddr(a netip.Addr) netip.Prefix {
 var accessEncoder = zapcore.NewJSONEncoder(accessEncoderConfig())
 
 // accessEncoderConfig is the access logger's encoder configuration with
-// the JSON format.
+// the JSON format, but for its time encoder: accessTime writes the same
+// text as zapcore.ISO8601TimeEncoder, formatting the date, time and zone
+// once a second rather than once a line.
 func accessEncoderConfig() zapcore.EncoderConfig {
 	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc.EncodeTime = accessTime
 	return enc
 }
+
+// accessTime is zapcore.ISO8601TimeEncoder ("2006-01-02T15:04:05.000Z0700"):
+// the text is made once a millisecond (appendTimestamp), and kept.
+func accessTime(t time.Time, enc zapcore.PrimitiveArrayEncoder) {
+	ms := t.UnixMilli()
+	s := lastMilli.Load()
+	if s == nil || s.ms != ms || s.loc != t.Location() {
+		s = &stampMilli{ms: ms, loc: t.Location(), text: string(appendTimestamp(nil, t))}
+		lastMilli.Store(s)
+	}
+	enc.AppendString(s.text)
+}
+
+// stampMilli is the text of a millisecond's timestamps (accessTime).
+type stampMilli struct {
+	ms   int64
+	loc  *time.Location
+	text string
+}
+
+// lastMilli is the millisecond the latest access line was stamped in.
+var lastMilli atomic.Pointer[stampMilli]
 
 // accessLine is one request's access-log fields as zap's encoder reads
 // them (MarshalLogObject), in the order logAccess gives them. Pooled
@@ -306,4 +330,32 @@ func (c *keyHashCache) appendKey(b []byte, h *KeyHasher, key string) []byte {
 	h.appendKey(e.hash[:0], key)
 	slot.Store(e)
 	return append(b, e.hash[:]...)
+}
+
+// stampSecond is the part of a second's timestamps that stays the same
+// through the second (appendTimestamp).
+type stampSecond struct {
+	unix   int64
+	loc    *time.Location
+	prefix []byte // "2006-01-02T15:04:05."
+	zone   []byte // "Z0700"
+}
+
+// lastSecond is the second the latest access line was stamped in.
+var lastSecond atomic.Pointer[stampSecond]
+
+// appendTimestamp appends t as t.AppendFormat(b,
+// "2006-01-02T15:04:05.000Z0700") does (zap's ISO 8601 time encoder),
+// formatting the date, time and zone once a second.
+func appendTimestamp(b []byte, t time.Time) []byte {
+	s := lastSecond.Load()
+	if s == nil || s.unix != t.Unix() || s.loc != t.Location() {
+		s = &stampSecond{unix: t.Unix(), loc: t.Location(),
+			prefix: t.AppendFormat(nil, "2006-01-02T15:04:05."), zone: t.AppendFormat(nil, "Z0700")}
+		lastSecond.Store(s)
+	}
+	ms := t.Nanosecond() / int(time.Millisecond)
+	b = append(b, s.prefix...)
+	b = append(b, byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
+	return append(b, s.zone...)
 }

@@ -41,5 +41,5 @@ upstream = "app"
 	// line 13, column 3: policy[0].limits[0].rate
 	// example.toml:2:1: server.idle_timeout: "2 minutes" is not a duration (write e.g. "250ms", "30s", "1m")
 	// example.toml:6:1: upstream[0].targets: element 0: "127.0.0.1:9000" is not an http:// or https:// URL with a host
-	// example.toml:13:3: policy[0].limits[0].rate: bad rate "10/x": the period after / must be s, m, h, d or a positive duration such as 5m
+	// example.toml:13:3: policy "api" limits[0].rate: bad rate "10/x": the period after / must be s, m, h, d or a positive duration such as 5m
 }

@@ -221,16 +221,20 @@ type (
 
 // Error is one problem in a configuration file. Line and Col are 0 when the
 // position is unknown; Key is the TOML key path, e.g.
-// "policy[2].limits[0].rate".
+// "policy[2].limits[0].rate"; Policy is the name of the policy the key is
+// under, when it is under a policy that has one.
 type Error struct {
 	File      string
 	Line, Col int
 	Key       string
+	Policy    string
 	Msg       string
 }
 
 // Error returns "file:line:col: key: message" (or "file: key: message"
-// when the position is unknown), as `limitproxy check` prints it.
+// when the position is unknown), as `limitproxy check` prints it; a key
+// under a named policy is written with its name, `policy "login"
+// limits[0].rate`, rather than its index.
 func (e *Error) Error() string {
 	where := e.File
 	if e.Line > 0 {
@@ -239,7 +243,25 @@ func (e *Error) Error() string {
 	if e.Key == "" {
 		return where + ": " + e.Msg
 	}
-	return where + ": " + e.Key + ": " + e.Msg
+	return where + ": " + e.displayKey() + ": " + e.Msg
+}
+
+// displayKey is Key as Error writes it.
+func (e *Error) displayKey() string {
+	if e.Policy == "" {
+		return e.Key
+	}
+	rest, ok := strings.CutPrefix(e.Key, "policy[")
+	if !ok {
+		return e.Key
+	}
+	_, rest, _ = strings.Cut(rest, "]")
+	rest = strings.TrimPrefix(rest, ".")
+	name := "policy " + strconv.Quote(e.Policy)
+	if rest == "" {
+		return name
+	}
+	return name + " " + rest
 }
 
 // Errors is every problem found in one file, in file order. Its Error
@@ -365,10 +387,16 @@ func ParseWith(name string, src []byte, o Options) (*Config, error) {
 	c := &collector{file: name, at: locate(string(src))}
 	taken := map[string]bool{}
 	for _, k := range md.Undecoded() {
-		c.add(undecodedPath(k, c.at, taken), "unknown key %q", k[len(k)-1])
+		name := k[len(k)-1]
+		if near := suggestKey(k[:len(k)-1], name); near != "" {
+			c.add(undecodedPath(k, c.at, taken), "unknown key %q (did you mean %q?)", name, near)
+			continue
+		}
+		c.add(undecodedPath(k, c.at, taken), "unknown key %q", name)
 	}
 	walkValues(reflect.ValueOf(&raw).Elem(), "", c)
 	cfg := validate(&raw, c, o)
+	namePolicies(c.errs, &raw)
 	if err := c.err(); err != nil {
 		if o.Partial {
 			cfg.File, cfg.at = name, c.at

@@ -23,7 +23,7 @@ func TestRejectContentTypeFieldValue(t *testing.T) {
 		`"text/plain\u0000"`,
 	} {
 		err := parseRejectContentType(ct)
-		if err == nil || !strings.Contains(err.Error(), "policy[0].reject.content_type: ") || !strings.Contains(err.Error(), "is not a header field value") {
+		if err == nil || !strings.Contains(err.Error(), "reject.content_type: ") || !strings.Contains(err.Error(), "is not a header field value") {
 			t.Errorf("content_type = %s: accepted (err %v); want it refused as not a field value", ct, err)
 		}
 	}
@@ -51,7 +51,7 @@ func parseRejectContentType(ct string) error {
 // Since fixed: refused at its position, saying to leave it out.
 func TestRejectEmptyBody(t *testing.T) {
 	err := parseReject(`  body = ""` + "\n")
-	const want = `reject.toml:12:3: policy[0].reject.body: is empty: leave body out for the problem+json body`
+	const want = `reject.toml:12:3: policy "all" reject.body: is empty: leave body out for the problem+json body`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("body = \"\": %v; want %s", err, want)
 	}
