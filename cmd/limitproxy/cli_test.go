@@ -136,8 +136,8 @@ upstream = "app"
 		path + ":9:1: admin.token_env: environment variable LIMITPROXY_TEST_CLI_TOKEN is empty or unset",
 		path + ":11:1: store.overrides_file: overrides file " + filepath.Join(dir, "no-dir", "ov.json") + ": directory " + filepath.Join(dir, "no-dir") + " does not exist",
 		path + ":14:1: upstream[0].targets: environment variable LIMITPROXY_TEST_CLI_UNSET is unset",
-		path + ":18:3: policy[0].limits[0].algorithm: is required",
-		path + `:19:3: policy[0].limits[0].algoritm: unknown key "algoritm"`,
+		path + `:18:3: policy "p" limits[0].algorithm: is required`,
+		path + `:19:3: policy "p" limits[0].algoritm: unknown key "algoritm" (did you mean "algorithm"?)`,
 	}
 	wantCheckErrors(t, code, stdout, stderr, want)
 }
@@ -316,7 +316,7 @@ func TestReloadCommand(t *testing.T) {
 
 	writeFile(t, path, strings.Replace(minimalConfig(admin, ""), `rate = "10/s"`, `rate = "ten"`+"\n  bogus = 1", 1))
 	code, stdout, stderr := runCLI(t, "reload", "-config", path)
-	for _, w := range []string{path + ":14:3: policy[0].limits[0].rate: bad rate \"ten\"", path + ":15:3: policy[0].limits[0].bogus: unknown key", "reload refused: the configuration in force stays"} {
+	for _, w := range []string{path + ":14:3: policy \"p\" limits[0].rate: bad rate \"ten\"", path + ":15:3: policy \"p\" limits[0].bogus: unknown key", "reload refused: the configuration in force stays"} {
 		if !strings.Contains(stderr, w) {
 			t.Errorf("reload of a bad file: stderr lacks %q:\n%s", w, stderr)
 		}

@@ -737,7 +737,7 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 		case !nameRE.MatchString(spec.Name):
 			c.add(key+".name", "%q: use letters, digits, '.', '_' and '-' (it appears in headers, metrics and logs)", spec.Name)
 		case dup:
-			c.add(key+".name", "policy %q duplicates policy[%d]", spec.Name, prev)
+			c.add(key+".name", "policy %q duplicates policy[%d]'s name", spec.Name, prev)
 		default:
 			names[spec.Name] = i
 		}
@@ -779,7 +779,7 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 			// Never matches an HTTP request, nor shadowed by one that
 			// matches them all.
 		} else if catchAll >= 0 {
-			c.add(key, "policy %q can never match: policy[%d] %q before it matches every request", spec.Name, catchAll, raws[catchAll].Name.V)
+			c.add(key, "can never match: policy[%d] %q before it matches every request", catchAll, raws[catchAll].Name.V)
 		} else if spec.Match.All {
 			catchAll = i
 		}

@@ -244,9 +244,9 @@ func TestReloadRejectsBadFiles(t *testing.T) {
 	}{
 		// Lines as config writes them: name on 13, upstream 14, rate 17, burst 18.
 		{"syntax error", strings.Replace(good, `name = "all"`, `name = "all`, 1), "limitproxy.toml:13:"},
-		{"unknown key", strings.Replace(good, `burst = 10`, "burst = 10\n  burts = 3", 1), `limitproxy.toml:19:3: policy[0].limits[0].burts: unknown key "burts"`},
-		{"bad value", strings.Replace(good, `rate = "1/h"`, `rate = "1/x"`, 1), `limitproxy.toml:17:3: policy[0].limits[0].rate: bad rate "1/x"`},
-		{"unknown upstream", strings.Replace(good, `upstream = "app"`, `upstream = "nope"`, 1), `limitproxy.toml:14:1: policy[0].upstream: unknown upstream "nope"`},
+		{"unknown key", strings.Replace(good, `burst = 10`, "burst = 10\n  burts = 3", 1), `limitproxy.toml:19:3: policy "all" limits[0].burts: unknown key "burts" (did you mean "burst"?)`},
+		{"bad value", strings.Replace(good, `rate = "1/h"`, `rate = "1/x"`, 1), `limitproxy.toml:17:3: policy "all" limits[0].rate: bad rate "1/x"`},
+		{"unknown upstream", strings.Replace(good, `upstream = "app"`, `upstream = "nope"`, 1), `limitproxy.toml:14:1: policy "all" upstream: unknown upstream "nope"`},
 	} {
 		os.WriteFile(r.path, []byte(c.text), 0o644)
 		resp, err := http.Post(r.admin+"/api/v1/reload", "application/json", nil)
