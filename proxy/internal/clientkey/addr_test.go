@@ -1,8 +1,11 @@
 package clientkey
 
 import (
+	"net/http/httptest"
 	"net/netip"
 	"testing"
+
+	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // TestParsePeer: ParsePeer reads the forms a RemoteAddr takes, unmapped
@@ -41,5 +44,35 @@ func TestParsePeer(t *testing.T) {
 func BenchmarkParsePeer(b *testing.B) {
 	for b.Loop() {
 		ParsePeer("127.0.0.1:54321")
+	}
+}
+
+// TestResolveTrusted: a peer inside trusted_proxies is Trusted (its
+// X-Request-Id and forwarding header are believed), on a connection not
+// marked peer-only; any other peer is not, nor a request whose RemoteAddr
+// is no address.
+func TestResolveTrusted(t *testing.T) {
+	s := &config.Server{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	for _, c := range []struct {
+		remote   string
+		peerOnly bool
+		trusted  bool
+		client   string
+	}{
+		{"10.1.2.3:1", false, true, "198.51.100.7"},
+		{"10.1.2.3:1", true, false, "10.1.2.3"},
+		{"192.0.2.1:1", false, false, "192.0.2.1"},
+		{"pipe", false, false, "invalid IP"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = c.remote
+		r.Header.Set("X-Forwarded-For", "198.51.100.7")
+		if c.peerOnly {
+			r = r.WithContext(WithPeerOnly(r.Context(), func() bool { return true }))
+		}
+		got := Resolve(r, s)
+		if got.Trusted != c.trusted || got.Addr.String() != c.client {
+			t.Errorf("%s (peer-only %v): Trusted %v, client %s; want %v, %s", c.remote, c.peerOnly, got.Trusted, got.Addr, c.trusted, c.client)
+		}
 	}
 }
