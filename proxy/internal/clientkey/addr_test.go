@@ -76,3 +76,23 @@ func TestResolveTrusted(t *testing.T) {
 		}
 	}
 }
+
+// TestHeader: the header a key part reads, for [log] access_replay's
+// list: a header part's own, Cookie for a cookie part, none for the
+// others.
+func TestHeader(t *testing.T) {
+	for _, c := range []struct {
+		part config.KeyPart
+		want string
+	}{
+		{config.KeyPart{Kind: config.KeyHeader, Name: "X-Api-Key"}, "X-Api-Key"},
+		{config.KeyPart{Kind: config.KeyCookie, Name: "sid"}, "Cookie"},
+		{config.KeyPart{Kind: config.KeyQuery, Name: "k"}, ""},
+		{config.KeyPart{Kind: config.KeyIP}, ""},
+		{config.KeyPart{Kind: config.KeyPath}, ""},
+	} {
+		if got, ok := Header(c.part); got != c.want || ok != (c.want != "") {
+			t.Errorf("Header(%s) = %q, %v; want %q", c.part, got, ok, c.want)
+		}
+	}
+}

@@ -45,7 +45,7 @@ type Request struct {
 	Client *Client
 	Server *config.Server
 	// Path returns the path key part's value (the proxy's fullest reading
-	// of the canonical path); nil reads R.URL.Path.
+	// of the canonical path); required.
 	Path PathReader
 }
 

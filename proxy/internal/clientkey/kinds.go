@@ -38,9 +38,6 @@ func appendPart(b []byte, q *Request, part config.KeyPart) ([]byte, State) {
 	case config.KeyMethod:
 		return appendString(q.R.Method, true, b)
 	case config.KeyPath:
-		if q.Path == nil {
-			return appendString(q.R.URL.Path, true, b)
-		}
 		return appendString(q.Path.PathKey(), true, b)
 	}
 	return b, Absent
