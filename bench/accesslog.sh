@@ -21,11 +21,7 @@ base=${1:?usage: bench/accesslog.sh BASE [ROUNDS] [DURATION]}
 rounds=${2:-9}
 duration=${3:-4s}
 need wrk wrk
-bin=$(mktemp -d)
-wt="$bin/base"
-trap 'git worktree remove --force "$wt" 2>/dev/null || true; rm -rf "$bin"' EXIT
-git worktree add -q --detach "$wt" "$base"
-short=$(git rev-parse --short "$base")
+base_tree "$base"
 for tree in head base; do
   dir=.
   [ "$tree" = base ] && dir=$wt
@@ -34,11 +30,7 @@ for tree in head base; do
     go test -c -o "$bin/server-$tree.test" ./cmd/limitproxy/internal/server)
 done
 (cd bench && go build -o "$bin/proxybench" ./proxybench)
-pin=() wrkcpu=() placement="wrk, the proxies and the upstream share all $(nproc) cores"
-if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
-  pin=(taskset -c 1) wrkcpu=(-wrk-cpu 0 -own-cpu 0)
-  placement="the proxy being measured runs on CPU 1; wrk and the upstream share CPU 0 (taskset)"
-fi
+pin_proxy
 zap="zap's encoder (this tree)" own="own encoder ($short)"
 variants=(-compare "$zap|$bin/limitproxy-head" -compare "$own|$bin/limitproxy-base")
 # In process: each round runs both trees' benchmarks, in turn, the first

@@ -43,3 +43,26 @@ need() {
     exit 1
   fi
 }
+
+# base_tree BASE: a temporary directory $bin (removed on exit), BASE
+# checked out in $wt (a detached worktree, removed on exit), and $short,
+# BASE's short hash: what the scripts that compare this tree against an
+# earlier commit (stack.sh, house.sh, accesslog.sh) start from.
+base_tree() {
+  bin=$(mktemp -d)
+  wt="$bin/base"
+  trap 'git worktree remove --force "$wt" 2>/dev/null || true; rm -rf "$bin"' EXIT
+  git worktree add -q --detach "$wt" "$1"
+  short=$(git rev-parse --short "$1")
+}
+
+# pin_proxy: $pin, $wrkcpu and $placement for bench/proxybench: with two
+# CPUs or more (and taskset), the proxy measured runs on CPU 1 and wrk and
+# the upstream share CPU 0, as bench/proxy.sh pins them.
+pin_proxy() {
+  pin=() wrkcpu=() placement="wrk, the proxies and the upstream share all $(nproc) cores"
+  if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+    pin=(taskset -c 1) wrkcpu=(-wrk-cpu 0 -own-cpu 0)
+    placement="the proxy being measured runs on CPU 1; wrk and the upstream share CPU 0 (taskset)"
+  fi
+}

@@ -16,19 +16,11 @@ base=${1:?usage: bench/stack.sh BASE [ROUNDS] [DURATION]}
 rounds=${2:-7}
 duration=${3:-4s}
 need wrk wrk
-bin=$(mktemp -d)
-wt="$bin/base"
-trap 'git worktree remove --force "$wt" 2>/dev/null || true; rm -rf "$bin"' EXIT
-git worktree add -q --detach "$wt" "$base"
+base_tree "$base"
 (cd "$wt" && go build -o "$bin/limitproxy-base" ./cmd/limitproxy)
 go build -o "$bin/limitproxy" ./cmd/limitproxy
 (cd bench && go build -o "$bin/proxybench" ./proxybench)
-pin=() wrkcpu=() placement="wrk, the proxies and the upstream share all $(nproc) cores"
-if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
-  pin=(taskset -c 1) wrkcpu=(-wrk-cpu 0 -own-cpu 0)
-  placement="the proxy being measured runs on CPU 1; wrk and the upstream share CPU 0 (taskset)"
-fi
-short=$(git rev-parse --short "$base")
+pin_proxy
 section="$bin/section.md"
 {
   echo "<!-- stack:begin -->"

@@ -3,6 +3,8 @@ package logread
 import (
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/limitproxy/limitproxy/internal/httptoken"
 )
 
 // A minimal JSON scanner for one flat object per line, which is what zap
@@ -104,25 +106,13 @@ func hex4(s string, i int) (rune, bool) {
 	}
 	var r rune
 	for _, c := range []byte(s[i : i+4]) {
-		v, ok := unhex(c)
+		v, ok := httptoken.Unhex(c)
 		if !ok {
 			return 0, false
 		}
 		r = r<<4 | rune(v)
 	}
 	return r, true
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }
 
 // skipValue returns the index past the JSON value (not a string) that

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+
+	"github.com/limitproxy/limitproxy/internal/httptoken"
 )
 
 // Combined is nginx's predefined combined format, the default.
@@ -333,8 +335,8 @@ func (f *LogFormat) unescape(v string) string {
 			switch v[i+1] {
 			case 'x':
 				if i+3 < len(v) {
-					hi, ok1 := unhex(v[i+2])
-					lo, ok2 := unhex(v[i+3])
+					hi, ok1 := httptoken.Unhex(v[i+2])
+					lo, ok2 := httptoken.Unhex(v[i+3])
 					if ok1 && ok2 {
 						b = append(b, hi<<4|lo)
 						i += 3
