@@ -7,49 +7,6 @@ import (
 	"time"
 )
 
-// Algorithm names one of the five algorithms of docs/algorithms.md. The zero value is
-// not an algorithm.
-type Algorithm uint8
-
-// The algorithms, with the names the configuration uses for them.
-const (
-	TokenBucket   Algorithm = iota + 1 // "token_bucket"
-	LeakyBucket                        // "leaky_bucket"
-	FixedWindow                        // "fixed_window"
-	SlidingLog                         // "sliding_log"
-	SlidingWindow                      // "sliding_window"
-)
-
-var algorithmNames = [...]string{
-	TokenBucket:   "token_bucket",
-	LeakyBucket:   "leaky_bucket",
-	FixedWindow:   "fixed_window",
-	SlidingLog:    "sliding_log",
-	SlidingWindow: "sliding_window",
-}
-
-// ErrUnknownAlgorithm is returned by ParseAlgorithm for a name that is not
-// one of the five algorithms.
-var ErrUnknownAlgorithm = errors.New("unknown algorithm")
-
-// String returns the configuration name of a, e.g. "token_bucket".
-func (a Algorithm) String() string {
-	if a == 0 || int(a) >= len(algorithmNames) {
-		return "algorithm(" + strconv.Itoa(int(a)) + ")"
-	}
-	return algorithmNames[a]
-}
-
-// ParseAlgorithm returns the algorithm with configuration name s.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for a, name := range algorithmNames {
-		if a != 0 && name == s {
-			return Algorithm(a), nil
-		}
-	}
-	return 0, fmt.Errorf("%w %q (want token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)", ErrUnknownAlgorithm, s)
-}
-
 // Rate is N events per Per, kept exactly as written ("30/5m" is {30, 5m}),
 // so that no rounding happens before the algorithms see it. The zero value
 // is not a valid rate: "unlimited" is not a rate.
