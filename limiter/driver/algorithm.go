@@ -127,9 +127,9 @@ var ErrUnknownAlgorithm = errors.New("unknown algorithm")
 
 // Algorithms returns every algorithm, in the order of their constants.
 func Algorithms() []Algorithm {
-	out := make([]Algorithm, 0, len(algos)-1)
-	for a := range algos[1:] {
-		out = append(out, Algorithm(a+1))
+	out := make([]Algorithm, len(algos)-1)
+	for i := range out {
+		out[i] = Algorithm(i + 1)
 	}
 	return out
 }
@@ -168,7 +168,7 @@ func (a Algorithm) Requires() []string {
 
 // ParseAlgorithm returns the algorithm with configuration name s.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	names := make([]string, 0, len(algos)-1)
+	var names []string
 	for _, a := range Algorithms() {
 		if a.String() == s {
 			return a, nil

@@ -180,11 +180,7 @@ func (l Limit) Scaled(s float64) (Limit, error) {
 // scaleCount multiplies a count by s, rounding to the nearest, at least
 // 1 and at most maxN.
 func scaleCount(n int64, s float64, maxN int64) int64 {
-	v := math.Round(float64(n) * s)
-	if v >= float64(maxN) {
-		return maxN
-	}
-	return max(1, int64(v))
+	return max(1, int64(min(math.Round(float64(n)*s), float64(maxN))))
 }
 
 // NewStates returns an array of n fresh per-key states of l's algorithm,
