@@ -314,14 +314,12 @@ func (s *Store) step(sh *shard, id int32, lim *driver.Limit, h uint64, now time.
 		}
 	}
 	var q *driver.Queue
-	var view driver.Queue
 	if wq := t.queueAt(i); wq != nil {
 		ns := now.UnixNano()
 		if s.virtualQ {
 			wq.advance(ns)
 		}
-		view = wq.view(ns, lim.QueueSize())
-		q = &view
+		q = wq.describe(ns, lim.QueueSize())
 	}
 	if !commit {
 		return lim.Peek(t.states, i, q, now, n)

@@ -51,6 +51,11 @@ type leakyQueue struct {
 	n                  int64 // waiters
 	head               *waiter
 	tail               *waiter
+	// desc is the queue as the limit's step last saw it (describe,
+	// describeIdle): kept here, in memory the queue has anyway, since a
+	// description the step reads through an interface would otherwise
+	// be allocated at each decision.
+	desc driver.Queue
 }
 
 // waiter is a request's place in a leakyQueue. Its fields are guarded by
@@ -65,14 +70,23 @@ type waiter struct {
 	removed    bool
 }
 
-// view describes q to the limit's step at instant t (Unix ns), for a
-// limit whose queue holds queue requests. Requires sh.mu held.
-func (q *leakyQueue) view(t, queue int64) driver.Queue {
-	v := driver.Queue{Busy: q.busy, Gate: time.Unix(0, q.gateAt), Waiting: q.n, Pending: time.Duration(q.pendingNs())}
+// describe returns q as the limit's step sees it at instant t (Unix
+// ns), for a limit whose queue holds queue requests: q.desc, valid until
+// the next description. Requires sh.mu held.
+func (q *leakyQueue) describe(t, queue int64) *driver.Queue {
+	q.desc = driver.Queue{Busy: q.busy, Gate: time.Unix(0, q.gateAt), Waiting: q.n, Pending: time.Duration(q.pendingNs())}
 	if q.busy && q.n >= queue {
-		v.FreeAt = time.Unix(0, q.departure(max(q.gateAt, t), q.n-queue))
+		q.desc.FreeAt = time.Unix(0, q.departure(max(q.gateAt, t), q.n-queue))
 	}
-	return v
+	return &q.desc
+}
+
+// describeIdle returns q, which is not busy, as the step sees a key at
+// rest: when its exit reopened last, q.desc as describe. Requires sh.mu
+// held.
+func (q *leakyQueue) describeIdle() *driver.Queue {
+	q.desc = driver.Queue{Gate: time.Unix(0, q.gateAt)}
+	return &q.desc
 }
 
 // enqueue gives an admitted request of the key at position i of tab a

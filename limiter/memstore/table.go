@@ -192,7 +192,7 @@ func (t *table) queueAt(i int) *leakyQueue {
 func (t *table) left(i int, now int64) int64 {
 	var q *driver.Queue
 	if wq := t.queueAt(i); wq != nil {
-		q = &driver.Queue{Gate: time.Unix(0, wq.gateAt)}
+		q = wq.describeIdle()
 	}
 	d := t.lim.Peek(t.states, i, q, time.Unix(0, now), 1)
 	if !d.Allowed {
@@ -210,7 +210,7 @@ func (t *table) idleAt(i int) int64 {
 		if wq.busy {
 			return math.MaxInt64
 		}
-		q = &driver.Queue{Gate: time.Unix(0, wq.gateAt)}
+		q = wq.describeIdle()
 	}
 	at := t.lim.IdleAt(t.states, i, q)
 	if at.IsZero() {
