@@ -111,6 +111,11 @@ func (l *Limit) CheckCharge() error {
 // leaves fresh, so that the Store need not store it. l must pass
 // CheckCharge; the caller must serialise calls on one state.
 func (l *Limit) Charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
+	if st == nil && n > 0 {
+		// The algorithms read a nil st as a fresh state that does not
+		// change, which a refund leaves as it is; a charge needs one.
+		st, i = l.NewStates(1), 0
+	}
 	return l.a.(chargeable).charge(st, i, now, reservedAt, n)
 }
 

@@ -101,3 +101,23 @@ func TestDecisionSize(t *testing.T) {
 		t.Errorf("a Decision is %d bytes, want 80", got)
 	}
 }
+
+// TestChargeFreshNil: a nil States is a fresh key's state: a refund reads
+// it as it is, a charge applies to a state of its own (for a Store that
+// does not keep the key), and neither is refused.
+func TestChargeFreshNil(t *testing.T) {
+	must := mustLimit(t)
+	for _, l := range []Limit{
+		must(NewTokenBucket(TokenBucketParams{Rate: Rate{1, time.Second}, Burst: 10})),
+		must(NewFixedWindow(FixedWindowParams{Limit: 10, Window: time.Minute})),
+		must(NewSlidingLog(SlidingLogParams{Limit: 10, Window: time.Minute})),
+		must(NewSlidingWindow(SlidingWindowParams{Limit: 10, Window: time.Minute, Slots: 6})),
+	} {
+		if d := l.Charge(nil, 0, at(0), at(0), -3); !d.Allowed || d.Remaining != 10 {
+			t.Errorf("%v: refund to nil: %+v, want a fresh key's 10", l, d)
+		}
+		if d := l.Charge(nil, 0, at(0), at(0), 1); !d.Allowed || d.Remaining != 9 {
+			t.Errorf("%v: charge to nil: %+v, want 9 left", l, d)
+		}
+	}
+}

@@ -86,16 +86,6 @@ type fixedWindowState struct {
 
 func (f *fixedWindow) newStates(n int) States { return make(array[fixedWindowState], n) }
 
-func (f *fixedWindow) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
-	var fresh fixedWindowState
-	return f.decide(stateAt(st, i, &fresh), now, n, commit)
-}
-
-func (f *fixedWindow) charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
-	var fresh fixedWindowState
-	return f.chargeState(stateAt(st, i, &fresh), now, reservedAt, n)
-}
-
 // idleAt is when s stops counting: the end of its window.
 func (f *fixedWindow) idleAt(st States, i int, _ *Queue) time.Time {
 	var fresh fixedWindowState
@@ -119,13 +109,15 @@ func (f *fixedWindow) current(s *fixedWindowState, t int64) (window, count int64
 	return window, 0
 }
 
-// decide applies a request of weight n at now to s; with commit false it
-// only reads. An instant in a window earlier than the one s has seen
+// step applies a request of weight n at now to state i of st (st nil: a
+// fresh key's); with commit false it only reads. An instant in a window earlier than the one s has seen
 // counts in that later window, so going back in time never reopens a
 // window. Retry-After is the time to the next window.
 //
 // Memory: 16 bytes per key. The caller must serialise calls on one state.
-func (f *fixedWindow) decide(s *fixedWindowState, now time.Time, n int64, commit bool) Decision {
+func (f *fixedWindow) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
+	var fresh fixedWindowState
+	s := stateAt(st, i, &fresh)
 	c, ok := weighted(n, f.Cost, f.Limit)
 	if !ok {
 		return never(f.Limit)
@@ -155,9 +147,9 @@ func (f *fixedWindow) decide(s *fixedWindowState, now time.Time, n int64, commit
 	return d
 }
 
-// chargeState charges (n > 0) or refunds (n < 0) n units to s at now, for
-// a request reserved at reservedAt, unconditionally, and returns the
-// state's decision after it (see Charger): never refused. The limit's
+// charge charges (n > 0) or refunds (n < 0) n units to state i of st at
+// now, for a request reserved at reservedAt, unconditionally, and returns
+// the state's decision after it (see Charger): never refused. The limit's
 // Cost is not applied.
 //
 // A charge counts in the current window (the one Decide would count a
@@ -174,7 +166,9 @@ func (f *fixedWindow) decide(s *fixedWindowState, now time.Time, n int64, commit
 // counts, and taking the units from the current window would admit
 // requests nobody paid for. An instant in a window earlier than the
 // newest the state has seen (time going backwards) refunds nothing.
-func (f *fixedWindow) chargeState(s *fixedWindowState, now, reservedAt time.Time, n int64) Decision {
+func (f *fixedWindow) charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
+	var fresh fixedWindowState
+	s := stateAt(st, i, &fresh)
 	u := chargeUnits(n, 2*f.Limit+1)
 	t := nanos(now)
 	idx, count := f.current(s, t)
@@ -189,7 +183,7 @@ func (f *fixedWindow) chargeState(s *fixedWindowState, now, reservedAt time.Time
 			s.count = count - min(count, u)
 		}
 	}
-	return chargeReport(f.decide(s, now, 0, false), capped)
+	return chargeReport(f.step(st, i, nil, now, 0, false), capped)
 }
 
 // grid cuts time into windows numbered in order: window k holds the

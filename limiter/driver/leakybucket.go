@@ -140,11 +140,6 @@ type leakyBucketState struct {
 
 func (b *leakyBucket) newStates(n int) States { return make(array[leakyBucketState], n) }
 
-func (b *leakyBucket) step(st States, i int, q *Queue, now time.Time, n int64, commit bool) Decision {
-	var fresh leakyBucketState
-	return b.decide(stateAt(st, i, &fresh), q, now, n, commit)
-}
-
 // idleAt is when the schedule of s, and of its queue q if it has one (not
 // busy), is free again.
 func (b *leakyBucket) idleAt(st States, i int, q *Queue) time.Time {
@@ -156,8 +151,9 @@ func (b *leakyBucket) idleAt(st States, i int, q *Queue) time.Time {
 	return instant(s.gate(q, b.lead))
 }
 
-// decide decides a request of weight n at now, on the state s and its
-// queue q as the Store describes it (nil: the key has no queue). A
+// step decides a request of weight n at now, on state i of st (st nil: a
+// fresh key's) and its queue q as the Store describes it (nil: the key
+// has no queue). A
 // request that finds the exit open and nobody waiting leaves at once,
 // closing the exit for its spacing (s records when it reopens).
 // Otherwise it is admitted with a Delay — its departure, one spacing
@@ -167,7 +163,9 @@ func (b *leakyBucket) idleAt(st States, i int, q *Queue) time.Time {
 // queued admissions leave s unchanged; so does commit false.
 //
 // Memory: 8 bytes per key; the Store's queue while requests wait.
-func (b *leakyBucket) decide(s *leakyBucketState, q *Queue, now time.Time, n int64, commit bool) Decision {
+func (b *leakyBucket) step(st States, i int, q *Queue, now time.Time, n int64, commit bool) Decision {
+	var fresh leakyBucketState
+	s := stateAt(st, i, &fresh)
 	c, ok := weighted(n, b.Cost, MaxCount)
 	if !ok {
 		return never(b.Queue + 1)

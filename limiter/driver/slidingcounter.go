@@ -164,16 +164,6 @@ func (w *slidingWindow) state(st States, i int, fresh *swCounts65) slidingWindow
 	return slidingWindowState{&fresh.slot, fresh.c[:k]}
 }
 
-func (w *slidingWindow) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
-	var fresh swCounts65
-	return w.decide(w.state(st, i, &fresh), now, n, commit)
-}
-
-func (w *slidingWindow) charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
-	var fresh swCounts65
-	return w.chargeState(w.state(st, i, &fresh), now, reservedAt, n)
-}
-
 // idleAt is when every unit of s has left the window.
 func (w *slidingWindow) idleAt(st States, i int, _ *Queue) time.Time {
 	var fresh swCounts65
@@ -213,14 +203,16 @@ func (s slidingWindowState) empty() bool {
 	return true
 }
 
-// decide applies a request of weight n at now to s; with commit false it
-// only reads. An instant in a slot earlier
+// step applies a request of weight n at now to state i of st (st nil: a
+// fresh key's); with commit false it only reads. An instant in a slot earlier
 // than the newest one written counts at the start of that newest slot, the
 // most conservative reading.
 //
 // Memory: 8 + 4·(Slots+1) bytes per key (16 for Slots = 1). The caller must
 // serialise calls on one state.
-func (w *slidingWindow) decide(s slidingWindowState, now time.Time, n int64, commit bool) Decision {
+func (w *slidingWindow) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
+	var fresh swCounts65
+	s := w.state(st, i, &fresh)
 	c, ok := weighted(n, w.Cost, w.Limit)
 	if !ok {
 		return never(w.Limit)
@@ -291,9 +283,9 @@ func (w *slidingWindow) decide(s slidingWindowState, now time.Time, n int64, com
 	return d
 }
 
-// chargeState charges (n > 0) or refunds (n < 0) n units to s at now,
-// for a request reserved at reservedAt, unconditionally, and returns the
-// state's decision after it (see Charger): never refused. The limit's
+// charge charges (n > 0) or refunds (n < 0) n units to state i of st at
+// now, for a request reserved at reservedAt, unconditionally, and returns
+// the state's decision after it (see Charger): never refused. The limit's
 // Cost is not applied.
 //
 // A charge adds the units to the reservation's slot while the window at
@@ -312,7 +304,9 @@ func (w *slidingWindow) decide(s slidingWindowState, now time.Time, n int64, com
 // reads it; a reservation made then may have been counted in a later slot
 // than its instant's, and a refund then takes back units that leave the
 // window sooner than the reservation's (it errs towards the limit).
-func (w *slidingWindow) chargeState(s slidingWindowState, now, reservedAt time.Time, n int64) Decision {
+func (w *slidingWindow) charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
+	var fresh swCounts65
+	s := w.state(st, i, &fresh)
 	u := chargeUnits(n, 2*w.Limit+1)
 	k := int64(w.Slots)
 	j := w.slots.index(nanos(now))
@@ -345,7 +339,7 @@ func (w *slidingWindow) chargeState(s slidingWindowState, now, reservedAt time.T
 			}
 		}
 	}
-	return chargeReport(w.decide(s, now, 0, false), capped)
+	return chargeReport(w.step(st, i, nil, now, 0, false), capped)
 }
 
 // advance zeroes the counters of the slots after cur up to j, which the

@@ -78,16 +78,6 @@ func (g *slidingLog) script() ([5]int64, error) {
 
 func (g *slidingLog) newStates(n int) States { return make(array[slidingLogState], n) }
 
-func (g *slidingLog) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
-	var fresh slidingLogState
-	return g.decide(stateAt(st, i, &fresh), now, n, commit)
-}
-
-func (g *slidingLog) charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
-	var fresh slidingLogState
-	return g.chargeState(stateAt(st, i, &fresh), now, reservedAt, n)
-}
-
 // idleAt is when every entry of s has left the window.
 func (g *slidingLog) idleAt(st States, i int, _ *Queue) time.Time {
 	var fresh slidingLogState
@@ -110,14 +100,16 @@ type slidingLogState struct {
 
 func (s *slidingLogState) at(i int) int64 { return s.ring[(s.head+i)%len(s.ring)] }
 
-// decide applies a request of weight n at now to s; with commit false it
-// only reads. An instant earlier than the
+// step applies a request of weight n at now to state i of st (st nil: a
+// fresh key's); with commit false it only reads. An instant earlier than the
 // newest entry is treated as that entry's instant.
 //
 // Memory: 8 bytes per admitted unit still in the window, at most
 // 8·Limit bytes per key (16·Limit in debt after a Charge), plus a 40-byte
 // header. The caller must serialise calls on one state.
-func (g *slidingLog) decide(s *slidingLogState, now time.Time, n int64, commit bool) Decision {
+func (g *slidingLog) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
+	var fresh slidingLogState
+	s := stateAt(st, i, &fresh)
 	p := &g.SlidingLogParams
 	c, ok := weighted(n, p.Cost, p.Limit)
 	if !ok {
@@ -176,9 +168,9 @@ func (g *slidingLog) decide(s *slidingLogState, now time.Time, n int64, commit b
 	return d
 }
 
-// chargeState charges (n > 0) or refunds (n < 0) n units to s at now,
-// for a request reserved at reservedAt, unconditionally, and returns the
-// state's decision after it (see Charger): never refused. The limit's
+// charge charges (n > 0) or refunds (n < 0) n units to state i of st at
+// now, for a request reserved at reservedAt, unconditionally, and returns
+// the state's decision after it (see Charger): never refused. The limit's
 // Cost is not applied.
 //
 // A charge adds n entries at the reservation instant while it is still in
@@ -201,7 +193,9 @@ func (g *slidingLog) decide(s *slidingLogState, now time.Time, n int64, commit b
 // older entries than its own: it errs towards the limit.
 //
 // It allocates only when the log grows past its ring (as Decide does).
-func (g *slidingLog) chargeState(s *slidingLogState, now, reservedAt time.Time, n int64) Decision {
+func (g *slidingLog) charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
+	var fresh slidingLogState
+	s := stateAt(st, i, &fresh)
 	p := &g.SlidingLogParams
 	u := chargeUnits(n, 2*p.Limit+1)
 	w := int64(p.Window)
@@ -230,7 +224,7 @@ func (g *slidingLog) chargeState(s *slidingLogState, now, reservedAt time.Time, 
 			s.remove(r, int(u))
 		}
 	}
-	return chargeReport(g.decide(s, now, 0, false), capped)
+	return chargeReport(g.step(st, i, nil, now, 0, false), capped)
 }
 
 // search returns the position of the first entry after t (after is

@@ -112,16 +112,6 @@ func (b *tokenBucket) script() ([5]int64, error) {
 
 func (b *tokenBucket) newStates(n int) States { return make(array[tokenBucketState], n) }
 
-func (b *tokenBucket) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
-	var fresh tokenBucketState
-	return b.decide(stateAt(st, i, &fresh), now, n, commit)
-}
-
-func (b *tokenBucket) charge(st States, i int, now, _ time.Time, n int64) Decision {
-	var fresh tokenBucketState
-	return b.chargeState(stateAt(st, i, &fresh), now, n)
-}
-
 // idleAt is when the bucket is full again.
 func (b *tokenBucket) idleAt(st States, i int, _ *Queue) time.Time {
 	var fresh tokenBucketState
@@ -146,15 +136,17 @@ func bias(ns int64) uint64 { return uint64(ns) ^ 1<<63 }
 
 func unbias(u uint64) int64 { return int64(u ^ 1<<63) }
 
-// decide applies a request of weight n at now to s and returns the
-// decision. With commit false, s is left unchanged
+// step applies a request of weight n at now to state i of st (st nil: a
+// fresh key's, only read) and returns the decision. With commit false, s is left unchanged
 // and the decision says what committing would do (a Store uses it to check
 // every limit of a policy before consuming from any). Time going backwards
 // is treated as the latest instant s has seen, so the same refill is never
 // credited twice.
 //
 // Memory: 16 bytes per key. The caller must serialise calls on one state.
-func (b *tokenBucket) decide(s *tokenBucketState, now time.Time, n int64, commit bool) Decision {
+func (b *tokenBucket) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
+	var fresh tokenBucketState
+	s := stateAt(st, i, &fresh)
 	t := nanos(now)
 	c, ok := weighted(n, b.Cost, b.Burst)
 	if !ok {
@@ -206,8 +198,8 @@ func (b *tokenBucket) decide(s *tokenBucketState, now time.Time, n int64, commit
 	return d
 }
 
-// chargeState charges (n > 0) or refunds (n < 0) n tokens to s at now,
-// unconditionally, and returns the state's decision after it (see
+// charge charges (n > 0) or refunds (n < 0) n tokens to state i of st at
+// now, unconditionally, and returns the state's decision after it (see
 // Charger): never refused. The limit's Cost is not applied.
 //
 // A charge takes the tokens even past empty: the bucket goes into debt,
@@ -225,11 +217,13 @@ func (b *tokenBucket) decide(s *tokenBucketState, now time.Time, n int64, commit
 // takes more than charging at the reservation would have (it errs
 // towards the limit), and a late refund can give back up to |n| tokens
 // more (never more than the reservation took, never above Burst).
-func (b *tokenBucket) chargeState(s *tokenBucketState, now time.Time, n int64) Decision {
+func (b *tokenBucket) charge(st States, i int, now, _ time.Time, n int64) Decision {
+	var fresh tokenBucketState
+	s := stateAt(st, i, &fresh)
 	u := chargeUnits(n, 2*b.Burst+1) * nanoPerToken
 	capped := false
 	if s.last != 0 || n > 0 {
-		// Advance to t as decide does.
+		// Advance to t as step does.
 		t := nanos(now)
 		last, tokens := t, b.full
 		if s.last != 0 {
@@ -264,7 +258,7 @@ func (b *tokenBucket) chargeState(s *tokenBucketState, now time.Time, n int64) D
 		s.last, s.tokens = bias(last), tokens
 	}
 	// A fresh bucket refunded stays fresh (and is not stored).
-	return chargeReport(b.decide(s, now, 0, false), capped)
+	return chargeReport(b.step(st, i, nil, now, 0, false), capped)
 }
 
 // Never is the RetryAfter of a request that no wait can admit: its weight
