@@ -47,7 +47,13 @@ func (s *Store) Charge(_ context.Context, limits []driver.Limit, keys driver.Key
 // is a fresh state: a charge inserts it, a refund only reads it.
 // Requires sh.mu held.
 func (s *Store) charge(sh *shard, id int32, lim *driver.Limit, h uint64, now, reservedAt time.Time, n int64) driver.Decision {
-	t := sh.tableFor(id, lim)
+	t := sh.table(id)
+	if t == nil {
+		t = sh.addTable(id, lim)
+	}
+	if t.lim != lim {
+		t.lim = lim // the janitor reads the latest parameters
+	}
 	i, ok := t.find(h)
 	if !ok {
 		if n <= 0 {

@@ -147,21 +147,23 @@ func (s *Store) hash(key string) uint64 {
 
 func (s *Store) shardOf(h uint64) *shard { return &s.shards[s.shardIndex(h)] }
 
-// tableFor returns the shard's table of limit index id, creating it for
-// lim, whose parameters it then keeps for the janitor. Requires sh.mu
-// held.
-func (sh *shard) tableFor(id int32, lim *driver.Limit) *table {
+// table returns the shard's table of limit index id, nil if the limit
+// has none here yet (addTable). Requires sh.mu held.
+func (sh *shard) table(id int32) *table {
+	if int(id) < len(sh.tabs) {
+		return sh.tabs[id]
+	}
+	return nil
+}
+
+// addTable creates the shard's table of limit index id for lim.
+// Requires sh.mu held.
+func (sh *shard) addTable(id int32, lim *driver.Limit) *table {
 	if int(id) >= len(sh.tabs) {
 		sh.tabs = append(sh.tabs, make([]*table, int(id)+1-len(sh.tabs))...)
 	}
-	t := sh.tabs[id]
-	if t == nil {
-		t = newTable(lim)
-		sh.tabs[id] = t
-	}
-	if t.lim != lim {
-		t.lim = lim // the janitor reads the latest parameters
-	}
+	t := newTable(lim)
+	sh.tabs[id] = t
 	return t
 }
 
@@ -281,11 +283,12 @@ func (s *Store) Reset(_ context.Context, limits []driver.Limit, key string) erro
 	defer sh.mu.Unlock()
 	for i := range limits {
 		id := s.handle(&limits[i])
-		if int(id) >= len(sh.tabs) || sh.tabs[id] == nil {
+		t := sh.table(id)
+		if t == nil {
 			continue
 		}
-		if p, ok := sh.tabs[id].find(h); ok {
-			sh.tabs[id].deleteAt(p)
+		if p, ok := t.find(h); ok {
+			t.deleteAt(p)
 			sh.keys--
 		}
 	}
@@ -301,7 +304,13 @@ func (s *Store) handle(lim *driver.Limit) int32 { return int32(lim.StateID()) }
 // described to the step, and a request admitted with a Delay is queued.
 // Requires sh.mu held.
 func (s *Store) step(sh *shard, id int32, lim *driver.Limit, h uint64, now time.Time, n int64, commit bool) driver.Decision {
-	t := sh.tableFor(id, lim)
+	t := sh.table(id)
+	if t == nil {
+		t = sh.addTable(id, lim)
+	}
+	if t.lim != lim {
+		t.lim = lim // the janitor reads the latest parameters
+	}
 	i, ok := t.find(h)
 	if !ok {
 		if d := lim.Peek(nil, 0, nil, now, n); !commit || !d.Allowed {
@@ -361,8 +370,8 @@ func (s *Store) Forget(names ...string) {
 		for i := range s.shards {
 			sh := &s.shards[i]
 			sh.mu.Lock()
-			if int(id) < len(sh.tabs) && sh.tabs[id] != nil {
-				sh.keys -= sh.tabs[id].count()
+			if t := sh.table(int32(id)); t != nil {
+				sh.keys -= t.count()
 				sh.tabs[id] = nil
 			}
 			sh.mu.Unlock()
