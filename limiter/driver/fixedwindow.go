@@ -115,7 +115,7 @@ func (f *fixedWindow) current(s *fixedWindowState, t int64) (window, count int64
 // window. Retry-After is the time to the next window.
 //
 // Memory: 16 bytes per key. The caller must serialise calls on one state.
-func (f *fixedWindow) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
+func (f *fixedWindow) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) (d Decision) {
 	var fresh fixedWindowState
 	s := stateAt(st, i, &fresh)
 	c, ok := weighted(n, f.Cost, f.Limit)
@@ -126,7 +126,7 @@ func (f *fixedWindow) step(st States, i int, _ *Queue, now time.Time, n int64, c
 	idx, count := f.current(s, t)
 	_, end := f.windows.bounds(idx) // idx's start ≤ an instant seen: no overflow
 
-	d := Decision{Limit: f.Limit}
+	d = Decision{Limit: f.Limit}
 	if count+c <= f.Limit {
 		d.Allowed = true
 		count += c

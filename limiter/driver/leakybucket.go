@@ -163,7 +163,7 @@ func (b *leakyBucket) idleAt(st States, i int, q *Queue) time.Time {
 // queued admissions leave s unchanged; so does commit false.
 //
 // Memory: 8 bytes per key; the Store's queue while requests wait.
-func (b *leakyBucket) step(st States, i int, q *Queue, now time.Time, n int64, commit bool) Decision {
+func (b *leakyBucket) step(st States, i int, q *Queue, now time.Time, n int64, commit bool) (d Decision) {
 	var fresh leakyBucketState
 	s := stateAt(st, i, &fresh)
 	c, ok := weighted(n, b.Cost, MaxCount)
@@ -172,7 +172,7 @@ func (b *leakyBucket) step(st States, i int, q *Queue, now time.Time, n int64, c
 	}
 	spacing := satMul(c, b.interval)
 	t := nanos(now)
-	d := Decision{Limit: b.Queue + 1 + b.Delay}
+	d = Decision{Limit: b.Queue + 1 + b.Delay}
 
 	// gate is when the exit reopens for the next request, in real time: a
 	// request's place on the schedule less the lead (Delay intervals).

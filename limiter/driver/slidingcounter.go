@@ -210,7 +210,7 @@ func (s slidingWindowState) empty() bool {
 //
 // Memory: 8 + 4·(Slots+1) bytes per key (16 for Slots = 1). The caller must
 // serialise calls on one state.
-func (w *slidingWindow) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
+func (w *slidingWindow) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) (d Decision) {
 	var fresh swCounts65
 	s := w.state(st, i, &fresh)
 	c, ok := weighted(n, w.Cost, w.Limit)
@@ -240,7 +240,7 @@ func (w *slidingWindow) step(st States, i int, _ *Queue, now time.Time, n int64,
 	used := mul128(sum, L).add(mul128(oldest, weight))
 	capacity := mul128(w.Limit, L)
 
-	d := Decision{Limit: w.Limit}
+	d = Decision{Limit: w.Limit}
 	if used.add(mul128(c, L)).less(capacity.add(u128{0, 1})) {
 		d.Allowed = true
 		used = used.add(mul128(c, L))

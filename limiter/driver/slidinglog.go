@@ -107,7 +107,7 @@ func (s *slidingLogState) at(i int) int64 { return s.ring[(s.head+i)%len(s.ring)
 // Memory: 8 bytes per admitted unit still in the window, at most
 // 8·Limit bytes per key (16·Limit in debt after a Charge), plus a 40-byte
 // header. The caller must serialise calls on one state.
-func (g *slidingLog) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
+func (g *slidingLog) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) (d Decision) {
 	var fresh slidingLogState
 	s := stateAt(st, i, &fresh)
 	p := &g.SlidingLogParams
@@ -131,7 +131,7 @@ func (g *slidingLog) step(st States, i int, _ *Queue, now time.Time, n int64, co
 	}
 	inWindow := int64(s.count - first)
 
-	d := Decision{Limit: p.Limit}
+	d = Decision{Limit: p.Limit}
 	newest, oldest := int64(0), t // oldest unit in the window after the step
 	if inWindow > 0 {
 		newest, oldest = s.at(s.count-1), s.at(first)

@@ -137,14 +137,16 @@ func bias(ns int64) uint64 { return uint64(ns) ^ 1<<63 }
 func unbias(u uint64) int64 { return int64(u ^ 1<<63) }
 
 // step applies a request of weight n at now to state i of st (st nil: a
-// fresh key's, only read) and returns the decision. With commit false, s is left unchanged
-// and the decision says what committing would do (a Store uses it to check
-// every limit of a policy before consuming from any). Time going backwards
-// is treated as the latest instant s has seen, so the same refill is never
-// credited twice.
+// fresh key's, only read) and returns the decision. With commit false,
+// the state is left unchanged and the decision says what committing would
+// do (a Store uses it to check every limit of a policy before consuming
+// from any). Time going backwards is treated as the latest instant the
+// state has seen, so the same refill is never credited twice. The result
+// is named so that it is built where the caller reads it, not copied
+// there.
 //
 // Memory: 16 bytes per key. The caller must serialise calls on one state.
-func (b *tokenBucket) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) Decision {
+func (b *tokenBucket) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) (d Decision) {
 	var fresh tokenBucketState
 	s := stateAt(st, i, &fresh)
 	t := nanos(now)
@@ -175,7 +177,7 @@ func (b *tokenBucket) step(st States, i int, _ *Queue, now time.Time, n int64, c
 	// the bucket is full; avail is its floor.
 	avail := min(b.full, tokens+mulDiv(t-last, b.p, b.q))
 
-	d := Decision{Limit: b.Burst}
+	d = Decision{Limit: b.Burst}
 	if avail >= cn {
 		d.Allowed = true
 		tokens -= cn
