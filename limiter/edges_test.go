@@ -243,11 +243,12 @@ func TestEdgeLeakyBucketBounds(t *testing.T) {
 			t.Errorf("%s: error %v, want accepted %v", c.name, c.err, c.ok)
 		}
 	}
-	// Cost 0 means 1, as the accessors say.
+	// Cost 0 means 1, as Params says.
 	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: rate, Burst: 5})
 	l, _ := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: rate})
-	if dl(tb).TokenBucket().Cost != 1 || dl(l).LeakyBucket().Cost != 1 || tb.Cost() != 1 {
-		t.Errorf("cost 0: token bucket %d, leaky bucket %d; want 1", dl(tb).TokenBucket().Cost, dl(l).LeakyBucket().Cost)
+	tbc, lbc := tb.Params().(limiter.TokenBucketParams).Cost, l.Params().(limiter.LeakyBucketParams).Cost
+	if tbc != 1 || lbc != 1 || tb.Cost() != 1 {
+		t.Errorf("cost 0: token bucket %d, leaky bucket %d; want 1", tbc, lbc)
 	}
 }
 
@@ -258,7 +259,7 @@ func TestEdgeFreshState(t *testing.T) {
 	if dl(tb).StateID() != -1 {
 		t.Errorf("unbound limit: StateID %d, want -1", dl(tb).StateID())
 	}
-	if at := dl(tb).TokenBucketIdleAt(&driver.TokenBucketState{}); !at.IsZero() {
+	if at := dl(tb).IdleAt(dl(tb).NewStates(1), 0, nil); !at.IsZero() {
 		t.Errorf("fresh token bucket idle at %v, want the zero Time", at)
 	}
 	l, err := limiter.New(memstore.New(memstore.Options{}), "edge-fresh", tb)
@@ -320,8 +321,8 @@ func TestEdgeLeakyDecisionFigures(t *testing.T) {
 // earlier window opens that window, it is not counted in the later one.
 func TestEdgeFixedWindowRefundedToZero(t *testing.T) {
 	lim, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 5, Window: time.Minute})
-	if dl(lim).FixedWindow().Cost != 1 {
-		t.Errorf("cost 0: FixedWindow().Cost %d, want 1", dl(lim).FixedWindow().Cost)
+	if c := lim.Params().(limiter.FixedWindowParams).Cost; c != 1 {
+		t.Errorf("cost 0: Params().Cost %d, want 1", c)
 	}
 	l := edgeLimiter(t, memstore.New(memstore.Options{}), lim, err)
 	ctx := context.Background()
@@ -337,8 +338,8 @@ func TestEdgeFixedWindowRefundedToZero(t *testing.T) {
 	}
 }
 
-// TestEdgeLeakyIdle: DrainTime and LeakyBucketReopensAt, which the store
-// uses to size max_wait and to forget idle keys.
+// TestEdgeLeakyIdle: DrainTime and IdleAt, which the store uses to size
+// max_wait and to forget idle keys.
 func TestEdgeLeakyIdle(t *testing.T) {
 	p := limiter.LeakyBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Queue: 3, Cost: 2}
 	if d := p.DrainTime(); d != 800*time.Millisecond {
@@ -355,19 +356,19 @@ func TestEdgeLeakyIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fresh driver.LeakyBucketState
-	for _, q := range []*driver.LeakyQueue{nil, {}} {
-		if at := dl(lim).LeakyBucketReopensAt(&fresh, q); !at.IsZero() {
+	fresh := dl(lim).NewStates(1)
+	for _, q := range []*driver.Queue{nil, {}} {
+		if at := dl(lim).IdleAt(fresh, 0, q); !at.IsZero() {
 			t.Errorf("fresh key, queue %+v: reopens at %v, want the zero Time", q, at)
 		}
 	}
 	gate := edgeT0.Add(time.Second)
-	if at := dl(lim).LeakyBucketReopensAt(&fresh, &driver.LeakyQueue{Gate: gate}); !at.Equal(gate.Add(100 * time.Millisecond)) {
+	if at := dl(lim).IdleAt(fresh, 0, &driver.Queue{Gate: gate}); !at.Equal(gate.Add(100 * time.Millisecond)) {
 		t.Errorf("queue reopened at +1s: free at %v, want a lead of one interval later", at)
 	}
-	var s driver.LeakyBucketState
-	dl(lim).StepLeakyBucket(&s, nil, edgeT0, 1)
-	if at := dl(lim).LeakyBucketReopensAt(&s, nil); !at.Equal(edgeT0.Add(100 * time.Millisecond)) {
+	s := dl(lim).NewStates(1)
+	dl(lim).Step(s, 0, nil, edgeT0, 1)
+	if at := dl(lim).IdleAt(s, 0, nil); !at.Equal(edgeT0.Add(100 * time.Millisecond)) {
 		t.Errorf("one request at +0: reopens at %v, want +100ms", at)
 	}
 }
@@ -385,9 +386,10 @@ func TestEdgeChargeZero(t *testing.T) {
 		t.Fatalf("Sweep after a charge of 0 dropped %d keys, want none kept", n)
 	}
 	// The step itself, for a store that does not short-cut it.
-	var fresh driver.TokenBucketState
-	if dl(lim).ChargeTokenBucket(&fresh, edgeT0, edgeT0, 0); fresh != (driver.TokenBucketState{}) {
-		t.Fatalf("ChargeTokenBucket(0) on a fresh state changed it: %+v", fresh)
+	st := dl(lim).NewStates(1)
+	dl(lim).Charge(st, 0, edgeT0, edgeT0, 0)
+	if at := dl(lim).IdleAt(st, 0, nil); !at.IsZero() {
+		t.Fatalf("Charge(0) on a fresh state changed it: idle at %v", at)
 	}
 }
 
@@ -397,8 +399,9 @@ func TestEdgeWindowAccessors(t *testing.T) {
 	sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 5, Window: time.Minute})
 	sw, _ := limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 5, Window: time.Minute, Slots: 6})
 	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 5, Window: time.Minute})
-	if dl(sl).SlidingLog().Cost != 1 || dl(sw).SlidingWindow().Cost != 1 {
-		t.Errorf("cost 0: sliding log %d, sliding window %d; want 1", dl(sl).SlidingLog().Cost, dl(sw).SlidingWindow().Cost)
+	slc, swc := sl.Params().(limiter.SlidingLogParams).Cost, sw.Params().(limiter.SlidingWindowParams).Cost
+	if slc != 1 || swc != 1 {
+		t.Errorf("cost 0: sliding log %d, sliding window %d; want 1", slc, swc)
 	}
 	if _, err := limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 5, Window: 64 * time.Second, Slots: limiter.MaxSlots}); err != nil {
 		t.Errorf("MaxSlots slots: %v", err)
@@ -406,11 +409,10 @@ func TestEdgeWindowAccessors(t *testing.T) {
 	if _, err := limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: 5, Window: 65 * time.Second, Slots: limiter.MaxSlots + 1}); err == nil {
 		t.Errorf("MaxSlots+1 slots accepted")
 	}
-	if at := dl(fw).FixedWindowIdleAt(&driver.FixedWindowState{}); !at.IsZero() {
-		t.Errorf("fresh fixed window idle at %v", at)
-	}
-	if at := dl(sl).SlidingLogIdleAt(&driver.SlidingLogState{}); !at.IsZero() {
-		t.Errorf("fresh sliding log idle at %v", at)
+	for _, l := range []limiter.Limit{fw, sl, sw} {
+		if at := dl(l).IdleAt(dl(l).NewStates(1), 0, nil); !at.IsZero() {
+			t.Errorf("fresh %v idle at %v", l.Algorithm(), at)
+		}
 	}
 }
 
@@ -579,7 +581,7 @@ func TestEdgeBans(t *testing.T) {
 	}
 }
 
-// dl returns l's binding-level limit, whose accessors take a pointer.
+// dl returns l as package driver sees it, whose methods take a pointer.
 func dl(l limiter.Limit) *driver.Limit {
 	d := l.Driver()
 	return &d

@@ -6,11 +6,12 @@ import (
 	"github.com/limitproxy/limitproxy/limiter/driver"
 )
 
-// Algorithm names one of the five algorithms of docs/algorithms.md: the
+// Algorithm names one of the algorithms of docs/algorithms.md: the
 // constants TokenBucket to SlidingWindow. The zero value is not an
 // algorithm. Its String method returns the configuration's name
-// ("token_bucket"). It is the driver package's type, so that a Store
-// reads the same value.
+// ("token_bucket"), Takes and Requires the keys of a limit table it takes
+// and needs. It is the driver package's type, so that a Store reads the
+// same value.
 type Algorithm = driver.Algorithm
 
 // The algorithms, with the names the configuration uses for them.
@@ -23,8 +24,11 @@ const (
 )
 
 // ParseAlgorithm returns the algorithm whose configuration name is s
-// ("token_bucket", …), or an error naming the five.
+// ("token_bucket", …), or an error naming them all.
 func ParseAlgorithm(s string) (Algorithm, error) { return driver.ParseAlgorithm(s) }
+
+// Algorithms returns every algorithm, TokenBucket first.
+func Algorithms() []Algorithm { return driver.Algorithms() }
 
 // Rate is N events per Per, kept exactly as written (Rate{30, 5 *
 // time.Minute} is "30/5m", not 0.1/s), so that no rounding happens
@@ -49,82 +53,35 @@ const (
 	MaxQueue = driver.MaxQueue
 )
 
-// TokenBucketParams configures a token bucket (docs/algorithms.md): the
-// bucket holds up to Burst tokens, starts full, and refills continuously
-// at Rate. A request of cost c is admitted iff the bucket holds at least c
-// tokens, which it then loses; otherwise RetryAfter is the exact time
-// until it holds c. Memory: 16 bytes of state per key.
-type TokenBucketParams struct {
-	Rate  Rate  // refill rate, tokens per period; must be valid
-	Burst int64 // capacity in tokens, 1..MaxCount
-	Cost  int64 // tokens per request of weight 1; 0 means 1; at most Burst
-}
+// The parameters of each algorithm, which its constructor takes and
+// Limit.Params returns; driver documents their fields, bounds and
+// memory per key. They are the driver package's types, so that a Store
+// reads the same values.
+type (
+	// TokenBucketParams configures a token bucket: Burst tokens, refilled
+	// continuously at Rate, Cost per request.
+	TokenBucketParams = driver.TokenBucketParams
+	// LeakyBucketParams configures a leaky bucket: a FIFO queue of up to
+	// Queue requests per key leaving at Rate, none waiting longer than
+	// MaxWait; its DrainTime is the natural MaxWait.
+	LeakyBucketParams = driver.LeakyBucketParams
+	// FixedWindowParams configures a fixed window: Limit units per window
+	// of length Window aligned to the Unix epoch.
+	FixedWindowParams = driver.FixedWindowParams
+	// SlidingLogParams configures a sliding log: exactly Limit units in
+	// any Window, at 8 bytes per unit per key.
+	SlidingLogParams = driver.SlidingLogParams
+	// SlidingWindowParams configures a sliding window counter: about
+	// Limit units in any Window, estimated over Slots slots.
+	SlidingWindowParams = driver.SlidingWindowParams
+)
 
-// LeakyBucketParams configures a leaky bucket (docs/algorithms.md): a FIFO
-// queue per key in front of the upstream. Requests leave one at a time, a
-// request of cost c holding the exit for c intervals of 1/Rate (rounded
-// up to the nanosecond, so the rate is never exceeded); an idle key lets
-// the first request through at once. A request is rejected at once if
-// Queue requests of its key are already waiting, or if its wait would
-// exceed MaxWait; an admitted one carries its wait in Decision.Delay, and
-// Limiter.Wait waits it out.
-//
-// Delay is nginx's two-stage limit_req delay=: the first Delay
-// intervals' worth of a burst is forwarded at once and only the rest
-// waits (nginx's burst=B delay=D is Queue = B − D, Delay = D). 0 is the
-// plain leaky bucket.
-type LeakyBucketParams struct {
-	Rate    Rate          // departures per period; must be valid
-	Queue   int64         // requests that may wait, 0..MaxQueue
-	MaxWait time.Duration // longest admissible wait, ≥ 0
-	Cost    int64         // intervals each request holds the exit; 0 means 1
-	Delay   int64         // intervals of a burst forwarded at once, 0..MaxQueue
-}
-
-// DrainTime returns how long a full queue of requests of weight 1 takes
-// to leave: Queue+1 requests of Cost intervals of 1/Rate each. It is the
-// natural MaxWait, with which only Queue bounds the wait. 0 for an
-// invalid Rate.
-func (p LeakyBucketParams) DrainTime() time.Duration {
-	return driver.LeakyBucketParams(p).DrainTime()
-}
-
-// FixedWindowParams configures a fixed window (docs/algorithms.md): time
-// is cut into windows of length Window aligned to the Unix epoch (window k
-// is [k·Window, (k+1)·Window)), and at most Limit units are admitted per
-// window. Memory: 16 bytes of state per key.
-type FixedWindowParams struct {
-	Limit  int64         // units per window, 1..MaxCount
-	Window time.Duration // must be positive
-	Cost   int64         // units per request of weight 1; 0 means 1; at most Limit
-}
-
-// SlidingLogParams configures a sliding log (docs/algorithms.md): a
-// request of cost c is admitted at t iff the units admitted in
-// (t−Window, t] plus c are at most Limit. It is exact, and costs 8 bytes
-// per unit in the window per key, hence MaxSlidingLogLimit; a sliding
-// window approximates it in constant memory.
-type SlidingLogParams struct {
-	Limit  int64         // units per window, 1..MaxSlidingLogLimit
-	Window time.Duration // must be positive
-	Cost   int64         // units per request of weight 1; 0 means 1; at most Limit
-}
-
-// SlidingWindowParams configures a sliding window counter
-// (docs/algorithms.md): the window is cut into Slots slots aligned to the
-// Unix epoch, and the units admitted in (t−Window, t] are estimated from
-// the slots it covers, the oldest one weighted by the part of it still
-// inside. A request of cost c is admitted iff estimate + c ≤ Limit. Slots
-// = 1 is the classic two-window approximation; more slots track the exact
-// sliding log more closely (on even traffic it never admits more than
-// Limit in any window; at worst, a burst at the very end of a slot, up to
-// 2×Limit). Memory: 8 + 4·(Slots+1) bytes of state per key.
-type SlidingWindowParams struct {
-	Limit  int64         // units per window, 1..MaxCount
-	Window time.Duration // must be positive and a whole multiple of Slots nanoseconds
-	Slots  int           // 1..MaxSlots
-	Cost   int64         // units per request of weight 1; 0 means 1; at most Limit
-}
+// Spec is a limit as a configuration's limit table writes it: an
+// Algorithm and the values of its keys (rate, burst, limit, window,
+// slots, queue, max_wait, delay, cost), before the algorithm's defaults;
+// NewLimit builds it. It is the driver package's type, which documents
+// the defaults and when a zero key takes them.
+type Spec = driver.Spec
 
 // ParamError is a parameter of a limit that is out of range: its fields
 // are Algorithm, Field (the configuration key, "rate", "burst", "slots",
@@ -136,7 +93,7 @@ type SlidingWindowParams struct {
 type ParamError = driver.ParamError
 
 // Limit is one validated limit: an algorithm and its parameters, ready to
-// be bound to a Store by New. Build it with NewTokenBucket,
+// be bound to a Store by New. Build it with NewLimit, NewTokenBucket,
 // NewLeakyBucket, NewFixedWindow, NewSlidingLog or NewSlidingWindow; the
 // zero Limit is not usable. A Limit is an immutable value and safe to
 // share between goroutines and Limiters.
@@ -152,29 +109,26 @@ func limit(d driver.Limit, err error) (Limit, error) {
 	return Limit{d: d}, nil
 }
 
+// NewLimit returns the limit s describes, with its algorithm's defaults
+// for the keys s leaves unset (Spec), or a *ParamError: what a
+// configuration file or a per-key override builds its limits with.
+func NewLimit(s Spec) (Limit, error) { return limit(driver.NewLimit(s)) }
+
 // NewTokenBucket validates p and returns the limit, or a *ParamError.
-func NewTokenBucket(p TokenBucketParams) (Limit, error) {
-	return limit(driver.NewTokenBucket(driver.TokenBucketParams(p)))
-}
+func NewTokenBucket(p TokenBucketParams) (Limit, error) { return limit(driver.NewTokenBucket(p)) }
 
 // NewLeakyBucket validates p and returns the limit, or a *ParamError.
-func NewLeakyBucket(p LeakyBucketParams) (Limit, error) {
-	return limit(driver.NewLeakyBucket(driver.LeakyBucketParams(p)))
-}
+func NewLeakyBucket(p LeakyBucketParams) (Limit, error) { return limit(driver.NewLeakyBucket(p)) }
 
 // NewFixedWindow validates p and returns the limit, or a *ParamError.
-func NewFixedWindow(p FixedWindowParams) (Limit, error) {
-	return limit(driver.NewFixedWindow(driver.FixedWindowParams(p)))
-}
+func NewFixedWindow(p FixedWindowParams) (Limit, error) { return limit(driver.NewFixedWindow(p)) }
 
 // NewSlidingLog validates p and returns the limit, or a *ParamError.
-func NewSlidingLog(p SlidingLogParams) (Limit, error) {
-	return limit(driver.NewSlidingLog(driver.SlidingLogParams(p)))
-}
+func NewSlidingLog(p SlidingLogParams) (Limit, error) { return limit(driver.NewSlidingLog(p)) }
 
 // NewSlidingWindow validates p and returns the limit, or a *ParamError.
 func NewSlidingWindow(p SlidingWindowParams) (Limit, error) {
-	return limit(driver.NewSlidingWindow(driver.SlidingWindowParams(p)))
+	return limit(driver.NewSlidingWindow(p))
 }
 
 // Algorithm returns l's algorithm; 0 for the zero Limit.
@@ -184,21 +138,14 @@ func (l Limit) Algorithm() Algorithm { return l.d.Algorithm() }
 // its constructor took (TokenBucketParams, LeakyBucketParams, …), with
 // Cost 0 replaced by 1; nil for the zero Limit. Change a copy and pass it
 // to the constructor to derive a limit.
-func (l Limit) Params() any {
-	switch l.d.Algorithm() {
-	case TokenBucket:
-		return TokenBucketParams(l.d.TokenBucket())
-	case LeakyBucket:
-		return LeakyBucketParams(l.d.LeakyBucket())
-	case FixedWindow:
-		return FixedWindowParams(l.d.FixedWindow())
-	case SlidingLog:
-		return SlidingLogParams(l.d.SlidingLog())
-	case SlidingWindow:
-		return SlidingWindowParams(l.d.SlidingWindow())
-	}
-	return nil
-}
+func (l Limit) Params() any { return l.d.Params() }
+
+// Scaled returns l with its quota scaled by s, a finite number above
+// zero (a client allowed s times a policy's rate): a bucket's rate and
+// burst or a window's limit, each rounded to the nearest and kept within
+// its bounds; a leaky bucket's rate, its queue as it is. Its cost and
+// share stay; it is not bound. An error for a parameter out of range.
+func (l Limit) Scaled(s float64) (Limit, error) { return limit(l.d.Scaled(s)) }
 
 // Cost returns the units one request of weight 1 takes from l (at least
 // 1).

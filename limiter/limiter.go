@@ -48,55 +48,11 @@ const SkipKey = "\x00skip"
 const MaxLimits = driver.MaxLimits
 
 // Decision is the outcome of one request against every limit of a
-// Limiter. It is a plain value, never nil; the zero Decision is a
-// rejection with no figures. When several limits decide, Limit,
-// Remaining, ResetAt and Next describe the most restrictive one (a
-// rejecting one first, then the least Remaining, then the latest
-// ResetAt), at position Index.
-type Decision struct {
-	// Allowed reports whether the request is admitted (possibly after
-	// Delay). A Charge is never refused: its Decision is always allowed.
-	Allowed bool
-	// Capped reports that a Charge could not apply all its units because
-	// a limit reached its debt bound (one capacity); false for Allow.
-	Capped bool
-	// Degraded reports that the store could not decide and followed its
-	// own fallback rule instead (the Redis store without Redis): the
-	// request was not measured against the shared state.
-	Degraded bool
-	// Index is the position, among the Limiter's limits, of the limit
-	// that Limit, Remaining, ResetAt and Next describe; -1 when AllowKeys
-	// skipped every limit.
-	Index int32
-	// Delay is how long an admitted request waits in a leaky-bucket
-	// queue before it may go on; 0 for the other algorithms. With the
-	// memory store it is an upper bound: waiters ahead that leave make it
-	// shorter. Call Limiter.Wait rather than sleeping for Delay.
-	Delay time.Duration
-	// RetryAfter is, for a rejected request, the time after which the
-	// same request would be admitted if nothing else arrived (exact, to
-	// the nanosecond rounded up; Never if no wait can); 0 when allowed.
-	RetryAfter time.Duration
-	// Limit is the quota of the limit these figures describe: its burst,
-	// its limit per window, or a leaky bucket's Queue+1+Delay.
-	Limit int64
-	// Remaining is how many more requests of cost 1 that limit would
-	// admit now, after this request.
-	Remaining int64
-	// ResetAt is when that limit is back to its fresh state (Remaining
-	// == Limit) if nothing else arrives.
-	ResetAt time.Time
-	// Next is how long after the decision's instant that limit makes
-	// more quota available (Remaining grows by at least one) if nothing
-	// else arrives: the t of the draft RateLimit header. For a rejection
-	// it is never longer than RetryAfter; 0 when nothing more can become
-	// available (Remaining == Limit).
-	Next time.Duration
-	// Ticket is the place of a request queued by a Store that keeps a
-	// real queue (the memory store's leaky bucket); 0 for none.
-	// Limiter.Wait hands it back to the Store.
-	Ticket uint64
-}
+// Limiter: whether it may pass, after what Delay, and the figures of the
+// most restrictive limit for the rate-limit headers. It is the driver
+// package's type, so that a Store returns what a caller reads, with no
+// copy between two layouts; its fields are documented there.
+type Decision = driver.Decision
 
 // Limiter is one policy's limits bound to a Store: the unit a server asks
 // "may this request pass?". Build it with New. A Limiter is immutable and
@@ -147,14 +103,11 @@ func New(store Store, policy string, limits ...Limit) (*Limiter, error) {
 // string. An error means the store could not decide (ErrStoreUnavailable)
 // and the Decision is the zero value. If the Decision has a Delay or a
 // Ticket, call Wait before going on.
-func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64) (d Decision, err error) {
+func (l *Limiter) Allow(ctx context.Context, key string, now time.Time, n int64) (Decision, error) {
 	if n <= 0 {
 		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
 	}
-	// The store writes the result in place (the two types are one
-	// layout): no copy of the Decision on the hot path.
-	*(*driver.Decision)(&d), err = l.store.Decide(ctx, l.limits, driver.OneKey(key), now, n)
-	return d, err
+	return l.store.Decide(ctx, l.limits, driver.OneKey(key), now, n)
 }
 
 // AllowKeys is Allow with a client key per limit: limit i counts the
@@ -173,7 +126,7 @@ func (l *Limiter) PeekKeys(ctx context.Context, keys []string, now time.Time, n 
 }
 
 // keys is AllowKeys and PeekKeys, deciding with step.
-func (l *Limiter) keys(ctx context.Context, keys []string, now time.Time, n int64, step func(context.Context, []driver.Limit, driver.Keys, time.Time, int64) (driver.Decision, error)) (d Decision, err error) {
+func (l *Limiter) keys(ctx context.Context, keys []string, now time.Time, n int64, step func(context.Context, []driver.Limit, driver.Keys, time.Time, int64) (Decision, error)) (Decision, error) {
 	if n <= 0 {
 		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
 	}
@@ -181,8 +134,7 @@ func (l *Limiter) keys(ctx context.Context, keys []string, now time.Time, n int6
 		return Decision{}, fmt.Errorf("limiter: %d keys for %d limits", len(keys), len(l.limits))
 	}
 	if !slices.Contains(keys, SkipKey) {
-		*(*driver.Decision)(&d), err = step(ctx, l.limits, driver.PerLimit(keys), now, n) // in place, as Allow
-		return d, err
+		return step(ctx, l.limits, driver.PerLimit(keys), now, n)
 	}
 	// Decide the others; Index back to l's numbering.
 	var idx [MaxLimits]int32
@@ -198,7 +150,7 @@ func (l *Limiter) keys(ctx context.Context, keys []string, now time.Time, n int6
 	if len(lims) == 0 {
 		return Decision{Allowed: true, Index: -1}, nil
 	}
-	*(*driver.Decision)(&d), err = step(ctx, lims, driver.PerLimit(ks), now, n)
+	d, err := step(ctx, lims, driver.PerLimit(ks), now, n)
 	d.Index = idx[d.Index]
 	return d, err
 }
@@ -207,8 +159,7 @@ func (l *Limiter) keys(ctx context.Context, keys []string, now time.Time, n int6
 // changing any state: a view of one client. A leaky bucket's Decision
 // then holds no place in its queue.
 func (l *Limiter) Peek(ctx context.Context, key string, now time.Time) (Decision, error) {
-	d, err := l.store.Peek(ctx, l.limits, driver.OneKey(key), now, 1)
-	return Decision(d), err
+	return l.store.Peek(ctx, l.limits, driver.OneKey(key), now, 1)
 }
 
 // PeekN is Peek for a request of weight n: what Allow(ctx, key, now, n)
@@ -217,8 +168,7 @@ func (l *Limiter) PeekN(ctx context.Context, key string, now time.Time, n int64)
 	if n <= 0 {
 		return Decision{}, fmt.Errorf("limiter: weight %d must be at least 1", n)
 	}
-	d, err := l.store.Peek(ctx, l.limits, driver.OneKey(key), now, n)
-	return Decision(d), err
+	return l.store.Peek(ctx, l.limits, driver.OneKey(key), now, n)
 }
 
 // Wait blocks until a request admitted by Allow may go on: at once for a
@@ -234,7 +184,7 @@ func (l *Limiter) Wait(ctx context.Context, d Decision) error {
 	if d.Delay <= 0 && d.Ticket == 0 {
 		return nil
 	}
-	return l.store.Wait(ctx, driver.Decision(d))
+	return l.store.Wait(ctx, d)
 }
 
 // Reset forgets key's state for every limit of l, so that its next
@@ -261,8 +211,7 @@ func (l *Limiter) Charge(ctx context.Context, key string, now, reservedAt time.T
 	if err != nil {
 		return Decision{}, err
 	}
-	d, err := c.Charge(ctx, l.limits, driver.OneKey(key), now, reservedAt, n)
-	return Decision(d), err
+	return c.Charge(ctx, l.limits, driver.OneKey(key), now, reservedAt, n)
 }
 
 // ChargeKeys is Charge with a client key per limit, as AllowKeys: limit i
@@ -278,8 +227,7 @@ func (l *Limiter) ChargeKeys(ctx context.Context, keys []string, now, reservedAt
 		return Decision{}, err
 	}
 	if !slices.Contains(keys, SkipKey) {
-		d, err := c.Charge(ctx, l.limits, driver.PerLimit(keys), now, reservedAt, n)
-		return Decision(d), err
+		return c.Charge(ctx, l.limits, driver.PerLimit(keys), now, reservedAt, n)
 	}
 	var idx [MaxLimits]int32
 	lims := make([]driver.Limit, 0, len(l.limits))
@@ -296,7 +244,7 @@ func (l *Limiter) ChargeKeys(ctx context.Context, keys []string, now, reservedAt
 	}
 	d, err := c.Charge(ctx, lims, driver.PerLimit(ks), now, reservedAt, n)
 	d.Index = idx[d.Index]
-	return Decision(d), err
+	return d, err
 }
 
 func (l *Limiter) charger() (driver.Charger, error) {
@@ -327,15 +275,4 @@ func (l *Limiter) Store() Store { return l.store }
 func (l *Limiter) Degraded() bool {
 	d, ok := l.store.(interface{ Degraded() bool })
 	return ok && d.Degraded()
-}
-
-// Fold folds d2, the decision of the limit at position i, into d, for a
-// caller that decides a request's limits separately (several Limiters,
-// or Only) and answers with one Decision: the result is allowed only if
-// both are, RetryAfter and Delay are the longest, and the figures are the
-// most restrictive limit's (d2's with Index i if it is that one).
-func (d *Decision) Fold(i int, d2 Decision) {
-	dd := driver.Decision(*d)
-	dd.Fold(i, driver.Decision(d2))
-	*d = Decision(dd)
 }

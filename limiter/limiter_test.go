@@ -32,15 +32,14 @@ func TestChargeNoCharger(t *testing.T) {
 	}
 }
 
-// TestDecisionMatchesDriver: limiter.Decision converts to and from
-// driver.Decision (the conversion is free only while their fields are the
-// same), and Fold is driver's.
-func TestDecisionMatchesDriver(t *testing.T) {
-	d := limiter.Decision{Allowed: true, Remaining: 3, Limit: 5}
+// TestDecisionFold: limiter.Decision is driver.Decision (what a Store
+// returns reaches the caller as it is), and Fold keeps the rejecting
+// limit's figures with the longest RetryAfter.
+func TestDecisionFold(t *testing.T) {
+	var d driver.Decision = limiter.Decision{Allowed: true, Remaining: 3, Limit: 5}
 	d.Fold(1, limiter.Decision{RetryAfter: time.Second, Limit: 2})
-	want := driver.Decision{Allowed: true, Remaining: 3, Limit: 5}
-	want.Fold(1, driver.Decision{RetryAfter: time.Second, Limit: 2})
-	if driver.Decision(d) != want {
+	want := limiter.Decision{RetryAfter: time.Second, Limit: 2, Index: 1}
+	if d != want {
 		t.Fatalf("Fold = %+v, want %+v", d, want)
 	}
 }

@@ -57,7 +57,7 @@ func (p *Policy) OverrideLimiter(store limiter.Store, o perkey.Override) (*limit
 			lims[i] = l
 			continue
 		}
-		s, err := scaleLimit(l, o.Scale)
+		s, err := l.Scaled(o.Scale)
 		if err != nil {
 			return nil, fmt.Errorf("limits[%d] scaled by %g: %w", i, o.Scale, err)
 		}
@@ -66,71 +66,11 @@ func (p *Policy) OverrideLimiter(store limiter.Store, o perkey.Override) (*limit
 	return limiter.New(store, p.Name, lims...)
 }
 
-// scaled multiplies a count by s, rounding to the nearest, at least 1.
-func scaled(n int64, s float64) int64 {
-	v := math.Round(float64(n) * s)
-	if v >= limiter.MaxCount {
-		return limiter.MaxCount
-	}
-	return max(1, int64(v))
-}
-
-// scaleLimit returns l with its quota scaled by s: the rate and burst, or
-// the limit per window; a leaky bucket's rate (its queue stays).
-func scaleLimit(l limiter.Limit, s float64) (limiter.Limit, error) {
-	switch l.Algorithm() {
-	case limiter.TokenBucket:
-		p := l.Params().(limiter.TokenBucketParams)
-		p.Rate.N, p.Burst = scaled(p.Rate.N, s), scaled(p.Burst, s)
-		return limiter.NewTokenBucket(p)
-	case limiter.LeakyBucket:
-		p := l.Params().(limiter.LeakyBucketParams)
-		p.Rate.N = scaled(p.Rate.N, s)
-		return limiter.NewLeakyBucket(p)
-	case limiter.FixedWindow:
-		p := l.Params().(limiter.FixedWindowParams)
-		p.Limit = scaled(p.Limit, s)
-		return limiter.NewFixedWindow(p)
-	case limiter.SlidingLog:
-		p := l.Params().(limiter.SlidingLogParams)
-		p.Limit = min(scaled(p.Limit, s), limiter.MaxSlidingLogLimit)
-		return limiter.NewSlidingLog(p)
-	case limiter.SlidingWindow:
-		p := l.Params().(limiter.SlidingWindowParams)
-		p.Limit = scaled(p.Limit, s)
-		return limiter.NewSlidingWindow(p)
-	}
-	return limiter.Limit{}, fmt.Errorf("algorithm %v", l.Algorithm())
-}
-
 // SpecLimit builds the limit an override's spec describes, with the
-// configuration's defaults: burst one period of the rate, a leaky
-// bucket's max_wait its queue's drain time, one slot, cost 1.
+// configuration's defaults (limiter.Spec): burst one period of the rate,
+// a leaky bucket's max_wait its queue's drain time, one slot, cost 1. A
+// zero field is the default: an override cannot write one as 0.
 func SpecLimit(s perkey.LimitSpec) (limiter.Limit, error) {
-	switch s.Algorithm {
-	case limiter.TokenBucket:
-		burst := s.Burst
-		if burst == 0 {
-			burst = s.Rate.N
-		}
-		return limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: s.Rate, Burst: burst, Cost: s.Cost})
-	case limiter.LeakyBucket:
-		p := limiter.LeakyBucketParams{Rate: s.Rate, Queue: s.Queue, Delay: s.Delay, Cost: s.Cost}
-		p.MaxWait = s.MaxWait
-		if p.MaxWait == 0 {
-			p.MaxWait = p.DrainTime()
-		}
-		return limiter.NewLeakyBucket(p)
-	case limiter.FixedWindow:
-		return limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: s.Limit, Window: s.Window, Cost: s.Cost})
-	case limiter.SlidingLog:
-		return limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: s.Limit, Window: s.Window, Cost: s.Cost})
-	case limiter.SlidingWindow:
-		slots := int(s.Slots)
-		if slots == 0 {
-			slots = 1
-		}
-		return limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: s.Limit, Window: s.Window, Slots: slots, Cost: s.Cost})
-	}
-	return limiter.Limit{}, fmt.Errorf("unknown algorithm %v", s.Algorithm)
+	return limiter.NewLimit(limiter.Spec{Algorithm: s.Algorithm, Rate: s.Rate, Burst: s.Burst, Limit: s.Limit,
+		Window: s.Window, Slots: s.Slots, Queue: s.Queue, MaxWait: s.MaxWait, Delay: s.Delay, Cost: s.Cost})
 }

@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
-	"github.com/limitproxy/limitproxy/limiter/driver"
 )
 
 const (
@@ -80,19 +79,10 @@ var traces = []trace{
 // run returns each request's decision.
 func run(l limiter.Limit, ts []int64, base time.Time) []bool {
 	lim := l.Driver() // the steps, as a store applies them
+	st := lim.NewStates(1)
 	out := make([]bool, len(ts))
-	switch lim.Algorithm() {
-	case limiter.SlidingLog:
-		var s driver.SlidingLogState
-		for i, t := range ts {
-			out[i] = lim.StepSlidingLog(&s, base.Add(time.Duration(t)), 1).Allowed
-		}
-	case limiter.SlidingWindow:
-		var slot int64
-		counts := make([]uint32, lim.SlidingWindowCounters())
-		for i, t := range ts {
-			out[i] = lim.StepSlidingWindow(driver.SlidingWindowState{Slot: &slot, Counts: counts}, base.Add(time.Duration(t)), 1).Allowed
-		}
+	for i, t := range ts {
+		out[i] = lim.Step(st, 0, nil, base.Add(time.Duration(t)), 1).Allowed
 	}
 	return out
 }

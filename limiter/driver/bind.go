@@ -19,8 +19,8 @@ const MaxLimits = 16
 // algorithm keeps that limit's counters, and a changed algorithm starts
 // fresh; a shared limit (Limit.Shared) lives under its share's name
 // instead, the same in every policy that uses it. At most MaxLimits
-// limits, at most one leaky bucket (a request can wait in only one
-// queue), and a share at most once.
+// limits, at most one queued limit (a leaky bucket: a request can wait
+// in only one queue), and a share at most once.
 func Bind(policy string, limits []Limit) ([]Limit, error) {
 	if len(limits) == 0 {
 		return nil, errors.New("limiter: no limits")
@@ -28,18 +28,18 @@ func Bind(policy string, limits []Limit) ([]Limit, error) {
 	if len(limits) > MaxLimits {
 		return nil, fmt.Errorf("limiter: %d limits in one policy; at most %d", len(limits), MaxLimits)
 	}
-	var seen [len(algorithmNames)]int
-	leaky := false
+	var seen [len(algos)]int
+	queued := false
 	ls := make([]Limit, len(limits))
 	for i, l := range limits {
-		if l.alg == 0 {
+		if l.a == nil {
 			return nil, fmt.Errorf("limiter: limit %d was not built by a New… constructor", i)
 		}
-		if l.alg == LeakyBucket {
-			if leaky {
-				return nil, errors.New("limiter: more than one leaky_bucket in one policy")
+		if l.Queued() {
+			if queued {
+				return nil, fmt.Errorf("limiter: more than one %v in one policy (a request waits in one queue)", l.alg)
 			}
-			leaky = true
+			queued = true
 		}
 		for j := range i {
 			if l.share != "" && ls[j].share == l.share {
@@ -61,7 +61,7 @@ func Bind(policy string, limits []Limit) ([]Limit, error) {
 // order, without binding them (a reload uses it to find the state of
 // limits that are gone).
 func StateNames(policy string, limits ...Limit) []string {
-	var seen [len(algorithmNames)]int
+	var seen [len(algos)]int
 	names := make([]string, len(limits))
 	for i := range limits {
 		names[i] = stateName(policy, &limits[i], seen[limits[i].alg])
@@ -76,9 +76,11 @@ func StateNames(policy string, limits ...Limit) []string {
 // length-prefixed so that no policy name can collide with another's limits;
 // a shared limit's name is its share's, after "=", which no length prefix
 // starts with, so that every policy using it finds the same state. The
-// window algorithms' names also carry their time grid (window, and slots),
-// because counts kept on one grid mean nothing on another: changing a
-// fixed or sliding window's length or slots starts it fresh.
+// name ends with what of the parameters the state's meaning depends on
+// (algo.stateName): the window algorithms' time grid (window, and
+// slots), because counts kept on one grid mean nothing on another, so
+// that changing a fixed or sliding window's length or slots starts it
+// fresh.
 func stateName(policy string, l *Limit, ordinal int) string {
 	var name string
 	if l.share != "" {
@@ -86,11 +88,5 @@ func stateName(policy string, l *Limit, ordinal int) string {
 	} else {
 		name = strconv.Itoa(len(policy)) + ":" + policy + "/" + l.alg.String() + "/" + strconv.Itoa(ordinal)
 	}
-	switch l.alg {
-	case FixedWindow:
-		name += "/" + strconv.FormatInt(int64(l.fw.Window), 10)
-	case SlidingWindow:
-		name += "/" + strconv.FormatInt(int64(l.sw.Window), 10) + "/" + strconv.Itoa(l.sw.Slots)
-	}
-	return name
+	return name + l.a.stateName()
 }

@@ -63,13 +63,14 @@ import (
 // still in the window (the oldest of those: the reservation's own). Once
 // the reservation has left the window, it no longer counts against
 // anything, and a refund then would hand out units nobody paid for.
-// A token bucket has no time in its state; see ChargeTokenBucket for when
-// a late refund is not exact.
+// A token bucket has no time in its state: a late refund is not always
+// exact (tokenbucket.go says when).
 //
 // The leaky bucket cannot be charged: its step schedules each request as
 // it is admitted, and a departure that already happened cannot be moved.
 // Charge returns a *ParamError (field "cost_from") for it; CheckCharge
-// tells in advance.
+// tells in advance. A Store applies a charge to one key's state with
+// Limit.Charge.
 type Charger interface {
 	// Charge applies n units (a refund when negative; n = 0 changes
 	// nothing) at instant now to every limit in limits, limit i under
@@ -92,13 +93,30 @@ type Charger interface {
 // a *ParamError for a leaky bucket, whose departures are scheduled as
 // requests are admitted, nil for the other algorithms.
 func (l *Limit) CheckCharge() error {
-	if l.alg == LeakyBucket {
-		return paramErr(LeakyBucket, "cost_from", "a leaky_bucket schedules each request as it is admitted and cannot be charged after the answer")
-	}
-	if l.alg == 0 {
+	if l.a == nil {
 		return errors.New("limiter: limit was not built by a New… constructor")
 	}
+	if _, ok := l.a.(chargeable); !ok {
+		return paramErr(l.alg, "cost_from", "a %v schedules each request as it is admitted and cannot be charged after the answer", l.alg)
+	}
 	return nil
+}
+
+// Charge charges (n > 0) or refunds (n < 0) n units to state i of st, l's
+// state for one client key, at now, for a request reserved at reservedAt,
+// unconditionally, and returns the state's decision after it, with
+// Capped if the debt bound dropped units: never refused (see Charger for
+// each algorithm's rules). The limit's Cost is not applied. A nil st is a
+// fresh key's state (a key the Store does not hold), which a refund
+// leaves fresh, so that the Store need not store it. l must pass
+// CheckCharge; the caller must serialise calls on one state.
+func (l *Limit) Charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
+	if st == nil && n > 0 {
+		// The algorithms read a nil st as a fresh state that does not
+		// change, which a refund leaves as it is; a charge needs one.
+		st, i = l.NewStates(1), 0
+	}
+	return l.a.(chargeable).charge(st, i, now, reservedAt, n)
 }
 
 // chargeUnits returns |n|, at most bound. A Charge step never applies

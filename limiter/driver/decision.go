@@ -7,49 +7,6 @@ import (
 	"time"
 )
 
-// Algorithm names one of the five algorithms of docs/algorithms.md. The zero value is
-// not an algorithm.
-type Algorithm uint8
-
-// The algorithms, with the names the configuration uses for them.
-const (
-	TokenBucket   Algorithm = iota + 1 // "token_bucket"
-	LeakyBucket                        // "leaky_bucket"
-	FixedWindow                        // "fixed_window"
-	SlidingLog                         // "sliding_log"
-	SlidingWindow                      // "sliding_window"
-)
-
-var algorithmNames = [...]string{
-	TokenBucket:   "token_bucket",
-	LeakyBucket:   "leaky_bucket",
-	FixedWindow:   "fixed_window",
-	SlidingLog:    "sliding_log",
-	SlidingWindow: "sliding_window",
-}
-
-// ErrUnknownAlgorithm is returned by ParseAlgorithm for a name that is not
-// one of the five algorithms.
-var ErrUnknownAlgorithm = errors.New("unknown algorithm")
-
-// String returns the configuration name of a, e.g. "token_bucket".
-func (a Algorithm) String() string {
-	if a == 0 || int(a) >= len(algorithmNames) {
-		return "algorithm(" + strconv.Itoa(int(a)) + ")"
-	}
-	return algorithmNames[a]
-}
-
-// ParseAlgorithm returns the algorithm with configuration name s.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for a, name := range algorithmNames {
-		if a != 0 && name == s {
-			return Algorithm(a), nil
-		}
-	}
-	return 0, fmt.Errorf("%w %q (want token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_window)", ErrUnknownAlgorithm, s)
-}
-
 // Rate is N events per Per, kept exactly as written ("30/5m" is {30, 5m}),
 // so that no rounding happens before the algorithms see it. The zero value
 // is not a valid rate: "unlimited" is not a rate.
@@ -81,33 +38,43 @@ func (r Rate) String() string { return strconv.FormatInt(r.N, 10) + "/" + r.Per.
 // that events spaced by interval never exceed r.
 func (r Rate) interval() int64 { return ceilDiv(int64(r.Per), r.N) }
 
-// Decision is the outcome of one request against one limit or, as returned by
-// Limiter.Allow, against every limit of a policy. It is a plain value; the
-// zero Decision is a rejection with no figures.
+// Decision is the outcome of one request against one limit or, as
+// Limiter.Allow returns it (limiter.Decision is this type), against every
+// limit of a policy: whether it may pass, after what Delay, and the
+// figures of the most restrictive limit for the rate-limit headers. It is
+// a plain value, never nil, safe to copy and compare; the zero Decision
+// is a rejection with no figures. When several limits decide, Limit,
+// Remaining, ResetAt and Next describe the most restrictive one (a
+// rejecting one first, then the least Remaining, then the latest
+// ResetAt), at position Index.
 type Decision struct {
-	// Allowed reports whether the request is admitted (possibly after Delay).
-	// A Charge is never refused: its Decision is always allowed.
+	// Allowed reports whether the request is admitted (possibly after
+	// Delay). A Charge is never refused: its Decision is always allowed.
 	Allowed bool
-	// Capped reports that a Charge could not apply all its units because a
-	// limit reached its debt bound (see Charger); false for Allow. (A bool
-	// beside Allowed fits in the padding: the size does not change.)
+	// Capped reports that a Charge could not apply all its units because
+	// a limit reached its debt bound (one capacity, see Charger); false
+	// for Allow. (A bool beside Allowed fits in the padding: the size
+	// does not change.)
 	Capped bool
 	// Degraded reports that the store could not decide and followed its
-	// on_error rule instead (the Redis store without Redis): the request
-	// was not measured against the shared limit. Also in the padding.
+	// own fallback rule instead (the Redis store without Redis, on_error):
+	// the request was not measured against the shared state. Also in the
+	// padding.
 	Degraded bool
-	// Index is the position, among the limiter's limits, of the limit that
-	// Limit, Remaining, ResetAt and Next describe: the most restrictive
-	// one. (An int32 beside Allowed keeps a Decision at 11 words: a word
-	// more cost decisions about 40 ns, BenchmarkHotKey.)
+	// Index is the position, among the limiter's limits, of the limit
+	// that Limit, Remaining, ResetAt and Next describe: the most
+	// restrictive one; -1 when limiter.Limiter.AllowKeys skipped every
+	// limit. (An int32 beside Allowed keeps a Decision at 11 words: a
+	// word more cost decisions about 40 ns, BenchmarkHotKey.)
 	Index int32
 	// Delay is how long an admitted request waits in a leaky-bucket queue
-	// before it may be forwarded; 0 for the other algorithms. With the memory
-	// store it is an upper bound: waiters ahead that leave make it shorter.
-	// Use Limiter.Wait rather than sleeping for Delay.
+	// before it may go on; 0 for the other algorithms. With the memory
+	// store it is an upper bound: waiters ahead that leave make it
+	// shorter. Call limiter.Limiter.Wait rather than sleeping for Delay.
 	Delay time.Duration
-	// RetryAfter is, for a rejected request, the time after which the same
-	// request would be admitted if nothing else arrived; 0 when allowed.
+	// RetryAfter is, for a rejected request, the time after which the
+	// same request would be admitted if nothing else arrived (exact, to
+	// the nanosecond rounded up; Never if no wait can); 0 when allowed.
 	RetryAfter time.Duration
 	// Limit is the quota of the limit these figures describe (its
 	// Quota): the burst, the limit per window, or for the leaky bucket
@@ -116,11 +83,11 @@ type Decision struct {
 	// request whose units, n × Cost, exceed MaxCount is refused with
 	// Limit Queue + 1.)
 	Limit int64
-	// Remaining is how many more requests of cost 1 that limit would admit
-	// now, after this request.
+	// Remaining is how many more requests of cost 1 that limit would
+	// admit now, after this request.
 	Remaining int64
-	// ResetAt is when that limit is back to its fresh state (Remaining ==
-	// Limit) if nothing else arrives.
+	// ResetAt is when that limit is back to its fresh state (Remaining
+	// == Limit) if nothing else arrives.
 	ResetAt time.Time
 	// Next is how long after the decision's instant that limit makes
 	// more quota available — Remaining grows by at least one — if nothing
@@ -129,8 +96,8 @@ type Decision struct {
 	// can become available (Remaining == Limit), or at once.
 	Next time.Duration
 	// Ticket identifies the place of a request queued by a Store that
-	// keeps a real queue (the memory store); 0 for none. Limiter.Wait
-	// hands it back to the Store.
+	// keeps a real queue (the memory store's leaky bucket); 0 for none.
+	// limiter.Limiter.Wait hands it back to the Store.
 	Ticket uint64
 }
 
@@ -152,7 +119,11 @@ func (d *Decision) Merge(i int, d2 Decision) {
 
 // Fold folds d2, the decision of the limit at index i, into d, a decision
 // already made of other limits, whatever their order: Merge without its
-// start from the zero Decision at index 0.
+// start from the zero Decision at index 0. A caller that decides a
+// request's limits separately (several Limiters, or Limiter.Only) folds
+// their Decisions into one this way: the result is allowed only if both
+// are, RetryAfter and Delay are the longest, and the figures are the most
+// restrictive limit's (d2's with Index i if it is that one).
 func (d *Decision) Fold(i int, d2 Decision) {
 	d2.Index = int32(i)
 	allowed := d.Allowed && d2.Allowed

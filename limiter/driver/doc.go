@@ -9,26 +9,41 @@
 // # What a Store gets
 //
 // limiter.New validates each limit with the driver's constructors
-// (NewTokenBucket, …) and binds them (Bind): a bound Limit has a Name,
-// the key of its state in the store, a dense StateID for that name in
-// this process, and a Binding unique to the Limiter, under which a store
-// may cache what it derives from the parameters. Every call of
+// (NewLimit, NewTokenBucket, …) and binds them (Bind): a bound Limit has
+// a Name, the key of its state in the store, a dense StateID for that
+// name in this process, and a Binding unique to the Limiter, under which
+// a store may cache what it derives from the parameters. Every call of
 // Store.Decide then passes the Limiter's bound limits, the client keys
 // (Keys: one for every limit, or one per limit) and the instant.
 //
 // # What a Store does with it
 //
-// A store keeps one state value per (limit Name, client key): a
-// TokenBucketState, LeakyBucketState (plus its queue), FixedWindowState,
-// SlidingLogState or SlidingWindowState; their zero values are fresh
-// keys. Under one lock (or one script) it Peeks every limit's step, and
-// commits them with the Step methods only if all admit, merging the
-// per-limit decisions with Decision.Merge in order; the …IdleAt methods
-// say when a state is fresh again and may be dropped. The memory store
-// (limiter/memstore) applies the steps directly; the Redis store
-// (limiter/redisstore) reads the parameters through the accessors and
-// runs the same arithmetic in Lua. limitertest.Run holds any store to
-// the same decisions.
+// A store keeps one state per (limit Name, client key), in States the
+// limit makes (NewStates): arrays of its algorithm's own state values,
+// whose zero values are fresh keys, which the store only indexes and
+// moves. Under one lock (or one script) it Peeks every limit's state, and
+// Steps them only if all admit, merging the per-limit decisions with
+// Decision.Merge in order; IdleAt says when a state is fresh again and
+// may be dropped, Charge charges one after the fact. A queued limit (the
+// leaky bucket, Queued) has the store keep a real queue per key, which
+// the store describes to the step (Queue). Nothing a store does depends
+// on the algorithm. The memory store (limiter/memstore) applies the steps
+// directly; the Redis store (limiter/redisstore) sends ScriptParams to
+// decide.lua, which runs the same arithmetic in Lua. limitertest.Run
+// holds any store to the same decisions.
+//
+// # An algorithm is one file
+//
+// Each algorithm is one file of this package (tokenbucket.go,
+// leakybucket.go, fixedwindow.go, slidinglog.go, slidingcounter.go): its
+// …Params and constructor, and its compiled parameters, which implement
+// the one interface every part of the program reaches an algorithm
+// through (algo, in algorithm.go, with the table of algorithms): its
+// configuration keys and defaults (Spec), quota, description, state
+// layout and steps, charges, scaling for overrides, and the parameters of
+// its step in the Redis store's script. A new algorithm is such a file,
+// a constant and an entry in that table, its step in decide.lua and its
+// model in limiter/limitertest.
 //
 // # Algorithms
 //

@@ -1,17 +1,32 @@
 package driver
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
 
-// FixedWindowParams configures a fixed window (docs/algorithms.md): time is cut into
-// windows of length Window aligned to the Unix epoch (window k is
-// [k·Window, (k+1)·Window)), and at most Limit units are admitted per window.
+// FixedWindowParams configures a fixed window (docs/algorithms.md): time
+// is cut into windows of length Window aligned to the Unix epoch (window k
+// is [k·Window, (k+1)·Window)), and at most Limit units are admitted per
+// window; a rejected request's RetryAfter is the time to the next window.
+// Memory: 16 bytes of state per key. The zero value is not valid.
 type FixedWindowParams struct {
 	Limit  int64         // units per window, 1..MaxCount
 	Window time.Duration // must be positive
-	Cost   int64         // units per request; 0 means 1; at most Limit
+	Cost   int64         // units per request of weight 1; 0 means 1; at most Limit
 }
 
-// NewFixedWindow validates p and returns the limit.
+// fixedWindow is FixedWindowParams compiled: its windows are a grid, and
+// every window boundary the steps use comes from it.
+type fixedWindow struct {
+	FixedWindowParams
+	// windows cuts time into the windows counted in. A calendar window
+	// (months, days in a time zone) would be another grid here.
+	windows epochGrid
+}
+
+// NewFixedWindow validates p and returns the limit, or a *ParamError.
 func NewFixedWindow(p FixedWindowParams) (Limit, error) {
 	if err := checkCount(FixedWindow, "limit", p.Limit, MaxCount); err != nil {
 		return Limit{}, err
@@ -24,56 +39,95 @@ func NewFixedWindow(p FixedWindowParams) (Limit, error) {
 		return Limit{}, err
 	}
 	p.Cost = cost
-	return Limit{alg: FixedWindow, cost: cost, fw: p}, nil
+	return Limit{alg: FixedWindow, cost: cost, a: &fixedWindow{p, epochGrid(p.Window)}}, nil
 }
 
-// FixedWindowState is the state a Store keeps per key for a fixed window:
-// 16 bytes. Its zero value is a fresh key.
-type FixedWindowState struct {
-	window int64 // index of the window count belongs to
+func (*fixedWindow) name() string { return "fixed_window" }
+
+func (*fixedWindow) keys() (takes, requires []string) {
+	return []string{"limit", "window", "cost"}, []string{"limit", "window"}
+}
+
+func (*fixedWindow) build(s Spec) (Limit, error) {
+	return NewFixedWindow(FixedWindowParams{Limit: s.Limit, Window: s.Window, Cost: s.Cost})
+}
+
+func (f *fixedWindow) params() any { return f.FixedWindowParams }
+
+func (f *fixedWindow) quota() (int64, time.Duration) { return f.Limit, f.Window }
+
+func (f *fixedWindow) describe() string { return fmt.Sprintf("limit=%d window=%v", f.Limit, f.Window) }
+
+// stateName: a count means nothing on another grid.
+func (f *fixedWindow) stateName() string { return "/" + strconv.FormatInt(int64(f.Window), 10) }
+
+func (f *fixedWindow) scaled(s float64) (Limit, error) {
+	p := f.FixedWindowParams
+	p.Limit = scaleCount(p.Limit, s, MaxCount)
+	return NewFixedWindow(p)
+}
+
+// script returns the parameters of fixed_window in decide.lua: limit, the
+// window in µs, and cost.
+func (f *fixedWindow) script() ([5]int64, error) {
+	w, err := scriptMicros(FixedWindow, f.Window, "window", "window")
+	if err != nil {
+		return [5]int64{}, err
+	}
+	return [5]int64{f.Limit, w, f.Cost}, nil
+}
+
+// fixedWindowState is a fixed window's state of one key: 16 bytes. Its
+// zero value is a fresh key.
+type fixedWindowState struct {
+	window int64 // number of the window count belongs to
 	count  int64 // units admitted in that window; 0 means fresh
 }
 
-// StepFixedWindow applies a request of weight n at now to s, the state of
-// limit l, and returns the decision; an admitted request consumes from s.
-// The caller must serialise calls on one state.
-func (l *Limit) StepFixedWindow(s *FixedWindowState, now time.Time, n int64) Decision {
-	return l.stepFixedWindow(s, now, n, true)
+func (f *fixedWindow) newStates(n int) States { return make(array[fixedWindowState], n) }
+
+// idleAt is when s stops counting: the end of its window.
+func (f *fixedWindow) idleAt(st States, i int, _ *Queue) time.Time {
+	var fresh fixedWindowState
+	s := stateAt(st, i, &fresh)
+	if s.count == 0 {
+		return time.Time{}
+	}
+	_, end := f.windows.bounds(s.window)
+	return instant(end)
 }
 
-// PeekFixedWindow returns the decision StepFixedWindow would return, leaving s
-// unchanged: a Store checks every limit of a policy this way before it
-// consumes from any.
-func (l *Limit) PeekFixedWindow(s *FixedWindowState, now time.Time, n int64) Decision {
-	return l.stepFixedWindow(s, now, n, false)
+// current returns the window a request at t counts in and that window's
+// count: t's own window, or, if s has seen a later one (time going
+// backwards), that one, so that a window never reopens. A count of zero
+// is a fresh key whatever its window says.
+func (f *fixedWindow) current(s *fixedWindowState, t int64) (window, count int64) {
+	window = f.windows.index(t)
+	if s.count > 0 && s.window >= window {
+		return s.window, s.count
+	}
+	return window, 0
 }
 
-// stepFixedWindow applies a request of weight n at now to s (the state of
-// limit l); with commit false it only reads. An instant in a window earlier
-// than the one s has seen counts in that later window, so going back in
-// time never reopens a window. Retry-After is the time to the next window.
+// step applies a request of weight n at now to state i of st (st nil: a
+// fresh key's); with commit false it only reads. An instant in a window earlier than the one s has seen
+// counts in that later window, so going back in time never reopens a
+// window. Retry-After is the time to the next window.
 //
 // Memory: 16 bytes per key. The caller must serialise calls on one state.
-func (l *Limit) stepFixedWindow(s *FixedWindowState, now time.Time, n int64, commit bool) Decision {
-	p := &l.fw
-	c, ok := weighted(n, l.cost, p.Limit)
+func (f *fixedWindow) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) (d Decision) {
+	var fresh fixedWindowState
+	s := stateAt(st, i, &fresh)
+	c, ok := weighted(n, f.Cost, f.Limit)
 	if !ok {
-		return never(p.Limit)
+		return never(f.Limit)
 	}
 	t := nanos(now)
-	w := int64(p.Window)
-	// floorDiv, not /, so that instants before the epoch fall in the right
-	// window too. A count of zero is a fresh key whatever its window says.
-	idx, count := floorDiv(t, w), int64(0)
-	if s.count > 0 && s.window >= idx {
-		// The same window, or an earlier instant than the key has seen:
-		// count it in the newest window, so a window never reopens.
-		idx, count = s.window, s.count
-	}
-	end := satAdd(idx*w, w) // idx·w ≤ an instant seen, so it cannot overflow
+	idx, count := f.current(s, t)
+	_, end := f.windows.bounds(idx) // idx's start ≤ an instant seen: no overflow
 
-	d := Decision{Limit: p.Limit}
-	if count+c <= p.Limit {
+	d = Decision{Limit: f.Limit}
+	if count+c <= f.Limit {
 		d.Allowed = true
 		count += c
 		if commit {
@@ -84,7 +138,7 @@ func (l *Limit) stepFixedWindow(s *FixedWindowState, now time.Time, n int64, com
 		// correspondingly longer, never shorter.
 		d.RetryAfter = time.Duration(end - t)
 	}
-	d.Remaining = max(0, p.Limit-count) // a count in debt (Charge) leaves none
+	d.Remaining = max(0, f.Limit-count) // a count in debt (Charge) leaves none
 	d.ResetAt = now
 	if count > 0 {
 		d.ResetAt = instant(end)
@@ -93,11 +147,10 @@ func (l *Limit) stepFixedWindow(s *FixedWindowState, now time.Time, n int64, com
 	return d
 }
 
-// ChargeFixedWindow charges (n > 0) or refunds (n < 0) n units to s, the
-// state of limit l, at now, for a request reserved at reservedAt,
-// unconditionally, and returns the state's decision after it (see
-// Charger): never refused. The limit's Cost is not applied. The caller
-// must serialise calls on one state.
+// charge charges (n > 0) or refunds (n < 0) n units to state i of st at
+// now, for a request reserved at reservedAt, unconditionally, and returns
+// the state's decision after it (see Charger): never refused. The limit's
+// Cost is not applied.
 //
 // A charge counts in the current window (the one Decide would count a
 // request at now in), even past Limit: the rest of that window is then
@@ -113,34 +166,52 @@ func (l *Limit) stepFixedWindow(s *FixedWindowState, now time.Time, n int64, com
 // counts, and taking the units from the current window would admit
 // requests nobody paid for. An instant in a window earlier than the
 // newest the state has seen (time going backwards) refunds nothing.
-func (l *Limit) ChargeFixedWindow(s *FixedWindowState, now, reservedAt time.Time, n int64) Decision {
-	p := &l.fw
-	u := chargeUnits(n, 2*p.Limit+1)
+func (f *fixedWindow) charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
+	var fresh fixedWindowState
+	s := stateAt(st, i, &fresh)
+	u := chargeUnits(n, 2*f.Limit+1)
 	t := nanos(now)
-	w := int64(p.Window)
-	idx, count := floorDiv(t, w), int64(0)
-	if s.count > 0 && s.window >= idx {
-		idx, count = s.window, s.count
-	}
+	idx, count := f.current(s, t)
 	capped := false
 	switch {
 	case n > 0:
-		take := min(u, max(0, 2*p.Limit-count))
+		take := min(u, max(0, 2*f.Limit-count))
 		s.window, s.count = idx, count+take
 		capped = take < u
 	case n < 0:
-		if count > 0 && floorDiv(min(nanos(reservedAt), t), w) == idx {
+		if count > 0 && f.windows.index(min(nanos(reservedAt), t)) == idx {
 			s.count = count - min(count, u)
 		}
 	}
-	return chargeReport(l.stepFixedWindow(s, now, 0, false), capped)
+	return chargeReport(f.step(st, i, nil, now, 0, false), capped)
 }
 
-// FixedWindowIdleAt returns when s stops counting: the end of its window.
-func (l *Limit) FixedWindowIdleAt(s *FixedWindowState) time.Time {
-	if s.count == 0 {
-		return time.Time{}
-	}
-	w := int64(l.fw.Window)
-	return instant(satAdd(s.window*w, w))
+// grid cuts time into windows numbered in order: window k holds the
+// instants from its start up to its end, excluded, and the next window
+// starts where it ends. Every window boundary the fixed window uses comes
+// from these two methods, so that another way of cutting time (calendar
+// months, days in a time zone) is one more grid, and the steps stay as
+// they are. Instants are Unix nanoseconds.
+type grid interface {
+	// index returns the number of the window holding instant t.
+	index(t int64) int64
+	// bounds returns when window k starts and ends, the end saturating at
+	// the largest instant.
+	bounds(k int64) (start, end int64)
+}
+
+var _ grid = epochGrid(1)
+
+// epochGrid cuts time into windows of one length, in nanoseconds, aligned
+// to the Unix epoch: window k is [k·length, (k+1)·length). The fixed
+// window counts in one; the sliding window's slots are one.
+type epochGrid int64
+
+// index uses floorDiv, not /, so that instants before the epoch fall in
+// the right window too.
+func (g epochGrid) index(t int64) int64 { return floorDiv(t, int64(g)) }
+
+func (g epochGrid) bounds(k int64) (start, end int64) {
+	start = k * int64(g)
+	return start, satAdd(start, int64(g))
 }

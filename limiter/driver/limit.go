@@ -1,33 +1,32 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Limit is one validated limit: an algorithm and its parameters, ready to be
-// bound to a Store by New. Build it with NewTokenBucket, NewLeakyBucket,
-// NewFixedWindow, NewSlidingLog or NewSlidingWindow; the zero Limit is not
-// usable. A Limit is an immutable value and safe to share.
+// Limit is one validated limit: an algorithm and its parameters, ready to
+// be bound to a Store by Bind. Build it with NewLimit or an algorithm's
+// constructor (NewTokenBucket, NewLeakyBucket, NewFixedWindow,
+// NewSlidingLog, NewSlidingWindow); the zero Limit is not usable. A Limit
+// is an immutable value and safe to share.
 //
-// Stores read a Limit through its accessors; the memory store applies the
-// Step… methods to the state it keeps, and the Redis store sends the
-// parameters to its scripts.
+// A Store keeps each key's state of a limit in States the Limit makes
+// (NewStates) and applies requests to it with Step, Peek and Charge; a
+// store that runs the algorithms as scripts (the Redis store) sends
+// ScriptParams instead.
 type Limit struct {
 	alg     Algorithm
-	name    string // state namespace, set by New
-	id      int32  // dense number of name (stateID), set by New
-	binding uint64 // unique to the New call that bound it; 0 before
+	a       algo   // the algorithm, with its compiled parameters
+	name    string // state namespace, set by Bind
+	id      int32  // dense number of name (stateID), set by Bind
+	binding uint64 // unique to the Bind call that bound it; 0 before
 	cost    int64  // per request, ≥ 1
 	share   string // shared limit's name; "" for a policy's own
-
-	tb tokenBucket
-	lb leakyBucket
-	fw FixedWindowParams
-	sl SlidingLogParams
-	sw slidingWindow
 }
 
 // Maximum sizes, chosen so that every product the algorithms form fits in
@@ -48,13 +47,13 @@ const (
 func (l *Limit) Algorithm() Algorithm { return l.alg }
 
 // Name returns the name under which a Store keeps l's state. It is empty
-// until New binds l into a Limiter.
+// until Bind binds l (limiter.New calls it).
 func (l *Limit) Name() string { return l.name }
 
 // StateID returns a small number, from 0 up, that stands for Name() in
 // this process: the same for every Limit bound under that name, across
 // reloads, so that a Store may index its state by it rather than look the
-// name up. -1 before New binds the limit.
+// name up. -1 before Bind binds the limit.
 func (l *Limit) StateID() int {
 	if l.name == "" {
 		return -1
@@ -62,7 +61,7 @@ func (l *Limit) StateID() int {
 	return int(l.id)
 }
 
-// Binding returns a number unique to the Limiter l was bound into (New),
+// Binding returns a number unique to the Limiter l was bound into (Bind),
 // 0 before: a Store may cache under it what it derives from l's parameters,
 // which a later Limiter of the same name may change.
 func (l *Limit) Binding() uint64 { return l.binding }
@@ -84,7 +83,7 @@ var stateIDs struct {
 	m  map[string]int32
 }
 
-// bindings counts the New calls that bound limits.
+// bindings counts the Bind calls that bound limits.
 var bindings atomic.Uint64
 
 func stateID(name string) int32 {
@@ -117,62 +116,35 @@ func (l *Limit) Share() string { return l.share }
 // Cost returns the units one request of weight 1 consumes from l.
 func (l *Limit) Cost() int64 { return l.cost }
 
-// TokenBucket returns l's parameters; valid when Algorithm is TokenBucket.
-func (l *Limit) TokenBucket() TokenBucketParams { return l.tb.TokenBucketParams }
-
-// LeakyBucket returns l's parameters; valid when Algorithm is LeakyBucket.
-func (l *Limit) LeakyBucket() LeakyBucketParams { return l.lb.LeakyBucketParams }
-
-// FixedWindow returns l's parameters; valid when Algorithm is FixedWindow.
-func (l *Limit) FixedWindow() FixedWindowParams { return l.fw }
-
-// SlidingLog returns l's parameters; valid when Algorithm is SlidingLog.
-func (l *Limit) SlidingLog() SlidingLogParams { return l.sl }
-
-// SlidingWindow returns l's parameters; valid when Algorithm is SlidingWindow.
-func (l *Limit) SlidingWindow() SlidingWindowParams { return l.sw.SlidingWindowParams }
+// Params returns the parameters l was built from, as the …Params value
+// its constructor took (TokenBucketParams, LeakyBucketParams, …), with
+// Cost 0 replaced by 1; nil for the zero Limit.
+func (l *Limit) Params() any {
+	if l.a == nil {
+		return nil
+	}
+	return l.a.params()
+}
 
 // Quota returns the limit's quota and the time window it refers to, as
-// docs/responses.md's RateLimit-Policy reports them (q and w): burst over the time the
-// burst takes to refill for a token bucket, limit over window for the window
-// algorithms, and queue+1+delay over the time that many requests of cost 1
-// take to leave at the rate for a leaky bucket.
+// docs/responses.md's RateLimit-Policy reports them (q and w): burst over
+// the time the burst takes to refill for a token bucket, limit over
+// window for the window algorithms, and queue+1+delay over the time that
+// many requests of cost 1 take to leave at the rate for a leaky bucket.
+// 0, 0 for the zero Limit.
 func (l *Limit) Quota() (quota int64, window time.Duration) {
-	switch l.alg {
-	case TokenBucket:
-		p := l.tb.TokenBucketParams
-		return p.Burst, time.Duration(mulDivCeil(p.Burst, int64(p.Rate.Per), p.Rate.N))
-	case LeakyBucket:
-		p := l.lb.LeakyBucketParams
-		return p.Queue + 1 + p.Delay, time.Duration(mulDivCeil(p.Queue+1+p.Delay, int64(p.Rate.Per), p.Rate.N))
-	case FixedWindow:
-		return l.fw.Limit, l.fw.Window
-	case SlidingLog:
-		return l.sl.Limit, l.sl.Window
-	case SlidingWindow:
-		return l.sw.Limit, l.sw.Window
+	if l.a == nil {
+		return 0, 0
 	}
-	return 0, 0
+	return l.a.quota()
 }
 
 // String describes l in configuration terms, e.g.
 // "token_bucket rate=10/1s burst=20".
 func (l Limit) String() string {
 	var s string
-	switch l.alg {
-	case TokenBucket:
-		s = fmt.Sprintf("rate=%v burst=%d", l.tb.Rate, l.tb.Burst)
-	case LeakyBucket:
-		s = fmt.Sprintf("rate=%v queue=%d max_wait=%v", l.lb.Rate, l.lb.Queue, l.lb.MaxWait)
-		if l.lb.Delay != 0 {
-			s += fmt.Sprintf(" delay=%d", l.lb.Delay)
-		}
-	case FixedWindow:
-		s = fmt.Sprintf("limit=%d window=%v", l.fw.Limit, l.fw.Window)
-	case SlidingLog:
-		s = fmt.Sprintf("limit=%d window=%v", l.sl.Limit, l.sl.Window)
-	case SlidingWindow:
-		s = fmt.Sprintf("limit=%d window=%v slots=%d", l.sw.Limit, l.sw.Window, l.sw.Slots)
+	if l.a != nil {
+		s = l.a.describe()
 	}
 	if l.cost != 1 {
 		s += fmt.Sprintf(" cost=%d", l.cost)
@@ -181,6 +153,94 @@ func (l Limit) String() string {
 		s += fmt.Sprintf(" shared=%s", l.share)
 	}
 	return l.alg.String() + " " + s
+}
+
+// Scaled returns l with its quota scaled by s, which must be a finite
+// number above zero, for a client allowed s times the policy's rate (a
+// per-key override's scale): a bucket's rate and burst, or a window's
+// limit, each rounded to the nearest and at least 1, at most MaxCount
+// (MaxSlidingLogLimit for a sliding log's); a leaky bucket's rate only,
+// its queue staying as it is. Its cost and share stay; it is not bound
+// (bind it anew). An error for a parameter out of range.
+func (l Limit) Scaled(s float64) (Limit, error) {
+	if l.a == nil {
+		return Limit{}, errors.New("limiter: limit was not built by a New… constructor")
+	}
+	if !(s > 0) || math.IsInf(s, 1) {
+		return Limit{}, fmt.Errorf("limiter: scale %v is not a finite number above zero", s)
+	}
+	sl, err := l.a.scaled(s)
+	if err != nil {
+		return Limit{}, err
+	}
+	sl.share = l.share
+	return sl, nil
+}
+
+// scaleCount multiplies a count by s, rounding to the nearest, at least
+// 1 and at most maxN.
+func scaleCount(n int64, s float64, maxN int64) int64 {
+	return max(1, int64(min(math.Round(float64(n)*s), float64(maxN))))
+}
+
+// NewStates returns an array of n fresh per-key states of l's algorithm,
+// in which a Store keeps l's state (see States). Every Limit bound under
+// l's Name reads the states of one array alike: what their layout depends
+// on is part of the name.
+func (l *Limit) NewStates(n int) States { return l.a.newStates(n) }
+
+// Step applies a request of weight n at now to state i of st, l's state
+// for one client key, and returns the decision; an admitted request
+// consumes from the state, a rejected one changes nothing a later request
+// would see. q describes the key's queue to a queued algorithm (Queued;
+// nil: the key has no queue); the others ignore it. A queued algorithm's
+// admitted request with a Delay is then the Store's to queue. The caller
+// must serialise calls on one state.
+func (l *Limit) Step(st States, i int, q *Queue, now time.Time, n int64) Decision {
+	return l.a.step(st, i, q, now, n, true)
+}
+
+// Peek returns the decision Step would return, changing nothing: a Store
+// checks every limit of a policy this way before it consumes from any. A
+// nil st is a fresh key's state (a key the Store does not hold).
+func (l *Limit) Peek(st States, i int, q *Queue, now time.Time, n int64) Decision {
+	return l.a.step(st, i, q, now, n, false)
+}
+
+// IdleAt returns when state i of st, and its queue q if it has one (not
+// busy: a key with requests waiting is never idle), will be a fresh key's
+// again if nothing arrives: from then on a Store may forget it. A fresh
+// state returns the zero Time.
+func (l *Limit) IdleAt(st States, i int, q *Queue) time.Time { return l.a.idleAt(st, i, q) }
+
+// Queued reports whether l's admitted requests may wait in a per-key
+// queue that the Store keeps (the leaky bucket): the Store then describes
+// the queue to Step (Queue) and queues each request admitted with a
+// Delay, holding the exit for Spacing once it leaves.
+func (l *Limit) Queued() bool {
+	_, ok := l.a.(queued)
+	return ok
+}
+
+// QueueSize returns the most requests of one key that may wait in a
+// queued limit's queue (a leaky bucket's Queue); 0 for a limit that does
+// not queue.
+func (l *Limit) QueueSize() int64 {
+	if q, ok := l.a.(queued); ok {
+		return q.queueSize()
+	}
+	return 0
+}
+
+// Spacing returns how long a request of weight n holds the exit of a
+// queued limit's queue once it leaves: its cost in intervals of 1/Rate
+// (rounded up to the nanosecond, so that the rate is never exceeded); 0
+// for a limit that does not queue.
+func (l *Limit) Spacing(n int64) time.Duration {
+	if q, ok := l.a.(queued); ok {
+		return q.spacing(n)
+	}
+	return 0
 }
 
 // ParamError is a parameter of a limit that is out of range. Field is the

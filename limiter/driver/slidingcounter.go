@@ -1,6 +1,10 @@
 package driver
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
 
 // SlidingWindowParams configures a sliding window counter (docs/algorithms.md). The
 // window is cut into Slots slots of Window/Slots, aligned to the Unix epoch.
@@ -22,21 +26,25 @@ import "time"
 // end of a slot that then becomes the oldest: up to that slot's count more,
 // which is at most Limit (so 2×Limit), as for every sliding window counter.
 // A weighting by age over the whole window, as some published examples
-// use, admits about 3×Limit
-// on steady traffic instead.
+// use, admits about 3×Limit on steady traffic instead.
+//
+// Memory: 8 + 4·(Slots+1) bytes of state per key (16 for Slots = 1). The
+// zero value is not valid.
 type SlidingWindowParams struct {
 	Limit  int64         // units per window, 1..MaxCount
 	Window time.Duration // must be positive and a whole multiple of Slots nanoseconds
 	Slots  int           // 1..MaxSlots
-	Cost   int64         // units per request; 0 means 1; at most Limit
+	Cost   int64         // units per request of weight 1; 0 means 1; at most Limit
 }
 
+// slidingWindow is SlidingWindowParams compiled.
 type slidingWindow struct {
 	SlidingWindowParams
-	slot int64 // slot length L in ns
+	slot  int64     // slot length L in ns
+	slots epochGrid // the slots: every slot boundary comes from it
 }
 
-// NewSlidingWindow validates p and returns the limit.
+// NewSlidingWindow validates p and returns the limit, or a *ParamError.
 func NewSlidingWindow(p SlidingWindowParams) (Limit, error) {
 	if err := checkCount(SlidingWindow, "limit", p.Limit, MaxCount); err != nil {
 		return Limit{}, err
@@ -57,25 +65,128 @@ func NewSlidingWindow(p SlidingWindowParams) (Limit, error) {
 		return Limit{}, err
 	}
 	p.Cost = cost
-	return Limit{alg: SlidingWindow, cost: cost, sw: slidingWindow{p, int64(p.Window) / int64(p.Slots)}}, nil
+	slot := int64(p.Window) / int64(p.Slots)
+	return Limit{alg: SlidingWindow, cost: cost, a: &slidingWindow{p, slot, epochGrid(slot)}}, nil
 }
 
-// SlidingWindowCounters returns how many counters a sliding window state
-// needs: Slots+1 (the current slot, Slots−1 whole ones, and the oldest,
-// partly covered one).
-func (l *Limit) SlidingWindowCounters() int { return l.sw.Slots + 1 }
+func (*slidingWindow) name() string { return "sliding_window" }
 
-// SlidingWindowState is a view of the state a Store keeps per key for a
-// sliding window: the index of the newest slot written, and Slots+1
-// counters used as a ring (counter j mod (Slots+1) belongs to slot j). The
-// Store owns the memory; the zero slot with all-zero counters is a fresh key.
-type SlidingWindowState struct {
+func (*slidingWindow) keys() (takes, requires []string) {
+	return []string{"limit", "window", "slots", "cost"}, []string{"limit", "window"}
+}
+
+// build defaults slots to 1, the two-window approximation.
+func (*slidingWindow) build(s Spec) (Limit, error) {
+	slots := s.Slots
+	if s.unset("slots", slots) {
+		slots = 1
+	}
+	// An int holds every valid count; a larger one stays out of range.
+	return NewSlidingWindow(SlidingWindowParams{Limit: s.Limit, Window: s.Window, Slots: int(min(slots, MaxSlots+1)), Cost: s.Cost})
+}
+
+func (w *slidingWindow) params() any { return w.SlidingWindowParams }
+
+func (w *slidingWindow) quota() (int64, time.Duration) { return w.Limit, w.Window }
+
+func (w *slidingWindow) describe() string {
+	return fmt.Sprintf("limit=%d window=%v slots=%d", w.Limit, w.Window, w.Slots)
+}
+
+// stateName: counts mean nothing on another grid of slots.
+func (w *slidingWindow) stateName() string {
+	return "/" + strconv.FormatInt(int64(w.Window), 10) + "/" + strconv.Itoa(w.Slots)
+}
+
+func (w *slidingWindow) scaled(s float64) (Limit, error) {
+	p := w.SlidingWindowParams
+	p.Limit = scaleCount(p.Limit, s, MaxCount)
+	return NewSlidingWindow(p)
+}
+
+// script returns the parameters of sliding_window in decide.lua: limit,
+// the window in µs, slots and cost. Slots of whole microseconds, and
+// (limit+1)·window below 2^53.
+func (w *slidingWindow) script() ([5]int64, error) {
+	win, err := scriptMicros(SlidingWindow, w.Window, "window", "window")
+	if err != nil {
+		return [5]int64{}, err
+	}
+	if win%int64(w.Slots) != 0 {
+		return [5]int64{}, paramErr(SlidingWindow, "slots", "window %v does not divide into %d slots of whole microseconds", w.Window, w.Slots)
+	}
+	if w.Limit+1 > scriptExact/win {
+		return [5]int64{}, scriptTooBig(SlidingWindow, "limit")
+	}
+	return [5]int64{w.Limit, win, int64(w.Slots), w.Cost}, nil
+}
+
+// Sliding-window states with their counters inline, sized for the
+// Slots+1 counters a limit needs (the current slot, Slots−1 whole ones
+// and the oldest, partly covered one): 2 (Slots = 1), up to 8, up to 65.
+type (
+	swCounts2 struct {
+		slot int64 // the newest slot written
+		c    [2]uint32
+	}
+	swCounts8 struct {
+		slot int64
+		c    [8]uint32
+	}
+	swCounts65 struct {
+		slot int64
+		c    [MaxSlots + 1]uint32
+	}
+)
+
+func (w *slidingWindow) newStates(n int) States {
+	switch k := w.Slots + 1; {
+	case k <= len(swCounts2{}.c):
+		return make(array[swCounts2], n)
+	case k <= len(swCounts8{}.c):
+		return make(array[swCounts8], n)
+	}
+	return make(array[swCounts65], n)
+}
+
+// state returns the view of state i of st (st nil: of fresh, a fresh
+// key's).
+func (w *slidingWindow) state(st States, i int, fresh *swCounts65) slidingWindowState {
+	k := w.Slots + 1
+	switch a := st.(type) {
+	case array[swCounts2]:
+		return slidingWindowState{&a[i].slot, a[i].c[:k]}
+	case array[swCounts8]:
+		return slidingWindowState{&a[i].slot, a[i].c[:k]}
+	case array[swCounts65]:
+		return slidingWindowState{&a[i].slot, a[i].c[:k]}
+	}
+	return slidingWindowState{&fresh.slot, fresh.c[:k]}
+}
+
+// idleAt is when every unit of s has left the window.
+func (w *slidingWindow) idleAt(st States, i int, _ *Queue) time.Time {
+	var fresh swCounts65
+	s := w.state(st, i, &fresh)
+	z, ok := newestUsed(s, *s.Slot, *s.Slot, false)
+	if !ok {
+		return time.Time{}
+	}
+	_, end := w.slots.bounds(z)
+	return instant(satAdd(end, int64(w.Window)))
+}
+
+// slidingWindowState is a view of a sliding window's state of one key:
+// the index of the newest slot written, and Slots+1 counters used as a
+// ring (counter j mod (Slots+1) belongs to slot j). The zero slot with
+// all-zero counters is a fresh key.
+type slidingWindowState struct {
 	Slot   *int64   // index of the newest slot written
-	Counts []uint32 // len = SlidingWindowCounters()
+	Counts []uint32 // Slots+1 counters
 }
 
 // count returns the units of slot j, given newest slot cur.
-func (s SlidingWindowState) count(cur, j int64) int64 {
+func (s slidingWindowState) count(cur, j int64) int64 {
 	k := int64(len(s.Counts))
 	if j > cur || j <= cur-k {
 		return 0
@@ -83,7 +194,7 @@ func (s SlidingWindowState) count(cur, j int64) int64 {
 	return int64(s.Counts[mod(j, k)])
 }
 
-func (s SlidingWindowState) empty() bool {
+func (s slidingWindowState) empty() bool {
 	for _, c := range s.Counts {
 		if c != 0 {
 			return false
@@ -92,42 +203,30 @@ func (s SlidingWindowState) empty() bool {
 	return true
 }
 
-// StepSlidingWindow applies a request of weight n at now to s, the state of
-// limit l, and returns the decision; an admitted request consumes from s.
-// The caller must serialise calls on one state.
-func (l *Limit) StepSlidingWindow(s SlidingWindowState, now time.Time, n int64) Decision {
-	return l.stepSlidingWindow(s, now, n, true)
-}
-
-// PeekSlidingWindow returns the decision StepSlidingWindow would return, leaving s
-// unchanged: a Store checks every limit of a policy this way before it
-// consumes from any.
-func (l *Limit) PeekSlidingWindow(s SlidingWindowState, now time.Time, n int64) Decision {
-	return l.stepSlidingWindow(s, now, n, false)
-}
-
-// stepSlidingWindow applies a request of weight n at now to s (the state
-// of limit l); with commit false it only reads. An instant in a slot earlier
+// step applies a request of weight n at now to state i of st (st nil: a
+// fresh key's); with commit false it only reads. An instant in a slot earlier
 // than the newest one written counts at the start of that newest slot, the
 // most conservative reading.
 //
 // Memory: 8 + 4·(Slots+1) bytes per key (16 for Slots = 1). The caller must
 // serialise calls on one state.
-func (l *Limit) stepSlidingWindow(s SlidingWindowState, now time.Time, n int64, commit bool) Decision {
-	p := &l.sw
-	c, ok := weighted(n, l.cost, p.Limit)
+func (w *slidingWindow) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) (d Decision) {
+	var fresh swCounts65
+	s := w.state(st, i, &fresh)
+	c, ok := weighted(n, w.Cost, w.Limit)
 	if !ok {
-		return never(p.Limit)
+		return never(w.Limit)
 	}
-	L, k := p.slot, int64(p.Slots)
+	L, k := w.slot, int64(w.Slots)
 	t := nanos(now)
-	j := floorDiv(t, L)
+	j := w.slots.index(t)
 	cur := *s.Slot
 	if s.empty() {
 		cur = j
 	}
 	if j < cur {
-		j, t = cur, cur*L
+		j = cur
+		t, _ = w.slots.bounds(cur)
 	}
 
 	// Estimate·L = sum·L + oldest·((j+1)L − t), compared exactly in 128 bits.
@@ -136,11 +235,12 @@ func (l *Limit) stepSlidingWindow(s SlidingWindowState, now time.Time, n int64, 
 		sum += s.count(cur, i)
 	}
 	oldest := s.count(cur, j-k)
-	weight := (j+1)*L - t // in (0, L]
+	_, end := w.slots.bounds(j)
+	weight := end - t // in (0, L]
 	used := mul128(sum, L).add(mul128(oldest, weight))
-	capacity := mul128(p.Limit, L)
+	capacity := mul128(w.Limit, L)
 
-	d := Decision{Limit: p.Limit}
+	d = Decision{Limit: w.Limit}
 	if used.add(mul128(c, L)).less(capacity.add(u128{0, 1})) {
 		d.Allowed = true
 		used = used.add(mul128(c, L))
@@ -150,12 +250,12 @@ func (l *Limit) stepSlidingWindow(s SlidingWindowState, now time.Time, n int64, 
 			*s.Slot = j
 		}
 	} else {
-		d.RetryAfter = time.Duration(l.slidingWindowRetry(s, cur, j, t, c) - nanos(now))
+		d.RetryAfter = time.Duration(w.retry(s, cur, j, t, c) - nanos(now))
 	}
 	if used.less(capacity) {
 		d.Remaining = capacity.sub(used).div(L)
 	}
-	if d.Remaining < p.Limit {
+	if d.Remaining < w.Limit {
 		// One more unit fits once the estimate has fallen by the fraction
 		// Remaining leaves out: the retry instant of Remaining+1 units,
 		// on the state as this request leaves it.
@@ -165,28 +265,28 @@ func (l *Limit) stepSlidingWindow(s SlidingWindowState, now time.Time, n int64, 
 			if !commit {
 				var counts [MaxSlots + 1]uint32
 				slot := cur
-				after = SlidingWindowState{Slot: &slot, Counts: counts[:len(s.Counts)]}
+				after = slidingWindowState{Slot: &slot, Counts: counts[:len(s.Counts)]}
 				copy(after.Counts, s.Counts)
 				after.advance(cur, j)
 				after.Counts[mod(j, k+1)] += uint32(c)
 			}
 		}
-		d.Next = time.Duration(l.slidingWindowRetry(after, acur, j, t, d.Remaining+1) - nanos(now))
+		d.Next = time.Duration(w.retry(after, acur, j, t, d.Remaining+1) - nanos(now))
 	}
 	d.ResetAt = now
 	if z, ok := newestUsed(s, cur, j, d.Allowed && c > 0); ok {
-		if at := satAdd((z+1)*L, int64(p.Window)); at > nanos(now) {
+		_, end := w.slots.bounds(z)
+		if at := satAdd(end, int64(w.Window)); at > nanos(now) {
 			d.ResetAt = instant(at)
 		}
 	}
 	return d
 }
 
-// ChargeSlidingWindow charges (n > 0) or refunds (n < 0) n units to s,
-// the state of limit l, at now, for a request reserved at reservedAt,
-// unconditionally, and returns the state's decision after it (see
-// Charger): never refused. The limit's Cost is not applied. The caller
-// must serialise calls on one state.
+// charge charges (n > 0) or refunds (n < 0) n units to state i of st at
+// now, for a request reserved at reservedAt, unconditionally, and returns
+// the state's decision after it (see Charger): never refused. The limit's
+// Cost is not applied.
 //
 // A charge adds the units to the reservation's slot while the window at
 // now still covers it (wholly or partly), which is exactly what charging
@@ -204,17 +304,18 @@ func (l *Limit) stepSlidingWindow(s SlidingWindowState, now time.Time, n int64, 
 // reads it; a reservation made then may have been counted in a later slot
 // than its instant's, and a refund then takes back units that leave the
 // window sooner than the reservation's (it errs towards the limit).
-func (l *Limit) ChargeSlidingWindow(s SlidingWindowState, now, reservedAt time.Time, n int64) Decision {
-	p := &l.sw
-	u := chargeUnits(n, 2*p.Limit+1)
-	L, k := p.slot, int64(p.Slots)
-	j := floorDiv(nanos(now), L)
+func (w *slidingWindow) charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
+	var fresh swCounts65
+	s := w.state(st, i, &fresh)
+	u := chargeUnits(n, 2*w.Limit+1)
+	k := int64(w.Slots)
+	j := w.slots.index(nanos(now))
 	cur := *s.Slot
 	if s.empty() {
 		cur = j
 	}
 	j = max(j, cur)
-	r := floorDiv(min(nanos(reservedAt), nanos(now)), L) // the reservation's slot
+	r := w.slots.index(min(nanos(reservedAt), nanos(now))) // the reservation's slot
 	capped := false
 	switch {
 	case n > 0:
@@ -224,7 +325,7 @@ func (l *Limit) ChargeSlidingWindow(s SlidingWindowState, now, reservedAt time.T
 		for i := j - k; i <= j; i++ {
 			held += s.count(j, i)
 		}
-		take := min(u, max(0, 2*p.Limit-held))
+		take := min(u, max(0, 2*w.Limit-held))
 		at := j
 		if r >= j-k {
 			at = r
@@ -238,12 +339,12 @@ func (l *Limit) ChargeSlidingWindow(s SlidingWindowState, now, reservedAt time.T
 			}
 		}
 	}
-	return chargeReport(l.stepSlidingWindow(s, now, 0, false), capped)
+	return chargeReport(w.step(st, i, nil, now, 0, false), capped)
 }
 
 // advance zeroes the counters of the slots after cur up to j, which the
 // ring reuses.
-func (s SlidingWindowState) advance(cur, j int64) {
+func (s slidingWindowState) advance(cur, j int64) {
 	k := int64(len(s.Counts))
 	if j-cur >= k {
 		clear(s.Counts)
@@ -254,12 +355,11 @@ func (s SlidingWindowState) advance(cur, j int64) {
 	}
 }
 
-// slidingWindowRetry returns the first instant t' ≥ t at which a request of
-// c units would be admitted if nothing else were: the estimate falls
-// linearly within a slot and steps down as slots leave the window.
-func (l *Limit) slidingWindowRetry(s SlidingWindowState, cur, j, t, c int64) int64 {
-	p := &l.sw
-	L, k := p.slot, int64(p.Slots)
+// retry returns the first instant t' ≥ t at which a request of c units
+// would be admitted if nothing else were: the estimate falls linearly
+// within a slot and steps down as slots leave the window.
+func (w *slidingWindow) retry(s slidingWindowState, cur, j, t, c int64) int64 {
+	L, k := w.slot, int64(w.Slots)
 	var sum int64 // of the whole slots m−k+1..m, kept as m advances
 	for i := j - k + 1; i <= j; i++ {
 		sum += s.count(cur, i)
@@ -268,17 +368,18 @@ func (l *Limit) slidingWindowRetry(s SlidingWindowState, cur, j, t, c int64) int
 		if m > j {
 			sum += s.count(cur, m) - s.count(cur, m-k)
 		}
-		if sum+c > p.Limit {
+		if sum+c > w.Limit {
 			continue
 		}
-		lo := max(t, m*L)
+		start, end := w.slots.bounds(m)
+		lo := max(t, start)
 		oldest := s.count(cur, m-k)
 		if oldest == 0 {
 			return lo
 		}
-		// Need oldest·((m+1)L − t') ≤ (Limit − sum − c)·L.
-		at := (m+1)*L - mulDiv(p.Limit-sum-c, L, oldest)
-		if at = max(at, lo); at < (m+1)*L {
+		// Need oldest·(end − t') ≤ (Limit − sum − c)·L.
+		at := end - mulDiv(w.Limit-sum-c, L, oldest)
+		if at = max(at, lo); at < end {
 			return at
 		}
 	}
@@ -286,7 +387,7 @@ func (l *Limit) slidingWindowRetry(s SlidingWindowState, cur, j, t, c int64) int
 }
 
 // newestUsed returns the newest slot holding units after the step, if any.
-func newestUsed(s SlidingWindowState, cur, j int64, added bool) (int64, bool) {
+func newestUsed(s slidingWindowState, cur, j int64, added bool) (int64, bool) {
 	if added {
 		return j, true
 	}
@@ -296,13 +397,4 @@ func newestUsed(s SlidingWindowState, cur, j int64, added bool) (int64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// SlidingWindowIdleAt returns when every unit of s has left the window.
-func (l *Limit) SlidingWindowIdleAt(s SlidingWindowState) time.Time {
-	z, ok := newestUsed(s, *s.Slot, *s.Slot, false)
-	if !ok {
-		return time.Time{}
-	}
-	return instant(satAdd((z+1)*l.sw.slot, int64(l.sw.Window)))
 }

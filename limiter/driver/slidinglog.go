@@ -1,18 +1,26 @@
 package driver
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
-// SlidingLogParams configures a sliding log (docs/algorithms.md): a request of cost c is
-// admitted at t iff the units admitted in (t−Window, t] plus c are at most
-// Limit. It is exact, and costs memory in proportion to Limit, hence
-// MaxSlidingLogLimit; sliding_window approximates it in constant memory.
+// SlidingLogParams configures a sliding log (docs/algorithms.md): a
+// request of cost c is admitted at t iff the units admitted in
+// (t−Window, t] plus c are at most Limit. It is exact, and costs 8 bytes
+// per unit in the window per key, hence MaxSlidingLogLimit; a sliding
+// window approximates it in constant memory. The zero value is not
+// valid.
 type SlidingLogParams struct {
 	Limit  int64         // units per window, 1..MaxSlidingLogLimit
 	Window time.Duration // must be positive
-	Cost   int64         // units per request; 0 means 1; at most Limit
+	Cost   int64         // units per request of weight 1; 0 means 1; at most Limit
 }
 
-// NewSlidingLog validates p and returns the limit.
+// slidingLog is SlidingLogParams compiled (it needs nothing more).
+type slidingLog struct{ SlidingLogParams }
+
+// NewSlidingLog validates p and returns the limit, or a *ParamError.
 func NewSlidingLog(p SlidingLogParams) (Limit, error) {
 	if p.Limit > MaxSlidingLogLimit {
 		return Limit{}, paramErr(SlidingLog, "limit", "%d is above the maximum of %d: a sliding log keeps one timestamp per admitted request; use sliding_window for large limits", p.Limit, MaxSlidingLogLimit)
@@ -28,45 +36,82 @@ func NewSlidingLog(p SlidingLogParams) (Limit, error) {
 		return Limit{}, err
 	}
 	p.Cost = cost
-	return Limit{alg: SlidingLog, cost: cost, sl: p}, nil
+	return Limit{alg: SlidingLog, cost: cost, a: &slidingLog{p}}, nil
 }
 
-// SlidingLogState is the state a Store keeps per key for a sliding log: the
-// instants of the admitted units still inside the window, oldest first, in
-// a ring that grows on demand up to Limit entries (2·Limit in debt after
-// a Charge) and shrinks as they expire. Its zero value is a fresh key.
-type SlidingLogState struct {
+func (*slidingLog) name() string { return "sliding_log" }
+
+func (*slidingLog) keys() (takes, requires []string) {
+	return []string{"limit", "window", "cost"}, []string{"limit", "window"}
+}
+
+func (*slidingLog) build(s Spec) (Limit, error) {
+	return NewSlidingLog(SlidingLogParams{Limit: s.Limit, Window: s.Window, Cost: s.Cost})
+}
+
+func (g *slidingLog) params() any { return g.SlidingLogParams }
+
+func (g *slidingLog) quota() (int64, time.Duration) { return g.Limit, g.Window }
+
+func (g *slidingLog) describe() string { return fmt.Sprintf("limit=%d window=%v", g.Limit, g.Window) }
+
+// stateName: entries are instants, which mean the same under any window
+// and limit: a changed window keeps them.
+func (g *slidingLog) stateName() string { return "" }
+
+// scaled scales the limit, at most MaxSlidingLogLimit.
+func (g *slidingLog) scaled(s float64) (Limit, error) {
+	p := g.SlidingLogParams
+	p.Limit = scaleCount(p.Limit, s, MaxSlidingLogLimit)
+	return NewSlidingLog(p)
+}
+
+// script returns the parameters of sliding_log in decide.lua: limit, the
+// window in µs, and cost.
+func (g *slidingLog) script() ([5]int64, error) {
+	w, err := scriptMicros(SlidingLog, g.Window, "window", "window")
+	if err != nil {
+		return [5]int64{}, err
+	}
+	return [5]int64{g.Limit, w, g.Cost}, nil
+}
+
+func (g *slidingLog) newStates(n int) States { return make(array[slidingLogState], n) }
+
+// idleAt is when every entry of s has left the window.
+func (g *slidingLog) idleAt(st States, i int, _ *Queue) time.Time {
+	var fresh slidingLogState
+	s := stateAt(st, i, &fresh)
+	if s.count == 0 {
+		return time.Time{}
+	}
+	return instant(satAdd(s.at(s.count-1), int64(g.Window)))
+}
+
+// slidingLogState is a sliding log's state of one key: the instants of
+// the admitted units still inside the window, oldest first, in a ring
+// that grows on demand up to Limit entries (2·Limit in debt after a
+// Charge) and shrinks as they expire. Its zero value is a fresh key.
+type slidingLogState struct {
 	ring  []int64 // Unix ns; len is the capacity
 	head  int     // index of the oldest entry
 	count int     // entries in use
 }
 
-func (s *SlidingLogState) at(i int) int64 { return s.ring[(s.head+i)%len(s.ring)] }
+func (s *slidingLogState) at(i int) int64 { return s.ring[(s.head+i)%len(s.ring)] }
 
-// StepSlidingLog applies a request of weight n at now to s, the state of
-// limit l, and returns the decision; an admitted request consumes from s.
-// The caller must serialise calls on one state.
-func (l *Limit) StepSlidingLog(s *SlidingLogState, now time.Time, n int64) Decision {
-	return l.stepSlidingLog(s, now, n, true)
-}
-
-// PeekSlidingLog returns the decision StepSlidingLog would return, leaving s
-// unchanged: a Store checks every limit of a policy this way before it
-// consumes from any.
-func (l *Limit) PeekSlidingLog(s *SlidingLogState, now time.Time, n int64) Decision {
-	return l.stepSlidingLog(s, now, n, false)
-}
-
-// stepSlidingLog applies a request of weight n at now to s (the state of
-// limit l); with commit false it only reads. An instant earlier than the
+// step applies a request of weight n at now to state i of st (st nil: a
+// fresh key's); with commit false it only reads. An instant earlier than the
 // newest entry is treated as that entry's instant.
 //
 // Memory: 8 bytes per admitted unit still in the window, at most
 // 8·Limit bytes per key (16·Limit in debt after a Charge), plus a 40-byte
 // header. The caller must serialise calls on one state.
-func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commit bool) Decision {
-	p := &l.sl
-	c, ok := weighted(n, l.cost, p.Limit)
+func (g *slidingLog) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) (d Decision) {
+	var fresh slidingLogState
+	s := stateAt(st, i, &fresh)
+	p := &g.SlidingLogParams
+	c, ok := weighted(n, p.Cost, p.Limit)
 	if !ok {
 		return never(p.Limit)
 	}
@@ -86,7 +131,7 @@ func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 	}
 	inWindow := int64(s.count - first)
 
-	d := Decision{Limit: p.Limit}
+	d = Decision{Limit: p.Limit}
 	newest, oldest := int64(0), t // oldest unit in the window after the step
 	if inWindow > 0 {
 		newest, oldest = s.at(s.count-1), s.at(first)
@@ -123,11 +168,10 @@ func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 	return d
 }
 
-// ChargeSlidingLog charges (n > 0) or refunds (n < 0) n units to s, the
-// state of limit l, at now, for a request reserved at reservedAt,
-// unconditionally, and returns the state's decision after it (see
-// Charger): never refused. The limit's Cost is not applied. The caller
-// must serialise calls on one state.
+// charge charges (n > 0) or refunds (n < 0) n units to state i of st at
+// now, for a request reserved at reservedAt, unconditionally, and returns
+// the state's decision after it (see Charger): never refused. The limit's
+// Cost is not applied.
 //
 // A charge adds n entries at the reservation instant while it is still in
 // the window (t − Window, t], exactly as charging them with the
@@ -149,8 +193,10 @@ func (l *Limit) stepSlidingLog(s *SlidingLogState, now time.Time, n int64, commi
 // older entries than its own: it errs towards the limit.
 //
 // It allocates only when the log grows past its ring (as Decide does).
-func (l *Limit) ChargeSlidingLog(s *SlidingLogState, now, reservedAt time.Time, n int64) Decision {
-	p := &l.sl
+func (g *slidingLog) charge(st States, i int, now, reservedAt time.Time, n int64) Decision {
+	var fresh slidingLogState
+	s := stateAt(st, i, &fresh)
+	p := &g.SlidingLogParams
 	u := chargeUnits(n, 2*p.Limit+1)
 	w := int64(p.Window)
 	t := nanos(now)
@@ -178,12 +224,12 @@ func (l *Limit) ChargeSlidingLog(s *SlidingLogState, now, reservedAt time.Time, 
 			s.remove(r, int(u))
 		}
 	}
-	return chargeReport(l.stepSlidingLog(s, now, 0, false), capped)
+	return chargeReport(g.step(st, i, nil, now, 0, false), capped)
 }
 
 // search returns the position of the first entry after t (after is
 // false: at or after t).
-func (s *SlidingLogState) search(t int64, after bool) int {
+func (s *slidingLogState) search(t int64, after bool) int {
 	lo, hi := 0, s.count
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -199,7 +245,7 @@ func (s *SlidingLogState) search(t int64, after bool) int {
 // insert adds c entries at t after every entry at or before t, keeping the
 // ring in time order, and grows it up to capacity entries (count + c must
 // fit).
-func (s *SlidingLogState) insert(t int64, c, capacity int) {
+func (s *slidingLogState) insert(t int64, c, capacity int) {
 	if c <= 0 {
 		return
 	}
@@ -217,7 +263,7 @@ func (s *SlidingLogState) insert(t int64, c, capacity int) {
 }
 
 // remove deletes up to c entries, the oldest at or after t.
-func (s *SlidingLogState) remove(t int64, c int) {
+func (s *slidingLogState) remove(t int64, c int) {
 	at := s.search(t, false)
 	c = min(c, s.count-at)
 	if c <= 0 {
@@ -229,13 +275,13 @@ func (s *SlidingLogState) remove(t int64, c int) {
 	}
 	s.count -= c
 	if s.count == 0 {
-		*s = SlidingLogState{}
+		*s = slidingLogState{}
 	}
 }
 
 // drop forgets the k oldest entries, and the ring when it is mostly empty:
 // a key that was busy once must not keep Limit×8 bytes for ever.
-func (s *SlidingLogState) drop(k int) {
+func (s *slidingLogState) drop(k int) {
 	if k == 0 {
 		return
 	}
@@ -243,7 +289,7 @@ func (s *SlidingLogState) drop(k int) {
 	s.count -= k
 	switch {
 	case s.count == 0:
-		*s = SlidingLogState{}
+		*s = slidingLogState{}
 	case len(s.ring) > 16 && s.count < len(s.ring)/4:
 		s.resize(len(s.ring) / 2)
 	}
@@ -251,7 +297,7 @@ func (s *SlidingLogState) drop(k int) {
 
 // push appends c entries at t, growing the ring by doubling (up to limit
 // entries), so that a key that never gets busy never pays for its limit.
-func (s *SlidingLogState) push(t int64, c, limit int) {
+func (s *slidingLogState) push(t int64, c, limit int) {
 	if need := s.count + c; need > len(s.ring) {
 		s.resize(min(limit, max(need, 2*len(s.ring), 4)))
 	}
@@ -261,18 +307,10 @@ func (s *SlidingLogState) push(t int64, c, limit int) {
 	}
 }
 
-func (s *SlidingLogState) resize(size int) {
+func (s *slidingLogState) resize(size int) {
 	r := make([]int64, size)
 	for i := range s.count {
 		r[i] = s.at(i)
 	}
 	s.ring, s.head = r, 0
-}
-
-// SlidingLogIdleAt returns when every entry of s has left the window.
-func (l *Limit) SlidingLogIdleAt(s *SlidingLogState) time.Time {
-	if s.count == 0 {
-		return time.Time{}
-	}
-	return instant(satAdd(s.at(s.count-1), int64(l.sl.Window)))
 }

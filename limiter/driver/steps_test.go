@@ -15,33 +15,40 @@ func at(d time.Duration) time.Time { return t0.Add(d) }
 type stepper func(now time.Time, n int64) Decision
 
 // newStepper returns a stepper over a fresh state of l, committing as a
-// Store does.
-func newStepper(l Limit) stepper {
-	switch l.alg {
-	case TokenBucket:
-		var s TokenBucketState
-		return func(now time.Time, n int64) Decision { return l.StepTokenBucket(&s, now, n) }
-	case FixedWindow:
-		var s FixedWindowState
-		return func(now time.Time, n int64) Decision { return l.StepFixedWindow(&s, now, n) }
-	case SlidingLog:
-		var s SlidingLogState
-		return func(now time.Time, n int64) Decision { return l.StepSlidingLog(&s, now, n) }
-	case SlidingWindow:
-		var slot int64
-		counts := make([]uint32, l.SlidingWindowCounters())
-		return func(now time.Time, n int64) Decision {
-			return l.StepSlidingWindow(SlidingWindowState{&slot, counts}, now, n)
-		}
-	case LeakyBucket:
-		// Without a store's queue: the direct releases only.
-		var s LeakyBucketState
-		return func(now time.Time, n int64) Decision {
-			return l.StepLeakyBucket(&s, nil, now, n)
-		}
-	}
-	panic("unknown algorithm")
+// Store does (without a queue: a leaky bucket's direct releases only).
+func newStepper(l Limit) stepper { return newKey(l).step }
+
+// key is one client key's state of a limit, kept as a Store keeps it: in
+// States the limit made.
+type key struct {
+	l  *Limit
+	st States
 }
+
+func newKey(l Limit) *key { return &key{&l, l.NewStates(1)} }
+
+func (k *key) step(now time.Time, n int64) Decision { return k.l.Step(k.st, 0, nil, now, n) }
+
+func (k *key) peek(now time.Time, n int64) Decision { return k.l.Peek(k.st, 0, nil, now, n) }
+
+func (k *key) charge(now, reservedAt time.Time, n int64) Decision {
+	return k.l.Charge(k.st, 0, now, reservedAt, n)
+}
+
+func (k *key) idleAt() time.Time { return k.l.IdleAt(k.st, 0, nil) }
+
+// clone returns a copy of k's state (sharing a sliding log's entries).
+func (k *key) clone() *key {
+	st := k.st.Make(1)
+	st.Copy(0, k.st, 0)
+	return &key{k.l, st}
+}
+
+// log returns a sliding log's state.
+func (k *key) log() *slidingLogState { return &k.st.(array[slidingLogState])[0] }
+
+// window returns a sliding window's state.
+func (k *key) window() slidingWindowState { return k.l.a.(*slidingWindow).state(k.st, 0, nil) }
 
 // step is one row of a step table: a request at t of weight n, and what the
 // decision must be. retry and remaining are checked always; reset only when
@@ -275,11 +282,11 @@ func TestLeakyBucketStepsNoQueue(t *testing.T) {
 		{t: 50 * ms, allowed: false, retry: 150 * ms, reset: 200 * ms}, // time going backwards
 	})
 	q := must(NewLeakyBucket(LeakyBucketParams{Rate: Rate{10, time.Second}, Queue: 2, MaxWait: time.Second}))
-	var s LeakyBucketState
-	if d := q.StepLeakyBucket(&s, nil, at(0), 1); !d.Allowed || d.Delay != 0 {
+	s := newKey(q)
+	if d := s.step(at(0), 1); !d.Allowed || d.Delay != 0 {
 		t.Fatalf("first: %+v", d)
 	}
-	if d := q.StepLeakyBucket(&s, nil, at(30*ms), 1); !d.Allowed || d.Delay != 70*ms || d.Remaining != 1 {
+	if d := s.step(at(30*ms), 1); !d.Allowed || d.Delay != 70*ms || d.Remaining != 1 {
 		t.Errorf("second, the exit closed: %+v, want admitted with Delay 70ms, remaining 1", d)
 	}
 }

@@ -1,18 +1,21 @@
 package driver
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
 
-// TokenBucketParams configures a token bucket (docs/algorithms.md): the bucket holds up
-// to Burst tokens, starts full, and refills continuously at Rate. A request
-// of cost c is admitted iff the bucket holds at least c tokens, which it then
-// loses.
+// TokenBucketParams configures a token bucket (docs/algorithms.md): the
+// bucket holds up to Burst tokens, starts full, and refills continuously
+// at Rate. A request of cost c is admitted iff the bucket holds at least
+// c tokens, which it then loses; otherwise RetryAfter is the exact time
+// until it holds c. Memory: 16 bytes of state per key. The zero value is
+// not valid (it has no rate).
 type TokenBucketParams struct {
-	Rate  Rate  // refill rate; must be positive
+	Rate  Rate  // refill rate, tokens per period; must be valid
 	Burst int64 // capacity in tokens, 1..MaxCount
-	Cost  int64 // tokens per request; 0 means 1; at most Burst
+	Cost  int64 // tokens per request of weight 1; 0 means 1; at most Burst
 }
 
 // tokenBucket is TokenBucketParams compiled for exact arithmetic.
@@ -32,7 +35,7 @@ type tokenBucket struct {
 
 const nanoPerToken = 1_000_000_000
 
-// NewTokenBucket validates p and returns the limit.
+// NewTokenBucket validates p and returns the limit, or a *ParamError.
 func NewTokenBucket(p TokenBucketParams) (Limit, error) {
 	if err := p.Rate.validate(); err != nil {
 		return Limit{}, paramErr(TokenBucket, "rate", "%v", err)
@@ -47,7 +50,7 @@ func NewTokenBucket(p TokenBucketParams) (Limit, error) {
 	p.Cost = cost
 	earn := p.Rate.N * nanoPerToken
 	g := gcd(earn, int64(p.Rate.Per))
-	return Limit{alg: TokenBucket, cost: cost, tb: tokenBucket{
+	return Limit{alg: TokenBucket, cost: cost, a: &tokenBucket{
 		TokenBucketParams: p,
 		full:              p.Burst * nanoPerToken,
 		p:                 earn / g,
@@ -55,9 +58,73 @@ func NewTokenBucket(p TokenBucketParams) (Limit, error) {
 	}}, nil
 }
 
-// TokenBucketState is the state a Store keeps per key for a token bucket:
-// 16 bytes. Its zero value is a fresh, full bucket.
-type TokenBucketState struct {
+func (*tokenBucket) name() string { return "token_bucket" }
+
+func (*tokenBucket) keys() (takes, requires []string) {
+	return []string{"rate", "burst", "cost"}, []string{"rate"}
+}
+
+// build defaults burst to one period's worth of the rate ("10/s" → 10).
+func (*tokenBucket) build(s Spec) (Limit, error) {
+	burst := s.Burst
+	if s.unset("burst", burst) {
+		burst = s.Rate.N
+	}
+	return NewTokenBucket(TokenBucketParams{Rate: s.Rate, Burst: burst, Cost: s.Cost})
+}
+
+func (b *tokenBucket) params() any { return b.TokenBucketParams }
+
+// quota is the burst over the time it takes to refill.
+func (b *tokenBucket) quota() (int64, time.Duration) {
+	return b.Burst, time.Duration(mulDivCeil(b.Burst, int64(b.Rate.Per), b.Rate.N))
+}
+
+func (b *tokenBucket) describe() string { return fmt.Sprintf("rate=%v burst=%d", b.Rate, b.Burst) }
+
+// stateName: tokens mean the same under any rate and burst (a smaller
+// burst clamps them).
+func (b *tokenBucket) stateName() string { return "" }
+
+func (b *tokenBucket) scaled(s float64) (Limit, error) {
+	p := b.TokenBucketParams
+	p.Rate.N, p.Burst = scaleCount(p.Rate.N, s, MaxCount), scaleCount(p.Burst, s, MaxCount)
+	return NewTokenBucket(p)
+}
+
+// script returns the parameters of token_bucket in decide.lua: the bucket
+// earns p millionths of a token every q µs (N·10⁶/Per in lowest terms),
+// then burst and cost. Its content, in millionths up to burst·10⁶, and
+// p·q must stay below 2^53.
+func (b *tokenBucket) script() ([5]int64, error) {
+	per, err := scriptMicros(TokenBucket, b.Rate.Per, "the rate's period", "rate")
+	if err != nil {
+		return [5]int64{}, err
+	}
+	earn := b.Rate.N * 1_000_000 // millionths of a token per period
+	g := gcd(earn, per)
+	p, q := earn/g, per/g
+	if p > scriptExact/q || b.Burst > scriptExact/1_000_000/q {
+		return [5]int64{}, scriptTooBig(TokenBucket, "rate")
+	}
+	return [5]int64{p, q, b.Burst, b.Cost}, nil
+}
+
+func (b *tokenBucket) newStates(n int) States { return make(array[tokenBucketState], n) }
+
+// idleAt is when the bucket is full again.
+func (b *tokenBucket) idleAt(st States, i int, _ *Queue) time.Time {
+	var fresh tokenBucketState
+	s := stateAt(st, i, &fresh)
+	if s.last == 0 {
+		return time.Time{}
+	}
+	return instant(satAdd(unbias(s.last), mulDivCeil(max(0, b.full-s.tokens), b.q, b.p)))
+}
+
+// tokenBucketState is a token bucket's state of one key: 16 bytes. Its
+// zero value is a fresh, full bucket.
+type tokenBucketState struct {
 	last   uint64 // biased clock (see bias); 0 means never used
 	tokens int64  // nano-tokens at last
 }
@@ -69,32 +136,21 @@ func bias(ns int64) uint64 { return uint64(ns) ^ 1<<63 }
 
 func unbias(u uint64) int64 { return int64(u ^ 1<<63) }
 
-// StepTokenBucket applies a request of weight n at now to s, the state of
-// limit l, and returns the decision; an admitted request consumes from s.
-// The caller must serialise calls on one state.
-func (l *Limit) StepTokenBucket(s *TokenBucketState, now time.Time, n int64) Decision {
-	return l.stepTokenBucket(s, now, n, true)
-}
-
-// PeekTokenBucket returns the decision StepTokenBucket would return, leaving s
-// unchanged: a Store checks every limit of a policy this way before it
-// consumes from any.
-func (l *Limit) PeekTokenBucket(s *TokenBucketState, now time.Time, n int64) Decision {
-	return l.stepTokenBucket(s, now, n, false)
-}
-
-// stepTokenBucket applies a request of weight n at now to s (the state of
-// limit l) and returns the decision. With commit false, s is left unchanged
-// and the decision says what committing would do (a Store uses it to check
-// every limit of a policy before consuming from any). Time going backwards
-// is treated as the latest instant s has seen, so the same refill is never
-// credited twice.
+// step applies a request of weight n at now to state i of st (st nil: a
+// fresh key's, only read) and returns the decision. With commit false,
+// the state is left unchanged and the decision says what committing would
+// do (a Store uses it to check every limit of a policy before consuming
+// from any). Time going backwards is treated as the latest instant the
+// state has seen, so the same refill is never credited twice. The result
+// is named so that it is built where the caller reads it, not copied
+// there.
 //
 // Memory: 16 bytes per key. The caller must serialise calls on one state.
-func (l *Limit) stepTokenBucket(s *TokenBucketState, now time.Time, n int64, commit bool) Decision {
-	b := &l.tb
+func (b *tokenBucket) step(st States, i int, _ *Queue, now time.Time, n int64, commit bool) (d Decision) {
+	var fresh tokenBucketState
+	s := stateAt(st, i, &fresh)
 	t := nanos(now)
-	c, ok := weighted(n, l.cost, b.Burst)
+	c, ok := weighted(n, b.Cost, b.Burst)
 	if !ok {
 		return never(b.Burst)
 	}
@@ -121,7 +177,7 @@ func (l *Limit) stepTokenBucket(s *TokenBucketState, now time.Time, n int64, com
 	// the bucket is full; avail is its floor.
 	avail := min(b.full, tokens+mulDiv(t-last, b.p, b.q))
 
-	d := Decision{Limit: b.Burst}
+	d = Decision{Limit: b.Burst}
 	if avail >= cn {
 		d.Allowed = true
 		tokens -= cn
@@ -144,10 +200,9 @@ func (l *Limit) stepTokenBucket(s *TokenBucketState, now time.Time, n int64, com
 	return d
 }
 
-// ChargeTokenBucket charges (n > 0) or refunds (n < 0) n tokens to s,
-// the state of limit l, at now, unconditionally, and returns the state's
-// decision after it (see Charger): never refused. The limit's Cost is not
-// applied. The caller must serialise calls on one state.
+// charge charges (n > 0) or refunds (n < 0) n tokens to state i of st at
+// now, unconditionally, and returns the state's decision after it (see
+// Charger): never refused. The limit's Cost is not applied.
 //
 // A charge takes the tokens even past empty: the bucket goes into debt,
 // which it refills at its rate like any deficit, so a later request of c
@@ -164,12 +219,13 @@ func (l *Limit) stepTokenBucket(s *TokenBucketState, now time.Time, n int64, com
 // takes more than charging at the reservation would have (it errs
 // towards the limit), and a late refund can give back up to |n| tokens
 // more (never more than the reservation took, never above Burst).
-func (l *Limit) ChargeTokenBucket(s *TokenBucketState, now, _ time.Time, n int64) Decision {
-	b := &l.tb
+func (b *tokenBucket) charge(st States, i int, now, _ time.Time, n int64) Decision {
+	var fresh tokenBucketState
+	s := stateAt(st, i, &fresh)
 	u := chargeUnits(n, 2*b.Burst+1) * nanoPerToken
 	capped := false
 	if s.last != 0 || n > 0 {
-		// Advance to t as stepTokenBucket does.
+		// Advance to t as step does.
 		t := nanos(now)
 		last, tokens := t, b.full
 		if s.last != 0 {
@@ -204,18 +260,7 @@ func (l *Limit) ChargeTokenBucket(s *TokenBucketState, now, _ time.Time, n int64
 		s.last, s.tokens = bias(last), tokens
 	}
 	// A fresh bucket refunded stays fresh (and is not stored).
-	return chargeReport(l.stepTokenBucket(s, now, 0, false), capped)
-}
-
-// TokenBucketIdleAt returns when s will be a full bucket again if nothing
-// arrives: from then on s equals a fresh key's state and a Store may forget
-// it. A fresh state returns the zero Time.
-func (l *Limit) TokenBucketIdleAt(s *TokenBucketState) time.Time {
-	if s.last == 0 {
-		return time.Time{}
-	}
-	b := &l.tb
-	return instant(satAdd(unbias(s.last), mulDivCeil(max(0, b.full-s.tokens), b.q, b.p)))
+	return chargeReport(b.step(st, i, nil, now, 0, false), capped)
 }
 
 // Never is the RetryAfter of a request that no wait can admit: its weight

@@ -182,8 +182,12 @@ func chargeModelTraces(t *testing.T, newStore NewStore, o Options) {
 		seeds = o.Seeds
 	}
 	periods := []time.Duration{time.Second, time.Minute, 7 * time.Second, 250 * time.Millisecond, 3 * time.Second}
-	for _, alg := range []limiter.Algorithm{limiter.TokenBucket, limiter.FixedWindow, limiter.SlidingLog, limiter.SlidingWindow} {
+	for _, alg := range limiter.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
+			draw := modelOf(t, alg).draw
+			if draw == nil {
+				t.Skip("no model: its queue is tested by RunLeakyQueue and RunLeakyVirtual")
+			}
 			if o.Parallel {
 				t.Parallel()
 			}
@@ -197,32 +201,9 @@ func chargeModelTraces(t *testing.T, newStore NewStore, o Options) {
 					cost = 1 + rng.Int64N(min(capacity, 3))
 				}
 				period := periods[rng.IntN(len(periods))]
-				var lim limiter.Limit
-				var newModel func() chargeModel
-				var grid, window int64
-				switch alg {
-				case limiter.TokenBucket:
-					p := limiter.TokenBucketParams{Rate: limiter.Rate{N: 1 + rng.Int64N(20), Per: period}, Burst: capacity, Cost: cost}
-					lim = must(t)(limiter.NewTokenBucket(p))
-					newModel = func() chargeModel { return &tbModel{p: p} }
-					grid = int64(p.Rate.Per) / p.Rate.N
-					window = int64(p.Rate.Per) * capacity / p.Rate.N
-				case limiter.FixedWindow:
-					p := limiter.FixedWindowParams{Limit: capacity, Window: period, Cost: cost}
-					lim = must(t)(limiter.NewFixedWindow(p))
-					newModel = func() chargeModel { return &fwModel{p: p} }
-					grid, window = int64(period), int64(period)
-				case limiter.SlidingLog:
-					p := limiter.SlidingLogParams{Limit: capacity, Window: period, Cost: cost}
-					lim = must(t)(limiter.NewSlidingLog(p))
-					newModel = func() chargeModel { return &slModel{p: p} }
-					grid, window = int64(period), int64(period)
-				case limiter.SlidingWindow:
-					slots := []int{1, 2, 3, 6}[rng.IntN(4)]
-					p := limiter.SlidingWindowParams{Limit: capacity, Window: period * time.Duration(slots), Slots: slots, Cost: cost}
-					lim = must(t)(limiter.NewSlidingWindow(p))
-					newModel = func() chargeModel { return &swModel{p: p} }
-					grid, window = int64(period), int64(period)*int64(slots)
+				lim, newModel, grid, window, err := draw(rng, capacity, cost, period)
+				if err != nil {
+					t.Fatal(err)
 				}
 				l := mustNew(t, store, fmt.Sprintf("charge-model-%d", seed), lim)
 				models := map[string]chargeModel{}

@@ -240,8 +240,12 @@ func RunModel(t *testing.T, newStore NewStore, o Options) {
 		seeds = o.Seeds
 	}
 	periods := []time.Duration{time.Second, time.Minute, 7 * time.Second, time.Hour, 250 * time.Millisecond, 3 * time.Second}
-	for _, alg := range []limiter.Algorithm{limiter.TokenBucket, limiter.FixedWindow, limiter.SlidingLog, limiter.SlidingWindow} {
+	for _, alg := range limiter.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
+			draw := modelOf(t, alg).draw
+			if draw == nil {
+				t.Skip("no model: its queue is tested by RunLeakyQueue and RunLeakyVirtual")
+			}
 			if o.Parallel {
 				t.Parallel()
 			}
@@ -255,31 +259,9 @@ func RunModel(t *testing.T, newStore NewStore, o Options) {
 					cost = 1 + rng.Int64N(min(capacity, 3))
 				}
 				period := periods[rng.IntN(len(periods))]
-				var lim limiter.Limit
-				var newModel func() model
-				var grid int64 // the time scale edges fall on
-				switch alg {
-				case limiter.TokenBucket:
-					p := limiter.TokenBucketParams{Rate: limiter.Rate{N: 1 + rng.Int64N(20), Per: period}, Burst: capacity, Cost: cost}
-					lim = must(t)(limiter.NewTokenBucket(p))
-					newModel = func() model { return &tbModel{p: p} }
-					grid = int64(p.Rate.Per) / p.Rate.N
-				case limiter.FixedWindow:
-					p := limiter.FixedWindowParams{Limit: capacity, Window: period, Cost: cost}
-					lim = must(t)(limiter.NewFixedWindow(p))
-					newModel = func() model { return &fwModel{p: p} }
-					grid = int64(period)
-				case limiter.SlidingLog:
-					p := limiter.SlidingLogParams{Limit: capacity, Window: period, Cost: cost}
-					lim = must(t)(limiter.NewSlidingLog(p))
-					newModel = func() model { return &slModel{p: p} }
-					grid = int64(period)
-				case limiter.SlidingWindow:
-					slots := []int{1, 2, 3, 6, 10}[rng.IntN(5)]
-					p := limiter.SlidingWindowParams{Limit: capacity, Window: period * time.Duration(slots), Slots: slots, Cost: cost}
-					lim = must(t)(limiter.NewSlidingWindow(p))
-					newModel = func() model { return &swModel{p: p} }
-					grid = int64(period)
+				lim, newModel, grid, _, err := draw(rng, capacity, cost, period)
+				if err != nil {
+					t.Fatal(err)
 				}
 				l := mustNew(t, store, fmt.Sprintf("model-%d", seed), lim)
 				models := map[string]model{}

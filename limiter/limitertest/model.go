@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/rand/v2"
 	"slices"
+	"testing"
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
@@ -28,6 +30,65 @@ type result struct {
 
 type model interface {
 	allow(now int64, units int64) result
+}
+
+// modelsByAlgorithm holds, for every algorithm, how RunModel and
+// RunCharge draw a random limit of it and the model that limit's
+// decisions must agree with; a new algorithm's model goes here, beside
+// its model type. The leaky bucket has none: its real queue is tested
+// against its schedule instead (RunLeakyQueue, RunLeakyVirtual), and its
+// decisions step by step.
+var modelsByAlgorithm = map[limiter.Algorithm]modelled{
+	limiter.TokenBucket:   {drawTokenBucket},
+	limiter.LeakyBucket:   {},
+	limiter.FixedWindow:   {drawFixedWindow},
+	limiter.SlidingLog:    {drawSlidingLog},
+	limiter.SlidingWindow: {drawSlidingWindow},
+}
+
+// modelled is an algorithm as the model traces see it.
+type modelled struct {
+	// draw returns a limit of the algorithm of the given capacity (a
+	// burst or a limit), cost and period (of its rate, window or slot),
+	// drawing what else it needs from rng, with its model; grid is the
+	// time scale its edges fall on, window how long a reservation counts.
+	// nil for an algorithm without a model.
+	draw func(rng *rand.Rand, capacity, cost int64, period time.Duration) (lim limiter.Limit, m func() chargeModel, grid, window int64, err error)
+}
+
+func drawTokenBucket(rng *rand.Rand, capacity, cost int64, period time.Duration) (limiter.Limit, func() chargeModel, int64, int64, error) {
+	p := limiter.TokenBucketParams{Rate: limiter.Rate{N: 1 + rng.Int64N(20), Per: period}, Burst: capacity, Cost: cost}
+	lim, err := limiter.NewTokenBucket(p)
+	return lim, func() chargeModel { return &tbModel{p: p} }, int64(p.Rate.Per) / p.Rate.N, int64(p.Rate.Per) * capacity / p.Rate.N, err
+}
+
+func drawFixedWindow(_ *rand.Rand, capacity, cost int64, period time.Duration) (limiter.Limit, func() chargeModel, int64, int64, error) {
+	p := limiter.FixedWindowParams{Limit: capacity, Window: period, Cost: cost}
+	lim, err := limiter.NewFixedWindow(p)
+	return lim, func() chargeModel { return &fwModel{p: p} }, int64(period), int64(period), err
+}
+
+func drawSlidingLog(_ *rand.Rand, capacity, cost int64, period time.Duration) (limiter.Limit, func() chargeModel, int64, int64, error) {
+	p := limiter.SlidingLogParams{Limit: capacity, Window: period, Cost: cost}
+	lim, err := limiter.NewSlidingLog(p)
+	return lim, func() chargeModel { return &slModel{p: p} }, int64(period), int64(period), err
+}
+
+func drawSlidingWindow(rng *rand.Rand, capacity, cost int64, period time.Duration) (limiter.Limit, func() chargeModel, int64, int64, error) {
+	slots := []int{1, 2, 3, 6, 10}[rng.IntN(5)]
+	p := limiter.SlidingWindowParams{Limit: capacity, Window: period * time.Duration(slots), Slots: slots, Cost: cost}
+	lim, err := limiter.NewSlidingWindow(p)
+	return lim, func() chargeModel { return &swModel{p: p} }, int64(period), int64(period) * int64(slots), err
+}
+
+// modelOf returns alg's entry in modelsByAlgorithm, failing t if it has none.
+func modelOf(t *testing.T, alg limiter.Algorithm) modelled {
+	t.Helper()
+	m, ok := modelsByAlgorithm[alg]
+	if !ok {
+		t.Fatalf("%v has no entry in limitertest's modelsByAlgorithm (model.go)", alg)
+	}
+	return m
 }
 
 // chargeModel is a model that can also be charged after the fact

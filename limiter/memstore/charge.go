@@ -44,81 +44,27 @@ func (s *Store) Charge(_ context.Context, limits []driver.Limit, keys driver.Key
 }
 
 // charge applies one limit's charge to the key with hash h. A key absent
-// is a fresh state: a charge inserts it, a refund only reads a zero value.
+// is a fresh state: a charge inserts it, a refund only reads it.
 // Requires sh.mu held.
 func (s *Store) charge(sh *shard, id int32, lim *driver.Limit, h uint64, now, reservedAt time.Time, n int64) driver.Decision {
-	t := sh.tablesFor(id)
+	t := sh.table(id)
+	if t == nil {
+		t = sh.addTable(id, lim)
+	}
 	if t.lim != lim {
 		t.lim = lim // the janitor reads the latest parameters
 	}
-	ns := now.UnixNano()
-	switch lim.Algorithm() {
-	case limiter.TokenBucket:
-		st, w := get(&t.tb, h)
-		if st == nil {
-			if n <= 0 {
-				var fresh driver.TokenBucketState
-				return lim.ChargeTokenBucket(&fresh, now, reservedAt, n)
-			}
-			st, w = add(s, sh, &t.tb, h, ns)
-		}
-		if n > 0 {
-			counted(w)
-		}
-		return lim.ChargeTokenBucket(st, now, reservedAt, n)
-	case limiter.FixedWindow:
-		st, w := get(&t.fw, h)
-		if st == nil {
-			if n <= 0 {
-				var fresh driver.FixedWindowState
-				return lim.ChargeFixedWindow(&fresh, now, reservedAt, n)
-			}
-			st, w = add(s, sh, &t.fw, h, ns)
-		}
-		if n > 0 {
-			counted(w)
-		}
-		return lim.ChargeFixedWindow(st, now, reservedAt, n)
-	case limiter.SlidingLog:
-		st, w := get(&t.sl, h)
-		if st == nil {
-			if n <= 0 {
-				var fresh driver.SlidingLogState
-				return lim.ChargeSlidingLog(&fresh, now, reservedAt, n)
-			}
-			st, w = add(s, sh, &t.sl, h, ns)
-		}
-		if n > 0 {
-			counted(w)
-		}
-		return lim.ChargeSlidingLog(st, now, reservedAt, n)
-	case limiter.SlidingWindow:
-		k := lim.SlidingWindowCounters()
-		switch {
-		case k <= 2:
-			return chargeWindow(s, sh, &t.sw2, lim, h, now, reservedAt, ns, n)
-		case k <= 8:
-			return chargeWindow(s, sh, &t.sw8, lim, h, now, reservedAt, ns, n)
-		default:
-			return chargeWindow(s, sh, &t.sw65, lim, h, now, reservedAt, ns, n)
-		}
-	}
-	return driver.Decision{} // unreachable: CheckCharge refused the rest
-}
-
-// chargeWindow is charge for sliding windows, whose states differ only in
-// how many counters they hold inline.
-func chargeWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *driver.Limit, h uint64, now, reservedAt time.Time, ns, n int64) driver.Decision {
-	st, w := get(tab, h)
-	if st == nil {
+	i, ok := t.find(h)
+	if !ok {
 		if n <= 0 {
-			var fresh S
-			return lim.ChargeSlidingWindow(view(&fresh, lim), now, reservedAt, n)
+			return lim.Charge(nil, 0, now, reservedAt, n)
 		}
-		st, w = add(s, sh, tab, h, ns)
+		if i, ok = s.add(sh, t, h, now.UnixNano()); !ok {
+			return lim.Charge(lim.NewStates(1), 0, now, reservedAt, n) // not remembered
+		}
 	}
 	if n > 0 {
-		counted(w)
+		counted(&t.words[i])
 	}
-	return lim.ChargeSlidingWindow(view(st, lim), now, reservedAt, n)
+	return lim.Charge(t.states, i, now, reservedAt, n)
 }

@@ -48,7 +48,7 @@ func (s *Store) Sweep(now time.Time) int {
 func (sh *shard) sweepLocked(cut int64) int {
 	dropped := 0
 	for _, t := range sh.tabs {
-		if t == nil || t.lim == nil {
+		if t == nil {
 			continue
 		}
 		for i := 0; i < t.size(); {
@@ -97,9 +97,9 @@ func (sh *shard) sweepLocked(cut int64) int {
 // eviction. It reports false if nothing could be dropped (every sampled
 // entry is a busy leaky-bucket queue). Requires sh.mu held.
 func (s *Store) evict(sh *shard, h uint64, now int64) bool {
-	var best *tables
+	var best *table
 	for _, t := range sh.tabs {
-		if t != nil && t.lim != nil && (best == nil || t.count() > best.count()) {
+		if t != nil && (best == nil || t.count() > best.count()) {
 			best = t
 		}
 	}

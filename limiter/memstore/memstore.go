@@ -2,8 +2,11 @@
 //
 // State is sharded by a hash of the client key: each shard has its own lock
 // and, per limit, a compact open-addressing table whose slots hold the
-// algorithm's state inline (24 bytes a key for a token bucket, fixed window
-// or two-counter sliding window). All limits of one client key live in the
+// algorithm's state inline, in the layout the limit gives it
+// (driver.States: 24 bytes a key for a token bucket, fixed window or
+// two-counter sliding window). Nothing in the store depends on the
+// algorithm but the leaky bucket's real queue, which a queued limit
+// (driver.Limit.Queued) gets. All limits of one client key live in the
 // same shard, so a policy with several limits is decided under one lock, and
 // a request rejected by any limit consumes nothing from the others. There is
 // no global lock on the decision path.
@@ -21,7 +24,6 @@ package memstore
 import (
 	"context"
 	"hash/maphash"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -98,40 +100,10 @@ type shard struct {
 	waiters    map[uint64]*waiter
 	ticketBase uint64
 	nextTicket uint64
-	tabs       []*tables // by limit index; nil until the limit is used here
-	sweptAt    int64     // Unix ns of evict's last sweep of this shard
-	_          [64]byte  // keep shards' locks on separate cache lines
+	tabs       []*table // by limit index; nil until the limit is used here
+	sweptAt    int64    // Unix ns of evict's last sweep of this shard
+	_          [64]byte // keep shards' locks on separate cache lines
 }
-
-// tables holds one limit's state in one shard. Only the table of the
-// limit's algorithm (and, for sliding windows, its slot count) is used.
-type tables struct {
-	lim  *driver.Limit // the parameters last used, for the janitor
-	tb   table[driver.TokenBucketState]
-	fw   table[driver.FixedWindowState]
-	sl   table[driver.SlidingLogState]
-	lb   table[leakyEntry]
-	sw2  table[swCounts2]
-	sw8  table[swCounts8]
-	sw65 table[swCounts65]
-}
-
-// Sliding-window states with inline counters, sized for the slot counts
-// SlidingWindowCounters asks for: 2 (slots = 1), up to 8, up to 65.
-type (
-	swCounts2 struct {
-		slot int64
-		c    [2]uint32
-	}
-	swCounts8 struct {
-		slot int64
-		c    [8]uint32
-	}
-	swCounts65 struct {
-		slot int64
-		c    [limiter.MaxSlots + 1]uint32
-	}
-)
 
 // New returns an empty store.
 func New(o Options) *Store {
@@ -175,17 +147,23 @@ func (s *Store) hash(key string) uint64 {
 
 func (s *Store) shardOf(h uint64) *shard { return &s.shards[s.shardIndex(h)] }
 
-// tablesFor returns the shard's tables for limit index id, creating them.
+// table returns the shard's table of limit index id, nil if the limit
+// has none here yet (addTable). Requires sh.mu held.
+func (sh *shard) table(id int32) *table {
+	if int(id) < len(sh.tabs) {
+		return sh.tabs[id]
+	}
+	return nil
+}
+
+// addTable creates the shard's table of limit index id for lim.
 // Requires sh.mu held.
-func (sh *shard) tablesFor(id int32) *tables {
+func (sh *shard) addTable(id int32, lim *driver.Limit) *table {
 	if int(id) >= len(sh.tabs) {
-		sh.tabs = append(sh.tabs, make([]*tables, int(id)+1-len(sh.tabs))...)
+		sh.tabs = append(sh.tabs, make([]*table, int(id)+1-len(sh.tabs))...)
 	}
-	t := sh.tabs[id]
-	if t == nil {
-		t = &tables{}
-		sh.tabs[id] = t
-	}
+	t := newTable(lim)
+	sh.tabs[id] = t
 	return t
 }
 
@@ -305,190 +283,78 @@ func (s *Store) Reset(_ context.Context, limits []driver.Limit, key string) erro
 	defer sh.mu.Unlock()
 	for i := range limits {
 		id := s.handle(&limits[i])
-		if int(id) >= len(sh.tabs) || sh.tabs[id] == nil || sh.tabs[id].lim == nil {
+		t := sh.table(id)
+		if t == nil {
 			continue
 		}
-		t := sh.tabs[id]
-		for p := 0; p < t.size(); p++ {
-			if t.hashAt(p) == h {
-				t.deleteAt(p)
-				sh.keys--
-				break
-			}
+		if p, ok := t.find(h); ok {
+			t.deleteAt(p)
+			sh.keys--
 		}
 	}
 	return nil
 }
 
-// handle returns the index of lim's tables: its state name's number.
+// handle returns the index of lim's table: its state name's number.
 func (s *Store) handle(lim *driver.Limit) int32 { return int32(lim.StateID()) }
 
 // step applies one limit to the key with hash h. Without commit it only
-// reads. An absent key is a fresh state: read from a zero value, and
-// inserted only when committing an admission. Requires sh.mu held.
-//
-// The cases repeat one pattern with a different state type on purpose: a
-// helper taking the step as a closure cost about 10 ns a decision
-// (BenchmarkHotKey), an eighth of the whole.
+// reads. An absent key is a fresh state: read as such, and inserted only
+// when committing an admission. A queued limit's key has its queue
+// described to the step, and a request admitted with a Delay is queued.
+// Requires sh.mu held.
 func (s *Store) step(sh *shard, id int32, lim *driver.Limit, h uint64, now time.Time, n int64, commit bool) driver.Decision {
-	t := sh.tablesFor(id)
+	t := sh.table(id)
+	if t == nil {
+		t = sh.addTable(id, lim)
+	}
 	if t.lim != lim {
 		t.lim = lim // the janitor reads the latest parameters
 	}
-	ns := now.UnixNano()
-	switch lim.Algorithm() {
-	case limiter.TokenBucket:
-		st, w := get(&t.tb, h)
-		if st == nil {
-			var fresh driver.TokenBucketState
-			if d := lim.PeekTokenBucket(&fresh, now, n); !commit || !d.Allowed {
-				return d
-			}
-			st, w = add(s, sh, &t.tb, h, ns)
-		}
-		if !commit {
-			return lim.PeekTokenBucket(st, now, n)
-		}
-		d := lim.StepTokenBucket(st, now, n)
-		if d.Allowed {
-			counted(w)
-		}
-		return d
-	case limiter.FixedWindow:
-		st, w := get(&t.fw, h)
-		if st == nil {
-			var fresh driver.FixedWindowState
-			if d := lim.PeekFixedWindow(&fresh, now, n); !commit || !d.Allowed {
-				return d
-			}
-			st, w = add(s, sh, &t.fw, h, ns)
-		}
-		if !commit {
-			return lim.PeekFixedWindow(st, now, n)
-		}
-		d := lim.StepFixedWindow(st, now, n)
-		if d.Allowed {
-			counted(w)
-		}
-		return d
-	case limiter.SlidingLog:
-		st, w := get(&t.sl, h)
-		if st == nil {
-			var fresh driver.SlidingLogState
-			if d := lim.PeekSlidingLog(&fresh, now, n); !commit || !d.Allowed {
-				return d
-			}
-			st, w = add(s, sh, &t.sl, h, ns)
-		}
-		if !commit {
-			return lim.PeekSlidingLog(st, now, n)
-		}
-		d := lim.StepSlidingLog(st, now, n)
-		if d.Allowed {
-			counted(w)
-		}
-		return d
-	case limiter.LeakyBucket:
-		st, w := get(&t.lb, h)
-		if st == nil {
-			var fresh leakyEntry
-			if d := lim.PeekLeakyBucket(&fresh.s, nil, now, n); !commit || !d.Allowed {
-				return d
-			}
-			st, w = add(s, sh, &t.lb, h, ns)
-		}
-		var q *driver.LeakyQueue
-		var v driver.LeakyQueue
-		if st.q != nil && s.virtualQ {
-			st.q.advance(ns)
-		}
-		if st.q != nil {
-			v = st.view(ns, lim.LeakyBucket().Queue)
-			q = &v
-		}
-		if !commit {
-			return lim.PeekLeakyBucket(&st.s, q, now, n)
-		}
-		d := lim.StepLeakyBucket(&st.s, q, now, n)
-		if d.Allowed {
-			counted(w)
-		}
-		if d.Allowed && d.Delay > 0 {
-			d.Ticket = st.enqueue(s, sh, ns, d.Delay, lim.LeakyBucketSpacing(n))
-		}
-		return d
-	case limiter.SlidingWindow:
-		k := lim.SlidingWindowCounters()
-		switch {
-		case k <= 2:
-			return stepWindow(s, sh, &t.sw2, lim, h, now, ns, n, commit)
-		case k <= 8:
-			return stepWindow(s, sh, &t.sw8, lim, h, now, ns, n, commit)
-		default:
-			return stepWindow(s, sh, &t.sw65, lim, h, now, ns, n, commit)
-		}
-	}
-	return driver.Decision{}
-}
-
-// stepWindow is step for sliding windows, whose states differ only in how
-// many counters they hold inline.
-func stepWindow[S swCounts2 | swCounts8 | swCounts65](s *Store, sh *shard, tab *table[S], lim *driver.Limit, h uint64, now time.Time, ns, n int64, commit bool) driver.Decision {
-	st, w := get(tab, h)
-	if st == nil {
-		var fresh S
-		if d := lim.PeekSlidingWindow(view(&fresh, lim), now, n); !commit || !d.Allowed {
+	i, ok := t.find(h)
+	if !ok {
+		if d := lim.Peek(nil, 0, nil, now, n); !commit || !d.Allowed {
 			return d
 		}
-		st, w = add(s, sh, tab, h, ns)
+		// A fresh key whose request is admitted: no queue to describe,
+		// and no Delay (nobody waits ahead of it).
+		if i, ok = s.add(sh, t, h, now.UnixNano()); !ok {
+			return lim.Step(lim.NewStates(1), 0, nil, now, n) // not remembered
+		}
+	}
+	var q *driver.Queue
+	if wq := t.queueAt(i); wq != nil {
+		ns := now.UnixNano()
+		if s.virtualQ {
+			wq.advance(ns)
+		}
+		q = wq.describe(ns, lim.QueueSize())
 	}
 	if !commit {
-		return lim.PeekSlidingWindow(view(st, lim), now, n)
+		return lim.Peek(t.states, i, q, now, n)
 	}
-	d := lim.StepSlidingWindow(view(st, lim), now, n)
+	d := lim.Step(t.states, i, q, now, n)
 	if d.Allowed {
-		counted(w)
+		counted(&t.words[i])
+		if d.Delay > 0 {
+			d.Ticket = t.enqueue(s, sh, i, now.UnixNano(), d.Delay, lim.Spacing(n))
+		}
 	}
 	return d
 }
 
-// view returns the limiter's view of an inline sliding-window state.
-func view[S swCounts2 | swCounts8 | swCounts65](st *S, lim *driver.Limit) driver.SlidingWindowState {
-	k := lim.SlidingWindowCounters()
-	switch st := any(st).(type) {
-	case *swCounts2:
-		return driver.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
-	case *swCounts8:
-		return driver.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
-	case *swCounts65:
-		return driver.SlidingWindowState{Slot: &st.slot, Counts: st.c[:k]}
-	}
-	panic("unreachable")
-}
-
-// get returns h's state in tab and its slot's word (for counted), or nil
-// if h is absent. Both stay valid until tab's next insert.
-func get[S any](tab *table[S], h uint64) (*S, *uint64) {
-	if i, ok := tab.find(h); ok {
-		return &tab.slots[i].s, &tab.slots[i].h
-	}
-	return nil, nil
-}
-
-// add inserts h into tab with a zero (fresh) state and a request count of
-// 0, evicting first if the shard is full, and returns the state and its
-// slot's word (for counted). If nothing can be evicted it returns a state
-// that is not remembered, and a nil word, rather than exceed the bound.
-// Requires sh.mu held.
-func add[S any](s *Store, sh *shard, tab *table[S], h uint64, now int64) (*S, *uint64) {
+// add inserts h into t with a fresh state and a request count of 0,
+// evicting first if the shard is full, and returns its position. If
+// nothing can be evicted it returns false rather than exceed the bound:
+// the key's state is then not remembered. Requires sh.mu held.
+func (s *Store) add(sh *shard, t *table, h uint64, now int64) (int, bool) {
 	if sh.keys >= s.perShard && !s.evict(sh, h, now) {
 		s.evictions.Add(1)
 		s.spentEvictions.Add(1) // nothing remembered: a fresh state each time
-		return new(S), nil
+		return 0, false
 	}
-	i := tab.insert(h)
 	sh.keys++
-	return &tab.slots[i].s, &tab.slots[i].h
+	return t.insert(h), true
 }
 
 // Forget drops all state kept under the given limit names: a reload calls
@@ -504,8 +370,8 @@ func (s *Store) Forget(names ...string) {
 		for i := range s.shards {
 			sh := &s.shards[i]
 			sh.mu.Lock()
-			if int(id) < len(sh.tabs) && sh.tabs[id] != nil {
-				sh.keys -= sh.tabs[id].count()
+			if t := sh.table(int32(id)); t != nil {
+				sh.keys -= t.count()
 				sh.tabs[id] = nil
 			}
 			sh.mu.Unlock()
@@ -560,160 +426,3 @@ func (s *Store) Evictions() int64 { return s.evictions.Load() }
 // same holds for a key charged n times against a flood of keys each
 // charged n times (n requests back per about n × MaxKeys flood requests).
 func (s *Store) SpentEvictions() int64 { return s.spentEvictions.Load() }
-
-// left returns what the entry at position i of a limit's tables has left
-// of its limit at now (Unix ns) after a request of weight 1 (the
-// decision's Remaining), or -1 if it would refuse that request (the key
-// is spent). Requires the shard's lock; not for a busy leaky-bucket
-// queue.
-func (t *tables) left(i int, now int64) int64 {
-	lim := t.lim
-	at := time.Unix(0, now)
-	var d driver.Decision
-	switch lim.Algorithm() {
-	case limiter.TokenBucket:
-		d = lim.PeekTokenBucket(&t.tb.slots[i].s, at, 1)
-	case limiter.FixedWindow:
-		d = lim.PeekFixedWindow(&t.fw.slots[i].s, at, 1)
-	case limiter.SlidingLog:
-		d = lim.PeekSlidingLog(&t.sl.slots[i].s, at, 1)
-	case limiter.LeakyBucket:
-		e := &t.lb.slots[i].s
-		var q *driver.LeakyQueue
-		if e.q != nil {
-			q = &driver.LeakyQueue{Gate: time.Unix(0, e.q.gateAt)}
-		}
-		d = lim.PeekLeakyBucket(&e.s, q, at, 1)
-	case limiter.SlidingWindow:
-		switch {
-		case len(t.sw2.slots) > 0:
-			d = lim.PeekSlidingWindow(view(&t.sw2.slots[i].s, lim), at, 1)
-		case len(t.sw8.slots) > 0:
-			d = lim.PeekSlidingWindow(view(&t.sw8.slots[i].s, lim), at, 1)
-		default:
-			d = lim.PeekSlidingWindow(view(&t.sw65.slots[i].s, lim), at, 1)
-		}
-	}
-	if !d.Allowed {
-		return -1
-	}
-	return d.Remaining
-}
-
-// idleAt returns when the entry at position i of a limit's tables becomes
-// fresh (Unix ns); math.MaxInt64 for an entry that must not be dropped (a
-// leaky bucket with waiters). Requires the shard's lock.
-func (t *tables) idleAt(i int) int64 {
-	lim := t.lim
-	var at time.Time
-	switch lim.Algorithm() {
-	case limiter.TokenBucket:
-		at = lim.TokenBucketIdleAt(&t.tb.slots[i].s)
-	case limiter.FixedWindow:
-		at = lim.FixedWindowIdleAt(&t.fw.slots[i].s)
-	case limiter.SlidingLog:
-		at = lim.SlidingLogIdleAt(&t.sl.slots[i].s)
-	case limiter.LeakyBucket:
-		return t.lb.slots[i].s.idleAt(lim)
-	case limiter.SlidingWindow:
-		switch {
-		case len(t.sw2.slots) > 0:
-			at = lim.SlidingWindowIdleAt(view(&t.sw2.slots[i].s, lim))
-		case len(t.sw8.slots) > 0:
-			at = lim.SlidingWindowIdleAt(view(&t.sw8.slots[i].s, lim))
-		default:
-			at = lim.SlidingWindowIdleAt(view(&t.sw65.slots[i].s, lim))
-		}
-	}
-	if at.IsZero() {
-		return math.MinInt64
-	}
-	return at.UnixNano()
-}
-
-// size returns the capacity of the table in use.
-func (t *tables) size() int {
-	switch t.lim.Algorithm() {
-	case limiter.TokenBucket:
-		return len(t.tb.slots)
-	case limiter.FixedWindow:
-		return len(t.fw.slots)
-	case limiter.SlidingLog:
-		return len(t.sl.slots)
-	case limiter.LeakyBucket:
-		return len(t.lb.slots)
-	case limiter.SlidingWindow:
-		return len(t.sw2.slots) + len(t.sw8.slots) + len(t.sw65.slots)
-	}
-	return 0
-}
-
-// count returns the entries of the table in use.
-func (t *tables) count() int {
-	return t.tb.n + t.fw.n + t.sl.n + t.lb.n + t.sw2.n + t.sw8.n + t.sw65.n
-}
-
-// hashAt returns the hash stored at position i (0 if empty).
-func (t *tables) hashAt(i int) uint64 { return t.wordAt(i) &^ countMask }
-
-// requestsAt returns how many requests were charged to the entry at
-// position i since it was inserted, at most countMax.
-func (t *tables) requestsAt(i int) int64 { return int64(t.wordAt(i) & countMask) }
-
-// wordAt returns the word of the slot at position i: the hash with the
-// request count in its low bits (0 if empty).
-func (t *tables) wordAt(i int) uint64 {
-	switch t.lim.Algorithm() {
-	case limiter.TokenBucket:
-		return t.tb.slots[i].h
-	case limiter.FixedWindow:
-		return t.fw.slots[i].h
-	case limiter.SlidingLog:
-		return t.sl.slots[i].h
-	case limiter.LeakyBucket:
-		return t.lb.slots[i].h
-	case limiter.SlidingWindow:
-		switch {
-		case len(t.sw2.slots) > 0:
-			return t.sw2.slots[i].h
-		case len(t.sw8.slots) > 0:
-			return t.sw8.slots[i].h
-		default:
-			return t.sw65.slots[i].h
-		}
-	}
-	return 0
-}
-
-// deleteAt removes the entry at position i.
-func (t *tables) deleteAt(i int) {
-	switch t.lim.Algorithm() {
-	case limiter.TokenBucket:
-		t.tb.deleteAt(i)
-	case limiter.FixedWindow:
-		t.fw.deleteAt(i)
-	case limiter.SlidingLog:
-		t.sl.deleteAt(i)
-	case limiter.LeakyBucket:
-		t.lb.deleteAt(i)
-	case limiter.SlidingWindow:
-		switch {
-		case len(t.sw2.slots) > 0:
-			t.sw2.deleteAt(i)
-		case len(t.sw8.slots) > 0:
-			t.sw8.deleteAt(i)
-		default:
-			t.sw65.deleteAt(i)
-		}
-	}
-}
-
-func (t *tables) shrink() {
-	t.tb.shrink()
-	t.fw.shrink()
-	t.sl.shrink()
-	t.lb.shrink()
-	t.sw2.shrink()
-	t.sw8.shrink()
-	t.sw65.shrink()
-}

@@ -11,16 +11,11 @@ import (
 
 // The leaky bucket's real queue (docs/algorithms.md): per busy key a FIFO
 // of waiters and one timer that releases the head and re-arms itself; an
-// idle key holds nothing but its 8-byte state. The limiter decides who may
-// wait and for how long (driver.Limit.StepLeakyBucket); the queue keeps
-// the waiters, their places and the release schedule.
-
-// leakyEntry is a key's leaky-bucket state in a table: the limiter's state
-// and, once a request of the key has had to wait, its queue.
-type leakyEntry struct {
-	s driver.LeakyBucketState
-	q *leakyQueue
-}
+// idle key holds nothing but its 8-byte state and a nil pointer in its
+// table's queues. The limit's step decides who may wait and for how long
+// (driver.Limit.Step, told about the queue by a driver.Queue); the queue
+// keeps the waiters, their places and the release schedule. Any queued
+// limit (driver.Limit.Queued) gets one; the leaky bucket is the one.
 
 // leakyQueue is one key's FIFO and exit gate while requests wait. All
 // fields are guarded by sh.mu, the lock of the key's shard.
@@ -56,6 +51,11 @@ type leakyQueue struct {
 	n                  int64 // waiters
 	head               *waiter
 	tail               *waiter
+	// desc is the queue as the limit's step last saw it (describe,
+	// describeIdle): kept here, in memory the queue has anyway, since a
+	// description the step reads through an interface would otherwise
+	// be allocated at each decision.
+	desc driver.Queue
 }
 
 // waiter is a request's place in a leakyQueue. Its fields are guarded by
@@ -70,27 +70,34 @@ type waiter struct {
 	removed    bool
 }
 
-// view describes e's queue, which it has, to the limiter's step at
-// instant t (Unix ns), for a limit whose queue holds queue requests.
-// Requires sh.mu held.
-func (e *leakyEntry) view(t, queue int64) driver.LeakyQueue {
-	q := e.q
-	v := driver.LeakyQueue{Busy: q.busy, Gate: time.Unix(0, q.gateAt), Waiting: q.n, Pending: time.Duration(q.pendingNs())}
+// describe returns q as the limit's step sees it at instant t (Unix
+// ns), for a limit whose queue holds queue requests: q.desc, valid until
+// the next description. Requires sh.mu held.
+func (q *leakyQueue) describe(t, queue int64) *driver.Queue {
+	q.desc = driver.Queue{Busy: q.busy, Gate: time.Unix(0, q.gateAt), Waiting: q.n, Pending: time.Duration(q.pendingNs())}
 	if q.busy && q.n >= queue {
-		v.FreeAt = time.Unix(0, q.departure(max(q.gateAt, t), q.n-queue))
+		q.desc.FreeAt = time.Unix(0, q.departure(max(q.gateAt, t), q.n-queue))
 	}
-	return v
+	return &q.desc
 }
 
-// enqueue gives an admitted request of e's key a place at the end of the
-// queue, holding the exit for spacing once it leaves, and returns its
-// ticket. t is now (Unix ns) and delay the limiter's Delay. Requires sh.mu
+// describeIdle returns q, which is not busy, as the step sees a key at
+// rest: when its exit reopened last, q.desc as describe. Requires sh.mu
 // held.
-func (e *leakyEntry) enqueue(s *Store, sh *shard, t int64, delay, spacing time.Duration) uint64 {
-	q := e.q
+func (q *leakyQueue) describeIdle() *driver.Queue {
+	q.desc = driver.Queue{Gate: time.Unix(0, q.gateAt)}
+	return &q.desc
+}
+
+// enqueue gives an admitted request of the key at position i of tab a
+// place at the end of its queue, holding the exit for spacing once it
+// leaves, and returns its ticket. t is now (Unix ns) and delay the
+// step's Delay. Requires sh.mu held.
+func (tab *table) enqueue(s *Store, sh *shard, i int, t int64, delay, spacing time.Duration) uint64 {
+	q := tab.queues[i]
 	if q == nil {
 		q = &leakyQueue{sh: sh, clock: s.clock, virtual: s.virtualQ}
-		e.q = q
+		tab.queues[i] = q
 	}
 	if !q.busy {
 		// The exit reopens at the head's departure: a new schedule.
@@ -239,24 +246,6 @@ func (q *leakyQueue) pendingNs() int64 {
 		return math.MaxInt64
 	}
 	return int64(q.pending)
-}
-
-// idleAt returns when e equals a fresh key's state if nothing arrives (Unix
-// ns): math.MaxInt64 while its queue is busy (such a key must not be
-// forgotten), math.MinInt64 for a fresh one.
-func (e *leakyEntry) idleAt(lim *driver.Limit) int64 {
-	var q *driver.LeakyQueue
-	if e.q != nil {
-		if e.q.busy {
-			return math.MaxInt64
-		}
-		q = &driver.LeakyQueue{Gate: time.Unix(0, e.q.gateAt)}
-	}
-	at := lim.LeakyBucketReopensAt(&e.s, q)
-	if at.IsZero() {
-		return math.MinInt64
-	}
-	return at.UnixNano()
 }
 
 // Wait implements limiter.Store: for a Decision with a Ticket, until the

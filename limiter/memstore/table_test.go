@@ -3,7 +3,18 @@ package memstore
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/limitproxy/limitproxy/limiter/driver"
 )
+
+// ints is a driver.States of plain numbers, so that a table's moves can
+// be checked against a map.
+type ints []int
+
+func (a ints) Make(n int) driver.States                  { return make(ints, n) }
+func (a ints) Copy(dst int, from driver.States, src int) { a[dst] = from.(ints)[src] }
+func (a ints) Move(dst, src int)                         { a[dst], a[src] = a[src], 0 }
+func (a ints) Clear(i int)                               { a[i] = 0 }
 
 // TestTableAgainstMap applies random inserts, lookups and deletes to a table
 // and to a map, with hashes crowded into few home slots so that probe runs
@@ -11,7 +22,7 @@ import (
 func TestTableAgainstMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 50 {
-		var tab table[int]
+		tab := &table{states: ints{}}
 		ref := map[uint64]int{}
 		reqs := map[uint64]uint64{} // the count each entry should hold
 		universe := 1 + rng.IntN(200)
@@ -29,19 +40,19 @@ func TestTableAgainstMap(t *testing.T) {
 				delete(ref, h)
 				delete(reqs, h)
 			case found:
-				if tab.slots[i].s != ref[h] {
-					t.Fatalf("round %d step %d: value %d, want %d", round, step, tab.slots[i].s, ref[h])
+				if tab.states.(ints)[i] != ref[h] {
+					t.Fatalf("round %d step %d: value %d, want %d", round, step, tab.states.(ints)[i], ref[h])
 				}
-				if c := tab.slots[i].h & countMask; c != reqs[h] {
+				if c := tab.words[i] & countMask; c != reqs[h] {
 					t.Fatalf("round %d step %d: count %d, want %d", round, step, c, reqs[h])
 				}
-				tab.slots[i].s++
+				tab.states.(ints)[i]++
 				ref[h]++
-				counted(&tab.slots[i].h)
+				counted(&tab.words[i])
 				reqs[h] = min(reqs[h]+1, countMax)
 			default:
 				j := tab.insert(h)
-				tab.slots[j].s = step
+				tab.states.(ints)[j] = step
 				ref[h] = step
 				reqs[h] = 0
 			}
@@ -54,12 +65,12 @@ func TestTableAgainstMap(t *testing.T) {
 		}
 		for h, v := range ref {
 			i, ok := tab.find(h)
-			if !ok || tab.slots[i].s != v || tab.slots[i].h&countMask != reqs[h] {
+			if !ok || tab.states.(ints)[i] != v || tab.words[i]&countMask != reqs[h] {
 				t.Fatalf("round %d: lost %x", round, h)
 			}
 		}
-		if tab.n > 0 && tab.n*5 > len(tab.slots)*4 {
-			t.Fatalf("load %d/%d above 4/5", tab.n, len(tab.slots))
+		if tab.n > 0 && tab.n*5 > len(tab.words)*4 {
+			t.Fatalf("load %d/%d above 4/5", tab.n, len(tab.words))
 		}
 	}
 }

@@ -107,9 +107,10 @@ type Override struct {
 
 // LimitSpec is one limit of an Override, as data that mirrors the keys of
 // a [[policy.limits]] table: the configuration layer validates it against
-// the algorithm's constructor. Fields the algorithm does not use are 0;
-// the store checks only that Algorithm is one of the five and that no
-// field is negative. The zero value is not valid (no algorithm).
+// the algorithm's constructor (limiter.NewLimit, with a zero field its
+// default). Fields the algorithm does not use are 0; the store checks
+// only that Algorithm is one of the algorithms and that no field is
+// negative. The zero value is not valid (no algorithm).
 type LimitSpec struct {
 	// Algorithm is the limit's algorithm.
 	Algorithm limiter.Algorithm
@@ -216,8 +217,8 @@ type specError struct{ field, msg string }
 
 // validate checks that l names an algorithm and has no negative field.
 func (l LimitSpec) validate() *specError {
-	if l.Algorithm < limiter.TokenBucket || l.Algorithm > limiter.SlidingWindow {
-		return &specError{"algorithm", l.Algorithm.String() + " is not one of the five algorithms"}
+	if !l.Algorithm.Valid() {
+		return &specError{"algorithm", l.Algorithm.String() + " is not one of the algorithms"}
 	}
 	for _, f := range [...]struct {
 		name string

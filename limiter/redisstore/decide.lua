@@ -563,6 +563,10 @@ local function charge_sliding_window(key, limit, w, k, cost)
   return false
 end
 
+-- The steps by algorithm, at the numbers of limiter/driver's Algorithm
+-- constants; each algorithm's file there says what its five parameters
+-- are (its script method, which Limit.ScriptParams sends). An algorithm
+-- that cannot be charged (the leaky bucket) has no charge.
 local steps = {token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window}
 local charges = {charge_token_bucket, false, charge_fixed_window, charge_sliding_log, charge_sliding_window}
 local out = {}

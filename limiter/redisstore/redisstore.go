@@ -191,9 +191,6 @@ func (s *Store) guard(ctx context.Context, clientKey string, now time.Time) *bre
 	return s.breakers.get(s.node(ctx, clientKey), now)
 }
 
-// exact is the largest integer a double holds exactly.
-const exact = 1 << 53
-
 // Check is the package's Check: a limit the Redis store cannot decide
 // exactly (limits built at run time, per-key overrides, are checked with
 // it through any Store that has the method).
@@ -201,98 +198,13 @@ func (s *Store) Check(l limiter.Limit) error { return Check(l) }
 
 // Check reports whether l can be decided exactly by the Redis store: its
 // times must be whole microseconds and the products the script forms must
-// stay below 2^53. The configuration calls it for every limit when the
-// store is Redis, so that a file that cannot work is refused at load.
+// stay below 2^53 (driver.Limit.ScriptParams). The configuration calls it
+// for every limit when the store is Redis, so that a file that cannot
+// work is refused at load.
 func Check(l limiter.Limit) error {
-	_, err := params(l.Driver())
+	d := l.Driver()
+	_, err := d.ScriptParams()
 	return err
-}
-
-// params returns the script's algorithm code and its four parameters for l.
-func params(l driver.Limit) ([6]int64, error) {
-	var p [6]int64
-	// Errors name the parameter at fault, so that a configuration file
-	// reports them at that key.
-	micro := func(d time.Duration, what, field string) (int64, error) {
-		if d%time.Microsecond != 0 {
-			return 0, &limiter.ParamError{Algorithm: l.Algorithm(), Field: field,
-				Msg: fmt.Sprintf("%s %v is not a whole number of microseconds, the Redis store's resolution", what, d)}
-		}
-		return int64(d / time.Microsecond), nil
-	}
-	tooBig := func(field string) error {
-		return &limiter.ParamError{Algorithm: l.Algorithm(), Field: field,
-			Msg: "too large for the Redis store's exact arithmetic (2^53 in Lua)"}
-	}
-	cost := l.Cost()
-	switch l.Algorithm() {
-	case limiter.TokenBucket:
-		tb := l.TokenBucket()
-		per, err := micro(tb.Rate.Per, "the rate's period", "rate")
-		if err != nil {
-			return p, err
-		}
-		earn := tb.Rate.N * 1_000_000 // millionths of a token per period
-		g := gcd(earn, per)
-		pp, q := earn/g, per/g
-		if pp > exact/q || tb.Burst > exact/1_000_000/q {
-			return p, tooBig("rate")
-		}
-		p = [6]int64{1, pp, q, tb.Burst, cost}
-	case limiter.LeakyBucket:
-		lb := l.LeakyBucket()
-		per, err := micro(lb.Rate.Per, "the rate's period", "rate")
-		if err != nil {
-			return p, err
-		}
-		wait, err := micro(lb.MaxWait, "max_wait", "max_wait")
-		if err != nil {
-			return p, err
-		}
-		interval := (per + lb.Rate.N - 1) / lb.Rate.N
-		if lb.Delay > 0 && interval > exact/lb.Delay {
-			return p, tooBig("delay")
-		}
-		p = [6]int64{2, interval, lb.Queue, wait, cost, lb.Delay * interval}
-	case limiter.FixedWindow:
-		fw := l.FixedWindow()
-		w, err := micro(fw.Window, "window", "window")
-		if err != nil {
-			return p, err
-		}
-		p = [6]int64{3, fw.Limit, w, cost, 0}
-	case limiter.SlidingLog:
-		sl := l.SlidingLog()
-		w, err := micro(sl.Window, "window", "window")
-		if err != nil {
-			return p, err
-		}
-		p = [6]int64{4, sl.Limit, w, cost, 0}
-	case limiter.SlidingWindow:
-		sw := l.SlidingWindow()
-		w, err := micro(sw.Window, "window", "window")
-		if err != nil {
-			return p, err
-		}
-		if w%int64(sw.Slots) != 0 {
-			return p, &limiter.ParamError{Algorithm: limiter.SlidingWindow, Field: "slots",
-				Msg: fmt.Sprintf("window %v does not divide into %d slots of whole microseconds", sw.Window, sw.Slots)}
-		}
-		if sw.Limit+1 > exact/w {
-			return p, tooBig("limit")
-		}
-		p = [6]int64{5, sw.Limit, w, int64(sw.Slots), cost}
-	default:
-		return p, fmt.Errorf("unknown algorithm %v", l.Algorithm())
-	}
-	return p, nil
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }
 
 // maxEncoded bounds the cache of encoded limit parameters.
@@ -306,7 +218,7 @@ func (s *Store) encoded(l *driver.Limit) (string, error) {
 	if v, ok := s.args.Load(l.Binding()); ok {
 		return v.(string), nil
 	}
-	p, err := params(*l)
+	p, err := l.ScriptParams()
 	if err != nil {
 		return "", err
 	}

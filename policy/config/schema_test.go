@@ -619,12 +619,12 @@ func refineLimit(path string, refine func(string, node)) {
 	var algs []string
 	var cases []node
 	params := []string{"rate", "burst", "limit", "window", "slots", "queue", "max_wait", "delay"}
-	for a := limiter.TokenBucket; a <= limiter.SlidingWindow; a++ {
+	for _, a := range limiter.Algorithms() {
 		algs = append(algs, a.String())
-		then := node{"required": algorithmRequires[a]}
+		then := node{"required": a.Requires()}
 		not := node{}
 		for _, p := range params {
-			if !slices.Contains(algorithmTakes[a], p) {
+			if !slices.Contains(a.Takes(), p) {
 				not[p] = false
 			}
 		}

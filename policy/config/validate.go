@@ -40,24 +40,6 @@ var (
 	implementations   = []Implementation{ImplLimitproxy, ImplNetHTTP}
 	modes             = []Mode{Enforce, Shadow}
 	onMissings        = []OnMissing{MissingShared, MissingIP, MissingSkip, MissingReject}
-
-	// algorithmTakes lists the keys of a limit table each algorithm takes
-	// (of rate, burst, limit, window, slots, queue, max_wait, delay and
-	// cost); algorithmRequires, those it cannot do without.
-	algorithmTakes = map[limiter.Algorithm][]string{
-		limiter.TokenBucket:   {"rate", "burst", "cost"},
-		limiter.LeakyBucket:   {"rate", "queue", "max_wait", "delay", "cost"},
-		limiter.FixedWindow:   {"limit", "window", "cost"},
-		limiter.SlidingLog:    {"limit", "window", "cost"},
-		limiter.SlidingWindow: {"limit", "window", "slots", "cost"},
-	}
-	algorithmRequires = map[limiter.Algorithm][]string{
-		limiter.TokenBucket:   {"rate"},
-		limiter.LeakyBucket:   {"rate"},
-		limiter.FixedWindow:   {"limit", "window"},
-		limiter.SlidingLog:    {"limit", "window"},
-		limiter.SlidingWindow: {"limit", "window"},
-	}
 )
 
 // oneOf reports v at key unless it is one of allowed.
@@ -1187,16 +1169,21 @@ func compileLimit(r *rawLimit, key string, check func(limiter.Limit) error, c *c
 		c.add(key+".algorithm", "%v", err)
 		return limiter.Limit{}, false
 	}
-	takes := algorithmTakes[alg]
+	takes := alg.Takes()
 	present := setFields(r)
 	bad := false
-	for _, field := range []string{"rate", "burst", "limit", "window", "slots", "queue", "max_wait", "delay"} {
-		if present[field] && !contains(takes, field) {
+	var set []string
+	for _, field := range []string{"rate", "burst", "limit", "window", "slots", "queue", "max_wait", "delay", "cost"} {
+		if !present[field] {
+			continue
+		}
+		set = append(set, field)
+		if !contains(takes, field) {
 			c.add(key+"."+field, "is not a parameter of %s (it takes %s)", alg, strings.Join(takes, ", "))
 			bad = true
 		}
 	}
-	for _, field := range algorithmRequires[alg] {
+	for _, field := range alg.Requires() {
 		if !present[field] {
 			c.add(key+"."+field, "is required for %s", alg)
 			bad = true
@@ -1211,24 +1198,13 @@ func compileLimit(r *rawLimit, key string, check func(limiter.Limit) error, c *c
 	if bad || valueErrors(r) {
 		return limiter.Limit{}, false
 	}
-	var lim limiter.Limit
-	switch alg {
-	case limiter.TokenBucket:
-		// Default burst: one period's worth of the rate ("10/s" → 10).
-		lim, err = limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: r.Rate.Rate, Burst: r.Burst.Or(r.Rate.N), Cost: r.Cost.V})
-	case limiter.LeakyBucket:
-		p := limiter.LeakyBucketParams{Rate: r.Rate.Rate, Queue: r.Queue.V, Delay: r.Delay.V, Cost: r.Cost.V}
-		// Default max_wait: the time the full queue takes to drain at
-		// the limit's cost, so that only queue bounds the wait.
-		p.MaxWait = r.MaxWait.Or(p.DrainTime())
-		lim, err = limiter.NewLeakyBucket(p)
-	case limiter.FixedWindow:
-		lim, err = limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: r.Limit.V, Window: r.Window.D, Cost: r.Cost.V})
-	case limiter.SlidingLog:
-		lim, err = limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: r.Limit.V, Window: r.Window.D, Cost: r.Cost.V})
-	case limiter.SlidingWindow:
-		lim, err = limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: r.Limit.V, Window: r.Window.D, Slots: int(r.Slots.Or(DefaultSlots)), Cost: r.Cost.V})
-	}
+	// Each algorithm applies its defaults to the keys left unset (a
+	// token bucket's burst one period of its rate, a leaky bucket's
+	// max_wait its full queue's drain time, one slot); a key written as
+	// 0 is 0.
+	lim, err := limiter.NewLimit(limiter.Spec{Algorithm: alg, Rate: r.Rate.Rate, Burst: r.Burst.V, Limit: r.Limit.V,
+		Window: r.Window.D, Slots: r.Slots.Or(DefaultSlots), Queue: r.Queue.V, MaxWait: r.MaxWait.D, Delay: r.Delay.V,
+		Cost: r.Cost.V, Set: set})
 	if err == nil && check != nil {
 		err = check(lim)
 	}
