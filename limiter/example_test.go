@@ -139,3 +139,32 @@ func ExampleLimiter_Charge() {
 	// refunded: remaining 80
 	// 90 more: allowed false retry after 57s
 }
+
+// Limits as a configuration file writes them, each with its algorithm's
+// defaults for the keys left out (a token bucket's burst is one period's
+// worth of its rate, a leaky bucket's max_wait the time its full queue
+// takes to drain); Set says which keys were written, so that one written
+// as 0 stays 0. Scaled is what a per-key override's scale makes of one.
+func ExampleNewLimit() {
+	for _, s := range []limiter.Spec{
+		{Algorithm: limiter.TokenBucket, Rate: limiter.Rate{N: 10, Per: time.Second}},
+		{Algorithm: limiter.LeakyBucket, Rate: limiter.Rate{N: 5, Per: time.Second}, Queue: 4},
+		{Algorithm: limiter.LeakyBucket, Rate: limiter.Rate{N: 5, Per: time.Second}, Queue: 4, Set: []string{"max_wait"}},
+		{Algorithm: limiter.SlidingWindow, Limit: 600, Window: time.Minute},
+	} {
+		l, err := limiter.NewLimit(s)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(l)
+	}
+	tb, _ := limiter.NewLimit(limiter.Spec{Algorithm: limiter.TokenBucket, Rate: limiter.Rate{N: 10, Per: time.Second}, Burst: 20})
+	gold, _ := tb.Scaled(2.5)
+	fmt.Println(gold)
+	// Output:
+	// token_bucket rate=10/1s burst=10
+	// leaky_bucket rate=5/1s queue=4 max_wait=1s
+	// leaky_bucket rate=5/1s queue=4 max_wait=0s
+	// sliding_window limit=600 window=1m0s slots=1
+	// token_bucket rate=25/1s burst=50
+}

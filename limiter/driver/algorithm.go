@@ -35,10 +35,12 @@ const (
 // defines its …Params, its New… constructor and its compiled parameters
 // implementing algo (its per-key state, step, charge, the parameters of
 // its step in limiter/redisstore/decide.lua); then its step in
-// decide.lua (the steps table's entry at the constant's number) and its
-// model in limiter/limitertest (model.go, and models). The configuration
-// and the overrides need nothing more unless it takes a key no algorithm
-// took before (a field of Spec, and of the configuration's limit table).
+// decide.lua (its entry in the steps table, and in charges if it can be
+// charged, at the constant's number) and its model in
+// limiter/limitertest (model.go, and modelsByAlgorithm). The
+// configuration and the overrides need nothing more unless it takes a key
+// no algorithm took before (a field of Spec, and of the configuration's
+// limit table); package limiter adds its public constructor.
 var algos = [...]algo{
 	TokenBucket:   new(tokenBucket),
 	LeakyBucket:   new(leakyBucket),
@@ -104,9 +106,9 @@ type algo interface {
 // admitted (the leaky bucket).
 type chargeable interface {
 	// charge charges (n > 0) or refunds (n < 0) n units to state i of st
-	// (st nil: a fresh key's, which a refund leaves as it is) at now, for
-	// a request reserved at reservedAt, and returns the state's decision
-	// after it (Limit.Charge).
+	// at now, for a request reserved at reservedAt, and returns the
+	// state's decision after it (Limit.Charge). st is nil only for n ≤ 0:
+	// a fresh key's state, which a refund leaves as it is.
 	charge(st States, i int, now, reservedAt time.Time, n int64) Decision
 }
 
