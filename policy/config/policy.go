@@ -284,6 +284,7 @@ const (
 	KeyMethod
 	KeyPath
 	KeyDescriptor // descriptor:KEY, an RLS descriptor entry's value (docs/envoy.md)
+	KeyJWT        // jwt:CLAIM, a claim of the request's verified token ([identity])
 )
 
 // KeyPart is one element of a policy's key list.

@@ -570,6 +570,8 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"rls.max_entries":                          DefaultRLSMaxEntries,
 		"rls.max_message_bytes":                    DefaultRLSMaxMessageBytes,
 		"rls.max_concurrent_streams":               DefaultRLSMaxStreams,
+		"identity.leeway":                          dur(DefaultIdentityLeeway),
+		"identity.refresh_interval":                dur(DefaultIdentityRefresh),
 	} {
 		refine(path, node{"default": def})
 	}
@@ -661,6 +663,7 @@ var docSections = map[string]string{
 	"[log]":                  "log",
 	"[store]":                "store",
 	"[rls]":                  "rls",
+	"[identity]":             "identity",
 	"[[upstream]]":           "upstream[]",
 	"[upstream.concurrency]": "upstream[].concurrency",
 	"[[policy]]":             "policy[]",
