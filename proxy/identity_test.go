@@ -290,3 +290,62 @@ func TestJWTWithoutIdentityNoVerifier(t *testing.T) {
 		t.Fatal("a set without [identity] has a verifier")
 	}
 }
+
+// TestJWTClaimsMatch: a claims condition selects the tier's policy by the
+// verified token's plan; a token whose plan is forged (tampered, or
+// signed with another key) has no claims and falls to the anonymous
+// policy, keyed by address.
+func TestJWTClaimsMatch(t *testing.T) {
+	dir := t.TempDir()
+	key, other := newECKey(t, "ec-1"), newECKey(t, "ec-1")
+	jwks := filepath.Join(dir, "jwks.json")
+	writeJWKS(t, jwks, key)
+	e := startJWT(t, `
+[identity]
+jwks_file = "`+jwks+`"
+
+[[upstream]]
+name = "app"
+targets = ["UPSTREAM"]
+
+[[policy]]
+name = "free"
+upstream = "app"
+match = { claims = { plan = "free" } }
+key = ["jwt:sub"]
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1/h"
+  burst = 1
+
+[[policy]]
+name = "pro"
+upstream = "app"
+match = { path_prefix = "/", claims = { plan = "pro", "org.tier" = "gold" } }
+key = ["jwt:sub"]
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1/h"
+  burst = 4
+
+[[policy]]
+name = "anonymous"
+upstream = "app"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1/h"
+  burst = 2
+`)
+	free := key.token(t, map[string]any{"sub": "f", "plan": "free"})
+	pro := key.token(t, map[string]any{"sub": "p", "plan": "pro", "org": map[string]any{"tier": "gold"}})
+	forged := other.token(t, map[string]any{"sub": "x", "plan": "pro", "org": map[string]any{"tier": "gold"}})
+	parts := strings.Split(free, ".")
+	tampered := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"f","plan":"pro","org":{"tier":"gold"},"iat":`+jsonInt(t0.Unix())+`,"exp":`+jsonInt(t0.Add(time.Hour).Unix())+`}`)) + "." + parts[2]
+
+	wantStatuses(t, "free", e.spend(t, free, 2), 200, 429)
+	wantStatuses(t, "pro", e.spend(t, pro, 5), 200, 200, 200, 200, 429)
+	// The forgeries share the anonymous policy's one address bucket.
+	wantStatuses(t, "forged pro", e.spend(t, forged, 1), 200)
+	wantStatuses(t, "tampered free", e.spend(t, tampered, 2), 200, 429)
+	wantStatuses(t, "no token", e.spend(t, "", 1), 429)
+}

@@ -189,6 +189,7 @@ type (
 		PathPrefix scalar[string]            `toml:"path_prefix"`
 		PathRegex  scalar[string]            `toml:"path_regex"`
 		Headers    map[string]scalar[string] `toml:"headers"`
+		Claims     map[string]scalar[string] `toml:"claims"`
 		RLSDomain  scalar[string]            `toml:"rls_domain"`
 		Descriptor stringList                `toml:"descriptor"`
 	}

@@ -723,11 +723,15 @@ func validateIdentity(r *rawIdentity, c *collector) *Identity {
 	return id
 }
 
-// checkIdentityUse refuses a jwt:CLAIM key part in a configuration
-// without [identity]: there would be no verified claims to read.
+// checkIdentityUse refuses a jwt:CLAIM key part or a claims condition in
+// a configuration without [identity]: there would be no verified claims
+// to read.
 func checkIdentityUse(p *Policy, identity bool, c *collector) {
 	if identity {
 		return
+	}
+	if len(p.Match.Claims) > 0 {
+		c.add(fmt.Sprintf("policy[%d].match.claims", p.Index), "a claims condition needs an [identity] table: the verifier of the tokens it reads")
 	}
 	has := func(parts []KeyPart) bool {
 		return slices.ContainsFunc(parts, func(kp KeyPart) bool { return kp.Kind == KeyJWT })
@@ -750,8 +754,8 @@ func checkIdentityUse(p *Policy, identity bool, c *collector) {
 // [policy.concurrency] or class, limits that read the answer.
 func checkRLSPolicy(p *Policy, r *rawPolicy, c *collector) {
 	key := fmt.Sprintf("policy[%d]", p.Index)
-	if m := r.Match; m.Hosts.Set || m.Methods.Set || m.Path.Set || m.PathPrefix.Set || m.PathRegex.Set || m.Headers != nil {
-		c.add(key+".match", "an RLS policy (rls_domain) matches descriptors only: hosts, methods, path, path_prefix, path_regex and headers are HTTP conditions")
+	if m := r.Match; m.Hosts.Set || m.Methods.Set || m.Path.Set || m.PathPrefix.Set || m.PathRegex.Set || m.Headers != nil || m.Claims != nil {
+		c.add(key+".match", "an RLS policy (rls_domain) matches descriptors only: hosts, methods, path, path_prefix, path_regex, headers and claims are HTTP conditions")
 	}
 	if r.Conc != nil {
 		c.add(key+".concurrency", "an RLS policy cannot limit concurrency: the rate limit service never sees a request end")
@@ -1425,7 +1429,16 @@ func compileMatch(m *rawMatch, key string, c *collector) Match {
 		mt.Headers = append(mt.Headers, HeaderMatch{Name: canonicalHeader(name), Value: v.V, Any: v.V == "*"})
 	}
 	sortHeaders(mt.Headers)
-	mt.All = !m.RLSDomain.Set && !m.Descriptor.Set && len(mt.Hosts) == 0 && len(mt.Methods) == 0 && !mt.HasPath && mt.PathPrefix == "" && mt.PathRegex == nil && len(mt.Headers) == 0
+	for path, v := range m.Claims {
+		if !ClaimPath(path) {
+			c.add(key+".claims", "%q is not a claim path (names joined by dots: \"plan\", \"org.tier\")", path)
+			continue
+		}
+		mt.Claims = append(mt.Claims, ClaimMatch{Path: path, Value: v.V})
+	}
+	slices.SortFunc(mt.Claims, func(a, b ClaimMatch) int { return strings.Compare(a.Path, b.Path) })
+	mt.All = !m.RLSDomain.Set && !m.Descriptor.Set && len(mt.Hosts) == 0 && len(mt.Methods) == 0 && !mt.HasPath && mt.PathPrefix == "" && mt.PathRegex == nil && len(mt.Headers) == 0 &&
+		len(mt.Claims) == 0
 	return mt
 }
 
