@@ -149,12 +149,33 @@ func New(set *policy.Set, o Options) *Handler {
 	return h
 }
 
+// CheckIdentity loads the keys of id as a start would: its jwks_file
+// read and parsed, or its secret_env's variable read; a jwks_url is not
+// fetched (checks may run where the issuer cannot be reached). The error
+// names what is wrong, for `limitproxy check`.
+func CheckIdentity(id *config.Identity) error {
+	if id == nil || id.JWKSURL != "" {
+		return nil
+	}
+	v, err := buildVerifier(id, nil)
+	if err != nil {
+		return err
+	}
+	v.Close()
+	return nil
+}
+
 // newVerifier builds the verifier of set's [identity]; nil without one.
 func newVerifier(set *policy.Set, log *zap.Logger) (*identity.Verifier, error) {
-	id := set.Config.Identity
-	if id == nil {
+	if set.Config.Identity == nil {
 		return nil, nil
 	}
+	return buildVerifier(set.Config.Identity, log)
+}
+
+// buildVerifier builds the verifier of id; log, if not nil, is told of
+// its background failures.
+func buildVerifier(id *config.Identity, log *zap.Logger) (*identity.Verifier, error) {
 	cfg := identity.Config{
 		Source:   identity.Source{Header: id.Header, Cookie: id.Cookie},
 		JWKSFile: id.JWKSFile, JWKSURL: id.JWKSURL,
@@ -167,7 +188,7 @@ func newVerifier(set *policy.Set, log *zap.Logger) (*identity.Verifier, error) {
 	if id.SecretEnv != "" {
 		secret := os.Getenv(id.SecretEnv)
 		if secret == "" {
-			return nil, fmt.Errorf("identity.secret_env: environment variable %s is unset or empty", id.SecretEnv)
+			return nil, fmt.Errorf("identity: secret_env: environment variable %s is unset or empty", id.SecretEnv)
 		}
 		cfg.Secret = []byte(secret)
 	}
