@@ -332,7 +332,7 @@ func TestMatchFoldAgreesWithScan(t *testing.T) {
 			var want *Policy
 			wantOK := false
 			for _, p := range set.Policies {
-				if p.matcher.matchesFold(r, requestHost(r)) {
+				if p.matcher.matchesFold(r, requestHost(r), nil) {
 					want, wantOK = p, true
 					break
 				}

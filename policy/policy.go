@@ -113,17 +113,29 @@ func cased(s string) bool {
 	return false
 }
 
+// Claims gives the claims of a request's token, verified once by the
+// caller ([identity]): false for a claim the token does not have, and for
+// every claim when the request has no valid token.
+type Claims interface {
+	Claim(path string) (string, bool)
+}
+
 // Match returns the first policy whose match table holds for r (policies
 // are tried in file order). r must be in its canonical form (see proxy):
-// host in lower case without trailing dot, path normalized.
-func (s *Set) Match(r *http.Request) (*Policy, bool) {
+// host in lower case without trailing dot, path normalized. A policy with
+// claims conditions never matches: use MatchClaims.
+func (s *Set) Match(r *http.Request) (*Policy, bool) { return s.MatchClaims(r, nil) }
+
+// MatchClaims is Match for a request whose token's claims are c (nil:
+// none), which claims conditions read.
+func (s *Set) MatchClaims(r *http.Request, c Claims) (*Policy, bool) {
 	host := ""
 	if s.hosts {
 		host = requestHost(r)
 	}
 	if s.index == nil || len(s.Policies) <= smallSet {
 		for _, p := range s.Policies {
-			if p.matcher.matches(r, host) {
+			if p.matcher.matches(r, host, c) {
 				return p, true
 			}
 		}
@@ -131,7 +143,7 @@ func (s *Set) Match(r *http.Request) (*Policy, bool) {
 	}
 	var buf [64]int
 	for _, i := range s.index.candidates(r.URL.Path, host, buf[:0]) {
-		if p := s.Policies[i]; p.matcher.matches(r, host) {
+		if p := s.Policies[i]; p.matcher.matches(r, host, c) {
 			return p, true
 		}
 	}
@@ -145,7 +157,11 @@ func (s *Set) Match(r *http.Request) (*Policy, bool) {
 // methods and headers as Match compares them. The proxy refuses a request
 // that MatchFold gives another policy than Match (docs/security-model.md,
 // path readings). Safe for concurrent use.
-func (s *Set) MatchFold(r *http.Request) (*Policy, bool) {
+func (s *Set) MatchFold(r *http.Request) (*Policy, bool) { return s.MatchFoldClaims(r, nil) }
+
+// MatchFoldClaims is MatchFold for a request whose token's claims are c
+// (MatchClaims).
+func (s *Set) MatchFoldClaims(r *http.Request, c Claims) (*Policy, bool) {
 	host := ""
 	if s.hosts {
 		host = requestHost(r)
@@ -155,7 +171,7 @@ func (s *Set) MatchFold(r *http.Request) (*Policy, bool) {
 		// Few policies, or a path whose lower case is not ASCII (where
 		// strings.ToLower and EqualFold may disagree): every policy.
 		for _, p := range s.Policies {
-			if p.matcher.matchesFold(r, host) {
+			if p.matcher.matchesFold(r, host, c) {
 				return p, true
 			}
 		}
@@ -163,7 +179,7 @@ func (s *Set) MatchFold(r *http.Request) (*Policy, bool) {
 	}
 	var buf [64]int
 	for _, i := range s.fold.candidates(strings.ToLower(path), host, buf[:0]) {
-		if p := s.Policies[i]; p.matcher.matchesFold(r, host) {
+		if p := s.Policies[i]; p.matcher.matchesFold(r, host, c) {
 			return p, true
 		}
 	}
@@ -215,7 +231,7 @@ const smallSet = 8
 // index's tests' oracle).
 func (s *Set) scan(r *http.Request) (*Policy, bool) {
 	for _, p := range s.Policies {
-		if p.matcher.matches(r, requestHost(r)) {
+		if p.matcher.matches(r, requestHost(r), nil) {
 			return p, true
 		}
 	}
@@ -245,15 +261,20 @@ func newMatcher(m *config.Match) matcher {
 }
 
 // matches reports whether r, whose host is host (requestHost; needed
-// only when m has hosts), satisfies every condition of m.
-func (m *matcher) matches(r *http.Request, host string) bool { return m.match(r, host, false) }
+// only when m has hosts) and whose token's claims are c (nil: none),
+// satisfies every condition of m.
+func (m *matcher) matches(r *http.Request, host string, c Claims) bool {
+	return m.match(r, host, c, false)
+}
 
 // matchesFold is matches with r's path compared without regard to case
 // (MatchFold).
-func (m *matcher) matchesFold(r *http.Request, host string) bool { return m.match(r, host, true) }
+func (m *matcher) matchesFold(r *http.Request, host string, c Claims) bool {
+	return m.match(r, host, c, true)
+}
 
 // match is matches, and with fold matchesFold.
-func (m *matcher) match(r *http.Request, host string, fold bool) bool {
+func (m *matcher) match(r *http.Request, host string, c Claims, fold bool) bool {
 	if m.never {
 		return false
 	}
@@ -286,6 +307,14 @@ func (m *matcher) match(r *http.Request, host string, fold bool) bool {
 	for _, h := range m.m.Headers {
 		vs, ok := r.Header[h.Name]
 		if !ok || !h.Any && !contains(vs, h.Value) {
+			return false
+		}
+	}
+	for _, cm := range m.m.Claims {
+		if c == nil {
+			return false
+		}
+		if v, ok := c.Claim(cm.Path); !ok || v != cm.Value {
 			return false
 		}
 	}

@@ -175,7 +175,7 @@ func (h *Handler) match(x *exchange, o *ruling) bool {
 		o.detail = detail
 		return false
 	}
-	p, ok := snap.set.Match(r)
+	p, ok := snap.set.MatchClaims(r, x)
 	if !ok {
 		o.refuse(Unmatched, replyNoMatch, http.StatusNotFound)
 		return false
@@ -183,7 +183,7 @@ func (h *Handler) match(x *exchange, o *ruling) bool {
 	if sent == "" {
 		sent = escapedPath(r.URL)
 	}
-	if detail := checkReadings(r, snap.set, p, sent, !s.CaseSensitivePaths, snap.slashed); detail != "" {
+	if detail := checkReadings(r, x, snap.set, p, sent, !s.CaseSensitivePaths, snap.slashed); detail != "" {
 		status := http.StatusBadRequest
 		if detail == tooLongToRead {
 			status = http.StatusRequestURITooLong

@@ -7,6 +7,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/policy/config"
 	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
+	"github.com/limitproxy/limitproxy/proxy/internal/identity"
 )
 
 // exchange is one request's way through the data path, from its arrival
@@ -59,6 +60,11 @@ type request struct {
 	// pathKey is the path key part's value, once read (PathKey).
 	pathKey  string
 	pathRead bool
+	// claims are the claims of the request's token when arrive verified
+	// it as valid (the set has an [identity]); the zero Claims, which
+	// hold none, for a token missing or invalid and without [identity].
+	// The token itself is kept nowhere.
+	claims identity.Claims
 }
 
 // record is what the data path records of an exchange beyond what its
@@ -123,8 +129,9 @@ func (h *Handler) newExchange(w http.ResponseWriter, r *http.Request, snap *snap
 }
 
 // arrive works out r's facts: its client (the one place it is), its
-// request id, and the replay fields (as received: before decide puts r
-// in canonical form).
+// request id, the replay fields (as received: before decide puts r in
+// canonical form) and, when the set has an [identity], its token's
+// verification (the one place it is).
 func (h *Handler) arrive(x *exchange, r *http.Request) {
 	q := &x.req
 	q.r = r
@@ -134,12 +141,21 @@ func (h *Handler) arrive(x *exchange, r *http.Request) {
 	if h.acc != nil && q.snap.set.Config.Log.AccessReplay {
 		x.rec.replay = captureReplay(r, q.snap.replay, q.start)
 	}
+	if v := q.snap.verifier; v != nil {
+		if c, res := v.Verify(r, q.start); res.Status == identity.Valid {
+			q.claims = c
+		}
+	}
 }
 
 // keyRequest returns what x's keys are built from.
 func (x *exchange) keyRequest() clientkey.Request {
-	return clientkey.Request{R: x.req.r, Client: &x.req.client, Server: x.req.srv, Path: x}
+	return clientkey.Request{R: x.req.r, Client: &x.req.client, Server: x.req.srv, Path: x, Identity: x}
 }
+
+// Claim returns the claim at path of x's token, if it was verified as
+// valid (clientkey.ClaimReader): a missing or invalid token has none.
+func (x *exchange) Claim(path string) (string, bool) { return x.req.claims.Get(path) }
 
 // PathKey returns the path key part's value of x's request in canonical
 // form (pathKey), read once.

@@ -6,8 +6,10 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -21,6 +23,7 @@ import (
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
 	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
+	"github.com/limitproxy/limitproxy/proxy/internal/identity"
 )
 
 // Handler is the proxy's http.Handler. It holds the current policy set in
@@ -71,6 +74,10 @@ type snapshot struct {
 	// replay lists the request headers the access log carries with
 	// [log] access_replay (replayHeaders); nil without it.
 	replay []string
+	// verifier verifies the requests' tokens, built from the set's
+	// [identity] by Swap; nil without one (or, from New, when its keys
+	// did not load: no token is valid then).
+	verifier *identity.Verifier
 }
 
 // Options configures a Handler.
@@ -116,8 +123,89 @@ func MonotonicClock() func() time.Time {
 	return func() time.Time { return base.Add(time.Since(base)) }
 }
 
-// New returns a handler serving set.
+// Open returns a handler serving set: New, but a set whose [identity]
+// keys do not load (a JWKS file that does not parse, a JWKS URL that does
+// not answer) is an error.
+func Open(set *policy.Set, o Options) (*Handler, error) {
+	v, err := newVerifier(set, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	h := newHandler(set, o)
+	h.swap(set, v)
+	return h, nil
+}
+
+// New returns a handler serving set. A set whose [identity] keys do not
+// load is served with no token valid (every jwt: key part is missing),
+// and that is logged; Open reports it instead.
 func New(set *policy.Set, o Options) *Handler {
+	h := newHandler(set, o)
+	v, err := newVerifier(set, h.log)
+	if err != nil {
+		h.log.Error("identity keys did not load; no token is valid", zap.Error(err))
+	}
+	h.swap(set, v)
+	return h
+}
+
+// CheckIdentity loads the keys of id as a start would: its jwks_file
+// read and parsed, or its secret_env's variable read; a jwks_url is not
+// fetched (checks may run where the issuer cannot be reached). The error
+// names what is wrong, for `limitproxy check`.
+func CheckIdentity(id *config.Identity) error {
+	if id == nil || id.JWKSURL != "" {
+		return nil
+	}
+	v, err := buildVerifier(id, nil)
+	if err != nil {
+		return err
+	}
+	v.Close()
+	return nil
+}
+
+// newVerifier builds the verifier of set's [identity]; nil without one.
+func newVerifier(set *policy.Set, log *zap.Logger) (*identity.Verifier, error) {
+	if set.Config.Identity == nil {
+		return nil, nil
+	}
+	return buildVerifier(set.Config.Identity, log)
+}
+
+// buildVerifier builds the verifier of id; log, if not nil, is told of
+// its background failures.
+func buildVerifier(id *config.Identity, log *zap.Logger) (*identity.Verifier, error) {
+	cfg := identity.Config{
+		Source:   identity.Source{Header: id.Header, Cookie: id.Cookie},
+		JWKSFile: id.JWKSFile, JWKSURL: id.JWKSURL,
+		Algorithms: id.Algorithms, Issuer: id.Issuer, Audience: id.Audience,
+		Leeway: id.Leeway, RefreshInterval: id.RefreshInterval,
+	}
+	if id.Leeway == 0 {
+		cfg.Leeway = -1 // leeway = "0s": none (identity's 0 is its default)
+	}
+	if id.SecretEnv != "" {
+		secret := os.Getenv(id.SecretEnv)
+		if secret == "" {
+			return nil, fmt.Errorf("identity: secret_env: environment variable %s is unset or empty", id.SecretEnv)
+		}
+		cfg.Secret = []byte(secret)
+	}
+	var opts identity.Options
+	if log != nil {
+		l := log.Named("identity")
+		opts.Log = func(msg string, err error) { l.Warn(msg, zap.Error(err)) }
+	}
+	v, err := identity.New(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	return v, nil
+}
+
+// newHandler returns a handler without a set: Open and New swap one in.
+func newHandler(set *policy.Set, o Options) *Handler {
 	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics, bans: o.Bans, overrides: o.Overrides, hasher: o.KeyHasher}
 	if h.hasher == nil {
 		h.hasher = NewKeyHasher(nil)
@@ -144,7 +232,6 @@ func New(set *policy.Set, o Options) *Handler {
 			h.acc = h.log.Named("access")
 		}
 	}
-	h.Swap(set)
 	return h
 }
 
@@ -158,12 +245,39 @@ func New(set *policy.Set, o Options) *Handler {
 // outside the snapshot changes, so that a request sees one set's state
 // whole. Safe for concurrent use: Swaps are serialized, and the last to
 // take the lock is the set in force.
-func (h *Handler) Swap(set *policy.Set) {
+//
+// A set with an [identity] gets a new verifier, built before anything
+// changes (its JWKS file is read again): if its keys do not load, Swap
+// returns the error and the set in force stays, its verifier too. The
+// verifier of the set replaced is closed (its JWKS refresh stops);
+// requests in flight still verify with it.
+func (h *Handler) Swap(set *policy.Set) error {
+	v, err := newVerifier(set, h.log)
+	if err != nil {
+		return err
+	}
+	h.swap(set, v)
+	return nil
+}
+
+// Close stops the handler's background work: the JWKS refresh of its
+// identity verifier. The handler still serves after Close, with the keys
+// it has.
+func (h *Handler) Close() {
+	h.swapMu.Lock()
+	defer h.swapMu.Unlock()
+	if s := h.snap.Load(); s != nil && s.verifier != nil {
+		s.verifier.Close()
+	}
+}
+
+// swap is Swap with set's verifier built.
+func (h *Handler) swap(set *policy.Set, v *identity.Verifier) {
 	h.swapMu.Lock()
 	defer h.swapMu.Unlock()
 	srv := &set.Config.Server
 	old := h.snap.Load()
-	s := &snapshot{set: set, pools: map[string]*pool{}, policies: map[*policy.Policy]*policyState{}}
+	s := &snapshot{set: set, pools: map[string]*pool{}, policies: map[*policy.Policy]*policyState{}, verifier: v}
 	if set.Config.Log.AccessReplay {
 		s.replay = replayHeaders(set)
 	}
@@ -193,6 +307,9 @@ func (h *Handler) Swap(set *policy.Set) {
 	}
 	h.metrics.declareQueues(set)
 	h.snap.Store(s)
+	if old != nil && old.verifier != nil && old.verifier != v {
+		old.verifier.Close()
+	}
 	if old != nil {
 		for name, p := range old.pools {
 			if s.pools[name] != p {

@@ -217,12 +217,12 @@ const maxReadPath = 4 << 10
 // tooLongToRead is checkReadings' refusal of a path over maxReadPath.
 const tooLongToRead = "the path is over 4 KiB and has other readings (a ;, \\, trailing dot, upper-case letter or trailing slash), which are not checked at that length"
 
-// checkReadings returns why r (canonical, matched to p by set) is
-// refused when a reading of its path selects another policy than p, or
-// climbs above the root; "" when every reading agrees. sent is the escaped
+// checkReadings returns why r (canonical, with its token's claims c,
+// matched to p by set) is refused when a reading of its path selects
+// another policy than p, or climbs above the root; "" when every reading agrees. sent is the escaped
 // path as the upstream receives it; fold is false where paths are
 // case-sensitive (server.case_sensitive_paths).
-func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent string, fold, slashed bool) (detail string) {
+func checkReadings(r *http.Request, c policy.Claims, set *policy.Set, p *policy.Policy, sent string, fold, slashed bool) (detail string) {
 	esc := escapedPath(r.URL)
 	rs := rules(esc, sent, fold, set.CasedPaths())
 	if slashed && !strings.HasSuffix(esc, "/") {
@@ -272,9 +272,9 @@ func checkReadings(r *http.Request, set *policy.Set, p *policy.Policy, sent stri
 		if folded {
 			// An upstream that ignores case compares the policies'
 			// paths in any case too.
-			q, ok = set.MatchFold(&alt)
+			q, ok = set.MatchFoldClaims(&alt, c)
 		} else {
-			q, ok = set.Match(&alt)
+			q, ok = set.MatchClaims(&alt, c)
 		}
 		if ok && q == p {
 			continue

@@ -62,7 +62,7 @@ func TestReadingsCostBounded(t *testing.T) {
 		var ms0, ms1 runtimeMemStats
 		ms0.read()
 		var detail string
-		allocs := testing.AllocsPerRun(3, func() { detail = checkReadings(r, set, p, esc, true, slashedPaths(set)) })
+		allocs := testing.AllocsPerRun(3, func() { detail = checkReadings(r, nil, set, p, esc, true, slashedPaths(set)) })
 		ms1.read()
 		perCall := (ms1.bytes - ms0.bytes) / 4 // AllocsPerRun runs it once more to warm up
 		if allocs > 1000 || perCall > 64*uint64(len(target)) {
@@ -94,7 +94,7 @@ func BenchmarkCheckReadings(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				checkReadings(r, set, p, esc, true, slashedPaths(set))
+				checkReadings(r, nil, set, p, esc, true, slashedPaths(set))
 			}
 		})
 	}

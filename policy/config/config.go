@@ -24,8 +24,11 @@ type Config struct {
 	Log         Log
 	Store       Store
 	RLS         RLS
-	Upstreams   []Upstream
-	Policies    []Policy
+	// Identity is [identity]: how a request's JWT is verified, for the
+	// jwt:CLAIM key parts and claims match conditions; nil without one.
+	Identity  *Identity
+	Upstreams []Upstream
+	Policies  []Policy
 
 	at map[string]pos // where each key is written in File
 }
@@ -175,6 +178,30 @@ type ForwardAuth struct {
 	// before it answers 2xx; a longer delay is refused as over the
 	// limit. 0: every delay is refused.
 	MaxWait time.Duration
+}
+
+// Identity is [identity]: the one verifier of a configuration's JWTs
+// (docs/identity.md). Exactly one key source is set: JWKSFile, JWKSURL or
+// SecretEnv. A reload builds a new verifier from it.
+type Identity struct {
+	JWKSFile string
+	JWKSURL  string
+	// SecretEnv names the environment variable holding an HS256 secret;
+	// the secret itself never goes in the file.
+	SecretEnv string
+	// Algorithms is the allow-list of the "alg" a token may name; nil:
+	// the verifier's defaults (RS256, ES256, EdDSA with a JWKS; HS256
+	// with a secret).
+	Algorithms []string
+	Issuer     string   // "": any
+	Audience   []string // empty: any
+	// Leeway is the clock skew allowed on exp, nbf and iat.
+	Leeway time.Duration
+	// RefreshInterval is how often JWKSURL is fetched again.
+	RefreshInterval time.Duration
+	// Header or Cookie, at most one set, is where the token is; both "":
+	// the Authorization header's Bearer credentials.
+	Header, Cookie string
 }
 
 // RLS is [rls]: Envoy's rate limit service (docs/envoy.md). Every

@@ -90,6 +90,17 @@ const (
 	DefaultRLSMaxEntries      = 16
 	DefaultRLSMaxMessageBytes = 64 << 10
 	DefaultRLSMaxStreams      = 1024
+	// [identity]: the clock skew allowed on a token's times, and how
+	// often a jwks_url is fetched again.
+	DefaultIdentityLeeway  = 30 * time.Second
+	DefaultIdentityRefresh = 10 * time.Minute
+)
+
+// identityAlgorithms are the "alg" values [identity] algorithms may
+// allow: the asymmetric ones with a JWKS, the HMAC ones with secret_env.
+var (
+	identityAlgorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+	identityHMAC       = []string{"HS256", "HS384", "HS512"}
 )
 
 // DefaultUpgrades are the protocols a client may upgrade to through an

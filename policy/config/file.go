@@ -26,6 +26,7 @@ type (
 		Log      rawLog         `toml:"log"`
 		Store    rawStore       `toml:"store"`
 		RLS      rawRLS         `toml:"rls"`
+		Identity *rawIdentity   `toml:"identity"`
 		Upstream []rawUpstream  `toml:"upstream"`
 		Shared   []rawLimit     `toml:"shared_limit"`
 		Policy   []rawPolicy    `toml:"policy"`
@@ -97,6 +98,18 @@ type (
 		MaxEntries     scalar[int64]  `toml:"max_entries"`
 		MaxMessage     scalar[int64]  `toml:"max_message_bytes"`
 		MaxStreams     scalar[int64]  `toml:"max_concurrent_streams"`
+	}
+	rawIdentity struct {
+		JWKSFile   scalar[string] `toml:"jwks_file"`
+		JWKSURL    scalar[string] `toml:"jwks_url"`
+		SecretEnv  scalar[string] `toml:"secret_env"`
+		Algorithms stringList     `toml:"algorithms"`
+		Issuer     scalar[string] `toml:"issuer"`
+		Audience   stringList     `toml:"audience"`
+		Leeway     durationValue  `toml:"leeway"`
+		Refresh    durationValue  `toml:"refresh_interval"`
+		Header     scalar[string] `toml:"header"`
+		Cookie     scalar[string] `toml:"cookie"`
 	}
 	rawStore struct {
 		Backend scalar[string] `toml:"backend"`
@@ -176,6 +189,7 @@ type (
 		PathPrefix scalar[string]            `toml:"path_prefix"`
 		PathRegex  scalar[string]            `toml:"path_regex"`
 		Headers    map[string]scalar[string] `toml:"headers"`
+		Claims     map[string]scalar[string] `toml:"claims"`
 		RLSDomain  scalar[string]            `toml:"rls_domain"`
 		Descriptor stringList                `toml:"descriptor"`
 	}

@@ -45,17 +45,44 @@ var keyKinds = [...]struct {
 		return name, nil
 	}},
 	KeyDescriptor: {name: "descriptor", syntax: "KEY", where: "in an RLS policy"},
+	KeyJWT: {name: "jwt", syntax: "CLAIM", check: func(name string) (string, error) {
+		if !ClaimPath(name) {
+			return "", fmt.Errorf("%q is not a claim path (names joined by dots: \"sub\", \"org.id\")", name)
+		}
+		return name, nil
+	}},
+}
+
+// ClaimPath reports whether p is a claim path: one or more non-empty
+// names joined by dots, without spaces or control characters.
+func ClaimPath(p string) bool {
+	if p == "" {
+		return false
+	}
+	for _, name := range strings.Split(p, ".") {
+		if name == "" {
+			return false
+		}
+		for _, r := range name {
+			if r <= ' ' || r == 0x7f {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // keyPartSyntax lists the key parts keyKinds takes, as the error for one
-// that is none says it, those without a name first: "ip, host, method,
-// path, header:NAME, query:NAME, cookie:NAME or, in an RLS policy,
-// descriptor:KEY".
+// that is none says it, those without a name first and those of one place
+// last: "ip, host, method, path, header:NAME, query:NAME, cookie:NAME,
+// jwt:CLAIM or, in an RLS policy, descriptor:KEY".
 var keyPartSyntax = func() string {
 	var forms []string
-	for _, named := range [...]bool{false, true} {
+	// Those without a name, then those with one, then those of one place.
+	for pass := range 3 {
 		for _, kk := range keyKinds {
-			if kk.name == "" || named != (kk.syntax != "") {
+			named := pass > 0
+			if kk.name == "" || named != (kk.syntax != "") || (pass == 2) != (kk.where != "") {
 				continue
 			}
 			form := kk.name

@@ -113,6 +113,11 @@ type Match struct {
 	PathPrefix string
 	PathRegex  *regexp.Regexp // nil: none
 	Headers    []HeaderMatch  // sorted by name
+	// Claims are conditions on the claims of the request's verified
+	// token ([identity]), sorted by path: each claim's single value
+	// (identity's Claims.Get) must be Value exactly. A request whose
+	// token is missing or invalid has no claims and matches none.
+	Claims []ClaimMatch
 	// RLSDomain, when not "", makes the policy one of Envoy's rate limit
 	// service (docs/envoy.md): it matches a descriptor of that domain
 	// whose entries Descriptor matches, one pattern per entry, and never
@@ -193,6 +198,10 @@ func parseDescriptorPattern(s string) (DescriptorPattern, error) {
 // RLS reports whether m is an RLS policy's (RLSDomain set).
 func (m *Match) RLS() bool { return m.RLSDomain != "" }
 
+// ClaimMatch is one condition of a match table's claims: the claim at
+// Path (a claim path, "plan", "org.tier") is Value.
+type ClaimMatch struct{ Path, Value string }
+
 // HeaderMatch is one condition of a match table's headers.
 type HeaderMatch struct {
 	Name  string // canonical
@@ -231,6 +240,9 @@ func (m *Match) String() string {
 	}
 	for _, h := range m.Headers {
 		parts = append(parts, fmt.Sprintf("header %s=%q", h.Name, h.Value))
+	}
+	for _, c := range m.Claims {
+		parts = append(parts, fmt.Sprintf("claim %s=%q", c.Path, c.Value))
 	}
 	return strings.Join(parts, " ")
 }
@@ -284,6 +296,7 @@ const (
 	KeyMethod
 	KeyPath
 	KeyDescriptor // descriptor:KEY, an RLS descriptor entry's value (docs/envoy.md)
+	KeyJWT        // jwt:CLAIM, a claim of the request's verified token ([identity])
 )
 
 // KeyPart is one element of a policy's key list.

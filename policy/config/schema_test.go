@@ -570,6 +570,8 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"rls.max_entries":                          DefaultRLSMaxEntries,
 		"rls.max_message_bytes":                    DefaultRLSMaxMessageBytes,
 		"rls.max_concurrent_streams":               DefaultRLSMaxStreams,
+		"identity.leeway":                          dur(DefaultIdentityLeeway),
+		"identity.refresh_interval":                dur(DefaultIdentityRefresh),
 	} {
 		refine(path, node{"default": def})
 	}
@@ -661,6 +663,7 @@ var docSections = map[string]string{
 	"[log]":                  "log",
 	"[store]":                "store",
 	"[rls]":                  "rls",
+	"[identity]":             "identity",
 	"[[upstream]]":           "upstream[]",
 	"[upstream.concurrency]": "upstream[].concurrency",
 	"[[policy]]":             "policy[]",
@@ -681,6 +684,7 @@ var docProse = map[string]string{
 	"policy[].match.path_prefix":               "a path prefix (canonical form), starting with /",
 	"policy[].match.path_regex":                "an RE2 expression the path must match",
 	"policy[].match.headers":                   `headers and their exact values; "*" means present`,
+	"policy[].match.claims":                    "claims of the verified token ([identity]) by path and their exact values; a missing or invalid token matches none",
 	"policy[].limits[].count.status":           `statuses (401) and classes ("5xx") of the answers that count`,
 	"policy[].limits[].count.header":           "a response header whose presence marks an answer that counts",
 	"policy[].reject.status":                   "the status of a rejection, 400 to 599",

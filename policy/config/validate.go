@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
 )
@@ -65,6 +66,7 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 		Log:         validateLog(&raw.Log, c),
 		Store:       validateStore(&raw.Store, c),
 		RLS:         validateRLS(&raw.RLS, c),
+		Identity:    validateIdentity(raw.Identity, c),
 	}
 	upstreams := map[string]int{}
 	for i := range raw.Upstream {
@@ -79,6 +81,7 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 			continue
 		}
 		checkHTTPPolicyKeys(&cfg.Policies[i], c)
+		checkIdentityUse(&cfg.Policies[i], cfg.Identity != nil, c)
 		resolveClass(&cfg.Policies[i], &raw.Policy[i], cfg.Upstreams, upstreams, c)
 		checkClientHeaderKey(&cfg.Policies[i], cfg.Server.ClientIPHeader, c)
 	}
@@ -633,13 +636,108 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 	return out
 }
 
+// validateIdentity checks [identity]; nil without one.
+func validateIdentity(r *rawIdentity, c *collector) *Identity {
+	if r == nil {
+		return nil
+	}
+	id := &Identity{
+		JWKSFile: r.JWKSFile.V, JWKSURL: r.JWKSURL.V, SecretEnv: r.SecretEnv.V,
+		Algorithms: r.Algorithms.V, Issuer: r.Issuer.V, Audience: r.Audience.V,
+		Leeway:          r.Leeway.Or(DefaultIdentityLeeway),
+		RefreshInterval: r.Refresh.Or(DefaultIdentityRefresh),
+		Header:          r.Header.V, Cookie: r.Cookie.V,
+	}
+	sources := 0
+	for _, set := range []bool{id.JWKSFile != "", id.JWKSURL != "", id.SecretEnv != ""} {
+		if set {
+			sources++
+		}
+	}
+	if sources != 1 {
+		c.add("identity", "set exactly one of jwks_file, jwks_url and secret_env (the keys tokens are verified with)")
+	}
+	if id.JWKSURL != "" {
+		u, err := url.Parse(id.JWKSURL)
+		loopback := func(h string) bool {
+			a, err := netip.ParseAddr(h)
+			return strings.EqualFold(h, "localhost") || err == nil && a.IsLoopback()
+		}
+		if err != nil || u.Host == "" || u.Scheme != "https" && (u.Scheme != "http" || !loopback(u.Hostname())) {
+			c.add("identity.jwks_url", "%q: must be an https URL, or http to a loopback address (keys fetched in the clear could be anyone's)", id.JWKSURL)
+		}
+	}
+	if id.SecretEnv != "" && !envName.MatchString(id.SecretEnv) {
+		c.add("identity.secret_env", "%q is not an environment variable name (the secret itself never goes in the file)", id.SecretEnv)
+	}
+	if r.Algorithms.Set && len(id.Algorithms) == 0 {
+		c.add("identity.algorithms", "empty: leave it out for the defaults")
+	}
+	for _, alg := range id.Algorithms {
+		switch {
+		case slices.Contains(identityHMAC, alg):
+			if id.SecretEnv == "" {
+				c.add("identity.algorithms", "%s needs secret_env: HMAC tokens are never verified with keys of a JWKS", alg)
+			}
+		case slices.Contains(identityAlgorithms, alg):
+			if id.SecretEnv != "" && id.JWKSFile == "" && id.JWKSURL == "" {
+				c.add("identity.algorithms", "%s needs jwks_file or jwks_url", alg)
+			}
+		default:
+			c.add("identity.algorithms", "%q is not one of %s (\"none\" never is)", alg, strings.Join(append(slices.Clone(identityAlgorithms), identityHMAC...), ", "))
+		}
+	}
+	if r.Refresh.Set && id.RefreshInterval < time.Second {
+		c.add("identity.refresh_interval", "%s: must be at least 1s", id.RefreshInterval)
+	}
+	if id.Header != "" && id.Cookie != "" {
+		c.add("identity", "header and cookie: set one, not both")
+	}
+	if id.Header != "" && !validToken(id.Header) {
+		c.add("identity.header", "%q is not a header name", id.Header)
+	}
+	if id.Header != "" {
+		id.Header = canonicalHeader(id.Header)
+	}
+	if id.Cookie != "" && !validToken(id.Cookie) {
+		c.add("identity.cookie", "%q is not a cookie name", id.Cookie)
+	}
+	return id
+}
+
+// checkIdentityUse refuses a jwt:CLAIM key part or a claims condition in
+// a configuration without [identity]: there would be no verified claims
+// to read.
+func checkIdentityUse(p *Policy, identity bool, c *collector) {
+	if identity {
+		return
+	}
+	if len(p.Match.Claims) > 0 {
+		c.add(fmt.Sprintf("policy[%d].match.claims", p.Index), "a claims condition needs an [identity] table: the verifier of the tokens it reads")
+	}
+	has := func(parts []KeyPart) bool {
+		return slices.ContainsFunc(parts, func(kp KeyPart) bool { return kp.Kind == KeyJWT })
+	}
+	const why = "a jwt: key part needs an [identity] table: the verifier of the tokens it reads"
+	if has(p.Key) {
+		c.add(fmt.Sprintf("policy[%d].key", p.Index), why)
+		return
+	}
+	for j, lk := range p.LimitKeys {
+		if has(lk.Parts) {
+			c.add(fmt.Sprintf("policy[%d].limits[%d].key", p.Index, j), why)
+			return
+		}
+	}
+}
+
 // checkRLSPolicy refuses what an RLS policy p (raw r) cannot have: HTTP
 // conditions, key parts other than descriptor:KEY of its own patterns, a
 // [policy.concurrency] or class, limits that read the answer.
 func checkRLSPolicy(p *Policy, r *rawPolicy, c *collector) {
 	key := fmt.Sprintf("policy[%d]", p.Index)
-	if m := r.Match; m.Hosts.Set || m.Methods.Set || m.Path.Set || m.PathPrefix.Set || m.PathRegex.Set || m.Headers != nil {
-		c.add(key+".match", "an RLS policy (rls_domain) matches descriptors only: hosts, methods, path, path_prefix, path_regex and headers are HTTP conditions")
+	if m := r.Match; m.Hosts.Set || m.Methods.Set || m.Path.Set || m.PathPrefix.Set || m.PathRegex.Set || m.Headers != nil || m.Claims != nil {
+		c.add(key+".match", "an RLS policy (rls_domain) matches descriptors only: hosts, methods, path, path_prefix, path_regex, headers and claims are HTTP conditions")
 	}
 	if r.Conc != nil {
 		c.add(key+".concurrency", "an RLS policy cannot limit concurrency: the rate limit service never sees a request end")
@@ -1307,7 +1405,16 @@ func compileMatch(m *rawMatch, key string, c *collector) Match {
 		mt.Headers = append(mt.Headers, HeaderMatch{Name: canonicalHeader(name), Value: v.V, Any: v.V == "*"})
 	}
 	sortHeaders(mt.Headers)
-	mt.All = !m.RLSDomain.Set && !m.Descriptor.Set && len(mt.Hosts) == 0 && len(mt.Methods) == 0 && !mt.HasPath && mt.PathPrefix == "" && mt.PathRegex == nil && len(mt.Headers) == 0
+	for path, v := range m.Claims {
+		if !ClaimPath(path) {
+			c.add(key+".claims", "%q is not a claim path (names joined by dots: \"plan\", \"org.tier\")", path)
+			continue
+		}
+		mt.Claims = append(mt.Claims, ClaimMatch{Path: path, Value: v.V})
+	}
+	slices.SortFunc(mt.Claims, func(a, b ClaimMatch) int { return strings.Compare(a.Path, b.Path) })
+	mt.All = !m.RLSDomain.Set && !m.Descriptor.Set && len(mt.Hosts) == 0 && len(mt.Methods) == 0 && !mt.HasPath && mt.PathPrefix == "" && mt.PathRegex == nil && len(mt.Headers) == 0 &&
+		len(mt.Claims) == 0
 	return mt
 }
 

@@ -47,10 +47,23 @@ type Request struct {
 	// Path returns the path key part's value (the proxy's fullest reading
 	// of the canonical path); required.
 	Path PathReader
+	// Identity gives the claims of the request's verified token, for
+	// jwt:CLAIM parts; nil: no token is verified, every jwt: part is
+	// absent.
+	Identity ClaimReader
 }
 
 // PathReader gives the path key part's value.
 type PathReader interface{ PathKey() string }
+
+// ClaimReader gives a claim of a request's token, verified once when the
+// request arrived: false when the request has no valid token (missing or
+// invalid alike) or its token has no single value at path. An invalid
+// token never gives a value, so that it is never counted as another
+// client.
+type ClaimReader interface {
+	Claim(path string) (string, bool)
+}
 
 // Policy builds the key of q for policy p: its key parts, each
 // length-prefixed ("13:203.0.113.7" …) so that no value can be crafted

@@ -33,6 +33,12 @@ func appendPart(b []byte, q *Request, part config.KeyPart) ([]byte, State) {
 			return b, st
 		}
 		return AppendPart(b, []byte(v)), Present
+	case config.KeyJWT:
+		if q.Identity == nil {
+			return b, Absent
+		}
+		v, ok := q.Identity.Claim(part.Name)
+		return appendString(v, ok, b)
 	case config.KeyHost:
 		return appendString(strings.ToLower(config.HostName(q.R.Host)), true, b)
 	case config.KeyMethod:

@@ -161,6 +161,7 @@ func (p *process) drain() {
 	}
 	closeFaces(data)
 	p.handler.CloseIdleConnections()
+	p.handler.Close()
 	shutdown(ctx, others)
 	closeFaces(others)
 	p.log.Info("stopped")

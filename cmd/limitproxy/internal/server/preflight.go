@@ -28,7 +28,9 @@ type PreflightOptions struct {
 // name (set and not empty) and key_hash_secret_env names (set, at least
 // proxy.MinKeyHashSecret bytes), the overrides file (its directory exists and
 // takes files; the file, if there, reads and parses), temp_dir (exists,
-// takes files), and the listen addresses (parse; with o.Bind, free).
+// takes files), [identity]'s jwks_file (reads and parses) or secret_env
+// (set and long enough), and the listen addresses (parse; with o.Bind,
+// free).
 // It returns nil, or config.Errors holding every problem, each at its
 // key's file:line:col. `limitproxy check` and the start run it both, so
 // they cannot disagree.
@@ -113,6 +115,15 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 			add("store.overrides_file", "%v", err)
 		} else {
 			ov.Close()
+		}
+	}
+	if id := cfg.Identity; id != nil {
+		if err := proxy.CheckIdentity(id); err != nil {
+			key := "identity.jwks_file"
+			if id.SecretEnv != "" {
+				key = "identity.secret_env"
+			}
+			add(key, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), "identity: "), "secret_env: "))
 		}
 	}
 	if err := proxy.CheckTempDir(cfg.Server.TempDir); err != nil {

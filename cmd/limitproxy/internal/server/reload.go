@@ -77,6 +77,14 @@ func (r *reloader) reload(trigger string) error {
 	if err == nil {
 		set, err = policy.Compile(cfg, r.stores.decide, r.now())
 	}
+	// An [identity]'s keys live outside the file (a JWKS file, a URL):
+	// the same file may come with new keys, so a set with one is swapped
+	// in whatever its hash. Swap reads the keys first and keeps the set
+	// in force if they do not load.
+	unchanged := err == nil && cfg.Hash == old.Config.Hash && cfg.Identity == nil
+	if err == nil && !unchanged {
+		err = r.handler.Swap(set)
+	}
 	if err != nil {
 		next.LastError = err
 		next.Failures++
@@ -87,7 +95,7 @@ func (r *reloader) reload(trigger string) error {
 	recovered := old.LastError != nil // the last attempt was refused
 	next.LastError = nil
 	next.Successes++
-	if cfg.Hash == old.Config.Hash {
+	if unchanged {
 		r.status.Store(&next)
 		if recovered {
 			// Said at the level the refusal was, so that the last line
@@ -100,7 +108,6 @@ func (r *reloader) reload(trigger string) error {
 		return nil
 	}
 
-	r.handler.Swap(set)
 	r.level.SetLevel(levelOf(cfg.Log.Level))
 	added, removed, changed := diffSections(old.Config, cfg)
 	// Released at once in memory; Redis keys expire by their TTL.

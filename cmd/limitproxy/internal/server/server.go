@@ -268,8 +268,11 @@ func (p *process) buildHandler() error {
 	if p.cfg.Log.Format != config.FormatConsole {
 		accessJSON = p.access
 	}
-	p.handler = proxy.New(set, proxy.Options{Logger: p.log, AccessLog: p.cfg.Log.Access, AccessLogger: p.accessLog, AccessJSON: accessJSON, Now: p.now,
+	p.handler, err = proxy.Open(set, proxy.Options{Logger: p.log, AccessLog: p.cfg.Log.Access, AccessLogger: p.accessLog, AccessJSON: accessJSON, Now: p.now,
 		Metrics: p.metrics.proxy, Bans: p.stores.bans, Overrides: p.stores.overrides, KeyHasher: hasher})
+	if err != nil {
+		return err
+	}
 	p.reload = newReloader(p.path, p.cfg, p.stores, p.handler, p.level, p.log, p.now)
 	return nil
 }

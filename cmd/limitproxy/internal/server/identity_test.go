@@ -1,0 +1,226 @@
+package server
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/limitproxy/limitproxy/policy/config"
+)
+
+// TestIdentityPreflight: what `limitproxy check` and a start run reports
+// a JWKS file that is missing or does not parse, and an HS256 secret
+// variable unset, at its key's file:line:col.
+func TestIdentityPreflight(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"keys": [{"kty": "RSA", "kid": "k"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LIMITPROXY_TEST_UNSET_SECRET", "")
+	for _, c := range []struct {
+		name, source, want string
+	}{
+		{"unparsable", `jwks_file = "` + bad + `"`, "c.toml:5:1: identity.jwks_file: jwks file " + bad + ": "},
+		{"missing", `jwks_file = "` + filepath.Join(dir, "none.json") + `"`, "c.toml:5:1: identity.jwks_file: jwks file " + filepath.Join(dir, "none.json") + ": no such file"},
+		{"secret unset", `secret_env = "LIMITPROXY_TEST_UNSET_SECRET"`, "c.toml:5:1: identity.secret_env: environment variable LIMITPROXY_TEST_UNSET_SECRET is unset or empty"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.toml")
+			text := `[server]
+listen = "127.0.0.1:0"
+
+[identity]
+` + c.source + `
+
+[[upstream]]
+name = "app"
+targets = ["http://127.0.0.1:1"]
+
+[[policy]]
+name = "p"
+upstream = "app"
+key = ["jwt:sub"]
+  [[policy.limits]]
+  algorithm = "fixed_window"
+  limit = 1
+  window = "1h"
+`
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Admin.Listen = ""
+			err = Preflight(cfg, PreflightOptions{})
+			if err == nil {
+				t.Fatal("Preflight passed")
+			}
+			got := strings.ReplaceAll(err.Error(), path, "c.toml")
+			if !strings.Contains(got, c.want) {
+				t.Fatalf("Preflight:\n%s\nwant it to hold %q", got, c.want)
+			}
+		})
+	}
+}
+
+// TestIdentityReloadNewJWKS: the whole server with an [identity]: a
+// reload through the admin API reads the JWKS file again, so a token of
+// a newly published kid is valid after it, while the counters of another
+// policy are kept; a reload whose JWKS does not parse is refused and the
+// keys in force stay.
+func TestIdentityReloadNewJWKS(t *testing.T) {
+	t.Parallel()
+	k1, k2 := newTestKey(t, "k1"), newTestKey(t, "k2")
+	var jwks string
+	text := func(up string) string {
+		return configText(up, 2, "1/h", "") + `
+[identity]
+jwks_file = "` + jwks + `"
+`
+	}
+	r := startFile(t, func(path, up string) {
+		jwks = filepath.Join(filepath.Dir(path), "jwks.json")
+		writeTestJWKS(t, jwks, k1)
+		os.WriteFile(path, []byte(usersPolicy(text(up))), 0o644)
+	})
+	get := func(path, token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", r.proxy+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	reload := func() map[string]any {
+		t.Helper()
+		resp, err := http.Post(r.admin+"/api/v1/reload", "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		return body
+	}
+	alice1, alice2 := k1.token(t, "alice"), k2.token(t, "alice")
+	if s := get("/u/1", alice1); s != 200 {
+		t.Fatalf("k1 token: %d", s)
+	}
+	if s := get("/u/1", alice2); s != 400 {
+		t.Fatalf("k2 token before the reload: %d, want 400 (absent, on_missing = reject)", s)
+	}
+	for range 2 {
+		get("/x", "")
+	}
+	if s := get("/x", ""); s != 429 {
+		t.Fatalf("drained catch-all: %d", s)
+	}
+
+	os.WriteFile(jwks, []byte(`{"keys": [{"kty": "RSA", "kid": "k"}]}`), 0o600)
+	if body := reload(); body["applied"] == true {
+		t.Fatalf("a reload with a JWKS that does not parse was applied: %v", body)
+	}
+	if s := get("/u/1", alice1); s != 200 {
+		t.Fatalf("k1 token after a refused reload: %d", s)
+	}
+
+	writeTestJWKS(t, jwks, k1, k2)
+	if body := reload(); body["applied"] != true {
+		t.Fatalf("reload with a new JWKS: %v", body)
+	}
+	if s := get("/u/1", alice2); s != 200 {
+		t.Fatalf("k2 token after the reload: %d", s)
+	}
+	// alice has 3 of 4 spent; the catch-all is still drained.
+	if s := get("/u/1", alice1); s != 429 {
+		t.Fatalf("alice's bucket after the reload: %d, want 429 (its count kept)", s)
+	}
+	if s := get("/x", ""); s != 429 {
+		t.Fatalf("catch-all after the reload: %d, want 429 (its count kept)", s)
+	}
+}
+
+// usersPolicy puts before text's catch-all policy a policy for /u/ keyed
+// by jwt:sub, burst 3, refusing a request without a valid token.
+func usersPolicy(text string) string {
+	return strings.Replace(text, "[[policy]]", `[[policy]]
+name = "users"
+upstream = "app"
+match = { path_prefix = "/u/" }
+key = ["jwt:sub"]
+on_missing = "reject"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1/h"
+  burst = 3
+
+[[policy]]`, 1)
+}
+
+// testKey is an ES256 key of the identity tests and its kid.
+type testKey struct {
+	priv *ecdsa.PrivateKey
+	kid  string
+}
+
+func newTestKey(t *testing.T, kid string) testKey {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testKey{k, kid}
+}
+
+// token signs a token of sub valid from a minute ago for an hour (the
+// server's clock is the wall clock).
+func (k testKey) token(t *testing.T, sub string) string {
+	t.Helper()
+	now := time.Now()
+	sg, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: k.priv}, (&jose.SignerOptions{}).WithHeader("kid", k.kid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(map[string]any{"sub": sub, "iat": now.Add(-time.Minute).Unix(), "exp": now.Add(time.Hour).Unix()})
+	obj, err := sg.Sign(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := obj.CompactSerialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func writeTestJWKS(t *testing.T, path string, keys ...testKey) {
+	t.Helper()
+	var set jose.JSONWebKeySet
+	for _, k := range keys {
+		set.Keys = append(set.Keys, jose.JSONWebKey{Key: &k.priv.PublicKey, KeyID: k.kid, Algorithm: "ES256", Use: "sig"})
+	}
+	b, err := json.Marshal(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
