@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -449,6 +450,24 @@ func TestParseHeadCommonHeadAllocatesOnlyItsText(t *testing.T) {
 		parseHead(b, &h)
 		if n := testing.AllocsPerRun(10, func() { parseHead(b, &h) }); n != 1 {
 			t.Errorf("parseHead(%q) again: %v allocations, want 1", s, n)
+		}
+	}
+}
+
+// TestParseHeadMethodDoesNotKeepHeadText: the common methods are the
+// constants, not slices of the head's text, so that a request's method
+// kept past the request (in a log, a key) does not keep the head alive.
+func TestParseHeadMethodDoesNotKeepHeadText(t *testing.T) {
+	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"} {
+		var h head
+		if !parseHead([]byte(reqHead(m+" /x HTTP/1.1", "Host: example.com")), &h) {
+			t.Errorf("parseHead refuses %s", m)
+			continue
+		}
+		// The target is the text's bytes len(m)+1 on.
+		text := uintptr(unsafe.Pointer(unsafe.StringData(h.target))) - uintptr(len(m)+1)
+		if p := uintptr(unsafe.Pointer(unsafe.StringData(h.method))); h.method != m || p >= text && p < text+uintptr(len(m)) {
+			t.Errorf("parseHead(%s): method %q is a slice of the head's text", m, h.method)
 		}
 	}
 }
