@@ -611,6 +611,20 @@ var responseCases = []responseCase{
 	{name: "invalid-status-panics", handler: func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(42)
 	}},
+	{name: "status-99-panics", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(99)
+	}},
+	{name: "status-1000-panics", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(1000)
+	}},
+	// A protocol switch (Upgrade, Connection: Upgrade) keeps its
+	// Connection field even when the request asked to close: no
+	// "Connection: close" is added.
+	{name: "status-101-with-upgrade-request-close", reqs: []string{get("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Upgrade", "example/1")
+		w.Header().Set("Connection", "Upgrade")
+		w.WriteHeader(http.StatusSwitchingProtocols)
+	}},
 	{name: "write-more-than-length", handler: func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "5")
 		if _, err := io.WriteString(w, "0123456789"); !errors.Is(err, http.ErrContentLength) {
