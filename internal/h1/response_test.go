@@ -327,6 +327,14 @@ var responseCases = []responseCase{
 	{name: "head-large-one-write", reqs: []string{headReq("%s"), headReq("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
 		writes(w, 5000, 5000)
 	}},
+	// HEAD with Transfer-Encoding and Content-Length: neither field in
+	// the head (the length is dropped for the encoding, the encoding for
+	// HEAD).
+	{name: "head-te-gzip-and-length", reqs: []string{headReq("%s"), headReq("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Transfer-Encoding", "gzip")
+		w.Header().Set("Content-Length", "5")
+		io.WriteString(w, "hello")
+	}},
 	{name: "head-te-identity", reqs: []string{headReq("%s"), headReq("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Transfer-Encoding", "identity")
 		io.WriteString(w, "x")
