@@ -349,6 +349,13 @@ var responseCases = []responseCase{
 			panic(fmt.Sprintf("Write on 204: %v", err))
 		}
 	}},
+	// An empty Write is no body: it succeeds on a status without one.
+	{name: "204-empty-write", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+		if n, err := w.Write(nil); n != 0 || err != nil {
+			panic(fmt.Sprintf("empty Write on 204: %d, %v", n, err))
+		}
+	}},
 	{name: "304-with-type-and-length", handler: func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		w.Header().Set("Content-Length", "5")
@@ -735,6 +742,19 @@ var responseCases = []responseCase{
 		}
 		defer c.Close()
 		brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
+		brw.Flush()
+	}},
+	// A Write after Hijack writes nothing and says so (ErrHijacked).
+	{name: "hijack-then-write", reqs: []string{get("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			http.Error(w, "hijack: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer c.Close()
+		n, err := io.WriteString(w, "after")
+		msg := fmt.Sprintf("Write after Hijack: %d, %v", n, err)
+		fmt.Fprintf(brw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
 		brw.Flush()
 	}},
 	// Found in review (EnableFullDuplex), now fixed: net/http's writer supports it (nil); the
