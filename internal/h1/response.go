@@ -544,14 +544,20 @@ func (w *response) finish() bool {
 		w.WriteHeader(http.StatusOK)
 	}
 	w.commitPending()
+	if w.err != nil {
+		// A write failed: as net/http, whose buffered writers keep their
+		// error, nothing more goes out, and above all no last chunk that
+		// would end the cut body as if it were whole (the handler may
+		// have cleared the write deadline that failed it).
+		w.c.out = w.c.out[:0]
+		return false
+	}
 	if w.chunking {
 		w.c.out = append(w.c.out, "0\r\n"...)
 		w.writeTrailers()
 		w.c.out = append(w.c.out, "\r\n"...)
 	}
-	if err := w.c.flush(); err != nil && w.err == nil {
-		w.err = err
-	}
+	w.err = w.c.flush()
 	if w.closeAfter || w.err != nil {
 		return false
 	}

@@ -718,6 +718,19 @@ var responseCases = []responseCase{
 	{name: "panic-before-write", handler: func(w http.ResponseWriter, r *http.Request) {
 		panic("boom")
 	}},
+	// A write fails (its deadline has passed, nothing sent), with part
+	// of a Write still held; the handler then clears the deadline and
+	// returns. As net/http, whose buffered writers keep their error,
+	// nothing goes out after the failure: not the held bytes, nor a last
+	// chunk that would end the cut body as if whole.
+	{name: "write-fails-then-deadline-cleared", handler: func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		rc.SetWriteDeadline(time.Unix(1, 0))
+		writes(w, 2048, 2048)
+		writes(w, 1, 1)
+		writes(w, 10000, 10000)
+		rc.SetWriteDeadline(time.Time{})
+	}},
 	{name: "io-copy-plain-reader-small", handler: func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(w, struct{ io.Reader }{strings.NewReader("hello from upstream")})
 	}},
