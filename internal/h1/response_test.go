@@ -994,3 +994,40 @@ func waitListenerClosed(t *testing.T, addr string) {
 	}
 	t.Fatalf("listener %s still accepts", addr)
 }
+
+// TestResponseLargeBodyGoesOutAsWritten: a body larger than the
+// connection's buffer goes out as the handler writes it, as with
+// net/http, not held until the handler returns: a client reads it all
+// while the handler still runs (streaming, and no buffer growing with
+// the body).
+func TestResponseLargeBodyGoesOutAsWritten(t *testing.T) {
+	const size = 64 << 10
+	for _, which := range []string{"net/http", "front"} {
+		t.Run(which, func(t *testing.T) {
+			release := make(chan struct{})
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", fmt.Sprint(size))
+				writes(w, size, 16<<10)
+				<-release
+			})
+			var addr string
+			if which == "front" {
+				_, _, addr = startFront(t, h, nil)
+			} else {
+				_, addr = startPlain(t, h, nil)
+			}
+			defer close(release)
+			c := dial(t, addr)
+			io.WriteString(c, get("/"))
+			c.SetReadDeadline(time.Now().Add(silence))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no head while the handler runs: %v", err)
+			}
+			n, err := io.Copy(io.Discard, resp.Body)
+			if n != size {
+				t.Errorf("read %d bytes of the body while the handler runs, want %d (%v)", n, size, err)
+			}
+		})
+	}
+}
