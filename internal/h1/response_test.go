@@ -731,6 +731,40 @@ var responseCases = []responseCase{
 		writes(w, 10000, 10000)
 		rc.SetWriteDeadline(time.Time{})
 	}},
+	{name: "io-copy-plain-reader-511", handler: func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, struct{ io.Reader }{strings.NewReader(strings.Repeat("x", 511))})
+	}},
+	{name: "io-copy-plain-reader-512", handler: func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, struct{ io.Reader }{strings.NewReader(strings.Repeat("x", 512))})
+	}},
+	{name: "io-copy-with-type-small", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		io.Copy(w, struct{ io.Reader }{strings.NewReader("hello from upstream")})
+	}},
+	{name: "io-copy-with-type-1000", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		io.Copy(w, struct{ io.Reader }{strings.NewReader(strings.Repeat("0123456789", 100))})
+	}},
+	{name: "io-copy-after-writeheader-small", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		io.Copy(w, struct{ io.Reader }{strings.NewReader("hello from upstream")})
+	}},
+	{name: "io-copy-after-write-small", handler: func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first ")
+		io.Copy(w, struct{ io.Reader }{strings.NewReader("hello from upstream")})
+	}},
+	// Nothing copied: no status is written, the handler may still set one.
+	{name: "io-copy-empty-then-writeheader", handler: func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, struct{ io.Reader }{strings.NewReader("")})
+		w.WriteHeader(http.StatusNotFound)
+	}},
+	{name: "io-copy-204", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+		io.Copy(w, struct{ io.Reader }{strings.NewReader("no body allowed")})
+	}},
+	{name: "io-copy-head-1000", reqs: []string{headReq("%s"), headReq("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, struct{ io.Reader }{strings.NewReader(strings.Repeat("0123456789", 100))})
+	}},
 	{name: "io-copy-plain-reader-small", handler: func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(w, struct{ io.Reader }{strings.NewReader("hello from upstream")})
 	}},
