@@ -88,6 +88,9 @@ func TestResponseWriteAfterFailureWritesNothing(t *testing.T) {
 			t.Errorf("Write of %d bytes after a failure: %d, %v; want 0 and an error", size, n, err)
 		}
 	}
+	if err := w.FlushError(); err == nil {
+		t.Error("Flush after a failure: nil, want the error")
+	}
 	if len(w.pending) != 0 {
 		t.Errorf("%d bytes held after a failure", len(w.pending))
 	}

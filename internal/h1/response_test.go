@@ -800,8 +800,23 @@ var responseCases = []responseCase{
 		}
 		defer c.Close()
 		n, err := io.WriteString(w, "after")
-		msg := fmt.Sprintf("Write after Hijack: %d, %v", n, err)
+		_, _, err2 := http.NewResponseController(w).Hijack()
+		msg := fmt.Sprintf("Write after Hijack: %d, %v; Hijack again: %v", n, err, err2)
 		fmt.Fprintf(brw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
+		brw.Flush()
+	}},
+	// Hijack after WriteHeader: the head goes out first, whole (framed
+	// as if the handler had returned then), and the connection is the
+	// handler's.
+	{name: "hijack-after-writeheader", reqs: []string{get("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusAccepted)
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("raw bytes after the head")
 		brw.Flush()
 	}},
 	// Found in review (EnableFullDuplex), now fixed: net/http's writer supports it (nil); the
@@ -1061,6 +1076,43 @@ func TestResponseLargeBodyGoesOutAsWritten(t *testing.T) {
 			n, err := io.Copy(io.Discard, resp.Body)
 			if n != size {
 				t.Errorf("read %d bytes of the body while the handler runs, want %d (%v)", n, size, err)
+			}
+		})
+	}
+}
+
+// TestResponseFlushSendsAtOnce: Flush sends the head and what was
+// written so far while the handler still runs, as net/http's does
+// (server-sent events, progress).
+func TestResponseFlushSendsAtOnce(t *testing.T) {
+	for _, which := range []string{"net/http", "front"} {
+		t.Run(which, func(t *testing.T) {
+			release := make(chan struct{})
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, "event one\n")
+				if err := http.NewResponseController(w).Flush(); err != nil {
+					panic(err)
+				}
+				<-release
+			})
+			var addr string
+			if which == "front" {
+				_, _, addr = startFront(t, h, nil)
+			} else {
+				_, addr = startPlain(t, h, nil)
+			}
+			defer close(release)
+			c := dial(t, addr)
+			io.WriteString(c, get("/"))
+			c.SetReadDeadline(time.Now().Add(silence))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no head after Flush: %v", err)
+			}
+			line, err := bufio.NewReader(resp.Body).ReadString('\n')
+			if line != "event one\n" {
+				t.Errorf("read %q after Flush (%v), want the first event", line, err)
 			}
 		})
 	}
