@@ -7,8 +7,10 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -197,6 +199,41 @@ func TestServerCloseIdle(t *testing.T) {
 		}
 		if want := map[bool]int32{true: stateClosed, false: tc.state}[tc.close]; c.state.Load() != want {
 			t.Errorf("%s: state %d, want %d", tc.name, c.state.Load(), want)
+		}
+	}
+}
+
+// TestServerLogsToErrorLog: the front logs to srv.ErrorLog when set,
+// and only there; to the log package's standard logger when not, as
+// net/http.
+func TestServerLogsToErrorLog(t *testing.T) {
+	var std quietLog
+	log.SetOutput(&std)
+	defer log.SetOutput(os.Stderr)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		w.WriteHeader(http.StatusAccepted)
+	})
+	for _, withLog := range []bool{true, false} {
+		var own quietLog
+		ln := listen(t)
+		srv := &http.Server{Handler: h}
+		if withLog {
+			srv.ErrorLog = log.New(&own, "", 0)
+		}
+		front := New(srv)
+		go front.Serve(ln)
+		c := dial(t, ln.Addr().String())
+		io.WriteString(c, get("/", "Connection: close"))
+		readResponse(t, c, bufio.NewReader(c), "GET")
+		front.Close()
+		const msg = "superfluous response.WriteHeader call"
+		if withLog {
+			if !strings.Contains(own.String(), msg) || std.String() != "" {
+				t.Errorf("with ErrorLog: ErrorLog got %q, the standard logger %q", own.String(), std.String())
+			}
+		} else if !strings.Contains(std.String(), msg) {
+			t.Errorf("without ErrorLog: the standard logger got %q", std.String())
 		}
 	}
 }
