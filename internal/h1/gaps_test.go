@@ -596,3 +596,59 @@ func TestServerHijackStopsWatch(t *testing.T) {
 		t.Errorf("client got %q after the hijack, want %q", b, "done\n")
 	}
 }
+
+// TestServerWatchAfterHijackLeavesConnection: WatchClient called after
+// Hijack does nothing: the connection is the handler's, no read in the
+// background takes the bytes the client sends it, and none of the
+// watch's deadlines reaches the connection the handler keeps using
+// after it returns.
+func TestServerWatchAfterHijackLeavesConnection(t *testing.T) {
+	type result struct {
+		line string
+		err  error
+	}
+	results := make(chan result, 1)
+	hijacked := make(chan struct{})
+	_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			results <- result{err: err}
+			return
+		}
+		w.(interface{ WatchClient(time.Duration) }).WatchClient(0)
+		close(hijacked)
+		time.Sleep(50 * time.Millisecond) // room for a watch's read to start
+		// The connection outlives the handler (a tunnel's goroutine).
+		go func() {
+			defer conn.Close()
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			line, err := brw.ReadString('\n')
+			results <- result{line, err}
+			brw.WriteString("done\n")
+			brw.Flush()
+		}()
+	}), nil)
+	c := dial(t, addr)
+	io.WriteString(c, get("/hijack"))
+	select {
+	case <-hijacked:
+	case res := <-results:
+		t.Fatalf("handler did not hijack: %v", res.err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler did not hijack")
+	}
+	time.Sleep(100 * time.Millisecond) // the handler has returned
+	io.WriteString(c, "after\n")
+	select {
+	case res := <-results:
+		if res.err != nil || res.line != "after\n" {
+			t.Errorf("the hijacker read %q, %v; want %q", res.line, res.err, "after\n")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hijacker did not read")
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, _ := io.ReadAll(c); string(b) != "done\n" {
+		t.Errorf("client got %q after the hijack, want %q", b, "done\n")
+	}
+}

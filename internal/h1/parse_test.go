@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -208,6 +209,8 @@ var acceptedHeads = []string{
 	reqHead("GET / HTTP/1.1", "Transfer_Encoding: chunked", "Host: example.com"),
 	reqHead("GET / HTTP/1.1", "Content-Lengthx: 5", "Host: example.com"),
 	reqHead("GET / HTTP/1.1", manyFields(40)...),
+	reqHead("GET / HTTP/1.1", manyFields(maxFields-1)...), // maxFields fields, Host among them
+	reqHead("GET /~user/a~b HTTP/1.1", "Host: example.com"),
 	reqHead("GET / HTTP/1.1", "Host: example.com", "X-"+strings.Repeat("long-", 30)+"name: v"),
 	// From the fuzzer's corpus.
 	"0 / HTTP/1.1\r\nHost:0000\r\n\r\n",
@@ -309,6 +312,7 @@ var handedOffHeads = []string{
 	reqHead("GET  / HTTP/1.1", "Host: example.com"),
 	reqHead("GET /  HTTP/1.1", "Host: example.com"),
 	reqHead(" GET / HTTP/1.1", "Host: example.com"),
+	reqHead(" / HTTP/1.1", "Host: example.com"), // no method
 	reqHead("GET\t/ HTTP/1.1", "Host: example.com"),
 	reqHead("GET /a b HTTP/1.1", "Host: example.com"),
 	reqHead("GET /a\tb HTTP/1.1", "Host: example.com"),
@@ -332,6 +336,7 @@ var handedOffHeads = []string{
 	"0\r",
 	// Too many fields for the front.
 	reqHead("GET / HTTP/1.1", manyFields(200)...),
+	reqHead("GET / HTTP/1.1", manyFields(maxFields)...),
 }
 
 func TestParseHeadAccepts(t *testing.T) {
@@ -391,4 +396,78 @@ func FuzzParseHead(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkParseHead(t, b)
 	})
+}
+
+// TestParseHeadRefusesMalformedBytesWithoutAllocating: a head whose
+// request line or field lines are malformed is handed over on the cheap
+// checks of its bytes, before parseHead copies anything.
+func TestParseHeadRefusesMalformedBytesWithoutAllocating(t *testing.T) {
+	for _, s := range []string{
+		reqHead("GET /a\x00b HTTP/1.1", "Host: example.com"),
+		reqHead("GET /a\x01b HTTP/1.1", "Host: example.com"),
+		reqHead("GET /a\tb HTTP/1.1", "Host: example.com"),
+		reqHead("GET /a\x7fb HTTP/1.1", "Host: example.com"),
+		reqHead(" / HTTP/1.1", "Host: example.com"),
+		reqHead("G(T / HTTP/1.1", "Host: example.com"),
+		reqHead("GET * HTTP/1.1", "Host: example.com"),
+		reqHead("GET / HTTP/1.0", "Host: example.com"),
+		reqHead("GET / HTTP/1.1", "Host: example.com", "X: a\x01b"),
+		reqHead("GET / HTTP/1.1", "Host: example.com", "X Foo: bar"),
+		reqHead("GET / HTTP/1.1", manyFields(maxFields)...),
+		"GET / HTTP/1.1\r\nHost: example.com\n\r\n",
+	} {
+		b := []byte(s)
+		var h head
+		if parseHead(b, &h) {
+			t.Errorf("parseHead(%q) = true, want false", s)
+			continue
+		}
+		if n := testing.AllocsPerRun(10, func() { parseHead(b, &h) }); n != 0 {
+			t.Errorf("parseHead(%q) refuses it after %v allocations, want 0", s, n)
+		}
+	}
+}
+
+// TestParseHeadCommonHeadAllocatesOnlyItsText: a connection's next head
+// of the common kind (a path of unreserved characters and slashes,
+// canonical field names) costs one allocation, the copy of its text: the
+// URL is not parsed, the header map and the values' array are the
+// connection's, used again even when the head fills the array exactly.
+func TestParseHeadCommonHeadAllocatesOnlyItsText(t *testing.T) {
+	for _, s := range []string{
+		reqHead("GET /azAZ09-._~/x?q=1 HTTP/1.1", "Host: example.com"),
+		// Eight fields, the values' array's first size.
+		reqHead("GET /abcdefghijklmnopqrstuvwxyz/ABCDEFGHIJKLMNOPQRSTUVWXYZ/0123456789 HTTP/1.1",
+			"Host: example.com", "User-Agent: test", "Accept: */*", "Accept-Encoding: gzip",
+			"Accept-Language: en", "Cache-Control: no-cache", "Referer: /", "X-Request-Id: 1"),
+	} {
+		b := []byte(s)
+		if !checkParseHead(t, b) {
+			t.Errorf("parseHead(%q) = false, want true", s)
+			continue
+		}
+		var h head
+		parseHead(b, &h)
+		if n := testing.AllocsPerRun(10, func() { parseHead(b, &h) }); n != 1 {
+			t.Errorf("parseHead(%q) again: %v allocations, want 1", s, n)
+		}
+	}
+}
+
+// TestParseHeadMethodDoesNotKeepHeadText: the common methods are the
+// constants, not slices of the head's text, so that a request's method
+// kept past the request (in a log, a key) does not keep the head alive.
+func TestParseHeadMethodDoesNotKeepHeadText(t *testing.T) {
+	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"} {
+		var h head
+		if !parseHead([]byte(reqHead(m+" /x HTTP/1.1", "Host: example.com")), &h) {
+			t.Errorf("parseHead refuses %s", m)
+			continue
+		}
+		// The target is the text's bytes len(m)+1 on.
+		text := uintptr(unsafe.Pointer(unsafe.StringData(h.target))) - uintptr(len(m)+1)
+		if p := uintptr(unsafe.Pointer(unsafe.StringData(h.method))); h.method != m || p >= text && p < text+uintptr(len(m)) {
+			t.Errorf("parseHead(%s): method %q is a slice of the head's text", m, h.method)
+		}
+	}
 }

@@ -415,15 +415,14 @@ func (w *response) SetWriteDeadline(t time.Time) error { return w.c.setWriteDead
 func (w *response) EnableFullDuplex() error { return nil }
 
 // ReadFrom copies src into the body as net/http's response does for
-// io.Copy: the first 512 bytes (for sniffing) unless a Content-Type is
-// set, then the head goes out, then the rest, so that a body copied in
-// gets no computed Content-Length.
+// io.Copy: while the head is not committed, the first 512 bytes through
+// Write (a body of fewer is done with as if written: a computed
+// Content-Length, or no status yet if none), then the head goes out,
+// then the rest, so that a longer body copied in gets no computed
+// Content-Length.
 func (w *response) ReadFrom(src io.Reader) (n int64, err error) {
 	buf := make([]byte, 32<<10)
-	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
-	}
-	if !w.hasType && bodyAllowed(w.status) {
+	if !w.committed {
 		n0, err := io.CopyBuffer(writerOnly{w}, io.LimitReader(src, 512), buf)
 		n += n0
 		if err != nil || n0 < 512 {
@@ -544,14 +543,20 @@ func (w *response) finish() bool {
 		w.WriteHeader(http.StatusOK)
 	}
 	w.commitPending()
+	if w.err != nil {
+		// A write failed: as net/http, whose buffered writers keep their
+		// error, nothing more goes out, and above all no last chunk that
+		// would end the cut body as if it were whole (the handler may
+		// have cleared the write deadline that failed it).
+		w.c.out = w.c.out[:0]
+		return false
+	}
 	if w.chunking {
 		w.c.out = append(w.c.out, "0\r\n"...)
 		w.writeTrailers()
 		w.c.out = append(w.c.out, "\r\n"...)
 	}
-	if err := w.c.flush(); err != nil && w.err == nil {
-		w.err = err
-	}
+	w.err = w.c.flush()
 	if w.closeAfter || w.err != nil {
 		return false
 	}

@@ -327,6 +327,14 @@ var responseCases = []responseCase{
 	{name: "head-large-one-write", reqs: []string{headReq("%s"), headReq("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
 		writes(w, 5000, 5000)
 	}},
+	// HEAD with Transfer-Encoding and Content-Length: neither field in
+	// the head (the length is dropped for the encoding, the encoding for
+	// HEAD).
+	{name: "head-te-gzip-and-length", reqs: []string{headReq("%s"), headReq("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Transfer-Encoding", "gzip")
+		w.Header().Set("Content-Length", "5")
+		io.WriteString(w, "hello")
+	}},
 	{name: "head-te-identity", reqs: []string{headReq("%s"), headReq("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Transfer-Encoding", "identity")
 		io.WriteString(w, "x")
@@ -339,6 +347,13 @@ var responseCases = []responseCase{
 		w.WriteHeader(http.StatusNoContent)
 		if _, err := io.WriteString(w, "hello"); !errors.Is(err, http.ErrBodyNotAllowed) {
 			panic(fmt.Sprintf("Write on 204: %v", err))
+		}
+	}},
+	// An empty Write is no body: it succeeds on a status without one.
+	{name: "204-empty-write", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+		if n, err := w.Write(nil); n != 0 || err != nil {
+			panic(fmt.Sprintf("empty Write on 204: %d, %v", n, err))
 		}
 	}},
 	{name: "304-with-type-and-length", handler: func(w http.ResponseWriter, r *http.Request) {
@@ -611,6 +626,20 @@ var responseCases = []responseCase{
 	{name: "invalid-status-panics", handler: func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(42)
 	}},
+	{name: "status-99-panics", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(99)
+	}},
+	{name: "status-1000-panics", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(1000)
+	}},
+	// A protocol switch (Upgrade, Connection: Upgrade) keeps its
+	// Connection field even when the request asked to close: no
+	// "Connection: close" is added.
+	{name: "status-101-with-upgrade-request-close", reqs: []string{get("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Upgrade", "example/1")
+		w.Header().Set("Connection", "Upgrade")
+		w.WriteHeader(http.StatusSwitchingProtocols)
+	}},
 	{name: "write-more-than-length", handler: func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "5")
 		if _, err := io.WriteString(w, "0123456789"); !errors.Is(err, http.ErrContentLength) {
@@ -689,6 +718,53 @@ var responseCases = []responseCase{
 	{name: "panic-before-write", handler: func(w http.ResponseWriter, r *http.Request) {
 		panic("boom")
 	}},
+	// A write fails (its deadline has passed, nothing sent), with part
+	// of a Write still held; the handler then clears the deadline and
+	// returns. As net/http, whose buffered writers keep their error,
+	// nothing goes out after the failure: not the held bytes, nor a last
+	// chunk that would end the cut body as if whole.
+	{name: "write-fails-then-deadline-cleared", handler: func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		rc.SetWriteDeadline(time.Unix(1, 0))
+		writes(w, 2048, 2048)
+		writes(w, 1, 1)
+		writes(w, 10000, 10000)
+		rc.SetWriteDeadline(time.Time{})
+	}},
+	{name: "io-copy-plain-reader-511", handler: func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, struct{ io.Reader }{strings.NewReader(strings.Repeat("x", 511))})
+	}},
+	{name: "io-copy-plain-reader-512", handler: func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, struct{ io.Reader }{strings.NewReader(strings.Repeat("x", 512))})
+	}},
+	{name: "io-copy-with-type-small", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		io.Copy(w, struct{ io.Reader }{strings.NewReader("hello from upstream")})
+	}},
+	{name: "io-copy-with-type-1000", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		io.Copy(w, struct{ io.Reader }{strings.NewReader(strings.Repeat("0123456789", 100))})
+	}},
+	{name: "io-copy-after-writeheader-small", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		io.Copy(w, struct{ io.Reader }{strings.NewReader("hello from upstream")})
+	}},
+	{name: "io-copy-after-write-small", handler: func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first ")
+		io.Copy(w, struct{ io.Reader }{strings.NewReader("hello from upstream")})
+	}},
+	// Nothing copied: no status is written, the handler may still set one.
+	{name: "io-copy-empty-then-writeheader", handler: func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, struct{ io.Reader }{strings.NewReader("")})
+		w.WriteHeader(http.StatusNotFound)
+	}},
+	{name: "io-copy-204", handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+		io.Copy(w, struct{ io.Reader }{strings.NewReader("no body allowed")})
+	}},
+	{name: "io-copy-head-1000", reqs: []string{headReq("%s"), headReq("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, struct{ io.Reader }{strings.NewReader(strings.Repeat("0123456789", 100))})
+	}},
 	{name: "io-copy-plain-reader-small", handler: func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(w, struct{ io.Reader }{strings.NewReader("hello from upstream")})
 	}},
@@ -713,6 +789,34 @@ var responseCases = []responseCase{
 		}
 		defer c.Close()
 		brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
+		brw.Flush()
+	}},
+	// A Write after Hijack writes nothing and says so (ErrHijacked).
+	{name: "hijack-then-write", reqs: []string{get("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			http.Error(w, "hijack: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer c.Close()
+		n, err := io.WriteString(w, "after")
+		_, _, err2 := http.NewResponseController(w).Hijack()
+		msg := fmt.Sprintf("Write after Hijack: %d, %v; Hijack again: %v", n, err, err2)
+		fmt.Fprintf(brw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
+		brw.Flush()
+	}},
+	// Hijack after WriteHeader: the head goes out first, whole (framed
+	// as if the handler had returned then), and the connection is the
+	// handler's.
+	{name: "hijack-after-writeheader", reqs: []string{get("%s", "Connection: close")}, handler: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusAccepted)
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("raw bytes after the head")
 		brw.Flush()
 	}},
 	// Found in review (EnableFullDuplex), now fixed: net/http's writer supports it (nil); the
@@ -938,4 +1042,78 @@ func waitListenerClosed(t *testing.T, addr string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("listener %s still accepts", addr)
+}
+
+// TestResponseLargeBodyGoesOutAsWritten: a body larger than the
+// connection's buffer goes out as the handler writes it, as with
+// net/http, not held until the handler returns: a client reads it all
+// while the handler still runs (streaming, and no buffer growing with
+// the body).
+func TestResponseLargeBodyGoesOutAsWritten(t *testing.T) {
+	const size = 64 << 10
+	for _, which := range []string{"net/http", "front"} {
+		t.Run(which, func(t *testing.T) {
+			release := make(chan struct{})
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", fmt.Sprint(size))
+				writes(w, size, 16<<10)
+				<-release
+			})
+			var addr string
+			if which == "front" {
+				_, _, addr = startFront(t, h, nil)
+			} else {
+				_, addr = startPlain(t, h, nil)
+			}
+			defer close(release)
+			c := dial(t, addr)
+			io.WriteString(c, get("/"))
+			c.SetReadDeadline(time.Now().Add(silence))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no head while the handler runs: %v", err)
+			}
+			n, err := io.Copy(io.Discard, resp.Body)
+			if n != size {
+				t.Errorf("read %d bytes of the body while the handler runs, want %d (%v)", n, size, err)
+			}
+		})
+	}
+}
+
+// TestResponseFlushSendsAtOnce: Flush sends the head and what was
+// written so far while the handler still runs, as net/http's does
+// (server-sent events, progress).
+func TestResponseFlushSendsAtOnce(t *testing.T) {
+	for _, which := range []string{"net/http", "front"} {
+		t.Run(which, func(t *testing.T) {
+			release := make(chan struct{})
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, "event one\n")
+				if err := http.NewResponseController(w).Flush(); err != nil {
+					panic(err)
+				}
+				<-release
+			})
+			var addr string
+			if which == "front" {
+				_, _, addr = startFront(t, h, nil)
+			} else {
+				_, addr = startPlain(t, h, nil)
+			}
+			defer close(release)
+			c := dial(t, addr)
+			io.WriteString(c, get("/"))
+			c.SetReadDeadline(time.Now().Add(silence))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no head after Flush: %v", err)
+			}
+			line, err := bufio.NewReader(resp.Body).ReadString('\n')
+			if line != "event one\n" {
+				t.Errorf("read %q after Flush (%v), want the first event", line, err)
+			}
+		})
+	}
 }

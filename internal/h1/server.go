@@ -591,9 +591,11 @@ func (c *conn) serveRequest(h *head) bool {
 }
 
 // watch arms the watch of WatchClient, once per request: the background
-// read starts d from now, unless the request is over by then.
+// read starts d from now, unless the request is over by then. Not once
+// the connection is hijacked: it is the handler's then, and a read in
+// the background would take what the client sends it.
 func (c *conn) watch(d time.Duration) {
-	if c.watching {
+	if c.watching || c.hijacked {
 		return
 	}
 	c.watching = true

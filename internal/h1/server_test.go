@@ -994,3 +994,41 @@ func TestServerWatchPipelinedPastBuffer(t *testing.T) {
 		}
 	}
 }
+
+// TestServerBaseContext: srv.BaseContext is the base of every request's
+// context, the front's and net/http's, and is handed a listener with
+// the address served.
+func TestServerBaseContext(t *testing.T) {
+	type ctxKey struct{}
+	var mu sync.Mutex
+	var addrs []net.Addr
+	_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, _ := r.Context().Value(ctxKey{}).(string)
+		fmt.Fprintf(w, "%s: %s", served(w), v)
+	}), func(srv *http.Server) {
+		srv.BaseContext = func(l net.Listener) context.Context {
+			mu.Lock()
+			addrs = append(addrs, l.Addr())
+			mu.Unlock()
+			return context.WithValue(context.Background(), ctxKey{}, "base")
+		}
+	})
+	for _, tc := range []struct{ req, who string }{
+		{"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", "front"},
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx", "net/http"},
+	} {
+		c := dial(t, addr)
+		br := bufio.NewReader(c)
+		io.WriteString(c, tc.req)
+		if _, body := readResponse(t, c, br, "GET"); body != tc.who+": base" {
+			t.Errorf("got %q, want %q", body, tc.who+": base")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, a := range addrs {
+		if a == nil || a.String() != addr {
+			t.Errorf("BaseContext's listener has the address %v, want %s", a, addr)
+		}
+	}
+}

@@ -72,6 +72,9 @@ func TestWriteWhole(t *testing.T) {
 		{"no-body-status", 204, nil},
 		{"not-modified", 304, nil},
 		{"informational", 103, nil},
+		{"informational-199", 199, nil},
+		{"below-100", 99, nil},
+		{"above-999", 1000, nil},
 	} {
 		w := newTestResponse("GET")
 		if tc.prep != nil {
@@ -119,5 +122,86 @@ func TestWriteWholeTooLarge(t *testing.T) {
 	fields[1] = "X-Long: " + strings.Repeat("a", cap(w.c.out)-200) + "\r\n"
 	if !w.WriteWhole(429, fields, []byte("12345678")) {
 		t.Error("an answer that fits declined")
+	}
+	// Fields, body and the room for the status line, Date and Connection
+	// that fill the buffer exactly: taken.
+	w = newTestResponse("GET")
+	const line = "X-Long: \r\n"
+	fields[1] = "X-Long: " + strings.Repeat("a", cap(w.c.out)-wholeSlack-8-len(fields[0])-len(line)) + "\r\n"
+	if !w.WriteWhole(429, fields, []byte("12345678")) {
+		t.Error("an answer that fills the buffer exactly declined")
+	}
+}
+
+// TestWriteWholeStatusRange: WriteWhole takes every status with a body,
+// 200 to 999.
+func TestWriteWholeStatusRange(t *testing.T) {
+	var fields [10]string
+	fields[0] = "Content-Length: 1\r\nContent-Type: text/plain\r\n"
+	for _, code := range []int{200, 201, 429, 599, 998, 999} {
+		if w := newTestResponse("GET"); !w.WriteWhole(code, fields, []byte("x")) {
+			t.Errorf("%d declined", code)
+		}
+	}
+}
+
+// TestWriteWholeThenFinish: once the handler returns, an answer written
+// with WriteWhole ends as the same answer written with WriteHeader and
+// Write: the same bytes on the connection (Date aside), and the same
+// decision to keep the connection.
+func TestWriteWholeThenFinish(t *testing.T) {
+	body := []byte("rate limited\n")
+	set := func(h http.Header) {
+		h["Content-Length"] = []string{"13"}
+		h["Content-Type"] = []string{"text/plain"}
+	}
+	var fields [10]string
+	fields[0] = "Content-Length: 13\r\nContent-Type: text/plain\r\n"
+	for _, method := range []string{"GET", "HEAD"} {
+		for _, closing := range []bool{false, true} {
+			want := newTestResponse(method)
+			wantConn := &sinkConn{}
+			want.c.rwc = wantConn
+			want.req.Close = closing
+			set(want.header)
+			want.WriteHeader(429)
+			want.Write(body)
+			wantKeep := want.finish()
+
+			got := newTestResponse(method)
+			gotConn := &sinkConn{}
+			got.c.rwc = gotConn
+			got.req.Close = closing
+			set(got.header)
+			if !got.WriteWhole(429, fields, body) {
+				t.Fatalf("%s close=%v: declined", method, closing)
+			}
+			gotKeep := got.finish()
+			g := dateValue.ReplaceAllString(gotConn.out.String(), "Date: <date>\r")
+			w := dateValue.ReplaceAllString(wantConn.out.String(), "Date: <date>\r")
+			if g != w || gotKeep != wantKeep {
+				t.Errorf("%s close=%v: WriteWhole then finish sent\n%q (keep %v)\nWriteHeader, Write and finish\n%q (keep %v)", method, closing, g, gotKeep, w, wantKeep)
+			}
+		}
+	}
+}
+
+// TestWriteHeadAllocatesNothing: a connection's next answer of the
+// common kind (the proxy's 429: seven fields and a small body, written
+// with WriteHeader and Write) allocates nothing: the head is written
+// from the handler's map into the connection's buffer, with the sort's
+// scratch space kept from one answer to the next.
+func TestWriteHeadAllocatesNothing(t *testing.T) {
+	bb := newBench429()
+	answer := func() {
+		w := bb.next()
+		w.WriteHeader(429)
+		w.Write(bb.body)
+		w.done = true
+		w.commitPending()
+	}
+	answer()
+	if n := testing.AllocsPerRun(20, answer); n != 0 {
+		t.Errorf("%v allocations an answer, want 0", n)
 	}
 }
