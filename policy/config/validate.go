@@ -715,20 +715,7 @@ func checkIdentityUse(p *Policy, identity bool, c *collector) {
 	if len(p.Match.Claims) > 0 {
 		c.add(fmt.Sprintf("policy[%d].match.claims", p.Index), "a claims condition needs an [identity] table: the verifier of the tokens it reads")
 	}
-	has := func(parts []KeyPart) bool {
-		return slices.ContainsFunc(parts, func(kp KeyPart) bool { return kp.Kind == KeyJWT })
-	}
-	const why = "a jwt: key part needs an [identity] table: the verifier of the tokens it reads"
-	if has(p.Key) {
-		c.add(fmt.Sprintf("policy[%d].key", p.Index), why)
-		return
-	}
-	for j, lk := range p.LimitKeys {
-		if has(lk.Parts) {
-			c.add(fmt.Sprintf("policy[%d].limits[%d].key", p.Index, j), why)
-			return
-		}
-	}
+	refuseKeyKind(p, KeyJWT, "a jwt: key part needs an [identity] table: the verifier of the tokens it reads", c)
 }
 
 // checkRLSPolicy refuses what an RLS policy p (raw r) cannot have: HTTP
@@ -780,17 +767,22 @@ func checkRLSPolicy(p *Policy, r *rawPolicy, c *collector) {
 // checkHTTPPolicyKeys refuses a descriptor:KEY part in an HTTP policy's
 // key, or its limits'.
 func checkHTTPPolicyKeys(p *Policy, c *collector) {
+	refuseKeyKind(p, KeyDescriptor, "a descriptor: key part is an RLS policy's (match.rls_domain): an HTTP request has no descriptor", c)
+}
+
+// refuseKeyKind refuses, with why, the first key of p (its own, or a
+// limit's) that has a part of kind.
+func refuseKeyKind(p *Policy, kind KeyKind, why string, c *collector) {
 	has := func(parts []KeyPart) bool {
-		return slices.ContainsFunc(parts, func(kp KeyPart) bool { return kp.Kind == KeyDescriptor })
+		return slices.ContainsFunc(parts, func(kp KeyPart) bool { return kp.Kind == kind })
 	}
-	const why = "a descriptor: key part is an RLS policy's (match.rls_domain): an HTTP request has no descriptor"
 	if has(p.Key) {
-		c.add(fmt.Sprintf("policy[%d].key", p.Index), why)
+		c.add(fmt.Sprintf("policy[%d].key", p.Index), "%s", why)
 		return
 	}
 	for j, lk := range p.LimitKeys {
 		if has(lk.Parts) {
-			c.add(fmt.Sprintf("policy[%d].limits[%d].key", p.Index, j), why)
+			c.add(fmt.Sprintf("policy[%d].limits[%d].key", p.Index, j), "%s", why)
 			return
 		}
 	}
