@@ -649,6 +649,11 @@ func TestServerHandlerPanicLogged(t *testing.T) {
 	if s := logged.String(); !strings.Contains(s, "panic serving") || !strings.Contains(s, "boom-h1-test") {
 		t.Errorf("ErrorLog: %q, want the panic logged", s)
 	}
+	// With the goroutine's stack, and only that (not the rest of the
+	// buffer it was read into).
+	if s := logged.String(); !strings.Contains(s, "goroutine ") || strings.Contains(s, "\x00") {
+		t.Errorf("ErrorLog: %q, want the stack, without NUL bytes", s)
+	}
 
 	before := logged.String()
 	c = dial(t, addr)
@@ -718,6 +723,9 @@ func TestServerConfigDifferential(t *testing.T) {
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello %s", r.URL.Path)
 	})
+	// Heads of exactly MaxHeaderBytes (the second pipelined after the
+	// first) are the front's.
+	exactA, exactB := get("/exact-a", "Connection: keep-alive"), get("/exact-b", "Connection: close")
 	bigField := "X-Big: " + strings.Repeat("b", 1000)
 	hugeField := "X-Big: " + strings.Repeat("b", 6000)
 	for _, tc := range []struct {
@@ -743,6 +751,15 @@ func TestServerConfigDifferential(t *testing.T) {
 			[]string{get("/a", bigField), get("/b", "Connection: close")}, "/a: net/http, /b: net/http"},
 		{"max-header-bytes-too-large", hello, func(s *http.Server) { s.MaxHeaderBytes = 200 },
 			[]string{get("/a", hugeField)}, "/a: "},
+		{"max-header-bytes-exact", hello, func(s *http.Server) { s.MaxHeaderBytes = max(len(exactA), len(exactB)) },
+			[]string{exactA, exactB}, "/exact-a: front, /exact-b: front"},
+		// MaxHeaderBytes 1 (not 0, the default): no head fits the front.
+		{"max-header-bytes-1", hello, func(s *http.Server) { s.MaxHeaderBytes = 1 },
+			[]string{get("/a"), get("/b", "Connection: close")}, "/a: net/http, /b: net/http"},
+		// IdleTimeout of 1 ns (not 0, none): the connection closes once
+		// its first request is answered, unless the next one is there.
+		{"idle-timeout-1ns", hello, func(s *http.Server) { s.IdleTimeout = 1 },
+			[]string{get("/a"), get("/b", "Connection: close")}, "/a: front, /b: front"},
 		{"options-asterisk", hello, nil,
 			[]string{reqHead("OPTIONS * HTTP/1.1", "Host: a", "Connection: close")}, "*: "},
 		{"options-asterisk-disabled-general-handler", hello, func(s *http.Server) { s.DisableGeneralOptionsHandler = true },
@@ -1030,5 +1047,18 @@ func TestServerBaseContext(t *testing.T) {
 		if a == nil || a.String() != addr {
 			t.Errorf("BaseContext's listener has the address %v, want %s", a, addr)
 		}
+	}
+}
+
+// TestServerIdleReadTimeout: without IdleTimeout, ReadTimeout bounds the
+// wait for a connection's next request, as net/http's idle timeout.
+func TestServerIdleReadTimeout(t *testing.T) {
+	_, _, addr := startFront(t, http.HandlerFunc(echo), func(srv *http.Server) { srv.ReadTimeout = 200 * time.Millisecond })
+	c := dial(t, addr)
+	br := bufio.NewReader(c)
+	io.WriteString(c, get("/a"))
+	readResponse(t, c, br, "GET")
+	if d := expectClosed(t, c, br, 5*time.Second); d < 100*time.Millisecond {
+		t.Errorf("closed %v after the answer, before ReadTimeout", d)
 	}
 }
