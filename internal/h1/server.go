@@ -434,9 +434,9 @@ func (c *conn) readHead() (int, bool) {
 		}
 	}
 	for {
-		if i := bytes.Index(c.buf[c.r:c.w], []byte("\r\n\r\n")); i >= 0 {
+		if i := headEnd(c.buf[c.r:c.w]); i >= 0 {
 			c.headDeadline = time.Time{}
-			return c.r + i + 4, true
+			return c.r + i, true
 		}
 		if c.w == len(c.buf) {
 			if c.r == 0 {
@@ -462,6 +462,27 @@ func (c *conn) readHead() (int, bool) {
 				c.write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request"))
 			}
 			return 0, false
+		}
+	}
+}
+
+// headEnd returns the end of the first head in b, past its blank line,
+// or -1 if b holds none. As net/http's line reader, it ends a line at
+// LF, with or without a CR before it: a head whose lines end in a bare
+// LF ends at its blank line too (parseHead refuses it, net/http serves
+// it), rather than wait for a "\r\n\r\n" that never comes.
+func headEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		i += j + 1
+		if i < len(b) && b[i] == '\n' {
+			return i + 1
+		}
+		if i+1 < len(b) && b[i] == '\r' && b[i+1] == '\n' {
+			return i + 2
 		}
 	}
 }
@@ -745,7 +766,7 @@ type handedConn struct {
 	net.Conn
 	buf          []byte
 	headDeadline time.Time // zero: no head being read
-	tail         [3]byte   // the last bytes read, to find "\r\n\r\n" across reads
+	tail         [3]byte   // the last bytes read, to find the blank line across reads
 	nt           int
 }
 
@@ -768,7 +789,7 @@ func (c *handedConn) sawHead(p []byte) {
 		return
 	}
 	b := append(c.tail[:c.nt:c.nt], p...)
-	if bytes.Contains(b, []byte("\r\n\r\n")) {
+	if holdsHead(b) {
 		c.headDeadline = time.Time{}
 		return
 	}

@@ -760,6 +760,13 @@ func TestServerConfigDifferential(t *testing.T) {
 		// its first request is answered, unless the next one is there.
 		{"idle-timeout-1ns", hello, func(s *http.Server) { s.IdleTimeout = 1 },
 			[]string{get("/a"), get("/b", "Connection: close")}, "/a: front, /b: front"},
+		// A head whose lines end in a bare LF: net/http reads it (its
+		// line reader ends a line at LF), the front hands it over at its
+		// blank line rather than wait for a "\r\n\r\n" that never comes.
+		{"bare-lf-head", hello, nil,
+			[]string{"GET /lf HTTP/1.1\nHost: a\n\n", get("/b", "Connection: close")}, "/lf: net/http, /b: net/http"},
+		{"bare-lf-blank-line", hello, nil,
+			[]string{"GET /lf-crlf HTTP/1.1\r\nHost: a\n\r\n", get("/b", "Connection: close")}, "/lf-crlf: net/http, /b: net/http"},
 		{"options-asterisk", hello, nil,
 			[]string{reqHead("OPTIONS * HTTP/1.1", "Host: a", "Connection: close")}, "*: "},
 		{"options-asterisk-disabled-general-handler", hello, func(s *http.Server) { s.DisableGeneralOptionsHandler = true },
@@ -1060,5 +1067,30 @@ func TestServerIdleReadTimeout(t *testing.T) {
 	readResponse(t, c, br, "GET")
 	if d := expectClosed(t, c, br, 5*time.Second); d < 100*time.Millisecond {
 		t.Errorf("closed %v after the answer, before ReadTimeout", d)
+	}
+}
+
+// TestServerLargeHeadDeadlineEnds: a head larger than the front's buffer
+// is handed to net/http part-read, under read_header_timeout from its
+// first byte; once its blank line is read (after CRLF or a bare LF, as
+// net/http reads lines) that deadline no longer holds, and the
+// connection waits for its next request as long as net/http lets it.
+func TestServerLargeHeadDeadlineEnds(t *testing.T) {
+	_, _, addr := startFront(t, http.HandlerFunc(echo), func(srv *http.Server) {
+		srv.ReadHeaderTimeout = 300 * time.Millisecond
+	})
+	big := strings.Repeat("x", readBuffer)
+	for _, eol := range []string{"\r\n", "\n"} {
+		c := dial(t, addr)
+		br := bufio.NewReader(c)
+		io.WriteString(c, "GET /big HTTP/1.1"+eol+"Host: a"+eol+"X-Big: "+big+eol+eol)
+		if _, body := readResponse(t, c, br, "GET"); body != `net/http GET /big ""` {
+			t.Errorf("%q lines: got %q", eol, body)
+		}
+		time.Sleep(500 * time.Millisecond)
+		io.WriteString(c, get("/next", "Connection: close"))
+		if _, body := readResponse(t, c, br, "GET"); body != `net/http GET /next ""` {
+			t.Errorf("%q lines: next request got %q", eol, body)
+		}
 	}
 }
