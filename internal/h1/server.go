@@ -25,6 +25,7 @@
 package h1
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -488,32 +489,23 @@ func headEnd(b []byte) int {
 }
 
 // badPartialLine reports whether net/http answers 400 to a head cut
-// short as b is. Its line reader returns a last line without its end as
-// a whole line, and a line that does not parse is a bad request: a
-// request line that is not "METHOD SP TARGET SP HTTP/x.y", a field line
-// without a colon. A head cut at a line's end, or in a line that parses,
-// fails at the next read instead, which net/http does not answer.
+// short as b is (b holds no blank line). It reads b as net/http's server
+// reads a request, with http.ReadRequest, the read after b failing: its
+// line reader hands back a last line without its end (or with the CR of
+// a cut CRLF) as a whole line, and a line that does not parse, or one
+// before it, is a bad request; a head cut where all it read parses
+// fails at the read instead, which net/http does not answer.
 func badPartialLine(b []byte) bool {
-	i := bytes.LastIndex(b, []byte("\r\n"))
-	line := b[i+2:]
-	if i < 0 {
-		line = b
-	}
-	if len(line) == 0 {
-		return false
-	}
-	if i < 0 {
-		// The request line.
-		method, rest, ok1 := bytes.Cut(line, []byte(" "))
-		_, proto, ok2 := bytes.Cut(rest, []byte(" "))
-		if !ok1 || !ok2 || len(method) == 0 {
-			return true
-		}
-		_, _, ok := http.ParseHTTPVersion(string(proto))
-		return !ok
-	}
-	return !bytes.Contains(line, []byte(":"))
+	_, err := http.ReadRequest(bufio.NewReader(io.MultiReader(bytes.NewReader(b), failedRead{})))
+	return err != nil && !errors.Is(err, errReadFailed)
 }
+
+// failedRead is a read that fails, as the connection's did.
+type failedRead struct{}
+
+var errReadFailed = errors.New("read failed")
+
+func (failedRead) Read([]byte) (int, error) { return 0, errReadFailed }
 
 // setReadDeadline gives the next read d from now, moving the deadline
 // only when it is off by more than an eighth of d (a connection that

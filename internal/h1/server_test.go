@@ -605,6 +605,19 @@ func TestServerTimeouts(t *testing.T) {
 		// read fails, and it closes unanswered, as the front does.
 		{"partial-head-after-colon", []string{"GET / HTTP/1.1\r\nHost: a"}},
 		{"partial-head-in-two", []string{"GET / HTTP/1.1\r\n", "Host: a\r\n"}},
+		// Partial heads net/http reads as it reads a whole one: its line
+		// reader hands back a last line cut short, or a line with the CR
+		// of a cut CRLF, and a line that does not parse (or one before
+		// it) is a bad request.
+		{"partial-head-cut-in-crlf", []string{"GET / HTTP/1.1\r\nHost: a\r"}},
+		{"partial-head-obs-fold", []string{"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b"}},
+		{"partial-head-bad-method", []string{"G(T / HTTP/1.1"}},
+		{"partial-head-bad-target", []string{"GET /%zz HTTP/1.1"}},
+		{"partial-head-bad-version", []string{"GET / HTTP/1.x"}},
+		{"partial-head-no-target", []string{"GET"}},
+		{"partial-head-after-bad-line", []string{"GET / HTTP/1.1\r\nBad Line\r\nHo"}},
+		{"partial-head-space-before-name", []string{"GET / HTTP/1.1\r\n Host: a"}},
+		{"partial-head-bad-name", []string{"GET / HTTP/1.1\r\nX Y: a"}},
 		{"idle-after-front-request", []string{"GET /front HTTP/1.1\r\nHost: a\r\n\r\n"}},
 		{"idle-after-handed-request", []string{"POST /handed HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx"}},
 		// Found in review (partial head timed out), now fixed, as partial-head, with the
