@@ -1107,3 +1107,87 @@ func TestServerLargeHeadDeadlineEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestServerHeadDeadlines compares, with net/http, when a connection
+// whose head comes slowly or in pieces is closed, and what it is sent:
+// a connection's first head has read_header_timeout from the accept, a
+// later one from its first byte (a pipelined one too), and the wait for
+// the next request has the idle timeout (none without one), whatever
+// deadline the head before it had.
+func TestServerHeadDeadlines(t *testing.T) {
+	type step struct {
+		at   time.Duration // from the connect
+		send string
+	}
+	ok := func(path string) string { return get(path) }
+	for _, tc := range []struct {
+		name     string
+		rht      time.Duration
+		idle     time.Duration
+		steps    []step
+		closedBy bool // closed by the server within the test (else it stays open)
+	}{
+		{"first-head-from-accept", 600 * time.Millisecond, 5 * time.Second,
+			[]step{{400 * time.Millisecond, "GET / HTTP/1.1\r\n"}}, true},
+		{"later-head-from-first-byte", 600 * time.Millisecond, 5 * time.Second,
+			[]step{{0, ok("/1")}, {400 * time.Millisecond, "GET /2 HTTP/1.1\r\n"}}, true},
+		{"pipelined-partial-head-from-its-read", 600 * time.Millisecond, 5 * time.Second,
+			[]step{{400 * time.Millisecond, ok("/1") + "GET /2 HTTP/1.1\r\n"}}, true},
+		{"split-head-then-idle", 200 * time.Millisecond, 5 * time.Second,
+			[]step{{0, ok("/1")}, {50 * time.Millisecond, "GET /2 HTTP/1.1\r\n"}, {100 * time.Millisecond, "Host: a\r\n\r\n"},
+				{400 * time.Millisecond, get("/3", "Connection: close")}}, true},
+		{"no-idle-timeout", 200 * time.Millisecond, 0,
+			[]step{{0, ok("/1")}, {500 * time.Millisecond, get("/2", "Connection: close")}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			config := func(srv *http.Server) {
+				srv.ReadHeaderTimeout = tc.rht
+				srv.IdleTimeout = tc.idle
+			}
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) })
+			_, plain := startPlain(t, h, config)
+			_, _, front := startFront(t, h, config)
+			run := func(addr string) (string, time.Duration) {
+				c := dial(t, addr)
+				start := time.Now()
+				type result struct {
+					rec *recorder
+					at  time.Duration
+				}
+				done := make(chan result, 1)
+				go func() {
+					rec := &recorder{c: c}
+					c.SetReadDeadline(start.Add(3 * time.Second))
+					var b [4096]byte
+					for {
+						n, err := c.Read(b[:])
+						rec.buf = append(rec.buf, b[:n]...)
+						if err != nil {
+							rec.err = err
+							break
+						}
+					}
+					done <- result{rec, time.Since(start)}
+				}()
+				for _, s := range tc.steps {
+					time.Sleep(time.Until(start.Add(s.at)))
+					io.WriteString(c, s.send)
+				}
+				r := <-done
+				return r.rec.transcript(), r.at
+			}
+			want, wantAt := run(plain)
+			got, gotAt := run(front)
+			if got != want {
+				t.Errorf("%s", describeDiff(want, got))
+			}
+			if d := gotAt - wantAt; d < -250*time.Millisecond || d > 250*time.Millisecond {
+				t.Errorf("front closed the connection %v after the connect, net/http %v", gotAt, wantAt)
+			}
+			if tc.closedBy && strings.HasSuffix(got, "<connection left open>") {
+				t.Errorf("front left the connection open")
+			}
+		})
+	}
+}
