@@ -618,10 +618,13 @@ func TestServerWatchAfterHijackLeavesConnection(t *testing.T) {
 		w.(interface{ WatchClient(time.Duration) }).WatchClient(0)
 		close(hijacked)
 		time.Sleep(50 * time.Millisecond) // room for a watch's read to start
-		// The connection outlives the handler (a tunnel's goroutine).
+		// The connection outlives the handler (a tunnel's goroutine,
+		// which sets no deadline of its own: a watch's stop would fail
+		// its read at once).
 		go func() {
 			defer conn.Close()
-			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			stop := time.AfterFunc(5*time.Second, func() { conn.Close() })
+			defer stop.Stop()
 			line, err := brw.ReadString('\n')
 			results <- result{line, err}
 			brw.WriteString("done\n")

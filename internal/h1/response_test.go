@@ -718,6 +718,18 @@ var responseCases = []responseCase{
 	{name: "panic-before-write", handler: func(w http.ResponseWriter, r *http.Request) {
 		panic("boom")
 	}},
+	// Everything flushed, then the write deadline passes before the
+	// handler returns: nothing is left to write, so nothing fails, and
+	// the connection serves its next request (whose handler clears the
+	// deadline first).
+	{name: "flushed-then-deadline-passes", handler: func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		rc.SetWriteDeadline(time.Time{})
+		w.Header().Set("Content-Length", "2")
+		io.WriteString(w, "ok")
+		rc.Flush()
+		rc.SetWriteDeadline(time.Unix(1, 0))
+	}},
 	// A write fails (its deadline has passed, nothing sent), with part
 	// of a Write still held; the handler then clears the deadline and
 	// returns. As net/http, whose buffered writers keep their error,

@@ -25,6 +25,7 @@
 package h1
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -434,9 +435,9 @@ func (c *conn) readHead() (int, bool) {
 		}
 	}
 	for {
-		if i := bytes.Index(c.buf[c.r:c.w], []byte("\r\n\r\n")); i >= 0 {
+		if i := headEnd(c.buf[c.r:c.w]); i >= 0 {
 			c.headDeadline = time.Time{}
-			return c.r + i + 4, true
+			return c.r + i, true
 		}
 		if c.w == len(c.buf) {
 			if c.r == 0 {
@@ -466,33 +467,45 @@ func (c *conn) readHead() (int, bool) {
 	}
 }
 
-// badPartialLine reports whether net/http answers 400 to a head cut
-// short as b is. Its line reader returns a last line without its end as
-// a whole line, and a line that does not parse is a bad request: a
-// request line that is not "METHOD SP TARGET SP HTTP/x.y", a field line
-// without a colon. A head cut at a line's end, or in a line that parses,
-// fails at the next read instead, which net/http does not answer.
-func badPartialLine(b []byte) bool {
-	i := bytes.LastIndex(b, []byte("\r\n"))
-	line := b[i+2:]
-	if i < 0 {
-		line = b
-	}
-	if len(line) == 0 {
-		return false
-	}
-	if i < 0 {
-		// The request line.
-		method, rest, ok1 := bytes.Cut(line, []byte(" "))
-		_, proto, ok2 := bytes.Cut(rest, []byte(" "))
-		if !ok1 || !ok2 || len(method) == 0 {
-			return true
+// headEnd returns the end of the first head in b, past its blank line,
+// or -1 if b holds none. As net/http's line reader, it ends a line at
+// LF, with or without a CR before it: a head whose lines end in a bare
+// LF ends at its blank line too (parseHead refuses it, net/http serves
+// it), rather than wait for a "\r\n\r\n" that never comes.
+func headEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
 		}
-		_, _, ok := http.ParseHTTPVersion(string(proto))
-		return !ok
+		i += j + 1
+		if i < len(b) && b[i] == '\n' {
+			return i + 1
+		}
+		if i+1 < len(b) && b[i] == '\r' && b[i+1] == '\n' {
+			return i + 2
+		}
 	}
-	return !bytes.Contains(line, []byte(":"))
 }
+
+// badPartialLine reports whether net/http answers 400 to a head cut
+// short as b is (b holds no blank line). It reads b as net/http's server
+// reads a request, with http.ReadRequest, the read after b failing: its
+// line reader hands back a last line without its end (or with the CR of
+// a cut CRLF) as a whole line, and a line that does not parse, or one
+// before it, is a bad request; a head cut where all it read parses
+// fails at the read instead, which net/http does not answer.
+func badPartialLine(b []byte) bool {
+	_, err := http.ReadRequest(bufio.NewReader(io.MultiReader(bytes.NewReader(b), failedRead{})))
+	return err != nil && !errors.Is(err, errReadFailed)
+}
+
+// failedRead is a read that fails, as the connection's did.
+type failedRead struct{}
+
+var errReadFailed = errors.New("read failed")
+
+func (failedRead) Read([]byte) (int, error) { return 0, errReadFailed }
 
 // setReadDeadline gives the next read d from now, moving the deadline
 // only when it is off by more than an eighth of d (a connection that
@@ -745,7 +758,7 @@ type handedConn struct {
 	net.Conn
 	buf          []byte
 	headDeadline time.Time // zero: no head being read
-	tail         [3]byte   // the last bytes read, to find "\r\n\r\n" across reads
+	tail         [3]byte   // the last bytes read, to find the blank line across reads
 	nt           int
 }
 
@@ -768,7 +781,7 @@ func (c *handedConn) sawHead(p []byte) {
 		return
 	}
 	b := append(c.tail[:c.nt:c.nt], p...)
-	if bytes.Contains(b, []byte("\r\n\r\n")) {
+	if holdsHead(b) {
 		c.headDeadline = time.Time{}
 		return
 	}

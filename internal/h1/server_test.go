@@ -605,6 +605,19 @@ func TestServerTimeouts(t *testing.T) {
 		// read fails, and it closes unanswered, as the front does.
 		{"partial-head-after-colon", []string{"GET / HTTP/1.1\r\nHost: a"}},
 		{"partial-head-in-two", []string{"GET / HTTP/1.1\r\n", "Host: a\r\n"}},
+		// Partial heads net/http reads as it reads a whole one: its line
+		// reader hands back a last line cut short, or a line with the CR
+		// of a cut CRLF, and a line that does not parse (or one before
+		// it) is a bad request.
+		{"partial-head-cut-in-crlf", []string{"GET / HTTP/1.1\r\nHost: a\r"}},
+		{"partial-head-obs-fold", []string{"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b"}},
+		{"partial-head-bad-method", []string{"G(T / HTTP/1.1"}},
+		{"partial-head-bad-target", []string{"GET /%zz HTTP/1.1"}},
+		{"partial-head-bad-version", []string{"GET / HTTP/1.x"}},
+		{"partial-head-no-target", []string{"GET"}},
+		{"partial-head-after-bad-line", []string{"GET / HTTP/1.1\r\nBad Line\r\nHo"}},
+		{"partial-head-space-before-name", []string{"GET / HTTP/1.1\r\n Host: a"}},
+		{"partial-head-bad-name", []string{"GET / HTTP/1.1\r\nX Y: a"}},
 		{"idle-after-front-request", []string{"GET /front HTTP/1.1\r\nHost: a\r\n\r\n"}},
 		{"idle-after-handed-request", []string{"POST /handed HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx"}},
 		// Found in review (partial head timed out), now fixed, as partial-head, with the
@@ -760,6 +773,13 @@ func TestServerConfigDifferential(t *testing.T) {
 		// its first request is answered, unless the next one is there.
 		{"idle-timeout-1ns", hello, func(s *http.Server) { s.IdleTimeout = 1 },
 			[]string{get("/a"), get("/b", "Connection: close")}, "/a: front, /b: front"},
+		// A head whose lines end in a bare LF: net/http reads it (its
+		// line reader ends a line at LF), the front hands it over at its
+		// blank line rather than wait for a "\r\n\r\n" that never comes.
+		{"bare-lf-head", hello, nil,
+			[]string{"GET /lf HTTP/1.1\nHost: a\n\n", get("/b", "Connection: close")}, "/lf: net/http, /b: net/http"},
+		{"bare-lf-blank-line", hello, nil,
+			[]string{"GET /lf-crlf HTTP/1.1\r\nHost: a\n\r\n", get("/b", "Connection: close")}, "/lf-crlf: net/http, /b: net/http"},
 		{"options-asterisk", hello, nil,
 			[]string{reqHead("OPTIONS * HTTP/1.1", "Host: a", "Connection: close")}, "*: "},
 		{"options-asterisk-disabled-general-handler", hello, func(s *http.Server) { s.DisableGeneralOptionsHandler = true },
@@ -1060,5 +1080,128 @@ func TestServerIdleReadTimeout(t *testing.T) {
 	readResponse(t, c, br, "GET")
 	if d := expectClosed(t, c, br, 5*time.Second); d < 100*time.Millisecond {
 		t.Errorf("closed %v after the answer, before ReadTimeout", d)
+	}
+}
+
+// TestServerLargeHeadDeadlineEnds: a head larger than the front's buffer
+// is handed to net/http part-read, under read_header_timeout from its
+// first byte; once its blank line is read (after CRLF or a bare LF, as
+// net/http reads lines) that deadline no longer holds, and the
+// connection waits for its next request as long as net/http lets it.
+func TestServerLargeHeadDeadlineEnds(t *testing.T) {
+	_, _, addr := startFront(t, http.HandlerFunc(echo), func(srv *http.Server) {
+		srv.ReadHeaderTimeout = 300 * time.Millisecond
+	})
+	for _, tc := range []struct {
+		eol  string
+		size int // the head's
+	}{
+		{"\r\n", readBuffer + 1000},
+		{"\n", readBuffer + 1000},
+		// The blank line cut by the end of what the front read (its
+		// buffer, full): its end comes in net/http's own read.
+		{"\r\n", readBuffer + 1}, {"\r\n", readBuffer + 2}, {"\r\n", readBuffer + 3},
+		{"\n", readBuffer + 1},
+	} {
+		t.Run(fmt.Sprintf("%q-%d", tc.eol, tc.size), func(t *testing.T) {
+			t.Parallel()
+			start := "GET /big HTTP/1.1" + tc.eol + "Host: a" + tc.eol + "X-Big: "
+			head := start + strings.Repeat("x", tc.size-len(start)-2*len(tc.eol)) + tc.eol + tc.eol
+			c := dial(t, addr)
+			br := bufio.NewReader(c)
+			io.WriteString(c, head)
+			if _, body := readResponse(t, c, br, "GET"); body != `net/http GET /big ""` {
+				t.Errorf("got %q", body)
+			}
+			time.Sleep(500 * time.Millisecond)
+			io.WriteString(c, get("/next", "Connection: close"))
+			if _, body := readResponse(t, c, br, "GET"); body != `net/http GET /next ""` {
+				t.Errorf("next request got %q", body)
+			}
+		})
+	}
+}
+
+// TestServerHeadDeadlines compares, with net/http, when a connection
+// whose head comes slowly or in pieces is closed, and what it is sent:
+// a connection's first head has read_header_timeout from the accept, a
+// later one from its first byte (a pipelined one too), and the wait for
+// the next request has the idle timeout (none without one), whatever
+// deadline the head before it had.
+func TestServerHeadDeadlines(t *testing.T) {
+	type step struct {
+		at   time.Duration // from the connect
+		send string
+	}
+	ok := func(path string) string { return get(path) }
+	for _, tc := range []struct {
+		name     string
+		rht      time.Duration
+		idle     time.Duration
+		steps    []step
+		closedBy bool // closed by the server within the test (else it stays open)
+	}{
+		{"first-head-from-accept", 600 * time.Millisecond, 5 * time.Second,
+			[]step{{400 * time.Millisecond, "GET / HTTP/1.1\r\n"}}, true},
+		{"later-head-from-first-byte", 600 * time.Millisecond, 5 * time.Second,
+			[]step{{0, ok("/1")}, {400 * time.Millisecond, "GET /2 HTTP/1.1\r\n"}}, true},
+		{"pipelined-partial-head-from-its-read", 600 * time.Millisecond, 5 * time.Second,
+			[]step{{400 * time.Millisecond, ok("/1") + "GET /2 HTTP/1.1\r\n"}}, true},
+		{"split-head-then-idle", 200 * time.Millisecond, 5 * time.Second,
+			[]step{{0, ok("/1")}, {50 * time.Millisecond, "GET /2 HTTP/1.1\r\n"}, {100 * time.Millisecond, "Host: a\r\n\r\n"},
+				{400 * time.Millisecond, get("/3", "Connection: close")}}, true},
+		{"no-idle-timeout", 200 * time.Millisecond, 0,
+			[]step{{0, ok("/1")}, {500 * time.Millisecond, get("/2", "Connection: close")}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			config := func(srv *http.Server) {
+				srv.ReadHeaderTimeout = tc.rht
+				srv.IdleTimeout = tc.idle
+			}
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) })
+			_, plain := startPlain(t, h, config)
+			_, _, front := startFront(t, h, config)
+			run := func(addr string) (string, time.Duration) {
+				c := dial(t, addr)
+				start := time.Now()
+				type result struct {
+					rec *recorder
+					at  time.Duration
+				}
+				done := make(chan result, 1)
+				go func() {
+					rec := &recorder{c: c}
+					c.SetReadDeadline(start.Add(3 * time.Second))
+					var b [4096]byte
+					for {
+						n, err := c.Read(b[:])
+						rec.buf = append(rec.buf, b[:n]...)
+						if err != nil {
+							rec.err = err
+							break
+						}
+					}
+					done <- result{rec, time.Since(start)}
+				}()
+				for _, s := range tc.steps {
+					time.Sleep(time.Until(start.Add(s.at)))
+					io.WriteString(c, s.send)
+				}
+				r := <-done
+				return r.rec.transcript(), r.at
+			}
+			want, wantAt := run(plain)
+			got, gotAt := run(front)
+			if got != want {
+				t.Errorf("%s", describeDiff(want, got))
+			}
+			if d := gotAt - wantAt; d < -250*time.Millisecond || d > 250*time.Millisecond {
+				t.Errorf("front closed the connection %v after the connect, net/http %v", gotAt, wantAt)
+			}
+			if tc.closedBy && strings.HasSuffix(got, "<connection left open>") {
+				t.Errorf("front left the connection open")
+			}
+		})
 	}
 }
