@@ -79,6 +79,7 @@ const (
 	replyTrace                  // 405: TRACE to an upstream that does not allow it
 	replyAmbiguous              // 400: a key part repeated or malformed
 	replyNoKey                  // 400: a key part missing, with on_missing = "reject"
+	replyNoToken                // 401: no valid token for a jwt: part, with on_missing = "unauthorized"
 	replyBan                    // the ban's status (banned, or banned by this offence)
 	replyLimit                  // the policy's rejection (429)
 )
@@ -116,7 +117,7 @@ type ruling struct {
 	// on_missing = "reject"), which refuses it before the gate.
 	gated     bool
 	gateKey   string
-	noGateKey bool
+	noGateKey clientkey.Result
 	// shadowBanned reports that a key r is counted under is in a shadow
 	// penalty box.
 	shadowBanned bool
@@ -160,6 +161,16 @@ func (h *Handler) decide(ctx context.Context, x *exchange, o *ruling) {
 // refuse records that the proxy answers r itself.
 func (o *ruling) refuse(d Decision, a reply, status int) {
 	o.decision, o.reply, o.status = d, a, status
+}
+
+// refuseNoKey refuses a request lacking a part of its key under
+// on_missing "reject" (400) or, for a missing token, "unauthorized" (401).
+func (o *ruling) refuseNoKey(res clientkey.Result) {
+	if res == clientkey.Unauthorized {
+		o.refuse(Rejected, replyNoToken, http.StatusUnauthorized)
+		return
+	}
+	o.refuse(Rejected, replyNoKey, http.StatusBadRequest)
 }
 
 // match puts r in canonical form and finds its policy; false when r is
@@ -239,15 +250,17 @@ func (h *Handler) buildKeys(x *exchange, o *ruling) bool {
 	case clientkey.Skip:
 		o.decision = Skipped
 		return false
-	case clientkey.Reject:
-		o.refuse(Rejected, replyNoKey, http.StatusBadRequest)
+	case clientkey.Reject, clientkey.Unauthorized:
+		o.refuseNoKey(res)
 		return false
 	}
 	clientkey.Pin(r, p)
 	// The request passes the policy's concurrency gate under its own key,
 	// unless that key skips it; one that lacks it is refused (gate).
 	o.gated = p.Concurrency != nil && ownRes != clientkey.Skip
-	o.noGateKey = ownRes == clientkey.Reject
+	if ownRes == clientkey.Reject || ownRes == clientkey.Unauthorized {
+		o.noGateKey = ownRes
+	}
 	return true
 }
 
@@ -325,10 +338,10 @@ func (h *Handler) applyLimits(ctx context.Context, r *http.Request, now time.Tim
 	if o.shadowBanned && o.decision == Allowed {
 		o.decision = ShadowBanned
 	}
-	if o.gated && o.noGateKey {
+	if o.gated && o.noGateKey != clientkey.OK {
 		// The policy's own key, which its rate limits did not use, is
 		// missing: refused before its concurrency gate.
-		o.refuse(Rejected, replyNoKey, http.StatusBadRequest)
+		o.refuseNoKey(o.noGateKey)
 		if d.Delay > 0 && p.Mode != config.Shadow {
 			leaveQueue(p, d)
 		}

@@ -65,6 +65,10 @@ type request struct {
 	// hold none, for a token missing or invalid and without [identity].
 	// The token itself is kept nowhere.
 	claims identity.Claims
+	// token is what arrive's verification of the request's token came
+	// to (Missing without [identity]): the 401 of on_missing
+	// "unauthorized" says which.
+	token identity.Result
 }
 
 // record is what the data path records of an exchange beyond what its
@@ -142,7 +146,8 @@ func (h *Handler) arrive(x *exchange, r *http.Request) {
 		x.rec.replay = captureReplay(r, q.snap.replay, q.start)
 	}
 	if v := q.snap.verifier; v != nil {
-		if c, res := v.Verify(r, q.start); res.Status == identity.Valid {
+		var c identity.Claims
+		if c, q.token = v.Verify(r, q.start); q.token.Status == identity.Valid {
 			q.claims = c
 		}
 	}

@@ -546,6 +546,17 @@ func (h *Handler) answer(x *exchange, o *ruling) {
 		pr.Detail = "a part of the client key is repeated or malformed: " + clientkey.AmbiguousPart(x.req.r, p, x.req.srv.AmbiguousKeyParts)
 	case replyNoKey:
 		pr.Detail = "the request lacks a part of its client key: " + clientkey.Names(p)
+	case replyNoToken:
+		// RFC 9110 §11.6.1: a 401 carries a challenge; RFC 6750 §3.1's
+		// invalid_token when a token was sent and failed verification.
+		challenge, why := "Bearer", "no token"
+		if t := x.req.token; t.Status == identity.Invalid {
+			challenge = `Bearer error="invalid_token", error_description="` + t.Reason + `"`
+			why = "invalid token: " + t.Reason
+		}
+		rec.Header().Set("WWW-Authenticate", challenge)
+		x.rec.err = why
+		pr.Detail = "the request has no valid token for its client key: " + clientkey.Names(p)
 	case replyBan:
 		var offence *limiter.Decision // the limit's rejection, when this request's offence began the ban
 		if o.limited {

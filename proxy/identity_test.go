@@ -15,6 +15,9 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/limitproxy/limitproxy/limiter/memstore"
 	"github.com/limitproxy/limitproxy/policy"
@@ -127,6 +130,13 @@ type jwtEnv struct {
 
 func startJWT(t *testing.T, src string) *jwtEnv {
 	t.Helper()
+	return startJWTWith(t, src, Options{})
+}
+
+// startJWTWith is startJWT with the handler's options o (its clock is the
+// env's).
+func startJWTWith(t *testing.T, src string, o Options) *jwtEnv {
+	t.Helper()
 	up := newUpstream(t, nil)
 	src = strings.ReplaceAll(src, "UPSTREAM", up.URL)
 	cfg, err := config.Parse("jwt.toml", []byte(src))
@@ -139,7 +149,8 @@ func startJWT(t *testing.T, src string) *jwtEnv {
 		t.Fatal(err)
 	}
 	clock := newClock()
-	h, err := Open(set, Options{Now: clock.now})
+	o.Now = clock.now
+	h, err := Open(set, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,4 +359,94 @@ upstream = "app"
 	wantStatuses(t, "forged pro", e.spend(t, forged, 1), 200)
 	wantStatuses(t, "tampered free", e.spend(t, tampered, 2), 200, 429)
 	wantStatuses(t, "no token", e.spend(t, "", 1), 429)
+}
+
+// TestJWTUnauthorized: with on_missing = "unauthorized" a request without
+// a token is answered 401 with a bare Bearer challenge, and one whose
+// token fails verification 401 with RFC 6750's invalid_token and the
+// reason; neither is counted, and a request lacking another part of a
+// mixed key (a header) still gets the 400 of a missing key part.
+func TestJWTUnauthorized(t *testing.T) {
+	dir := t.TempDir()
+	key := newRSAKey(t, "rsa-1")
+	jwks := filepath.Join(dir, "jwks.json")
+	writeJWKS(t, jwks, key)
+	src := strings.Replace(jwtConfig(jwks, "UPSTREAM"), `on_missing = "reject"`, `on_missing = "unauthorized"`, 1)
+	src = strings.Replace(src, `key = ["jwt:sub"]`, `key = ["header:X-Tenant", "jwt:sub"]`, 1)
+	core, logs := observer.New(zapcore.InfoLevel)
+	e := startJWTWith(t, src, Options{Logger: zap.New(core), AccessLog: true})
+
+	good := key.token(t, map[string]any{"sub": "alice"})
+	expired := key.token(t, map[string]any{"sub": "alice", "exp": t0.Add(-time.Hour).Unix(), "iat": t0.Add(-2 * time.Hour).Unix()})
+	cases := []struct {
+		name, tenant, token string
+		status              int
+		challenge, logged   string
+	}{
+		{"no token", "t1", "", 401, `Bearer`, "no token"},
+		{"expired", "t1", expired, 401, `Bearer error="invalid_token", error_description="expired"`, "invalid token: expired"},
+		{"garbage", "t1", "not.a.token", 401, `Bearer error="invalid_token", error_description="malformed"`, "invalid token: malformed"},
+		{"no tenant, no token", "", "", 401, `Bearer`, "no token"},
+		{"no tenant", "", good, 400, "", ""},
+	}
+	for i, c := range cases {
+		hdr := []string{}
+		if c.tenant != "" {
+			hdr = append(hdr, "X-Tenant", c.tenant)
+		}
+		if c.token != "" {
+			hdr = append(hdr, "Authorization", "Bearer "+c.token)
+		}
+		resp := e.get(t, "/", hdr...)
+		if resp.StatusCode != c.status || resp.Header.Get("WWW-Authenticate") != c.challenge {
+			t.Errorf("%s: %d %q, want %d %q", c.name, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), c.status, c.challenge)
+		}
+		l := waitLines(t, logs, i+1)[i]
+		if got, _ := l["error"].(string); got != c.logged || l["decision"] != "rejected" || l["status"] != int64(c.status) {
+			t.Errorf("%s: access line error %q decision %v status %v, want %q rejected %d", c.name, got, l["decision"], l["status"], c.logged, c.status)
+		}
+	}
+	var got []int
+	for range 4 {
+		got = append(got, e.get(t, "/", "X-Tenant", "t1", "Authorization", "Bearer "+good).StatusCode)
+	}
+	wantStatuses(t, "alice, none counted before", got, 200, 200, 200, 429)
+}
+
+// TestUnauthorizedNeedsJWTPart: on_missing = "unauthorized" on a key
+// without a jwt: part is refused at its position, for a policy and for a
+// limit's own key.
+func TestUnauthorizedNeedsJWTPart(t *testing.T) {
+	for _, src := range []string{`
+[[upstream]]
+name = "app"
+targets = ["http://127.0.0.1:1"]
+[[policy]]
+name = "p"
+upstream = "app"
+key = ["header:X-Key"]
+on_missing = "unauthorized"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1/s"
+  burst = 1
+`, `
+[[upstream]]
+name = "app"
+targets = ["http://127.0.0.1:1"]
+[[policy]]
+name = "p"
+upstream = "app"
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "1/s"
+  burst = 1
+  key = ["ip"]
+  on_missing = "unauthorized"
+`} {
+		_, err := config.Parse("u.toml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), `on_missing: "unauthorized" answers 401 for a request without a valid token: the key needs a jwt: part`) {
+			t.Errorf("err = %v", err)
+		}
+	}
 }

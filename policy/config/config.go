@@ -419,6 +419,10 @@ const (
 	MissingIP     OnMissing = "ip"     // key the request by its client IP instead
 	MissingSkip   OnMissing = "skip"   // the limits keyed so do not count the request, as nginx does for an empty key
 	MissingReject OnMissing = "reject" // answer 400
+	// MissingUnauthorized answers 401 with WWW-Authenticate: Bearer
+	// (RFC 6750) a request whose jwt: part is absent (no valid token),
+	// and 400 one lacking another part; only for a key with a jwt: part.
+	MissingUnauthorized OnMissing = "unauthorized"
 )
 
 // Policy is one validated [[policy]], not yet bound to a store.

@@ -40,7 +40,7 @@ var (
 	upstreamProtocols = []UpstreamProtocol{ProtocolHTTP1, ProtocolH2C}
 	implementations   = []Implementation{ImplLimitproxy, ImplNetHTTP}
 	modes             = []Mode{Enforce, Shadow}
-	onMissings        = []OnMissing{MissingShared, MissingIP, MissingSkip, MissingReject}
+	onMissings        = []OnMissing{MissingShared, MissingIP, MissingSkip, MissingReject, MissingUnauthorized}
 )
 
 // oneOf reports v at key unless it is one of allowed.
@@ -855,6 +855,7 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 		} else if spec.Match.All {
 			catchAll = i
 		}
+		checkUnauthorized(c, key, spec.Key, spec.OnMissing, p.OnMissing.Set)
 		pk := LimitKey{Parts: spec.Key, OnMissing: spec.OnMissing}
 		if p.Conc != nil {
 			spec.Concurrency = validatePolicyConc(p.Conc, key+".concurrency", c)
@@ -1002,7 +1003,23 @@ func limitKey(r *rawLimit, def LimitKey, key string, c *collector) LimitKey {
 		lk.OnMissing = OnMissing(r.OnMissing.V)
 		oneOf(c, key+".on_missing", lk.OnMissing, onMissings...)
 	}
+	checkUnauthorized(c, key, lk.Parts, lk.OnMissing, r.OnMissing.Set)
 	return lk
+}
+
+// checkUnauthorized refuses on_missing = "unauthorized" (set at key, or
+// inherited when set is false) for a key without a jwt: part: its 401
+// says the request lacks a valid token, which only a jwt: part reads.
+func checkUnauthorized(c *collector, key string, parts []KeyPart, om OnMissing, set bool) {
+	if om != MissingUnauthorized || !set {
+		return
+	}
+	for _, kp := range parts {
+		if kp.Kind == KeyJWT {
+			return
+		}
+	}
+	c.add(key+".on_missing", `"unauthorized" answers 401 for a request without a valid token: the key needs a jwt: part (use "reject" for a 400)`)
 }
 
 // validatePolicyConc checks a [policy.concurrency] at key.

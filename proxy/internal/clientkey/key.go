@@ -34,6 +34,9 @@ const (
 	Skip           // on_missing = "skip": do not limit
 	Reject         // on_missing = "reject": answer 400
 	Invalid        // a keyed cookie or query parameter is repeated or malformed: answer 400
+	// Unauthorized: on_missing = "unauthorized" and a jwt: part is
+	// absent (the request has no valid token): answer 401.
+	Unauthorized
 )
 
 // Request is what a client key is built from: the request as its policy
@@ -92,7 +95,7 @@ func Limits(q *Request, p *policy.Policy, keys []string) Result {
 		} else {
 			k, res := Of(q, lk.Parts, lk.OnMissing)
 			switch res {
-			case Reject, Invalid:
+			case Reject, Invalid, Unauthorized:
 				return res
 			case Skip:
 				k = limiter.SkipKey
@@ -116,9 +119,15 @@ func Of(q *Request, parts []config.KeyPart, onMissing config.OnMissing) (key str
 	s := q.Server
 	var stack [128]byte
 	b := stack[:0]
-	missing, stopped := false, false
+	missing, stopped, noToken := false, false, false
 	for _, part := range parts {
 		if stopped {
+			if onMissing == config.MissingUnauthorized && part.Kind == config.KeyJWT && !noToken {
+				// Which answer (401 or 400) depends on every part.
+				var st State
+				_, st = appendPart(b, q, part)
+				noToken = st != Present
+			}
 			// The key is settled by on_missing, but a keyed cookie or
 			// query parameter sent ambiguously is still refused, as
 			// whatever the key, the upstream may read another value.
@@ -137,6 +146,7 @@ func Of(q *Request, parts []config.KeyPart, onMissing config.OnMissing) (key str
 			return "", Invalid
 		}
 		missing = true
+		noToken = noToken || part.Kind == config.KeyJWT
 		if onMissing != config.MissingShared {
 			stopped = true
 			continue
@@ -152,6 +162,11 @@ func Of(q *Request, parts []config.KeyPart, onMissing config.OnMissing) (key str
 	case config.MissingSkip:
 		return "", Skip
 	case config.MissingReject:
+		return "", Reject
+	case config.MissingUnauthorized:
+		if noToken {
+			return "", Unauthorized
+		}
 		return "", Reject
 	}
 	ip := ""
