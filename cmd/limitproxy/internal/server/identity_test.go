@@ -224,3 +224,81 @@ func writeTestJWKS(t *testing.T, path string, keys ...testKey) {
 		t.Fatal(err)
 	}
 }
+
+// TestIdentityAdminByClaim: the admin API names a user of a policy keyed
+// by jwt:sub by the claim's value: its standing (GET …/keys/alice), an
+// override that raises its burst, and its ban and lift; another user's
+// standing is its own.
+func TestIdentityAdminByClaim(t *testing.T) {
+	t.Parallel()
+	k := newTestKey(t, "k1")
+	r := startFile(t, func(path, up string) {
+		jwks := filepath.Join(filepath.Dir(path), "jwks.json")
+		writeTestJWKS(t, jwks, k)
+		text := usersPolicy(configText(up, 2, "1/h", `
+[identity]
+jwks_file = "`+jwks+`"
+`))
+		text = strings.Replace(text, "  burst = 3\n", "  burst = 3\n  [policy.ban]\n  duration = \"1h\"\n", 1)
+		os.WriteFile(path, []byte(text), 0o644)
+	})
+	get := func(token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", r.proxy+"/u/1", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	admin := func(method, path, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, r.admin+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m
+	}
+	alice, bob := k.token(t, "alice"), k.token(t, "bob")
+	get(alice)
+	get(alice)
+	if code, m := admin("GET", "/api/v1/policies/users/keys/alice", ""); code != 200 || m["remaining"] != 0.0 || m["limit"] != 3.0 {
+		t.Fatalf("alice's standing after 2 of 3: %d %v, want remaining 0 (after the request asked about) of 3", code, m)
+	}
+	if code, m := admin("GET", "/api/v1/policies/users/keys/bob", ""); code != 200 || m["remaining"] != 2.0 {
+		t.Fatalf("bob's standing, untouched: %d %v", code, m)
+	}
+	if code, m := admin("PUT", "/api/v1/policies/users/overrides/alice", `{"limits": [{"algorithm": "token_bucket", "rate": "1/1h", "burst": 10}]}`); code != 200 {
+		t.Fatalf("override alice: %d %v", code, m)
+	}
+	for i := range 5 {
+		if s := get(alice); s != 200 {
+			t.Fatalf("alice's request %d under an override of her own (burst 10, counted apart): %d", i, s)
+		}
+	}
+	for range 3 {
+		get(bob)
+	}
+	if s := get(bob); s != 429 {
+		t.Fatalf("bob over his burst: %d, want 429 (the offence that bans)", s)
+	}
+	code, m := admin("GET", "/api/v1/policies/users/bans", "")
+	if bans, _ := m["bans"].([]any); code != 200 || len(bans) != 1 {
+		t.Fatalf("bans: %d %v, want bob's alone", code, m)
+	}
+	if code, _ := admin("DELETE", "/api/v1/policies/users/bans/bob", ""); code != 204 {
+		t.Fatalf("lift bob's ban by his sub: %d, want 204 (counts reset too)", code)
+	}
+	if s := get(bob); s != 200 {
+		t.Fatalf("bob after the lift: %d", s)
+	}
+}
