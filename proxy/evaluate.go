@@ -9,6 +9,7 @@ import (
 	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/policy/config"
 	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
+	"github.com/limitproxy/limitproxy/proxy/internal/identity"
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy"
@@ -85,6 +86,10 @@ func (e *Evaluator) Evaluate(r *http.Request, now time.Time) Verdict {
 	x := e.h.newExchange(headerWriter{}, r, snap, &e.srv, now)
 	x.req.r = r
 	x.req.client = clientkey.Resolve(r, &e.srv)
+	if byPath, ok := r.Context().Value(claimsKey{}).(map[string]string); ok {
+		// WithClaims checked nothing: text that is not JSON is no claim.
+		x.req.claims, _ = identity.FromJSON(byPath)
+	}
 	e.h.decide(context.Background(), x, &o)
 	v := Verdict{Decision: o.decision, Status: o.status, owes: o.owes}
 	if o.p != nil {
@@ -120,6 +125,19 @@ func (e *Evaluator) Answer(v Verdict, status int, cost int64, end time.Time) {
 	x := &exchange{w: recorder{ResponseWriter: hw, status: status, head: status}, rec: record{forwarded: true}}
 	e.h.settle(x, v.owes)
 }
+
+// WithClaims returns ctx carrying the claims of a replayed request's
+// verified token as [log] access_replay logged them: by claim path, the
+// claim's JSON text (the line's c:PATH fields, docs/replay.md). Evaluate
+// keys and matches a request whose context carries them by those claims,
+// as the live proxy did by its token's; a request without them has no
+// valid token (Evaluate never verifies one).
+func WithClaims(ctx context.Context, byPath map[string]string) context.Context {
+	return context.WithValue(ctx, claimsKey{}, byPath)
+}
+
+// claimsKey is the context key of WithClaims.
+type claimsKey struct{}
 
 // headerWriter is a ResponseWriter that holds only a header: an answer
 // Answer settles, which nobody sends.

@@ -142,14 +142,14 @@ func (h *Handler) arrive(x *exchange, r *http.Request) {
 	q.client = clientkey.Resolve(r, q.srv)
 	q.id[0] = requestID(r, &q.client)
 	x.w.id = q.id[:]
-	if h.acc != nil && q.snap.set.Config.Log.AccessReplay {
-		x.rec.replay = captureReplay(r, q.snap.replay, q.start)
-	}
 	if v := q.snap.verifier; v != nil {
 		var c identity.Claims
 		if c, q.token = v.Verify(r, q.start); q.token.Status == identity.Valid {
 			q.claims = c
 		}
+	}
+	if h.acc != nil && q.snap.set.Config.Log.AccessReplay {
+		x.rec.replay = captureReplay(r, q.snap.replay, q.snap.replayClaims, q.claims, q.start)
 	}
 }
 

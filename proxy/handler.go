@@ -74,6 +74,8 @@ type snapshot struct {
 	// replay lists the request headers the access log carries with
 	// [log] access_replay (replayHeaders); nil without it.
 	replay []string
+	// replayClaims lists the claim paths it carries (replayClaims).
+	replayClaims []string
 	// verifier verifies the requests' tokens, built from the set's
 	// [identity] by Swap; nil without one (or, from New, when its keys
 	// did not load: no token is valid then).
@@ -280,6 +282,7 @@ func (h *Handler) swap(set *policy.Set, v *identity.Verifier) {
 	s := &snapshot{set: set, pools: map[string]*pool{}, policies: map[*policy.Policy]*policyState{}, verifier: v}
 	if set.Config.Log.AccessReplay {
 		s.replay = replayHeaders(set)
+		s.replayClaims = replayClaims(set)
 	}
 	s.slashed = slashedPaths(set)
 	trackers := map[string]*tracker{}

@@ -12,6 +12,7 @@ import (
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
 	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
+	"github.com/limitproxy/limitproxy/proxy/internal/identity"
 )
 
 // With [log] access_replay, each access-log line carries what `limitproxy
@@ -19,7 +20,9 @@ import (
 // received, the instant its limits decided at; client, its client
 // address; target, its request-target as received; and h:NAME for each
 // request header the policies match or key on (their field lines joined
-// by "\n", which no field value holds). Target and header values are
+// by "\n", which no field value holds); and, with an [identity], c:PATH
+// for each claim the policies key or match on, as JSON text, when the
+// request's token was valid (never the token). Target and header values are
 // escaped reversibly (escapeReplay): the log is UTF-8, and a client's
 // bytes that are not would otherwise be replaced, merging keys a replay
 // must keep apart.
@@ -29,7 +32,33 @@ import (
 type replayFields struct {
 	received time.Time
 	target   string
-	headers  []zap.Field
+	headers  []zap.Field // h:NAME, then c:PATH
+}
+
+// replayClaims returns the claim paths set's policies read (jwt: key
+// parts, match claims), sorted: those [log] access_replay logs.
+func replayClaims(set *policy.Set) []string {
+	var paths []string
+	add := func(ps []config.KeyPart) {
+		for _, kp := range ps {
+			if kp.Kind == config.KeyJWT && !slices.Contains(paths, kp.Name) {
+				paths = append(paths, kp.Name)
+			}
+		}
+	}
+	for _, p := range set.Policies {
+		for _, c := range p.Match.Claims {
+			if !slices.Contains(paths, c.Path) {
+				paths = append(paths, c.Path)
+			}
+		}
+		add(p.Key)
+		for _, lk := range p.LimitKeys {
+			add(lk.Parts)
+		}
+	}
+	slices.Sort(paths)
+	return paths
 }
 
 // ReplayHeaders returns the request headers set's policies read (match
@@ -72,11 +101,16 @@ func replayHeaders(set *policy.Set) []string {
 }
 
 // captureReplay returns r's replay fields, arrived at start.
-func captureReplay(r *http.Request, names []string, start time.Time) *replayFields {
+func captureReplay(r *http.Request, names, claimPaths []string, claims identity.Claims, start time.Time) *replayFields {
 	f := &replayFields{received: start, target: escapeReplay(r.RequestURI)}
 	for _, n := range names {
 		if vs := r.Header[n]; len(vs) > 0 {
 			f.headers = append(f.headers, zap.String("h:"+n, escapeReplay(strings.Join(vs, "\n"))))
+		}
+	}
+	for _, path := range claimPaths {
+		if v, ok := claims.JSON(path); ok {
+			f.headers = append(f.headers, zap.String("c:"+path, escapeReplay(v)))
 		}
 	}
 	return f

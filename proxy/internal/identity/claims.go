@@ -2,7 +2,9 @@ package identity
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Claims are a verified token's claims, decoded from its payload once.
@@ -95,4 +97,42 @@ func scalar(v any) (string, bool) {
 		return strconv.FormatBool(v), true
 	}
 	return "", false
+}
+
+// JSON returns the claim at path (found as Get finds it) as JSON text,
+// whatever its type: what [log] access_replay records of a claim that
+// policies read, so that a replay sees the same value (FromJSON). false
+// when path names nothing.
+func (c Claims) JSON(path string) (string, bool) {
+	v, ok := lookup(c.m, path)
+	if !ok {
+		return "", false
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", false // not reached: the value came from JSON
+	}
+	return string(b), true
+}
+
+// FromJSON returns Claims holding, at each path of byPath, the value its
+// JSON text gives (as JSON wrote it): the claims a replayed request had
+// when it was logged. A path is held as one name, which Get and Values
+// find first, so "org.id" need not be nested. It fails on text that is
+// not JSON.
+func FromJSON(byPath map[string]string) (Claims, error) {
+	m := make(map[string]any, len(byPath))
+	for path, text := range byPath {
+		dec := json.NewDecoder(strings.NewReader(text))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return Claims{}, fmt.Errorf("claim %s: %w", path, err)
+		}
+		if dec.More() {
+			return Claims{}, fmt.Errorf("claim %s: more than one JSON value", path)
+		}
+		m[path] = v
+	}
+	return Claims{m: m}, nil
 }

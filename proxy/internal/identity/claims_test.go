@@ -96,3 +96,44 @@ func TestClaimsValues(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimsJSONRoundTrip: what JSON writes of a claim, FromJSON reads
+// back to the same Get and Values, for every kind of value (a big number
+// keeps its text, a nested path is found flat), and FromJSON refuses text
+// that is not one JSON value.
+func TestClaimsJSONRoundTrip(t *testing.T) {
+	c := decodeClaims(t, `{"sub": "alice", "org": {"id": 42}, "big": 12345678901234567890123, "admin": true, "roles": ["admin", 7], "obj": {"a": 1}, "nothing": null}`)
+	paths := []string{"sub", "org.id", "big", "admin", "roles", "obj", "nothing"}
+	byPath := map[string]string{}
+	for _, p := range paths {
+		v, ok := c.JSON(p)
+		if !ok {
+			t.Fatalf("JSON(%q): none", p)
+		}
+		byPath[p] = v
+	}
+	if byPath["sub"] != `"alice"` || byPath["big"] != "12345678901234567890123" || byPath["roles"] != `["admin",7]` {
+		t.Fatalf("JSON texts: %v", byPath)
+	}
+	if _, ok := c.JSON("org.missing"); ok {
+		t.Fatal("JSON of a path that names nothing")
+	}
+	back, err := FromJSON(byPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths {
+		g1, ok1 := c.Get(p)
+		g2, ok2 := back.Get(p)
+		v1, vok1 := c.Values(p)
+		v2, vok2 := back.Values(p)
+		if g1 != g2 || ok1 != ok2 || !slices.Equal(v1, v2) || vok1 != vok2 {
+			t.Errorf("%s: Get %q %v / %q %v, Values %v %v / %v %v", p, g1, ok1, g2, ok2, v1, vok1, v2, vok2)
+		}
+	}
+	for _, bad := range []string{`alice`, `"a" "b"`, ``} {
+		if _, err := FromJSON(map[string]string{"sub": bad}); err == nil {
+			t.Errorf("FromJSON(%q) passed", bad)
+		}
+	}
+}

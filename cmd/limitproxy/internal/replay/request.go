@@ -1,12 +1,14 @@
 package replay
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
 
 	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/replay/logread"
+	"github.com/limitproxy/limitproxy/proxy"
 )
 
 // Placeholder is the client address a request is given when its record
@@ -20,7 +22,8 @@ var Placeholder = netip.IPv4Unspecified()
 const fieldCost = "cost"
 
 // request returns the request the proxy read for rec, as Evaluate takes
-// it: Method, Host, URL and RequestURI, Proto, Header, and RemoteAddr
+// it: Method, Host, URL and RequestURI, Proto, Header, its token's claims
+// (proxy.WithClaims) when the record has them, and RemoteAddr
 // "ip:0" of the record's client (its peer if it has no client, else
 // Placeholder; hasClient is false then). A record with no Method (a
 // line nginx logged for something that was not a request) gives nil.
@@ -63,6 +66,13 @@ func request(rec *logread.Record) (r *http.Request, hasClient bool) {
 	}
 	for _, f := range rec.Header {
 		r.Header[f.Name] = append(r.Header[f.Name], f.Value)
+	}
+	if len(rec.Claims) > 0 {
+		byPath := make(map[string]string, len(rec.Claims))
+		for _, f := range rec.Claims {
+			byPath[f.Name] = f.Value
+		}
+		r = r.WithContext(proxy.WithClaims(context.Background(), byPath))
 	}
 	client := rec.Client
 	if !client.IsValid() {

@@ -1,6 +1,7 @@
 package logread
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
@@ -238,10 +239,10 @@ func (r *LimitproxyReader) object(rec *Record, line string, i int, ts, logger, m
 		rec.Time = rec.End.Add(-rec.Duration)
 	}
 	// [log] access_replay's fields (docs/replay.md): received, the exact
-	// instant the limits decided at, and h:NAME, a request header's field
-	// lines joined by "\n".
+	// instant the limits decided at; h:NAME, a request header's field
+	// lines joined by "\n"; c:PATH, a verified claim's JSON text.
 	kept := extra[:0]
-	var hdr []Field
+	var hdr, claims []Field
 	for _, f := range extra {
 		switch {
 		case f.Name == "received":
@@ -260,6 +261,12 @@ func (r *LimitproxyReader) object(rec *Record, line string, i int, ts, logger, m
 			for v := range strings.SplitSeq(unescapeReplay(f.Value), "\n") {
 				hdr = append(hdr, Field{Name: f.Name[2:], Value: v})
 			}
+		case strings.HasPrefix(f.Name, "c:"):
+			v := unescapeReplay(f.Value)
+			if !json.Valid([]byte(v)) {
+				return false, fmt.Sprintf("%s: %q is not JSON", f.Name, f.Value)
+			}
+			claims = append(claims, Field{Name: f.Name[2:], Value: v})
 		case f.Name == "target":
 			rec.Target = unescapeReplay(f.Value)
 		default:
@@ -268,6 +275,9 @@ func (r *LimitproxyReader) object(rec *Record, line string, i int, ts, logger, m
 	}
 	if hdr != nil {
 		rec.Header = r.fl.clone(hdr)
+	}
+	if claims != nil {
+		rec.Claims = r.fl.clone(claims)
 	}
 	rec.Extra = r.fl.clone(kept)
 	return true, ""

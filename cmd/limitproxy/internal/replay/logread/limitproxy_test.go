@@ -185,6 +185,14 @@ func TestLimitproxyOdd(t *testing.T) {
 				t.Errorf("%+v", r)
 			}
 		}},
+		{name: "claims", line: `{"ts":"2026-11-23T14:51:06.000Z",` + base + `,"received":"2026-11-23T14:51:05.999Z","c:sub":"\"al%25ice\"","c:org.id":"42","h:X-A":"1"}`,
+			check: func(t *testing.T, r logread.Record) {
+				want := []logread.Field{{Name: "sub", Value: `"al%ice"`}, {Name: "org.id", Value: "42"}}
+				if !reflect.DeepEqual(r.Claims, want) || len(r.Header) != 1 || len(r.Extra) != 0 {
+					t.Errorf("Claims %q, Header %q, Extra %q; want claims %q", r.Claims, r.Header, r.Extra, want)
+				}
+			}},
+		{name: "claim not JSON", line: `{"ts":"2026-11-23T14:51:06.000Z",` + base + `,"c:sub":"alice"}`, err: `c:sub: "alice" is not JSON`},
 		{name: "no decision", line: `{"ts":"2026-11-23T14:51:06.000Z","logger":"access","msg":"request","method":"GET","host":"h","path":"/p","status":200,"policy":""}`, err: "access.log:1: access line without decision"},
 		{name: "no ts", line: `{` + base + `}`, err: "access line without ts"},
 		{name: "bad ts", line: `{"ts":"2026-13-23T14:51:06.000Z",` + base + `}`, err: `ts: "2026-13-23T14:51:06.000Z" is not a time`},

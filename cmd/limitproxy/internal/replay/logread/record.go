@@ -133,8 +133,14 @@ type Record struct {
 	// Header holds the request headers the line carries, under canonical
 	// names: one per nginx $http_NAME variable ($http_user_agent as
 	// User-Agent, $http_x_forwarded_for as X-Forwarded-For), in format
-	// order, omitted when logged as "-". limitproxy's log has none.
+	// order, omitted when logged as "-"; limitproxy's, with [log]
+	// access_replay, those its policies read (h:NAME fields).
 	Header []Field
+	// Claims holds, by claim path, the JSON text of each claim of the
+	// request's verified token that its policies read (limitproxy's
+	// c:PATH fields, with [log] access_replay and an [identity]); none
+	// for a request without a valid token.
+	Claims []Field
 
 	// Status is the status sent to the client (HasStatus).
 	Status int
