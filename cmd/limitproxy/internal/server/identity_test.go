@@ -5,10 +5,15 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,5 +305,136 @@ jwks_file = "`+jwks+`"
 	}
 	if s := get(bob); s != 200 {
 		t.Fatalf("bob after the lift: %d", s)
+	}
+}
+
+// TestIdentityRotationUnderLoad: the whole server verifying against a
+// JWKS URL on loopback while 8 users send requests at once and the
+// issuer rotates its key: the new key is published beside the old, the
+// users switch to tokens of the new kid (the first fetches the set once;
+// the others wait for that fetch, none is refused), an attacker's tokens
+// under the new kid claiming a user's sub are answered 401 throughout,
+// then the old key is retired and a reload fetches the set again. No
+// answer is a 5xx, every user's count is exactly that user's requests
+// (none keyed to another user, none of the attacker's), and the JWKS was
+// fetched four times: at start, for the new kid, at the reload, and once
+// for the retired kid a token names after it (unknown to the reloaded
+// verifier, which may fetch for it once per 30 s).
+func TestIdentityRotationUnderLoad(t *testing.T) {
+	t.Parallel()
+	const users, each = 8, 25
+	k1, k2, attacker := newTestKey(t, "k1"), newTestKey(t, "k2"), newTestKey(t, "k2")
+	var (
+		mu    sync.Mutex
+		set   []byte
+		hits  atomic.Int64
+		serve = func(keys ...testKey) {
+			path := filepath.Join(t.TempDir(), "jwks.json")
+			writeTestJWKS(t, path, keys...)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			set = b
+			mu.Unlock()
+		}
+	)
+	serve(k1)
+	jwks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		mu.Lock()
+		b := set
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(b)
+	}))
+	t.Cleanup(jwks.Close)
+	r := startFile(t, func(path, up string) {
+		text := strings.Replace(configText(up, 1, "1/h", `
+[identity]
+jwks_url = "`+jwks.URL+`"
+`), `[[policy]]
+name = "all"`, `[[policy]]
+name = "users"
+key = ["jwt:sub"]
+on_missing = "unauthorized"`, 1)
+		text = strings.Replace(text, `algorithm = "token_bucket"
+  rate = "1/h"
+  burst = 1`, `algorithm = "fixed_window"
+  limit = 100000
+  window = "1h"`, 1)
+		os.WriteFile(path, []byte(text), 0o644)
+	})
+	var fivexx, refused, attackerIn atomic.Int64
+	get := func(token string) int {
+		req, _ := http.NewRequest("GET", r.proxy+"/x", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			fivexx.Add(1)
+		}
+		return resp.StatusCode
+	}
+	phase := func(key testKey, forged bool) {
+		var wg sync.WaitGroup
+		for u := range users {
+			tok := key.token(t, fmt.Sprintf("user-%d", u))
+			wg.Go(func() {
+				for range each {
+					if get(tok) != 200 {
+						refused.Add(1)
+					}
+				}
+			})
+		}
+		if forged {
+			tok := attacker.token(t, "user-0")
+			wg.Go(func() {
+				for range 2 * each {
+					if s := get(tok); s != 401 {
+						attackerIn.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	phase(k1, false)
+	serve(k1, k2) // published beside the old key
+	phase(k2, true)
+	serve(k2) // the old key retired
+	resp, err := http.Post(r.admin+"/api/v1/reload", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if s := get(k1.token(t, "user-0")); s != 401 {
+		t.Errorf("a token of the retired key after the reload: %d, want 401", s)
+	}
+	if fivexx.Load() != 0 || refused.Load() != 0 || attackerIn.Load() != 0 {
+		t.Fatalf("%d answers 5xx, %d users' requests refused, %d of the attacker's not 401", fivexx.Load(), refused.Load(), attackerIn.Load())
+	}
+	if got := hits.Load(); got != 4 {
+		t.Errorf("%d JWKS fetches, want 4 (start, the new kid, the reload, the retired kid once after it)", got)
+	}
+	for u := range users {
+		resp, err := http.Get(fmt.Sprintf("%s/api/v1/policies/users/keys/user-%d", r.admin, u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		// The standing counts the request asked about as admitted.
+		if want := float64(100000 - 2*each - 1); m["remaining"] != want {
+			t.Errorf("user-%d: remaining %v, want %v (exactly its own %d requests counted)", u, m["remaining"], want, 2*each)
+		}
 	}
 }
