@@ -26,6 +26,7 @@ bench/capacity.sh 8s 30s
 bench/ops.sh 5
 bench/rls.sh 20000 3 20000 2s
 bench/scaling.sh 3
+bench/identity.sh 5
 took=$(( ($(date +%s) - start + 59) / 60 ))
 {
   echo "# Benchmarks"

@@ -32,7 +32,7 @@ type jwtKey struct {
 	kid  string
 }
 
-func newRSAKey(t *testing.T, kid string) jwtKey {
+func newRSAKey(t testing.TB, kid string) jwtKey {
 	t.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -41,7 +41,7 @@ func newRSAKey(t *testing.T, kid string) jwtKey {
 	return jwtKey{jose.RS256, k, kid}
 }
 
-func newECKey(t *testing.T, kid string) jwtKey {
+func newECKey(t testing.TB, kid string) jwtKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -52,7 +52,7 @@ func newECKey(t *testing.T, kid string) jwtKey {
 
 // token signs claims with k: sub, plan and any of extra, issued at t0
 // and expiring an hour later unless extra says otherwise.
-func (k jwtKey) token(t *testing.T, extra map[string]any) string {
+func (k jwtKey) token(t testing.TB, extra map[string]any) string {
 	t.Helper()
 	c := map[string]any{"iat": t0.Unix(), "exp": t0.Add(time.Hour).Unix()}
 	for n, v := range extra {
@@ -75,7 +75,7 @@ func (k jwtKey) token(t *testing.T, extra map[string]any) string {
 }
 
 // writeJWKS writes the public halves of keys as a JWK Set to path.
-func writeJWKS(t *testing.T, path string, keys ...jwtKey) {
+func writeJWKS(t testing.TB, path string, keys ...jwtKey) {
 	t.Helper()
 	var set jose.JSONWebKeySet
 	for _, k := range keys {
