@@ -438,3 +438,90 @@ on_missing = "unauthorized"`, 1)
 		}
 	}
 }
+
+// TestIdentityJWKSFileWatched: the JWKS file is watched as the config file
+// is: a key added to it comes into force without a reload (the log says
+// trigger "jwks"), and after a reload that names another JWKS file, a key
+// added to that one does too, while the first file is no longer
+// followed.
+func TestIdentityJWKSFileWatched(t *testing.T) {
+	t.Parallel()
+	k1, k2, k3 := newTestKey(t, "k1"), newTestKey(t, "k2"), newTestKey(t, "k3")
+	var jwks, cfgPath, upURL string
+	write := func(file string) {
+		text := usersPolicy(configText(upURL, 2, "1/h", `
+[identity]
+jwks_file = "`+file+`"
+`))
+		tmp := cfgPath + ".tmp"
+		os.WriteFile(tmp, []byte(text), 0o644)
+		os.Rename(tmp, cfgPath)
+	}
+	r := startFile(t, func(path, up string) {
+		cfgPath, upURL = path, up
+		jwks = filepath.Join(filepath.Dir(path), "jwks.json")
+		writeTestJWKS(t, jwks, k1)
+		write(jwks)
+	})
+	get := func(token string) int {
+		req, _ := http.NewRequest("GET", r.proxy+"/u/1", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// waitStatus polls (bounded: the watch's debounce is 300 ms) until a
+	// request with token gets want.
+	waitStatus := func(token string, want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for get(token) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: never %d; log:\n%s", what, want, r.logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if s := get(k2.token(t, "bob")); s != 400 {
+		t.Fatalf("k2 before it is in the file: %d", s)
+	}
+	replace := func(path string, keys ...testKey) {
+		writeTestJWKS(t, path+".tmp", keys...)
+		os.Rename(path+".tmp", path)
+	}
+	replace(jwks, k1, k2)
+	waitStatus(k2.token(t, "bob"), 200, "k2 added to the watched file")
+	lastReload := func() (trigger, at string) {
+		t.Helper()
+		resp, err := http.Get(r.admin + "/api/v1/config")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var cfg struct {
+			LastReload struct{ Trigger, At string } `json:"last_reload"`
+		}
+		json.NewDecoder(resp.Body).Decode(&cfg)
+		return cfg.LastReload.Trigger, cfg.LastReload.At
+	}
+	if trigger, _ := lastReload(); trigger != "jwks" {
+		t.Errorf("last_reload.trigger %q, want jwks", trigger)
+	}
+
+	other := filepath.Join(r.dir, "keys", "other.json")
+	os.MkdirAll(filepath.Dir(other), 0o755)
+	writeTestJWKS(t, other, k1)
+	write(other)
+	waitStatus(k2.token(t, "carol"), 400, "k2 gone with the switch to other.json")
+	replace(other, k1, k3)
+	waitStatus(k3.token(t, "dave"), 200, "k3 added to the newly named file")
+	_, before := lastReload()
+	replace(jwks, k1, k2, k3)
+	time.Sleep(time.Second) // more than the debounce: a watch of the old file would have reloaded by now
+	if trigger, at := lastReload(); at != before {
+		t.Errorf("the first file is still followed: a reload (%s) after it changed", trigger)
+	}
+}

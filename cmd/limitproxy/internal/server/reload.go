@@ -31,7 +31,14 @@ type reloader struct {
 
 	mu     sync.Mutex // one reload at a time
 	status atomic.Pointer[reloadStatus]
+	// next is closed when a configuration is next applied (and replaced
+	// by a new channel): the JWKS watch follows the file it names.
+	next atomic.Pointer[chan struct{}]
 }
+
+// applied returns a channel closed when a configuration is next applied
+// (a reload that changes nothing does not count).
+func (r *reloader) applied() <-chan struct{} { return *r.next.Load() }
 
 // reloadStatus is what the admin API reports. A new value replaces the old
 // after every attempt; values are never modified.
@@ -49,13 +56,15 @@ type reloadStatus struct {
 func newReloader(path string, cfg *config.Config, st *stores, h *proxy.Handler, level zap.AtomicLevel, log *zap.Logger, now func() time.Time) *reloader {
 	r := &reloader{path: path, stores: st, handler: h, level: level, log: log.Named("reload"), now: now, started: cfg}
 	r.status.Store(&reloadStatus{Config: cfg, LoadedAt: now(), LastAttempt: now(), LastTrigger: "start"})
+	next := make(chan struct{})
+	r.next.Store(&next)
 	return r
 }
 
 // Status returns the latest status.
 func (r *reloader) Status() *reloadStatus { return r.status.Load() }
 
-// reload re-reads the file. trigger names what asked ("file", "sighup",
+// reload re-reads the file. trigger names what asked ("file", "jwks", "sighup",
 // "api") for the log. It returns the error that kept the file from being
 // applied, if any.
 func (r *reloader) reload(trigger string) error {
@@ -115,6 +124,8 @@ func (r *reloader) reload(trigger string) error {
 	next.Config, next.LoadedAt = cfg, r.now()
 	next.PendingRestart = restartOnly(r.started, cfg)
 	r.status.Store(&next)
+	ch := make(chan struct{})
+	close(*r.next.Swap(&ch))
 	r.log.Info("policy reloaded", zap.String("file", r.path), zap.String("trigger", trigger), zap.String("hash", cfg.Hash[:12]),
 		zap.Strings("added", added), zap.Strings("removed", removed), zap.Strings("changed", changed), zap.Bool("recovered", recovered))
 	if len(next.PendingRestart) > 0 {

@@ -434,11 +434,15 @@ func (p *process) listenAdmin() error {
 
 // workers returns the background work runServer runs until the servers
 // have drained: the memory store's janitor, the upkeep of the penalty box
-// and of the overrides, the config file's watcher and the SIGHUP handler.
+// and of the overrides, the config file's and the JWKS file's watchers and
+// the SIGHUP handler.
 func (p *process) workers() []func(ctx context.Context) {
 	st := p.stores
 	work := []func(context.Context){func(ctx context.Context) { st.memory.Run(ctx) }, st.runBans, st.runOverrides}
 	if w := p.watchConfig(); w != nil {
+		work = append(work, w)
+	}
+	if w := p.watchJWKS(); w != nil {
 		work = append(work, w)
 	}
 	return append(work, p.watchSignals())
