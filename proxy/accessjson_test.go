@@ -20,6 +20,7 @@ import (
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
 	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
+	"github.com/limitproxy/limitproxy/proxy/internal/identity"
 )
 
 var stamp = regexp.MustCompile(`"ts":"[0-9T:.Z+-]+"`)
@@ -57,6 +58,7 @@ func TestAccessJSONAsZap(t *testing.T) {
 		key                                              string
 		cost                                             int64
 		wait                                             time.Duration
+		sub                                              string // with an [identity]: the token's sub ("-": none)
 	}{
 		{name: "plain", method: "GET", target: "/a/b?c=d", host: "example.com", remote: "192.0.2.7:5555", ua: "curl/8", p: pol, status: 429, key: "192.0.2.7"},
 		{name: "escapes", method: "POST", target: "/x", host: "h\"o\\st\x01\x1f\t\r\n", remote: "192.0.2.7:5555", ua: "ua \xff\xfe bad, \u00e9 good, \U0001F600, \uFFFD as sent", p: pol, status: 200, key: "k"},
@@ -65,6 +67,8 @@ func TestAccessJSONAsZap(t *testing.T) {
 		{name: "hashed", method: "GET", target: "/", host: "h", remote: "[2001:db8::1]:80", mode: config.ClientHashed, status: 200, p: pol},
 		{name: "forwarded for", method: "GET", target: "/", host: "h", remote: "127.0.0.1:1", xff: "198.51.100.9", status: 200, p: pol},
 		{name: "warn with cost", method: "PUT", target: "/up", host: "h", remote: "192.0.2.7:1", err: "upstream response cut short", status: 502, p: pol, cost: 17, wait: 1500 * time.Millisecond},
+		{name: "identity", method: "GET", target: "/", host: "h", remote: "192.0.2.7:1", status: 200, p: pol, key: "5:alice;", sub: "alice"},
+		{name: "identity, no token", method: "GET", target: "/", host: "h", remote: "192.0.2.7:1", status: 401, p: pol, sub: "-", err: "no token"},
 		{name: "no policy", method: "BREW", target: "/%E2%82%AC", host: "", remote: "192.0.2.7:1", status: 404},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -79,6 +83,16 @@ func TestAccessJSONAsZap(t *testing.T) {
 			x.req = request{r: r, start: start, srv: srv, id: [1]string{"0123456789abcdef0123456789abcdef"},
 				snap: &snapshot{set: &policy.Set{Config: &config.Config{Log: config.Log{ClientAddress: c.mode}}}}}
 			x.req.client = clientkey.Resolve(r, srv)
+			if c.sub != "" {
+				x.req.snap.set.Config.Identity = &config.Identity{}
+				if c.sub != "-" {
+					claims, err := identity.FromJSON(map[string]string{"sub": strconv.Quote(c.sub)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					x.req.claims = claims
+				}
+			}
 			var o *owed
 			if c.cost != 0 {
 				o = &owed{cost: c.cost}
@@ -96,6 +110,22 @@ func TestAccessJSONAsZap(t *testing.T) {
 			own := encodedLine(h, x, at, at.Sub(start), c.p, c.wait, o, level)
 			if own != zapOut.String() {
 				t.Errorf("own encoding:\n%s\nzap's:\n%s", own, zapOut.String())
+			}
+			switch want := ""; c.sub {
+			case "":
+				if strings.Contains(own, `"identity"`) {
+					t.Errorf("an identity field without [identity]: %s", own)
+				}
+			case "-":
+				want = `"identity":""`
+				fallthrough
+			default:
+				if want == "" {
+					want = `"identity":"` + accessHasher.Key(c.sub) + `"`
+				}
+				if !strings.Contains(own, want) {
+					t.Errorf("want %s in %s", want, own)
+				}
 			}
 			// Through logAccess, stamped with the wall clock.
 			var written bytes.Buffer

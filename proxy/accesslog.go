@@ -78,7 +78,8 @@ func (h *Handler) logAccess(x *exchange, p *policy.Policy, decision Decision, wa
 	if len(ua) > maxLoggedUserAgent {
 		ua = ua[:maxLoggedUserAgent]
 	}
-	fields := [...]zap.Field{
+	var stack [20]zap.Field
+	fields := append(stack[:0],
 		zap.String("method", r.Method),
 		zap.String("host", r.Host),
 		zap.String("path", r.URL.Path),
@@ -93,23 +94,31 @@ func (h *Handler) logAccess(x *exchange, p *policy.Policy, decision Decision, wa
 		zap.Int64("bytes_sent", w.sent),
 		zap.Int64("bytes_received", received),
 		zap.String("user_agent", ua),
-		zap.String("request_id", x.req.id[0]),
-		zap.String("error", rec.err),
-		{}, // cost
+		zap.String("request_id", x.req.id[0]))
+	if x.req.snap.set.Config.Identity != nil {
+		fields = append(fields, zap.String("identity", h.loggedIdentity(x)))
 	}
-	n := len(fields) - 1
-	if rec.err == "" {
-		n-- // no error field on a line that has none
+	if rec.err != "" { // no error field on a line that has none
+		fields = append(fields, zap.String("error", rec.err))
 	}
 	if o != nil && o.cost >= 0 {
-		fields[n] = zap.Int64("cost", o.cost)
-		n++
+		fields = append(fields, zap.Int64("cost", o.cost))
 	}
 	if rec.replay != nil {
-		ce.Write(rec.replay.fields(fields[:n])...)
-		return
+		fields = rec.replay.fields(fields)
 	}
-	ce.Write(fields[:n]...)
+	ce.Write(fields...)
+}
+
+// loggedIdentity is the access log's identity field, with an [identity]:
+// the key hash of the request's verified sub claim (as the key field
+// hashes a key), "" without a valid token or a sub.
+func (h *Handler) loggedIdentity(x *exchange) string {
+	sub, ok := x.req.claims.Get("sub")
+	if !ok || h.hasher == nil {
+		return ""
+	}
+	return string(h.keyHashes.appendKey(nil, h.hasher, sub))
 }
 
 // loggedClient is the access log's client field: the address the ip key
@@ -264,6 +273,13 @@ func (l *accessLine) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	}
 	enc.AddString("user_agent", ua)
 	enc.AddString("request_id", x.req.id[0])
+	if x.req.snap.set.Config.Identity != nil {
+		if sub, ok := x.req.claims.Get("sub"); ok && h.hasher != nil {
+			enc.AddByteString("identity", h.keyHashes.appendKey(b[k:k], h.hasher, sub))
+		} else {
+			enc.AddString("identity", "")
+		}
+	}
 	if rec.err != "" {
 		enc.AddString("error", rec.err)
 	}
