@@ -564,6 +564,10 @@ func (h *Handler) answer(x *exchange, o *ruling) {
 		var offence *limiter.Decision // the limit's rejection, when this request's offence began the ban
 		if o.limited {
 			offence = &o.d
+		} else {
+			// The offence that began a ban was observed as a rejection
+			// (inform); each later refusal of the ban is observed here.
+			snap.policies[p].tracker.observeBanned(o.counted, now)
 		}
 		h.refuseBanned(rec, snap.policies[p], p, o.key, o.ban, offence, x.req.srv.RateLimitHeaders, now)
 		return

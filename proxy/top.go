@@ -63,6 +63,18 @@ func (t *tracker) observe(key string, d limiter.Decision, now time.Time) {
 	t.closest.Observe(key, used, now)
 }
 
+// observeBanned records a request refused because key is in the
+// policy's penalty box: a refusal like a limit's rejection, so that a
+// client banned after a few offences and refused hundreds of times is
+// counted so (its key spent: used 1). nil observes nothing.
+func (t *tracker) observeBanned(key string, now time.Time) {
+	if t == nil || key == limiter.SkipKey {
+		return
+	}
+	t.rejected.Add(key, 1, now)
+	t.closest.Observe(key, 1, now)
+}
+
 // TopEntry is one key of a top-offenders list: as the limiter keyed it
 // (see KeyParts), with its count of rejections (and the most that count
 // may be over) or how much of its limit it last used.

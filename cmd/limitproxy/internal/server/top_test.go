@@ -96,3 +96,60 @@ func TestTopOffenders(t *testing.T) {
 		r.stop()
 	}
 }
+
+// TestTopOffendersCountBans: a brute-forcer banned at its first offence
+// and refused 20 more times by the ban is the top offender with all 21
+// refusals, not the one rejection that began the ban; the metrics count
+// its refusals as decision "banned".
+func TestTopOffendersCountBans(t *testing.T) {
+	t.Parallel()
+	r := startFile(t, func(path, up string) {
+		text := configText(up, 2, "1/h", "")
+		text = strings.Replace(text, "[server]\n", "[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n", 1)
+		text = strings.Replace(text, "[admin]\n", "[admin]\ntop_keys = \"raw\"\n", 1)
+		text += "  [policy.ban]\n  duration = \"1h\"\n"
+		os.WriteFile(path, []byte(text), 0o644)
+	})
+	statuses := map[int]int{}
+	for range 23 {
+		req, _ := http.NewRequest("GET", r.proxy+"/login", nil)
+		req.Header.Set("X-Forwarded-For", "10.0.0.9")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		statuses[resp.StatusCode]++
+	}
+	if statuses[200] != 2 || statuses[429] != 21 {
+		t.Fatalf("statuses %v, want 2 admitted and 21 refused", statuses)
+	}
+	resp, err := http.Get(r.admin + "/api/v1/policies/all/top")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		TotalRejected uint64 `json:"total_rejected"`
+		Rejected      []struct {
+			Key   string
+			Count uint64
+		}
+	}
+	err = json.NewDecoder(resp.Body).Decode(&p)
+	resp.Body.Close()
+	if err != nil || p.TotalRejected != 21 || len(p.Rejected) != 1 || p.Rejected[0].Key != "10.0.0.9" || p.Rejected[0].Count != 21 {
+		t.Fatalf("top: %v %+v, want 10.0.0.9 refused 21 times", err, p)
+	}
+	resp, err = http.Get(r.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`limitproxy_requests_total{decision="banned",policy="all"} 20`, `limitproxy_requests_total{decision="rejected",policy="all"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
