@@ -95,7 +95,7 @@ func (h *Handler) logAccess(x *exchange, p *policy.Policy, decision Decision, wa
 		zap.Int64("bytes_received", received),
 		zap.String("user_agent", ua),
 		zap.String("request_id", x.req.id[0]))
-	if x.req.snap.set.Config.Identity != nil {
+	if x.req.verifies() {
 		fields = append(fields, zap.String("identity", h.loggedIdentity(x)))
 	}
 	if rec.err != "" { // no error field on a line that has none
@@ -109,6 +109,10 @@ func (h *Handler) logAccess(x *exchange, p *policy.Policy, decision Decision, wa
 	}
 	ce.Write(fields...)
 }
+
+// verifies reports that q's set has an [identity]: its access lines carry
+// an identity field. (The line of an RLS descriptor has no snapshot.)
+func (q *request) verifies() bool { return q.snap != nil && q.snap.set.Config.Identity != nil }
 
 // loggedIdentity is the access log's identity field, with an [identity]:
 // the key hash of the request's verified sub claim (as the key field
@@ -273,7 +277,7 @@ func (l *accessLine) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	}
 	enc.AddString("user_agent", ua)
 	enc.AddString("request_id", x.req.id[0])
-	if x.req.snap.set.Config.Identity != nil {
+	if x.req.verifies() {
 		if sub, ok := x.req.claims.Get("sub"); ok && h.hasher != nil {
 			enc.AddByteString("identity", h.keyHashes.appendKey(b[k:k], h.hasher, sub))
 		} else {
