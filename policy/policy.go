@@ -25,11 +25,16 @@ type Set struct {
 	Config   *config.Config
 	Policies []*Policy
 	LoadedAt time.Time
-	index    *index
-	fold     *index               // index for MatchFold (lower-case paths); nil with few policies
-	cased    bool                 // a policy's path, prefix or regex holds an upper-case or non-ASCII byte
-	hosts    bool                 // a policy has hosts: Match needs the request's
-	rls      map[string][]*Policy // RLS policies by domain, in file order
+	// Unmatched is what a request no policy matches is forwarded under:
+	// a policy of no limits, named "", on [server] unmatched_upstream,
+	// that no request matches; nil when such a request is refused (404).
+	// It is not in Policies.
+	Unmatched *Policy
+	index     *index
+	fold      *index               // index for MatchFold (lower-case paths); nil with few policies
+	cased     bool                 // a policy's path, prefix or regex holds an upper-case or non-ASCII byte
+	hosts     bool                 // a policy has hosts: Match needs the request's
+	rls       map[string][]*Policy // RLS policies by domain, in file order
 }
 
 // Policy is a compiled policy: its validated configuration, its matcher
@@ -98,6 +103,10 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 	for _, p := range s.Policies {
 		m := &p.Match
 		s.cased = s.cased || cased(m.Path) || cased(m.PathPrefix) || m.PathRegex != nil && cased(m.PathRegex.String())
+	}
+	if up := c.Server.UnmatchedUpstream; up != "" {
+		s.Unmatched = &Policy{Policy: config.Policy{Index: -1, Upstream: up, Mode: config.Enforce, OnMissing: config.DefaultOnMissing}}
+		s.Unmatched.Class, s.Unmatched.ClassName = unmatchedClass(c, up)
 	}
 	return s, nil
 }
@@ -366,4 +375,24 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// unmatchedClass is the priority class of the requests forwarded to
+// upstream up because no policy matches them, under its
+// [upstream.concurrency] classes: "default" if it has one, else its
+// lowest.
+func unmatchedClass(c *config.Config, up string) (int, string) {
+	for _, u := range c.Upstreams {
+		if u.Name != up || u.Concurrency == nil || len(u.Concurrency.Classes) == 0 {
+			continue
+		}
+		cls := u.Concurrency.Classes
+		for i, cl := range cls {
+			if cl.Name == config.DefaultClass {
+				return i, cl.Name
+			}
+		}
+		return len(cls) - 1, cls[len(cls)-1].Name
+	}
+	return 0, ""
 }

@@ -30,7 +30,7 @@ const (
 	Rejected                // refused by a limit or its policy's concurrency (429), or for lacking a part of its key (400)
 	Queued                  // forwarded after waiting in a leaky bucket's queue
 	ShadowRejected          // over a limit of a shadow policy: forwarded
-	Unmatched               // no policy matches: 404
+	Unmatched               // no policy matches: forwarded unlimited ([server] unmatched = "forward"), else 404
 	Skipped                 // on_missing = "skip": forwarded without limiting
 	Invalid                 // refused before matching, or for an ambiguous key part: 400 or 405 (see canonicalize)
 	Shed                    // turned away by its upstream's concurrency limit: 503
@@ -149,6 +149,11 @@ func (h *Handler) decide(ctx context.Context, x *exchange, o *ruling) {
 	if !h.match(x, o) {
 		return
 	}
+	if o.p == x.req.snap.set.Unmatched {
+		// No policy matches: forwarded, counted against no limit.
+		o.decision = Unmatched
+		return
+	}
 	if !h.buildKeys(x, o) {
 		return
 	}
@@ -188,8 +193,12 @@ func (h *Handler) match(x *exchange, o *ruling) bool {
 	}
 	p, ok := snap.set.MatchClaims(r, x)
 	if !ok {
-		o.refuse(Unmatched, replyNoMatch, http.StatusNotFound)
-		return false
+		// [server] unmatched: forwarded under the set's policy of no
+		// limits (its readings checked as a policy's are), or 404.
+		if p = snap.set.Unmatched; p == nil {
+			o.refuse(Unmatched, replyNoMatch, http.StatusNotFound)
+			return false
+		}
 	}
 	if sent == "" {
 		sent = escapedPath(r.URL)

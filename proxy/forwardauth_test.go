@@ -26,6 +26,9 @@ import (
 // bucket, /count counts only answers 401 (which the endpoint never sees),
 // and nothing else matches.
 const forwardAuthConfig = `
+[server]
+unmatched = "refuse"
+
 [forward_auth]
 listen = "127.0.0.1:0"
 trusted_senders = ["10.0.0.1"]

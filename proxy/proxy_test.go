@@ -130,6 +130,12 @@ func (e *env) get(t *testing.T, path string, hdr ...string) *http.Response {
 	return resp
 }
 
+// refuseUnmatched sets [server] unmatched = "refuse": a request no policy
+// matches is answered 404.
+func refuseUnmatched(cfg *config.Config) {
+	cfg.Server.Unmatched, cfg.Server.UnmatchedUpstream = config.UnmatchedRefuse, ""
+}
+
 // TestAlgorithms drives each algorithm's policy through the proxy with the
 // clock held still: exactly its limit passes, and every response carries
 // the docs/responses.md headers its decision implies. The draft fields are
@@ -413,7 +419,8 @@ func TestSpoofing(t *testing.T) {
 // TestMatchAndKeys: hosts with wildcards, methods, headers; on_missing =
 // "reject" answers 400; an unmatched request gets 404 problem+json.
 func TestMatchAndKeys(t *testing.T) {
-	e := start(t, "all_algorithms.toml", newUpstream(t, nil), newClock(), nil)
+	// Unmatched requests refused, so that a 404 shows one.
+	e := start(t, "all_algorithms.toml", newUpstream(t, nil), newClock(), refuseUnmatched)
 	do := func(method, host string, hdr map[string]string) int {
 		req, _ := http.NewRequest(method, e.proxy.URL+"/key/x", nil)
 		req.Host = host

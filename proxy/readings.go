@@ -276,6 +276,10 @@ func checkReadings(r *http.Request, c policy.Claims, set *policy.Set, p *policy.
 		} else {
 			q, ok = set.MatchClaims(&alt, c)
 		}
+		if !ok && set.Unmatched != nil {
+			// Matched by no policy, this reading is forwarded unlimited.
+			q, ok = set.Unmatched, true
+		}
 		if ok && q == p {
 			continue
 		}
@@ -287,6 +291,12 @@ func checkReadings(r *http.Request, c policy.Claims, set *policy.Set, p *policy.
 			// own root (/api/ under path_prefix = "/api/"); the readings
 			// without this rule are checked on their own.
 			continue
+		}
+		if p == set.Unmatched {
+			return "the path is " + path + " as some upstreams read it (" + describe(sub) + "), which a policy matches; as sent it matches none"
+		}
+		if q == set.Unmatched {
+			return "the path is " + path + " as some upstreams read it (" + describe(sub) + "), which no policy matches: it would be forwarded unlimited"
 		}
 		return "the path is " + path + " as some upstreams read it (" + describe(sub) + "), which another policy than this one's matches"
 	}

@@ -76,3 +76,51 @@ upstream = "app"
 		}
 	}
 }
+
+// TestCheckUnmatchedNote: `check` says what becomes of a request no
+// policy matches when no policy matches every request: forwarded to the
+// only upstream by default, 404 with unmatched = "refuse", 404 with two
+// upstreams and none named; nothing when a policy matches them all.
+func TestCheckUnmatchedNote(t *testing.T) {
+	t.Parallel()
+	const policyText = `
+[[policy]]
+name = "login"
+upstream = "app"
+match = MATCH
+  [[policy.limits]]
+  algorithm = "fixed_window"
+  limit = 5
+  window = "1m"
+`
+	app := "[[upstream]]\nname = \"app\"\ntargets = [\"http://127.0.0.1:1\"]\n"
+	other := "[[upstream]]\nname = \"other\"\ntargets = [\"http://127.0.0.1:2\"]\n"
+	for _, c := range []struct {
+		name, server, upstreams, match, want string
+	}{
+		{"forward", "", app, `{ path = "/login" }`, `c.toml: note: no policy matches every request: a request none matches is forwarded to upstream "app", counted against no limit ([server] unmatched = "forward"; "refuse" answers it 404)`},
+		{"refuse", `unmatched = "refuse"`, app, `{ path = "/login" }`, `c.toml: note: no policy matches every request: a request none matches is answered 404 ([server] unmatched = "refuse")`},
+		{"two upstreams", "", app + other, `{ path = "/login" }`, `c.toml: note: no policy matches every request: a request none matches is answered 404, since there are 2 upstreams and [server] unmatched_upstream names none to forward it to`},
+		{"catch-all", "", app, `{}`, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.toml")
+			text := "[server]\nlisten = \"127.0.0.1:0\"\n" + c.server + "\n[admin]\nlisten = \"\"\n" + c.upstreams + strings.Replace(policyText, "MATCH", c.match, 1)
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			if err := run(context.Background(), []string{"check", "-config", path}, &stdout, &stderr); err != nil {
+				t.Fatalf("check: %v %s", err, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(stdout.String(), path, "c.toml")), "\n")
+			want := []string{"c.toml: ok: 1 policy, 1 limit, " + map[bool]string{false: "1 upstream", true: "2 upstreams"}[c.name == "two upstreams"] + ", listen 127.0.0.1:0"}
+			if c.want != "" {
+				want = append([]string{c.want}, want...)
+			}
+			if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+				t.Errorf("stdout:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}

@@ -125,8 +125,27 @@ type Server struct {
 	// rest to net/http's server, or net/http's alone. TLS listeners are
 	// always net/http's.
 	HTTP1 Implementation
-	TLS   *TLS // nil: plain HTTP
+	// Unmatched is what becomes of a request no policy matches:
+	// UnmatchedForward (the default) forwards it, counted against no
+	// limit, to UnmatchedUpstream; UnmatchedRefuse answers it 404.
+	Unmatched Unmatched
+	// UnmatchedUpstream is the upstream a request no policy matches is
+	// forwarded to: [server] unmatched_upstream, else the only
+	// [[upstream]] when there is exactly one; "" when there is none to
+	// forward to (with UnmatchedRefuse, or several upstreams and none
+	// named): such a request is answered 404.
+	UnmatchedUpstream string
+	TLS               *TLS // nil: plain HTTP
 }
+
+// Unmatched is [server] unmatched.
+type Unmatched string
+
+// The unmatched settings.
+const (
+	UnmatchedForward Unmatched = "forward" // forwarded unlimited, as nginx, Traefik and Caddy pass what no limit names
+	UnmatchedRefuse  Unmatched = "refuse"  // 404: every request must match a policy
+)
 
 // TLS is [server.tls].
 type TLS struct {

@@ -77,6 +77,7 @@ const (
 	DefaultHTTP1        = ImplLimitproxy
 	DefaultTransport    = ImplLimitproxy
 	DefaultRejectStatus = 429
+	DefaultUnmatched    = UnmatchedForward
 	// DefaultBanMax is how long an escalating ban may grow; DefaultBanForget
 	// how long an offence is remembered for escalation.
 	DefaultBanMax            = 24 * time.Hour

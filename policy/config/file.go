@@ -55,6 +55,8 @@ type (
 		ProxyProtocol     scalar[bool]   `toml:"proxy_protocol"`
 		H2C               scalar[bool]   `toml:"h2c"`
 		HTTP1             scalar[string] `toml:"http1"`
+		Unmatched         scalar[string] `toml:"unmatched"`
+		UnmatchedUpstream scalar[string] `toml:"unmatched_upstream"`
 		TLS               *rawTLS        `toml:"tls"`
 	}
 	rawTLS struct {

@@ -72,6 +72,7 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 	for i := range raw.Upstream {
 		cfg.Upstreams = append(cfg.Upstreams, validateUpstream(&raw.Upstream[i], fmt.Sprintf("upstream[%d]", i), upstreams, i, c))
 	}
+	resolveUnmatched(&cfg.Server, cfg.Upstreams, upstreams, c)
 	check := o.StoreChecks[cfg.Store.Backend]
 	shared := validateShared(raw.Shared, check, c)
 	cfg.Policies = validatePolicies(raw.Policy, upstreams, shared, check, c)
@@ -98,6 +99,22 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 		}
 	}
 	return cfg
+}
+
+// resolveUnmatched checks [server] unmatched_upstream against the
+// upstreams (by index in ups) and, with unmatched = "forward" and none
+// named, takes the only upstream there is.
+func resolveUnmatched(s *Server, upstreams []Upstream, ups map[string]int, c *collector) {
+	switch {
+	case s.Unmatched != UnmatchedForward:
+		s.UnmatchedUpstream = ""
+	case s.UnmatchedUpstream != "":
+		if _, ok := ups[s.UnmatchedUpstream]; !ok {
+			c.add("server.unmatched_upstream", "unknown upstream %q", s.UnmatchedUpstream)
+		}
+	case len(upstreams) == 1:
+		s.UnmatchedUpstream = upstreams[0].Name
+	}
 }
 
 // validateAdmin checks [admin].
@@ -211,6 +228,8 @@ func validateServer(s *rawServer, c *collector) Server {
 		ProxyProtocol:        s.ProxyProtocol.V,
 		HTTP1:                Implementation(s.HTTP1.Or(string(DefaultHTTP1))),
 		H2C:                  s.H2C.V,
+		Unmatched:            Unmatched(s.Unmatched.Or(string(DefaultUnmatched))),
+		UnmatchedUpstream:    s.UnmatchedUpstream.V,
 	}
 	if !s.ProxyProtocolFrom.Set {
 		srv.ProxyProtocolFrom = srv.TrustedProxies
@@ -273,6 +292,10 @@ func validateServer(s *rawServer, c *collector) Server {
 	oneOf(c, "server.rate_limit_headers", srv.RateLimitHeaders, headersModes...)
 	oneOf(c, "server.ambiguous_key_parts", srv.AmbiguousKeyParts, ambiguousModes...)
 	oneOf(c, "server.http1", srv.HTTP1, implementations...)
+	oneOf(c, "server.unmatched", srv.Unmatched, UnmatchedForward, UnmatchedRefuse)
+	if srv.Unmatched == UnmatchedRefuse && srv.UnmatchedUpstream != "" {
+		c.add("server.unmatched_upstream", `names where unmatched requests go, but server.unmatched = "refuse" answers them 404`)
+	}
 	if t := s.TLS; t != nil {
 		srv.TLS = &TLS{
 			Mode: TLSMode(t.Mode.V), Domains: t.Domains.V, Email: t.Email.V,

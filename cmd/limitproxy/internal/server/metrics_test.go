@@ -65,7 +65,8 @@ match = { path_prefix = "/x" }`, 1)
 		`limitproxy_requests_total{decision="allowed",policy="sh"} 1`,
 		`limitproxy_requests_total{decision="shadow_rejected",policy="sh"} 1`,
 		`limitproxy_requests_total{decision="unmatched",policy=""} 1`,
-		`limitproxy_upstream_duration_seconds_count{code="200",upstream="app"} 4`,
+		// /nope too: unmatched = "forward" sends it to the only upstream.
+		`limitproxy_upstream_duration_seconds_count{code="200",upstream="app"} 5`,
 		`limitproxy_config_reloads_total{result="failure"} 0`,
 		`limitproxy_config_last_reload_successful 1`,
 		`limitproxy_store_keys{backend="memory"} 2`,

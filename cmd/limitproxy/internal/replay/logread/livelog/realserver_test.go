@@ -99,7 +99,7 @@ var realRequests = []realRequest{
 	{raw: "GET /api/items?page=2 HTTP/1.1\nHost: Example.COM.\nX-API-Key: k1\n\n", method: "GET", host: "example.com", path: "/api/items", status: 200, policy: "api", decision: "allowed", upstream: "up"},
 	{raw: "GET /api/items HTTP/1.1\nHost: HOST\n\n", method: "GET", path: "/api/items", status: 400, policy: "api", decision: "rejected"},
 	{raw: "GET /api/caf%C3%A9/%22q%22%09t HTTP/1.1\nHost: HOST\nX-API-Key: k1\n\n", method: "GET", path: "/api/café/\"q\"\tt", status: 200, policy: "api", decision: "allowed", upstream: "up"},
-	{raw: "GET /nothing HTTP/1.1\nHost: HOST\n\n", method: "GET", path: "/nothing", status: 404, decision: "unmatched"},
+	{raw: "GET /nothing HTTP/1.1\nHost: HOST\n\n", method: "GET", path: "/nothing", status: 200, decision: "unmatched", upstream: "up"}, // [server] unmatched = "forward"
 	{raw: "get /api/items HTTP/1.1\nHost: HOST\n\n", method: "get", path: "/api/items", status: 400, decision: "invalid"},
 	{raw: "CONNECT example.com:443 HTTP/1.1\nHost: example.com:443\n\n", method: "CONNECT", host: "example.com:443", path: "", status: 405, decision: "invalid"},
 }
