@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test build install release bench bench-limiter bench-proxy bench-profile bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls bench-scaling mutants
+.PHONY: test build install release bench bench-limiter bench-proxy bench-profile bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls bench-scaling bench-identity mutants
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -83,6 +83,9 @@ bench-rls:
 # bench/scaling.sh 5 COMMIT also runs COMMIT's tree alternately, before and after.
 bench-scaling:
 	bench/scaling.sh 3
+
+bench-identity:
+	bench/identity.sh 5
 
 # The mutation harness over the limiter's algorithms, the leaky-bucket queue and
 # the proxy's key and canonicalization (bench/mutants; hours on two shared cores,

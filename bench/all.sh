@@ -57,4 +57,5 @@ took=$(( ($(date +%s) - start + 59) / 60 ))
   cat "$BENCHMARKS_FILE"
 } >"$tmp/BENCHMARKS.md"
 mv "$tmp/BENCHMARKS.md" BENCHMARKS.md
+headline
 echo "BENCHMARKS.md regenerated in $took minutes" >&2
