@@ -259,6 +259,10 @@ type Log struct {
 	// ClientAddress is how the access log shows the client address:
 	// whole, masked to its network, or hashed.
 	ClientAddress ClientAddress
+	// File is the file the log is appended to; "" writes it to stderr.
+	// AccessFile is the access log's own file; "" writes the access log
+	// where the log goes. Both are reopened on SIGUSR1, for rotation.
+	File, AccessFile string
 }
 
 // ClientAddress is [log] client_address.

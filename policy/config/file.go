@@ -84,11 +84,13 @@ type (
 		MaxWait    durationValue  `toml:"max_wait"`
 	}
 	rawLog struct {
-		Level  scalar[string] `toml:"level"`
-		Format scalar[string] `toml:"format"`
-		Access scalar[bool]   `toml:"access"`
-		Replay scalar[bool]   `toml:"access_replay"`
-		Client scalar[string] `toml:"client_address"`
+		Level   scalar[string] `toml:"level"`
+		Format  scalar[string] `toml:"format"`
+		Access  scalar[bool]   `toml:"access"`
+		Replay  scalar[bool]   `toml:"access_replay"`
+		Client  scalar[string] `toml:"client_address"`
+		File    scalar[string] `toml:"file"`
+		AccFile scalar[string] `toml:"access_file"`
 	}
 	rawRLS struct {
 		Listen         scalar[string] `toml:"listen"`

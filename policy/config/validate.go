@@ -331,6 +331,15 @@ func validateLog(l *rawLog, c *collector) Log {
 		Format: LogFormat(l.Format.Or(string(DefaultLogFormat))),
 		Access: l.Access.Or(DefaultLogAccess), AccessReplay: l.Replay.V,
 		ClientAddress: ClientAddress(l.Client.Or(string(DefaultClientAddress))),
+		File:          l.File.V, AccessFile: l.AccFile.V,
+	}
+	for key, f := range map[string]scalar[string]{"log.file": l.File, "log.access_file": l.AccFile} {
+		if f.Set && f.V == "" {
+			c.add(key, `is empty: leave it out to log to stderr`)
+		}
+	}
+	if lg.File != "" && lg.AccessFile == lg.File {
+		c.add("log.access_file", "is log.file: leave it out to write the access log there")
 	}
 	oneOf(c, "log.level", lg.Level, logLevels...)
 	oneOf(c, "log.format", lg.Format, logFormats...)

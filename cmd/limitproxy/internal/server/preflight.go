@@ -2,7 +2,9 @@ package server
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -87,6 +89,14 @@ func Preflight(cfg *config.Config, o PreflightOptions) error {
 		if ok {
 			if _, err := tls.LoadX509KeyPair(r.CertFile, r.KeyFile); err != nil {
 				add("rls.cert_file", "%s with key_file %s: %v", r.CertFile, r.KeyFile, err)
+			}
+		}
+	}
+
+	for _, f := range [][2]string{{"log.file", cfg.Log.File}, {"log.access_file", cfg.Log.AccessFile}} {
+		if f[1] != "" {
+			if err := appendable(f[1]); err != nil {
+				add(f[0], "%v", err)
 			}
 		}
 	}
@@ -195,6 +205,30 @@ func checkListen(addr string, bind bool) error {
 }
 
 // isDir reports whether path is a directory (following links).
+// appendable reports why a log file could not be appended to at path:
+// an existing file is opened for writing (and closed); for one that does
+// not exist yet, its directory must exist and be writable (a start
+// creates the file; a check does not).
+func appendable(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if !isDir(dir) {
+		return fmt.Errorf("log file %s: directory %s does not exist", path, dir)
+	}
+	probe, err := os.CreateTemp(dir, ".limitproxy-check-*")
+	if err != nil {
+		return fmt.Errorf("log file %s: %w", path, err)
+	}
+	probe.Close()
+	return os.Remove(probe.Name())
+}
+
 func isDir(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.IsDir()

@@ -259,6 +259,8 @@ func restartOnly(a, b *config.Config) []string {
 	check("rls", a.RLS, b.RLS)
 	check("log.format", a.Log.Format, b.Log.Format)
 	check("log.access", a.Log.Access, b.Log.Access)
+	check("log.file", a.Log.File, b.Log.File)
+	check("log.access_file", a.Log.AccessFile, b.Log.AccessFile)
 	return out
 }
 

@@ -179,6 +179,7 @@ type process struct {
 
 	level     zap.AtomicLevel
 	log       *zap.Logger
+	logFiles  []*logFile // [log] file and access_file, reopened on SIGUSR1
 	access    *accessWriter
 	accessLog *zap.Logger
 	now       func() time.Time
@@ -221,13 +222,38 @@ func (p *process) close() {
 func openLogs(cfg *config.Config, path, version string, stderr io.Writer) *process {
 	p := &process{cfg: cfg, path: path, version: version, level: zap.NewAtomicLevelAt(levelOf(cfg.Log.Level)), adminTimeouts: defaultAdminTimeouts}
 	out := zapcore.Lock(zapcore.AddSync(stderr)) // one line at a time, whoever writes
+	// A file that cannot be opened leaves its lines on stderr: preflight
+	// then refuses the start, naming it at its key (Preflight opens the
+	// files too).
+	if f := p.openLogFile(cfg.Log.File); f != nil {
+		out = f
+	}
+	accessOut := out
+	if f := p.openLogFile(cfg.Log.AccessFile); f != nil {
+		accessOut = f
+	}
 	p.log = newLogger(cfg.Log, p.level, out)
 	p.onClose(func() { p.log.Sync() })
-	p.access = newAccessWriter(out)
+	p.access = newAccessWriter(accessOut)
 	p.onClose(func() { p.access.Close() })
 	p.accessLog = newLogger(cfg.Log, p.level, zapcore.AddSync(p.access)).Named("access")
 	p.now = proxy.MonotonicClock()
 	return p
+}
+
+// openLogFile opens the log file at path and has p close it last; nil for
+// no path, or a file that cannot be opened.
+func (p *process) openLogFile(path string) *logFile {
+	if path == "" {
+		return nil
+	}
+	f, err := openLogFile(path)
+	if err != nil {
+		return nil
+	}
+	p.logFiles = append(p.logFiles, f)
+	p.onClose(func() { f.close() })
+	return f
 }
 
 // preflight checks, before anything is opened, everything the other
@@ -443,6 +469,9 @@ func (p *process) workers() []func(ctx context.Context) {
 		work = append(work, w)
 	}
 	if w := p.watchJWKS(); w != nil {
+		work = append(work, w)
+	}
+	if w := p.watchReopen(); w != nil {
 		work = append(work, w)
 	}
 	return append(work, p.watchSignals())
