@@ -2,6 +2,7 @@ package driver
 
 import (
 	"archive/zip"
+	"encoding/binary"
 	"math"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +62,9 @@ func TestCalendarGrid(t *testing.T) {
 		{"America/New_York", CalendarYear, "2027-01-01T04:30:00Z", "2026-01-01T05:00:00Z", "2027-01-01T05:00:00Z"},
 		// An ISO week across the years.
 		{"UTC", CalendarWeek, "2025-01-01T00:00:00Z", "2024-12-30T00:00:00Z", "2025-01-06T00:00:00Z"},
+		// Sitka when Alaska changed hands: 1867-10-19 15:30 became the
+		// 18th again; the 19th's window runs until the 20th, 48 hours.
+		{"America/Sitka", CalendarDay, "1867-10-19T01:31:13Z", "1867-10-18T09:01:13Z", "1867-10-20T09:01:13Z"},
 		// The end of a leap year past the zone's listed changes, where
 		// Time.ZoneBounds reports a period ending before the instant
 		// (golang/go#81583).
@@ -157,6 +161,7 @@ func TestCalendarGridEveryZone(t *testing.T) {
 		for _, x := range xs {
 			for _, g := range grids {
 				checked++
+				g.last.Store(nil) // each instant on its own, as a store's first request would see it
 				k := g.index(x)
 				start, end := g.bounds(k)
 				first := date(g.firstDay(k)*86400*int64(time.Second), time.UTC)
@@ -172,6 +177,57 @@ func TestCalendarGridEveryZone(t *testing.T) {
 	if zones < 300 || checked < 100_000 {
 		t.Fatalf("checked %d windows in %d zones: the zone database was not read", checked, zones)
 	}
+}
+
+// TestCalendarGridFooterChange: past a zone's listed changes its TZ
+// footer rule applies, and there Time.ZoneBounds reports an end before the
+// instant in the last UTC day of a leap year (golang/go#81583); the walk
+// then follows the offset over the next day, and finds a change in it
+// exactly. The zone (no listed change, only the footer): XST, +01, and
+// XDT, +04, from January 1st 01:00 (00:00 UTC) to December 31st 12:00
+// (08:00 UTC), so that the footer's period after 2040's change is a
+// sliver of 16 hours whose reported end is wrong.
+func TestCalendarGridFooterChange(t *testing.T) {
+	loc, err := time.LoadLocationFromTZData("Test/Footer", tzif("XST-1XDT-4,J1/1,J365/12"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, off := time.Date(2041, 1, 1, 1, 0, 0, 0, time.UTC).In(loc).Zone(); off != 4*3600 {
+		t.Fatalf("the test zone's offset on 2041-01-01 is %d, not +04: the TZif data was not read as meant", off)
+	}
+	for _, c := range []struct{ at, start, end string }{
+		// 2041-01-01 starts at 00:00 +01 and is 20 hours long: at 01:00
+		// +01 it is 04:00 +04.
+		{"2041-01-01T12:00:00Z", "2040-12-31T23:00:00Z", "2041-01-01T20:00:00Z"},
+		{"2041-01-01T20:00:00Z", "2041-01-01T20:00:00Z", "2041-01-02T20:00:00Z"},
+		{"2040-12-31T12:00:00Z", "2040-12-30T20:00:00Z", "2040-12-31T23:00:00Z"},
+	} {
+		g := newCalendarGrid(CalendarDay, loc)
+		start, end := g.bounds(g.index(utc(t, c.at)))
+		if start != utc(t, c.start) || end != utc(t, c.end) {
+			t.Errorf("at %s: [%v, %v), want [%s, %s)", c.at, time.Unix(0, start).UTC(), time.Unix(0, end).UTC(), c.start, c.end)
+		}
+	}
+}
+
+// tzif returns a zone in the TZif format (RFC 8536, version 2) with no
+// listed change, of offset +01 until its footer, the POSIX TZ rule footer,
+// applies.
+func tzif(footer string) []byte {
+	var b []byte
+	block := func() {
+		b = append(b, "TZif2"...)
+		b = append(b, make([]byte, 15)...)
+		for _, n := range []uint32{0, 0, 0, 0, 1, 4} { // isutcnt isstdcnt leapcnt timecnt typecnt charcnt
+			b = binary.BigEndian.AppendUint32(b, n)
+		}
+		b = binary.BigEndian.AppendUint32(b, 3600) // the one type: +01, not DST, "XST"
+		b = append(b, 0, 0)
+		b = append(b, "XST\x00"...)
+	}
+	block() // version 1's
+	block() // version 2's (its times would be 64-bit; it has none)
+	return append(b, "\n"+footer+"\n"...)
 }
 
 // TestCalendarGridEnds: instants near the ends of int64 time have windows
@@ -363,6 +419,12 @@ func TestCalendarScript(t *testing.T) {
 	}
 	if want[0] != civilDay(2011, 12, 29) {
 		t.Errorf("window %d, want the day number of 2011-12-29", want[0])
+	}
+	// The 28th: the 29th after it ends where the 31st starts.
+	at = time.Date(2011, 12, 28, 12, 0, 0, 0, apia)
+	want = [5]int64{civilDay(2011, 12, 28), us("2011-12-27T10:00:00Z"), us("2011-12-28T10:00:00Z"), us("2011-12-29T10:00:00Z"), us("2011-12-30T10:00:00Z")}
+	if g, ok := l.ScriptGrid(at); !ok || g != want {
+		t.Errorf("ScriptGrid(%v) = %v, %v, want %v", at, g, ok, want)
 	}
 	for _, other := range []Limit{must(NewFixedWindow(FixedWindowParams{Limit: 7, Window: time.Hour})),
 		must(NewTokenBucket(TokenBucketParams{Rate: Rate{1, time.Second}, Burst: 1}))} {

@@ -180,7 +180,8 @@ func calendarTraces(t *testing.T, newStore NewStore, o Options) {
 }
 
 // calendarCharge: a month in Kolkata; a refund within the reservation's
-// month gives units back, one in the next month gives nothing.
+// month gives units back, one in the next month takes nothing from that
+// month's count.
 func calendarCharge(t *testing.T, newStore NewStore) {
 	kolkata := zone(t, "Asia/Kolkata")
 	lim := must(t)(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 5, Calendar: limiter.CalendarMonth, TimeZone: kolkata}))
@@ -197,8 +198,9 @@ func calendarCharge(t *testing.T, newStore NewStore) {
 		{false, reserved, 3, 2},
 		{true, reserved.Add(59 * time.Minute), -2, 4}, // February's: given back
 		{false, reserved, 1, 3},
-		{true, march, -2, 5}, // March: February's units no longer count, none given
-		{false, march.Add(time.Second), 5, 0},
+		{false, march, 2, 3},
+		{true, march.Add(time.Second), -2, 3}, // March's count is not February's: none given
+		{false, march.Add(time.Second), 3, 0},
 	}
 	for i, s := range steps {
 		var d limiter.Decision

@@ -89,6 +89,20 @@ func TestCalendarSkew(t *testing.T) {
 	if d := allow("behind", end.Add(time.Second), -2*time.Second); d.Allowed || d.RetryAfter != time.Second {
 		t.Errorf("Redis 2s behind across midnight: %+v, want the full 9th, a second to go", d)
 	}
+	// Redis exactly at midnight: the 10th, not the full 9th.
+	for range 2 {
+		allow("exact", end.Add(-time.Second), 0)
+	}
+	if d := allow("exact", end.Add(-time.Second), time.Second); !d.Allowed || !d.ResetAt.Equal(end.Add(24*time.Hour-time.Second)) {
+		t.Errorf("Redis at midnight, the caller a second before: %+v, want the 10th's window", d)
+	}
+	// A refund on the 9th, by Redis's clock, of a reservation of the 8th:
+	// nothing from the 9th's count.
+	allow("refund", end.Add(-2*time.Hour), 0)
+	store.SetSkew(-2 * time.Second)
+	if d, err := l.Charge(ctx, "refund", end.Add(time.Second), end.Add(-30*time.Hour), -1); err != nil || d.Remaining != 1 {
+		t.Errorf("refund of the 8th's reservation on the 9th: %+v, %v, want the 9th's one unit kept", d, err)
+	}
 	// More than a window apart: the nearest window, times still ahead.
 	for _, skew := range []time.Duration{50 * time.Hour, -50 * time.Hour} {
 		for i := range 3 {
