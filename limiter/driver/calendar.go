@@ -2,6 +2,7 @@ package driver
 
 import (
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -89,11 +90,12 @@ func (c Calendar) Nominal() time.Duration {
 //
 // The windows come from Go's zone database (time.LoadLocation: the
 // system's, else the one built into the binary). It is safe for
-// concurrent use: the window last found is cached.
+// concurrent use: the window last found is cached, in a cache every grid
+// of the unit and the *time.Location shares (calendarCaches).
 type calendarGrid struct {
 	unit Calendar
 	loc  *time.Location
-	last atomic.Pointer[calendarWindow]
+	last *atomic.Pointer[calendarWindow]
 }
 
 // calendarWindow is one window of a calendarGrid: its number and bounds in
@@ -106,7 +108,34 @@ func newCalendarGrid(unit Calendar, loc *time.Location) *calendarGrid {
 	if loc == nil {
 		loc = time.UTC
 	}
-	return &calendarGrid{unit: unit, loc: loc}
+	return &calendarGrid{unit: unit, loc: loc, last: calendarCache(unit, loc)}
+}
+
+// calendarCaches holds, per *time.Location, the window last found for
+// each unit, shared by every grid of the unit in that Location. Shared
+// rather than each grid's own so that two limits built alike compare
+// equal whatever requests they have decided (a reload compares its
+// configuration with reflect.DeepEqual, which follows the pointer: the
+// same one is equal), and so that a grid rebuilt by a reload starts warm.
+// Every distinct Location adds an entry; past maxCalendarCaches the table
+// starts again (grids keep the caches they hold).
+var calendarCaches struct {
+	m sync.Map // *time.Location → *[len(calendarNames)]atomic.Pointer[calendarWindow]
+	n atomic.Int64
+}
+
+const maxCalendarCaches = 4096
+
+func calendarCache(unit Calendar, loc *time.Location) *atomic.Pointer[calendarWindow] {
+	c, ok := calendarCaches.m.Load(loc)
+	if !ok {
+		if calendarCaches.n.Add(1) > maxCalendarCaches {
+			calendarCaches.m.Clear()
+			calendarCaches.n.Store(1)
+		}
+		c, _ = calendarCaches.m.LoadOrStore(loc, new([len(calendarNames)]atomic.Pointer[calendarWindow]))
+	}
+	return &c.(*[len(calendarNames)]atomic.Pointer[calendarWindow])[unit]
 }
 
 // index returns the number of the period holding t: that of t's local

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -431,5 +432,23 @@ func TestCalendarScript(t *testing.T) {
 		if g, ok := other.ScriptGrid(at); ok || g != [5]int64{} {
 			t.Errorf("%v: ScriptGrid = %v, %v, want none", other, g, ok)
 		}
+	}
+}
+
+// TestCalendarWindowDeepEqual: two calendar windows built alike in one
+// Location are deeply equal, also after one of them has decided (its
+// cached window is the other's): a reload compares configurations so,
+// and must not see a change that is not there.
+func TestCalendarWindowDeepEqual(t *testing.T) {
+	must := mustLimit(t)
+	loc := mustZone(t, "Europe/Berlin")
+	a := must(NewFixedWindow(FixedWindowParams{Limit: 2, Calendar: CalendarMonth, TimeZone: loc}))
+	newKey(a).step(time.Date(2026, 3, 29, 12, 0, 0, 0, loc), 1)
+	b := must(NewFixedWindow(FixedWindowParams{Limit: 2, Calendar: CalendarMonth, TimeZone: loc}))
+	if !reflect.DeepEqual(a, b) {
+		t.Error("a calendar window that has decided differs from one built alike")
+	}
+	if c := must(NewFixedWindow(FixedWindowParams{Limit: 2, Calendar: CalendarWeek, TimeZone: loc})); reflect.DeepEqual(a, c) {
+		t.Error("a month and a week compare equal")
 	}
 }
