@@ -257,9 +257,9 @@ func (f *fixedWindow) charge(st States, i int, now, reservedAt time.Time, n int6
 // grid cuts time into windows numbered in order: window k holds the
 // instants from its start up to its end, excluded, and the next window
 // starts where it ends. Every window boundary the fixed window uses comes
-// from these two methods, so that another way of cutting time (calendar
-// months, days in a time zone) is one more grid, and the steps stay as
-// they are. Instants are Unix nanoseconds.
+// from these two methods, so that another way of cutting time (the
+// calendar periods of a time zone: calendarGrid, calendar.go) is one more
+// grid, and the steps stay as they are. Instants are Unix nanoseconds.
 type grid interface {
 	// index returns the number of the window holding instant t.
 	index(t int64) int64
