@@ -46,3 +46,38 @@ func BenchmarkAllowKeys(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAllowWindow is one decision of a fixed window on a hot key in
+// the memory store: a window of an hour, and a calendar day in a zone
+// with daylight saving (its window found once, then cached).
+func BenchmarkAllowWindow(b *testing.B) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		p    limiter.FixedWindowParams
+	}{
+		{"hour", limiter.FixedWindowParams{Limit: 1_000_000_000, Window: time.Hour}},
+		{"calendar-day", limiter.FixedWindowParams{Limit: 1_000_000_000, Calendar: limiter.CalendarDay, TimeZone: berlin}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			fw, err := limiter.NewFixedWindow(c.p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := limiter.New(memstore.New(memstore.Options{}), "bench", fw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if _, err := l.Allow(ctx, "k", t0.Add(time.Duration(i)*time.Microsecond), 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

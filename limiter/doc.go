@@ -14,7 +14,8 @@
 //	token_bucket    the bucket (burst b, refill r) holds ≥ c          16 B
 //	leaky_bucket    fewer than Queue wait and the wait ≤ MaxWait      16 B; ~150 B and a timer while
 //	                (then it waits its turn on a 1/r schedule)        requests wait, ~100 B a waiter
-//	fixed_window    count in window ⌊t/W⌋ + c ≤ limit                 16 B
+//	fixed_window    count in window ⌊t/W⌋ (or t's calendar            16 B
+//	                period, Calendar) + c ≤ limit
 //	sliding_log     units admitted in (t−W, t] + c ≤ limit            8 B per unit in the window
 //	sliding_window  weighted estimate over Slots slots + c ≤ limit    8 + 4·(Slots+1) B
 //

@@ -168,3 +168,34 @@ func ExampleNewLimit() {
 	// sliding_window limit=600 window=1m0s slots=1
 	// token_bucket rate=25/1s burst=50
 }
+
+// A quota per calendar day in Berlin, on the night the clocks go forward:
+// the day has 23 hours, and a request refused at 00:30 waits 22h30m, to
+// the next local midnight.
+func ExampleNewFixedWindow_calendar() {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		panic(err)
+	}
+	day, err := limiter.NewFixedWindow(limiter.FixedWindowParams{
+		Limit:    1,
+		Calendar: limiter.CalendarDay,
+		TimeZone: berlin,
+	})
+	if err != nil {
+		panic(err)
+	}
+	l, err := limiter.New(memstore.New(memstore.Options{}), "daily", day)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	at := time.Date(2026, 3, 29, 0, 30, 0, 0, berlin)
+	for range 2 {
+		d, _ := l.Allow(ctx, "203.0.113.9", at, 1)
+		fmt.Printf("allowed=%v retry_after=%v reset=%v\n", d.Allowed, d.RetryAfter, d.ResetAt.In(berlin).Format(time.DateTime))
+	}
+	// Output:
+	// allowed=true retry_after=0s reset=2026-03-30 00:00:00
+	// allowed=false retry_after=22h30m0s reset=2026-03-30 00:00:00
+}

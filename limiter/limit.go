@@ -30,6 +30,28 @@ func ParseAlgorithm(s string) (Algorithm, error) { return driver.ParseAlgorithm(
 // Algorithms returns every algorithm, TokenBucket first.
 func Algorithms() []Algorithm { return driver.Algorithms() }
 
+// Calendar is a unit of the calendar a fixed window can count in
+// (FixedWindowParams.Calendar): its windows are then the days, weeks
+// (ISO 8601, Monday to Sunday), months or years of a time zone, from the
+// first instant of a period's first date to the next period's, so a day
+// is 23 or 25 hours when the clocks change. The zero value is no
+// calendar. Its String method returns the configuration's name
+// ("month"), Nominal the unit's usual length. It is the driver package's
+// type, which says where each window starts.
+type Calendar = driver.Calendar
+
+// The calendar units, with the names the configuration's window takes.
+const (
+	CalendarDay   = driver.CalendarDay   // "day"
+	CalendarWeek  = driver.CalendarWeek  // "week": Monday to Sunday
+	CalendarMonth = driver.CalendarMonth // "month"
+	CalendarYear  = driver.CalendarYear  // "year"
+)
+
+// ParseCalendar returns the calendar unit named s ("day", "week", "month"
+// or "year"), and false for anything else.
+func ParseCalendar(s string) (Calendar, bool) { return driver.ParseCalendar(s) }
+
 // Rate is N events per Per, kept exactly as written (Rate{30, 5 *
 // time.Minute} is "30/5m", not 0.1/s), so that no rounding happens
 // before the algorithms see it. N is 1 to MaxCount; Per is positive. The
@@ -66,7 +88,8 @@ type (
 	// MaxWait; its DrainTime is the natural MaxWait.
 	LeakyBucketParams = driver.LeakyBucketParams
 	// FixedWindowParams configures a fixed window: Limit units per window
-	// of length Window aligned to the Unix epoch.
+	// of length Window aligned to the Unix epoch, or per calendar period
+	// (Calendar) in a time zone (TimeZone).
 	FixedWindowParams = driver.FixedWindowParams
 	// SlidingLogParams configures a sliding log: exactly Limit units in
 	// any Window, at 8 bytes per unit per key.
@@ -77,8 +100,9 @@ type (
 )
 
 // Spec is a limit as a configuration's limit table writes it: an
-// Algorithm and the values of its keys (rate, burst, limit, window,
-// slots, queue, max_wait, delay, cost), before the algorithm's defaults;
+// Algorithm and the values of its keys (rate, burst, limit, window or
+// its calendar unit, time_zone, slots, queue, max_wait, delay, cost),
+// before the algorithm's defaults;
 // NewLimit builds it. It is the driver package's type, which documents
 // the defaults and when a zero key takes them.
 type Spec = driver.Spec
@@ -157,6 +181,11 @@ func (l Limit) Cost() int64 { return l.d.Cost() }
 // Limit over Window for the window algorithms, and Queue+1+Delay over the
 // time the queue takes to drain for a leaky bucket.
 func (l Limit) Quota() (quota int64, window time.Duration) { return l.d.Quota() }
+
+// Calendar returns the unit and time zone of l's windows when they are
+// calendar periods (a fixed window with a Calendar), whose lengths vary:
+// Quota's window is then the unit's nominal length. 0 and nil otherwise.
+func (l Limit) Calendar() (Calendar, *time.Location) { return l.d.Calendar() }
 
 // Shared returns l as the shared limit called name: every Limiter that
 // binds a Limit shared under one name keeps its state in one place, so

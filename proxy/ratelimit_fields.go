@@ -105,7 +105,11 @@ func banRetryAfter(d *limiter.Decision, b perkey.Ban, now time.Time) int64 {
 
 // appendQuotaPolicies appends the RateLimit-Policy value of p: a quota
 // policy item per limit, in the limits' order, with its quota (q) and
-// window in seconds (w, rounded up, at least 1).
+// window in seconds (w, rounded up, at least 1). A calendar window's item
+// has no w: its periods have no one length (a day of 23 hours, a month of
+// 28 days), w is optional (draft-11 §3.1.3), and the field is the same on
+// every response of the policy (§3), which the length of the current
+// period would not be; t counts to the period's real end.
 func appendQuotaPolicies(b []byte, p *policy.Policy) []byte {
 	for i := range p.Limits {
 		if i > 0 {
@@ -115,6 +119,9 @@ func appendQuotaPolicies(b []byte, p *policy.Policy) []byte {
 		b = strconv.AppendQuote(b, p.LimitName(i))
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, q, 10)
+		if cal, _ := p.Limits[i].Calendar(); cal != 0 {
+			continue
+		}
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, max(1, ceilSeconds(w)), 10)
 	}

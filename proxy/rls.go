@@ -45,10 +45,11 @@ type DescriptorVerdict struct {
 	// Window, Remaining and ResetAfter describe the most pressing limit.
 	Limited    bool
 	LimitName  string
-	Quota      int64         // the limit's quota per Window
-	Window     time.Duration // the limit's period
-	Remaining  int64         // requests of cost 1 it admits now; 0 when Over
-	ResetAfter time.Duration // until the limit is back to full
+	Quota      int64            // the limit's quota per Window
+	Window     time.Duration    // the limit's period (a calendar window's nominal length)
+	Calendar   limiter.Calendar // a calendar window's unit, whose periods Window does not say; 0 for none
+	Remaining  int64            // requests of cost 1 it admits now; 0 when Over
+	ResetAfter time.Duration    // until the limit is back to full
 }
 
 // rateLimitFields reports whether a response header (canonical name) is
@@ -141,6 +142,7 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 			v.Limited = true
 			v.LimitName = o.hp.LimitName(int(o.d.Index))
 			v.Quota, v.Window = o.hp.Limits[o.d.Index].Quota()
+			v.Calendar, _ = o.hp.Limits[o.d.Index].Calendar()
 			v.Remaining = max(o.d.Remaining, 0)
 			if !o.d.Allowed {
 				v.Remaining = 0

@@ -98,7 +98,9 @@ func jsonWords(t *testing.T, s string) []string {
 // in a root holding only what the Dockerfile copies, chrooted, as its
 // non-root USER, with its environment and working directory — and sends
 // it a request body over 64 KiB and a large answer, both spooled to
-// temp_dir (the image's /tmp): 200, not 500. Root is needed to chroot and
+// temp_dir (the image's /tmp): 200, not 500; then checks a configuration
+// with a calendar window's time_zone, which needs the zone database the
+// binary carries. Root is needed to chroot and
 // change user; CI runs as root.
 func TestImageSpools(t *testing.T) {
 	t.Parallel()
@@ -256,6 +258,26 @@ func TestImageSpools(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(root, "tmp")); len(ents) != 0 {
 		t.Errorf("/tmp holds %d files: spool files are unlinked at once", len(ents))
+	}
+
+	// A calendar window's time zone loads in the image, which has no zone
+	// database of its own: the binary carries Go's (time/tzdata). An
+	// unknown zone is reported at its line.
+	for _, c := range []struct{ zone, want string }{
+		{"Pacific/Chatham", "ok: 1 policy, 1 limit"},
+		{"Europe/Berln", `zoned.toml:8:1: policy "zoned" limits[0].time_zone: unknown time zone "Europe/Berln" (did you mean "Europe/Berlin"?)`},
+	} {
+		zoned := fmt.Sprintf("[[upstream]]\nname = \"app\"\ntargets = [%q]\n[[policy]]\nname = \"zoned\"\nupstream = \"app\"\n[[policy.limits]]\n"+
+			"time_zone = %q\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"month\"\n", up.URL, c.zone)
+		if err := os.WriteFile(filepath.Join(root, "etc/limitproxy/zoned.toml"), []byte(zoned), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		check := &exec.Cmd{Path: d.entrypoint[0], Args: []string{d.entrypoint[0], "check", "-config", "/etc/limitproxy/zoned.toml"},
+			Dir: d.workdir, Env: d.env, SysProcAttr: &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uint32(u), Gid: uint32(g)}}}
+		b, _ := check.CombinedOutput()
+		if !strings.Contains(string(b), c.want) {
+			t.Errorf("the image's check of a month in %s: %s\nwant %q", c.zone, b, c.want)
+		}
 	}
 }
 

@@ -19,6 +19,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	// Go's zone database, about 450 KB, built in: a calendar window's
+	// time_zone loads in the container image, which has no
+	// /usr/share/zoneinfo (scratch). A system database, where there is
+	// one, is read first.
+	_ "time/tzdata"
 
 	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/server"
 	"github.com/limitproxy/limitproxy/limiter/memstore"

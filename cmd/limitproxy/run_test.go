@@ -13,7 +13,7 @@ func TestCommandLine(t *testing.T) {
 		code int
 		out  string // in stdout (code 0) or the error (else)
 	}{
-		{[]string{"check", "-config", "../../config.example.toml"}, 0, "ok: 5 policies, 10 limits, 1 upstream, listen :8080"},
+		{[]string{"check", "-config", "../../config.example.toml"}, 0, "ok: 5 policies, 11 limits, 1 upstream, listen :8080"},
 		{[]string{"check", "-config", "../../testdata/policy/invalid/cross_field.toml"}, 1, "cross_field.toml:11:1: policy[0].upstream: unknown upstream \"backend\""},
 		{[]string{"check", "-config", "/nonexistent.toml"}, 1, "/nonexistent.toml: open /nonexistent.toml"},
 		{[]string{"check"}, 2, "no -config PATH given"},

@@ -112,6 +112,18 @@ type chargeable interface {
 	charge(st States, i int, now, reservedAt time.Time, n int64) Decision
 }
 
+// windowed is implemented by the algorithms whose windows can be
+// calendar periods (Calendar), and so take a time_zone: the fixed window.
+type windowed interface {
+	// calendar returns the unit and zone of the limit's windows, if they
+	// are calendar periods; 0 and nil otherwise.
+	calendar() (Calendar, *time.Location)
+	// scriptGrid returns what a script store passes with a decision at
+	// now beside the limit's script parameters, for windows its script
+	// cannot compute (Limit.ScriptGrid); false for none.
+	scriptGrid(now time.Time) ([5]int64, bool)
+}
+
 // queued is implemented by the algorithms whose admitted requests may
 // wait, in a per-key queue the Store keeps and describes to the step
 // (Queue): the leaky bucket.
@@ -168,6 +180,18 @@ func (a Algorithm) Requires() []string {
 	return slices.Clone(requires)
 }
 
+// calendarAlgorithms returns the names of the algorithms whose windows
+// can be calendar periods.
+func calendarAlgorithms() []string {
+	var names []string
+	for _, a := range Algorithms() {
+		if _, ok := algos[a].(windowed); ok {
+			names = append(names, a.String())
+		}
+	}
+	return names
+}
+
 // ParseAlgorithm returns the algorithm with configuration name s.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	var names []string
@@ -183,8 +207,8 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 
 // Spec is a limit as a configuration's limit table writes it: its
 // algorithm and the values of its keys (its fields, in the order the
-// configuration lists them: rate, burst, limit, window, slots, queue,
-// max_wait, delay, cost), before the algorithm's defaults.
+// configuration lists them: rate, burst, limit, window, time_zone, slots,
+// queue, max_wait, delay, cost), before the algorithm's defaults.
 // Keys the algorithm does not take are ignored (the configuration refuses
 // them itself, naming them). A key is unset when its value is zero and Set
 // does not name it; an unset key takes its algorithm's default: a token
@@ -198,11 +222,16 @@ type Spec struct {
 	Burst     int64         // burst: token bucket
 	Limit     int64         // limit: fixed window, sliding log and window
 	Window    time.Duration // window: fixed window, sliding log and window
-	Slots     int64         // slots: sliding window
-	Queue     int64         // queue: leaky bucket
-	MaxWait   time.Duration // max_wait: leaky bucket
-	Delay     int64         // delay: leaky bucket
-	Cost      int64         // cost: every algorithm
+	// Calendar is a window written as a calendar unit ("month") rather
+	// than a length (Window then 0): the fixed window's only, the
+	// algorithms that take time_zone.
+	Calendar Calendar
+	TimeZone *time.Location // time_zone: a calendar window's; nil means UTC
+	Slots    int64          // slots: sliding window
+	Queue    int64          // queue: leaky bucket
+	MaxWait  time.Duration  // max_wait: leaky bucket
+	Delay    int64          // delay: leaky bucket
+	Cost     int64          // cost: every algorithm
 	// Set names the keys ("max_wait") the configuration wrote, so that
 	// one written as 0 (max_wait = "0s": no waiting) is 0 rather than
 	// its default. Overrides leave it nil: there a zero is the default.
@@ -220,6 +249,11 @@ func (s *Spec) unset(key string, v int64) bool {
 func NewLimit(s Spec) (Limit, error) {
 	if !s.Algorithm.Valid() {
 		return Limit{}, fmt.Errorf("%w %v", ErrUnknownAlgorithm, s.Algorithm)
+	}
+	if takes, _ := algos[s.Algorithm].keys(); s.Calendar != 0 && !slices.Contains(takes, "time_zone") {
+		// Not a silent zero window: the calendar names what is wrong.
+		return Limit{}, paramErr(s.Algorithm, "window", "%q is a calendar window, which only %s counts in; %v takes a length such as \"24h\"",
+			s.Calendar, strings.Join(calendarAlgorithms(), " and "), s.Algorithm)
 	}
 	return algos[s.Algorithm].build(s)
 }

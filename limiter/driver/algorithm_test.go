@@ -19,7 +19,7 @@ func TestAlgorithmTable(t *testing.T) {
 	}{
 		{TokenBucket, "token_bucket", []string{"rate", "burst", "cost"}, []string{"rate"}},
 		{LeakyBucket, "leaky_bucket", []string{"rate", "queue", "max_wait", "delay", "cost"}, []string{"rate"}},
-		{FixedWindow, "fixed_window", []string{"limit", "window", "cost"}, []string{"limit", "window"}},
+		{FixedWindow, "fixed_window", []string{"limit", "window", "time_zone", "cost"}, []string{"limit", "window"}},
 		{SlidingLog, "sliding_log", []string{"limit", "window", "cost"}, []string{"limit", "window"}},
 		{SlidingWindow, "sliding_window", []string{"limit", "window", "slots", "cost"}, []string{"limit", "window"}},
 	}

@@ -51,7 +51,8 @@
 //	token_bucket    the bucket (burst b, refill r) holds ≥ c         16 B state, 24 B slot
 //	leaky_bucket    fewer than queue wait and the wait ≤ max_wait    16 B; +~150 B and a timer while
 //	                (then waits its turn on a 1/r schedule)          requests wait, +~100 B a waiter
-//	fixed_window    count in floor(t/W) + c ≤ limit                  16 B state, 24 B slot
+//	fixed_window    count in floor(t/W), or t's calendar period      16 B state, 24 B slot
+//	                (calendar.go), + c ≤ limit
 //	sliding_log     units admitted in (t−W, t] + c ≤ limit           8 B per unit in the window
 //	sliding_window  weighted estimate over `slots` slots + c ≤ limit 8+4·(slots+1) B state
 //

@@ -8,22 +8,30 @@ import (
 
 // FixedWindowParams configures a fixed window (docs/algorithms.md): time
 // is cut into windows of length Window aligned to the Unix epoch (window k
-// is [k·Window, (k+1)·Window)), and at most Limit units are admitted per
-// window; a rejected request's RetryAfter is the time to the next window.
+// is [k·Window, (k+1)·Window)), or, with Calendar, into the days, weeks,
+// months or years of the time zone TimeZone (calendar.go says where each
+// starts); at most Limit units are admitted per window, and a rejected
+// request's RetryAfter is the time to the next window, to its real start.
 // Memory: 16 bytes of state per key. The zero value is not valid.
 type FixedWindowParams struct {
 	Limit  int64         // units per window, 1..MaxCount
-	Window time.Duration // must be positive
-	Cost   int64         // units per request of weight 1; 0 means 1; at most Limit
+	Window time.Duration // must be positive, or 0 with Calendar
+	// Calendar, if not zero, makes the windows calendar periods rather
+	// than lengths of Window (which must then be 0).
+	Calendar Calendar
+	// TimeZone is the zone of Calendar's periods; nil means UTC. Only
+	// with Calendar.
+	TimeZone *time.Location
+	Cost     int64 // units per request of weight 1; 0 means 1; at most Limit
 }
 
 // fixedWindow is FixedWindowParams compiled: its windows are a grid, and
 // every window boundary the steps use comes from it.
 type fixedWindow struct {
 	FixedWindowParams
-	// windows cuts time into the windows counted in. A calendar window
-	// (months, days in a time zone) would be another grid here.
-	windows epochGrid
+	// windows cuts time into the windows counted in: an epochGrid of
+	// Window, or a *calendarGrid.
+	windows grid
 }
 
 // NewFixedWindow validates p and returns the limit, or a *ParamError.
@@ -31,35 +39,73 @@ func NewFixedWindow(p FixedWindowParams) (Limit, error) {
 	if err := checkCount(FixedWindow, "limit", p.Limit, MaxCount); err != nil {
 		return Limit{}, err
 	}
-	if err := checkWindow(FixedWindow, p.Window); err != nil {
-		return Limit{}, err
+	var windows grid
+	switch {
+	case p.Calendar == 0:
+		if err := checkWindow(FixedWindow, p.Window); err != nil {
+			return Limit{}, err
+		}
+		if p.TimeZone != nil {
+			return Limit{}, paramErr(FixedWindow, "time_zone", "applies to a calendar window (window = \"day\", \"week\", \"month\" or \"year\"); a window of a length is aligned to the Unix epoch")
+		}
+		windows = epochGrid(p.Window)
+	case !p.Calendar.Valid():
+		return Limit{}, paramErr(FixedWindow, "window", "calendar unit %d is not day, week, month or year", p.Calendar)
+	case p.Window != 0:
+		return Limit{}, paramErr(FixedWindow, "window", "both a calendar unit (%v) and a length (%v)", p.Calendar, p.Window)
+	default:
+		windows = newCalendarGrid(p.Calendar, p.TimeZone)
 	}
 	cost, err := checkCost(FixedWindow, p.Cost, p.Limit, "limit")
 	if err != nil {
 		return Limit{}, err
 	}
 	p.Cost = cost
-	return Limit{alg: FixedWindow, cost: cost, a: &fixedWindow{p, epochGrid(p.Window)}}, nil
+	return Limit{alg: FixedWindow, cost: cost, a: &fixedWindow{p, windows}}, nil
 }
 
 func (*fixedWindow) name() string { return "fixed_window" }
 
 func (*fixedWindow) keys() (takes, requires []string) {
-	return []string{"limit", "window", "cost"}, []string{"limit", "window"}
+	return []string{"limit", "window", "time_zone", "cost"}, []string{"limit", "window"}
 }
 
 func (*fixedWindow) build(s Spec) (Limit, error) {
-	return NewFixedWindow(FixedWindowParams{Limit: s.Limit, Window: s.Window, Cost: s.Cost})
+	return NewFixedWindow(FixedWindowParams{Limit: s.Limit, Window: s.Window, Calendar: s.Calendar, TimeZone: s.TimeZone, Cost: s.Cost})
 }
 
 func (f *fixedWindow) params() any { return f.FixedWindowParams }
 
-func (f *fixedWindow) quota() (int64, time.Duration) { return f.Limit, f.Window }
+// quota: a calendar window's length varies; its nominal one.
+func (f *fixedWindow) quota() (int64, time.Duration) {
+	if f.Calendar != 0 {
+		return f.Limit, f.Calendar.Nominal()
+	}
+	return f.Limit, f.Window
+}
 
-func (f *fixedWindow) describe() string { return fmt.Sprintf("limit=%d window=%v", f.Limit, f.Window) }
+func (f *fixedWindow) calendar() (Calendar, *time.Location) {
+	if f.Calendar == 0 {
+		return 0, nil
+	}
+	return f.Calendar, zoneOf(f.TimeZone)
+}
 
-// stateName: a count means nothing on another grid.
-func (f *fixedWindow) stateName() string { return "/" + strconv.FormatInt(int64(f.Window), 10) }
+func (f *fixedWindow) describe() string {
+	if f.Calendar != 0 {
+		return fmt.Sprintf("limit=%d window=%v time_zone=%v", f.Limit, f.Calendar, zoneOf(f.TimeZone))
+	}
+	return fmt.Sprintf("limit=%d window=%v", f.Limit, f.Window)
+}
+
+// stateName: a count means nothing on another grid, and a calendar
+// window's numbers mean other periods in another zone.
+func (f *fixedWindow) stateName() string {
+	if f.Calendar != 0 {
+		return "/" + f.Calendar.String() + "@" + zoneOf(f.TimeZone).String()
+	}
+	return "/" + strconv.FormatInt(int64(f.Window), 10)
+}
 
 func (f *fixedWindow) scaled(s float64) (Limit, error) {
 	p := f.FixedWindowParams
@@ -68,13 +114,35 @@ func (f *fixedWindow) scaled(s float64) (Limit, error) {
 }
 
 // script returns the parameters of fixed_window in decide.lua: limit, the
-// window in µs, and cost.
+// window in µs (0 for a calendar window, whose bounds scriptGrid gives
+// with each decision), and cost.
 func (f *fixedWindow) script() ([5]int64, error) {
+	if f.Calendar != 0 {
+		return [5]int64{f.Limit, 0, f.Cost}, nil
+	}
 	w, err := scriptMicros(FixedWindow, f.Window, "window", "window")
 	if err != nil {
 		return [5]int64{}, err
 	}
 	return [5]int64{f.Limit, w, f.Cost}, nil
+}
+
+// scriptGrid returns, for a calendar window, the number k of the window
+// holding now and, in µs, the starts of windows k−1, k and k+1 and the
+// end of k+1: decide.lua cannot read a zone's rules, and picks among
+// these the window of the instant it decides at (Redis's clock, which may
+// differ a little from now). Calendar bounds are whole seconds, so exact
+// in µs.
+func (f *fixedWindow) scriptGrid(now time.Time) ([5]int64, bool) {
+	if f.Calendar == 0 {
+		return [5]int64{}, false
+	}
+	k := f.windows.index(nanos(now))
+	b0, b1 := f.windows.bounds(k - 1)
+	_, b2 := f.windows.bounds(k)
+	_, b3 := f.windows.bounds(k + 1)
+	us := func(ns int64) int64 { return floorDiv(ns, int64(time.Microsecond)) }
+	return [5]int64{k, us(b0), us(b1), us(b2), us(b3)}, true
 }
 
 // fixedWindowState is a fixed window's state of one key: 16 bytes. Its
@@ -189,9 +257,9 @@ func (f *fixedWindow) charge(st States, i int, now, reservedAt time.Time, n int6
 // grid cuts time into windows numbered in order: window k holds the
 // instants from its start up to its end, excluded, and the next window
 // starts where it ends. Every window boundary the fixed window uses comes
-// from these two methods, so that another way of cutting time (calendar
-// months, days in a time zone) is one more grid, and the steps stay as
-// they are. Instants are Unix nanoseconds.
+// from these two methods, so that another way of cutting time (the
+// calendar periods of a time zone: calendarGrid, calendar.go) is one more
+// grid, and the steps stay as they are. Instants are Unix nanoseconds.
 type grid interface {
 	// index returns the number of the window holding instant t.
 	index(t int64) int64

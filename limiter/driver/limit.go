@@ -129,14 +129,27 @@ func (l *Limit) Params() any {
 // Quota returns the limit's quota and the time window it refers to, as
 // docs/responses.md's RateLimit-Policy reports them (q and w): burst over
 // the time the burst takes to refill for a token bucket, limit over
-// window for the window algorithms, and queue+1+delay over the time that
-// many requests of cost 1 take to leave at the rate for a leaky bucket.
-// 0, 0 for the zero Limit.
+// window for the window algorithms (for a calendar window, whose periods
+// vary in length, the unit's nominal length, Calendar.Nominal: see
+// Calendar), and queue+1+delay over the time that many requests of cost
+// 1 take to leave at the rate for a leaky bucket. 0, 0 for the zero
+// Limit.
 func (l *Limit) Quota() (quota int64, window time.Duration) {
 	if l.a == nil {
 		return 0, 0
 	}
 	return l.a.quota()
+}
+
+// Calendar returns the unit and time zone of l's windows when they are
+// calendar periods (a fixed window with FixedWindowParams.Calendar): its
+// windows are then as long as the periods are, and Quota's window is only
+// their nominal length. 0 and nil for any other limit.
+func (l *Limit) Calendar() (Calendar, *time.Location) {
+	if w, ok := l.a.(windowed); ok {
+		return w.calendar()
+	}
+	return 0, nil
 }
 
 // String describes l in configuration terms, e.g.

@@ -28,6 +28,21 @@ func (l *Limit) ScriptParams() ([6]int64, error) {
 	return [6]int64{int64(l.alg), p[0], p[1], p[2], p[3], p[4]}, nil
 }
 
+// ScriptGrid returns what a script store passes with a decision of l at
+// now beside ScriptParams, for windows its script cannot compute: a
+// calendar window's (FixedWindowParams.Calendar), whose bounds follow a
+// time zone's rules. g holds the number k of the window holding now, then
+// the starts of windows k−1, k and k+1 and the end of k+1, in µs; the
+// script decides in whichever of those holds its own instant (the Redis
+// store's is Redis's clock, which may differ a little from now), and the
+// nearest if none does. ok is false for every other limit.
+func (l *Limit) ScriptGrid(now time.Time) (g [5]int64, ok bool) {
+	if w, is := l.a.(windowed); is {
+		return w.scriptGrid(now)
+	}
+	return g, false
+}
+
 // scriptMicros returns d, the parameter field of an algorithm a, in whole
 // microseconds, or a *ParamError if it is not a whole number of them.
 func scriptMicros(a Algorithm, d time.Duration, what, field string) (int64, error) {

@@ -52,6 +52,7 @@ func RunWith(t *testing.T, newStore NewStore, o Options) {
 	t.Run("Keys", func(t *testing.T) { RunKeys(t, newStore) })
 	t.Run("Shared", func(t *testing.T) { RunShared(t, newStore) })
 	t.Run("Charge", func(t *testing.T) { RunCharge(t, newStore, o) })
+	t.Run("Calendar", func(t *testing.T) { RunCalendar(t, newStore, o) })
 }
 
 // RunKeys checks limits counted under different client keys in one

@@ -75,7 +75,7 @@ func (s *Store) charge(ctx context.Context, limits []driver.Limit, clientKeys dr
 	n = max(-maxChargeUnits, min(n, maxChargeUnits))
 	at := int64(-1) // Redis's TIME
 	if s.caller {
-		at = now.UnixNano() / 1000
+		at = now.Add(s.skew).UnixNano() / 1000
 	}
 	// The age in whole µs as the difference of the instants' µs, so that
 	// with the caller's time the script sees reservedAt's µs exactly.
@@ -87,7 +87,7 @@ func (s *Store) charge(ctx context.Context, limits []driver.Limit, clientKeys dr
 	args = append(args, string(b[:32]), string(appendInt64s(b[32:32], age)))
 	var buf [256]byte
 	for i := range limits {
-		enc, err := s.encoded(&limits[i])
+		enc, err := s.argument(&limits[i], now)
 		if err != nil {
 			return driver.Decision{}, err
 		}

@@ -17,8 +17,9 @@
 -- decide and write nothing, the admin API's peek; 2: a charge, whose head
 -- is followed by one more argument, an int64: its reservation's age in
 -- µs); then one argument per limit holding six: the algorithm and five
--- parameters. (Binary, because tonumber on text costs more than the rest
--- of a token bucket's step.)
+-- parameters (a calendar window's, eleven: five more for its grid, see
+-- calendar below). (Binary, because tonumber on text costs more than the
+-- rest of a token bucket's step.)
 -- KEYS are the decisions' limits' keys in the same order. The reply is,
 -- per decision, six values per limit and the instant it was decided at.
 --
@@ -168,17 +169,59 @@ local function token_bucket(key, p, q, burst, cost)
   return allowed, retry, remaining, reset, 0, nxt, write
 end
 
--- fixed_window: windows of w µs aligned to the epoch.
-local function fixed_window(key, limit, w, cost)
+-- A calendar window's grid (fixed_window with w = 0): its windows follow
+-- a time zone's rules, which the caller applies (limiter/driver's
+-- ScriptGrid) and sends after the limit's parameters: the number ck of
+-- the window holding the caller's instant, the starts of windows ck-1,
+-- ck and ck+1 (cb0, cb1, cb2) and the end of ck+1 (cb3), in µs.
+local ck, cb0, cb1, cb2, cb3 = 0, 0, 0, 0, 0
+
+-- calendar reads a calendar window's grid from its limit's argument and
+-- returns the window of instant t: ck-1, ck or ck+1, whichever holds it
+-- (Redis's clock and the caller's may differ a little), or the nearest
+-- if none does (they differ by more than a window, a day at the least).
+local function calendar(arg, t)
+  ck, cb0, cb1, cb2, cb3 = sunpack('<i8i8i8i8i8', arg, 49)
+  if t < cb1 then return ck - 1 end
+  if t < cb2 then return ck end
+  return ck + 1
+end
+
+-- calendar_index returns the window of instant t, ck-2 for any before
+-- ck-1 and ck+2 for any after ck+1 (for a reservation's instant).
+local function calendar_index(t)
+  if t < cb0 then return ck - 2 end
+  if t < cb1 then return ck - 1 end
+  if t < cb2 then return ck end
+  if t < cb3 then return ck + 1 end
+  return ck + 2
+end
+
+-- calendar_end returns when window i ends; for a window the grid does
+-- not reach (one that another caller, more than a window ahead, wrote)
+-- or one already over (Redis more than a window ahead), a window's length
+-- from now.
+local function calendar_end(i)
+  local e = cb3
+  if i <= ck - 1 then e = cb1 elseif i == ck then e = cb2 end
+  if i > ck + 1 or e <= now then e = now + (cb3 - cb2) end
+  return e
+end
+
+-- fixed_window: windows of w µs aligned to the epoch, or with w = 0 a
+-- calendar window, whose grid follows the parameters in arg.
+local function fixed_window(key, limit, w, cost, _, _, arg)
   local c = n * cost
   if c > limit then return 0, -1, 0, now, 0, 0, nil end
-  local idx = floor(now / w)
+  local idx
+  if w > 0 then idx = floor(now / w) else idx = calendar(arg, now) end
   local cnt = 0
   local st = call('HMGET', key, 'w', 'c')
   if st[1] and tonumber(st[2]) > 0 and tonumber(st[1]) >= idx then
     idx, cnt = tonumber(st[1]), tonumber(st[2])
   end
-  local stop = (idx + 1) * w
+  local stop
+  if w > 0 then stop = (idx + 1) * w else stop = calendar_end(idx) end
   local allowed, retry = 0, 0
   if cnt + c <= limit then
     allowed = 1
@@ -453,9 +496,10 @@ local function charge_token_bucket(key, p, q, burst, cost)
   return capped
 end
 
-local function charge_fixed_window(key, limit, w, cost)
+local function charge_fixed_window(key, limit, w, cost, _, _, arg)
   local u = units(limit)
-  local idx = floor(now / w)
+  local idx
+  if w > 0 then idx = floor(now / w) else idx = calendar(arg, now) end
   local cnt = 0
   local st = call('HMGET', key, 'w', 'c')
   if st[1] and tonumber(st[2]) > 0 and tonumber(st[1]) >= idx then
@@ -468,7 +512,9 @@ local function charge_fixed_window(key, limit, w, cost)
     return take < u
   end
   -- A refund, only while the reservation's window is the current one.
-  if cnt > 0 and floor(reserved / w) == idx then
+  local ridx
+  if w > 0 then ridx = floor(reserved / w) else ridx = calendar_index(reserved) end
+  if cnt > 0 and ridx == idx then
     call('HSET', key, 'c', cnt - min(cnt, u))
   end
   return false
@@ -603,9 +649,9 @@ for d = 1, decisions do
         local key = KEYS[k + i]
         local capped = false
         n = signed
-        if n ~= 0 then capped = charges[alg](key, p1, p2, p3, p4, p5) end
+        if n ~= 0 then capped = charges[alg](key, p1, p2, p3, p4, p5, ARGV[a + i]) end
         n = 0
-        local _, _, remaining, reset, _, nxt = steps[alg](key, p1, p2, p3, p4, p5)
+        local _, _, remaining, reset, _, nxt = steps[alg](key, p1, p2, p3, p4, p5, ARGV[a + i])
         if signed ~= 0 and alg ~= 1 then call('PEXPIRE', key, ttl(reset)) end
         local o = #out
         out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, capped and 1 or 0, remaining, reset, 0, nxt
@@ -613,7 +659,7 @@ for d = 1, decisions do
     elseif count == 1 then
       -- One limit, the common case: no tables to gather and replay.
       local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a])
-      local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k], p1, p2, p3, p4, p5)
+      local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k], p1, p2, p3, p4, p5, ARGV[a])
       if write and not dry then write() end
       local o = #out
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = allowed, retry, remaining, reset, delay, nxt
@@ -621,7 +667,7 @@ for d = 1, decisions do
       local writes, all = {}, true
       for i = 0, count - 1 do
         local alg, p1, p2, p3, p4, p5 = sunpack(PARAMS, ARGV[a + i])
-        local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k + i], p1, p2, p3, p4, p5)
+        local allowed, retry, remaining, reset, delay, nxt, write = steps[alg](KEYS[k + i], p1, p2, p3, p4, p5, ARGV[a + i])
         if allowed == 0 then all = false end
         writes[i] = write
         local o = #out

@@ -1,6 +1,9 @@
 package redisstore
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // NodeOf returns the node that holds clientKey's state, as the store's
 // breakers name it.
@@ -31,3 +34,8 @@ func HashSlot(clientKey string) int {
 	}
 	return int(crc) % 16384
 }
+
+// SetSkew puts the script's clock d ahead of the caller's with
+// CallerTime: the instants the script decides at are the caller's plus d,
+// the calendar windows sent with them still the caller's.
+func (s *Store) SetSkew(d time.Duration) { s.skew = d }

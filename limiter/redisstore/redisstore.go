@@ -109,6 +109,7 @@ type Store struct {
 	lastErr  atomic.Pointer[error]
 	lease    time.Duration
 	leases   *leases
+	skew     time.Duration // tests: with CallerTime, the script's clock ahead of the caller's
 }
 
 // New returns a Store deciding on c. It fails only for an on_error it does
@@ -232,6 +233,22 @@ func (s *Store) encoded(l *driver.Limit) (string, error) {
 			s.nargs.Store(1)
 		}
 		s.args.Store(h, enc)
+	}
+	return enc, nil
+}
+
+// argument returns the script argument of a limit for a decision at now:
+// its encoded parameters and, for a calendar window, whose bounds the
+// script cannot compute, the windows around now (driver.Limit.ScriptGrid),
+// five more int64s.
+func (s *Store) argument(l *driver.Limit, now time.Time) (string, error) {
+	enc, err := s.encoded(l)
+	if err != nil {
+		return "", err
+	}
+	if g, ok := l.ScriptGrid(now); ok {
+		var buf [48 + 40]byte
+		enc = string(appendInt64s(append(buf[:0], enc...), g[:]...))
 	}
 	return enc, nil
 }
@@ -360,7 +377,7 @@ func (s *Store) run(ctx context.Context, limits []driver.Limit, clientKeys drive
 	args := make([]any, 0, 1+len(limits))
 	at, flag := int64(-1), int64(0) // -1: Redis's TIME
 	if s.caller {
-		at = now.UnixNano() / 1000
+		at = now.Add(s.skew).UnixNano() / 1000
 	}
 	if dry {
 		flag = 1
@@ -369,7 +386,7 @@ func (s *Store) run(ctx context.Context, limits []driver.Limit, clientKeys drive
 	args = append(args, string(appendInt64s(head[:0], at, n, int64(len(limits)), flag)))
 	var buf [256]byte
 	for i := range limits {
-		enc, err := s.encoded(&limits[i])
+		enc, err := s.argument(&limits[i], now)
 		if err != nil {
 			return driver.Decision{}, err
 		}

@@ -110,6 +110,7 @@ func conformance(t *testing.T, mk limitertest.NewStore, o limitertest.Options, k
 		}},
 		{"Shared", func(t *testing.T) { limitertest.RunShared(t, mk) }},
 		{"Charge", func(t *testing.T) { limitertest.RunCharge(t, mk, o) }},
+		{"Calendar", func(t *testing.T) { limitertest.RunCalendar(t, mk, o) }},
 	} {
 		t.Run(part.name, func(t *testing.T) {
 			t.Parallel()

@@ -84,6 +84,34 @@ func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
 	return reflect.StructField{}, false
 }
 
+// nearest returns the one of names nearest to s, if it is within maxD
+// edits (and fewer than half of s's letters); "" if none is.
+func nearest(s string, names []string, maxD int) string {
+	best, bestD := "", maxD+1
+	for _, n := range names {
+		if d := editDistance(s, n); d < bestD && 2*d < len(s) {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// nearestZone returns the name of the zone database (zoneNames) that s
+// most likely misspells: the one equal to it but for case, or else
+// within three edits ignoring case and fewer than a third of its letters
+// (so that "PST" is not taken for "EST"); "" if none is.
+func nearestZone(s string) string {
+	lower := strings.ToLower(s)
+	best, bestD := "", 4
+	for _, n := range zoneNames {
+		d := editDistance(lower, strings.ToLower(n))
+		if d < bestD && 3*d < len(s) {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
 // editDistance is the Damerau–Levenshtein distance (optimal string
 // alignment) of a and b, in bytes: insertions, deletions, substitutions
 // and swaps of two neighbours count one each.

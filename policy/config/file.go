@@ -206,7 +206,8 @@ type (
 		Rate      rateValue      `toml:"rate"`
 		Burst     scalar[int64]  `toml:"burst"`
 		Limit     scalar[int64]  `toml:"limit"`
-		Window    durationValue  `toml:"window"`
+		Window    windowValue    `toml:"window"`
+		TimeZone  zoneValue      `toml:"time_zone"`
 		Slots     scalar[int64]  `toml:"slots"`
 		Queue     scalar[int64]  `toml:"queue"`
 		MaxWait   durationValue  `toml:"max_wait"`

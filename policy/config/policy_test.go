@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -150,5 +151,46 @@ func TestClasses(t *testing.T) {
 		if p := cfg.Policies[i]; p.Class != want.class || p.ClassName != want.name {
 			t.Errorf("policy %s: class %d %q, want %d %q", p.Name, p.Class, p.ClassName, want.class, want.name)
 		}
+	}
+}
+
+// TestCalendarWindows: a calendar window and its time zone reach the
+// limit, UTC when time_zone is left out, for a policy's limit and a
+// shared one alike.
+func TestCalendarWindows(t *testing.T) {
+	cfg, err := Load("../../testdata/policy/valid/calendar.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		policy, limit int
+		unit          limiter.Calendar
+		zone          string
+	}{
+		{0, 0, limiter.CalendarMonth, "Europe/Berlin"},
+		{0, 1, limiter.CalendarDay, "Europe/Berlin"},
+		{1, 0, limiter.CalendarMonth, "Europe/Berlin"},
+		{1, 1, limiter.CalendarWeek, "UTC"},
+		{1, 2, limiter.CalendarYear, "America/New_York"},
+	} {
+		l := cfg.Policies[c.policy].Limits[c.limit]
+		unit, loc := l.Calendar()
+		if unit != c.unit || loc == nil || loc.String() != c.zone {
+			t.Errorf("policy %d limit %d (%v): %v in %v, want %v in %s", c.policy, c.limit, l, unit, loc, c.unit, c.zone)
+		}
+	}
+	if unit, _ := cfg.Policies[2].Limits[0].Calendar(); unit != 0 {
+		t.Errorf("a token bucket has calendar unit %v", unit)
+	}
+	// Loaded again (a reload), after the first has decided: the same
+	// policies, as a reload compares them.
+	l := cfg.Policies[0].Limits[0].Driver()
+	l.Step(l.NewStates(1), 0, nil, time.Date(2026, 3, 29, 12, 0, 0, 0, time.UTC), 1)
+	again, err := Load("../../testdata/policy/valid/calendar.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg.Policies, again.Policies) {
+		t.Error("the same file loaded twice gives policies that differ")
 	}
 }

@@ -178,6 +178,10 @@ func typeSchema(t reflect.Type) (node, bool) {
 		return node{"type": "array", "items": node{"type": "string"}}, true
 	case reflect.TypeFor[durationValue]():
 		return node{"$ref": "#/$defs/duration"}, true
+	case reflect.TypeFor[windowValue]():
+		return node{"type": "string"}, true
+	case reflect.TypeFor[zoneValue]():
+		return node{"type": "string"}, true
 	case reflect.TypeFor[rateValue]():
 		return node{"$ref": "#/$defs/rate"}, true
 	case reflect.TypeFor[cidrs]():
@@ -620,7 +624,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 func refineLimit(path string, refine func(string, node)) {
 	var algs []string
 	var cases []node
-	params := []string{"rate", "burst", "limit", "window", "slots", "queue", "max_wait", "delay"}
+	params := []string{"rate", "burst", "limit", "window", "time_zone", "slots", "queue", "max_wait", "delay"}
 	for _, a := range limiter.Algorithms() {
 		algs = append(algs, a.String())
 		then := node{"required": a.Requires()}
@@ -629,6 +633,10 @@ func refineLimit(path string, refine func(string, node)) {
 			if !slices.Contains(a.Takes(), p) {
 				not[p] = false
 			}
+		}
+		if slices.Contains(a.Takes(), "window") && !slices.Contains(a.Takes(), "time_zone") {
+			// A calendar window is for the algorithms with a time zone.
+			not["window"] = node{"$ref": "#/$defs/positiveDuration"}
 		}
 		if a == limiter.SlidingLog {
 			not["limit"] = node{"maximum": limiter.MaxSlidingLogLimit}
@@ -645,7 +653,8 @@ func refineLimit(path string, refine func(string, node)) {
 	refine(path+".on_missing", node{"enum": onMissings})
 	refine(path+".burst", node{"minimum": 1, "maximum": limiter.MaxCount})
 	refine(path+".limit", node{"minimum": 1, "maximum": limiter.MaxCount})
-	refine(path+".window", node{"$ref": "#/$defs/positiveDuration"})
+	refine(path+".window", node{"anyOf": []node{{"$ref": "#/$defs/positiveDuration"}, {"enum": calendarUnits}}})
+	refine(path+".time_zone", node{"minLength": 1, "not": node{"const": "Local"}})
 	refine(path+".slots", node{"minimum": 1, "maximum": limiter.MaxSlots})
 	refine(path+".queue", node{"minimum": 0, "maximum": limiter.MaxQueue})
 	refine(path+".delay", node{"minimum": 0, "maximum": limiter.MaxQueue})

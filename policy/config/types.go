@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
@@ -161,6 +162,117 @@ func (d durationValue) Or(def time.Duration) time.Duration {
 	return d.D
 }
 
+// windowValue is a limit's window: a length of time written as a
+// duration ("1m", "24h"), or a calendar unit ("day", "week", "month",
+// "year": the periods of the limit's time_zone), in Calendar with D 0.
+type windowValue struct {
+	D        time.Duration
+	Calendar limiter.Calendar
+	Set      bool
+	err      error
+}
+
+// calendarUnits are the names window takes for calendar periods.
+var calendarUnits = []string{"day", "week", "month", "year"}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (w *windowValue) UnmarshalTOML(data any) error {
+	w.Set = true
+	data, w.err = expandData(data)
+	if w.err != nil {
+		return nil
+	}
+	s, ok := data.(string)
+	if !ok {
+		var d durationValue
+		d.UnmarshalTOML(data)
+		w.err = d.err
+		return nil
+	}
+	if c, ok := limiter.ParseCalendar(s); ok {
+		w.Calendar = c
+		return nil
+	}
+	x, err := time.ParseDuration(s)
+	switch {
+	case err == nil && x < 0:
+		w.err = fmt.Errorf("%q is negative", s)
+	case err == nil:
+		w.D = x
+	default:
+		w.err = fmt.Errorf("%q is not a duration or a calendar unit (write e.g. \"30s\", \"1h\", or \"day\", \"week\", \"month\", \"year\")", s)
+		if near := nearest(strings.ToLower(strings.TrimSpace(s)), calendarUnits, 2); near != "" {
+			w.err = fmt.Errorf("%q is not a duration or a calendar unit (did you mean %q?)", s, near)
+		}
+	}
+	return nil
+}
+
+// zoneValue is a time zone written as its IANA name ("Europe/Berlin",
+// "UTC"), loaded from the zone database (the system's, else the one built
+// into limitproxy). "Local", whose rules depend on the machine, is
+// refused.
+type zoneValue struct {
+	Loc *time.Location
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (z *zoneValue) UnmarshalTOML(data any) error {
+	z.Set = true
+	data, z.err = expandData(data)
+	if z.err != nil {
+		return nil
+	}
+	s, ok := data.(string)
+	switch {
+	case !ok:
+		z.err = fmt.Errorf("must be a time zone's name such as \"Europe/Berlin\", not %s", describe(data))
+		return nil
+	case s == "":
+		z.err = errors.New("is empty: write a time zone's IANA name such as \"Europe/Berlin\", or leave it out for UTC")
+		return nil
+	case s == "Local":
+		z.err = errors.New("\"Local\" is the machine's own zone, which may differ between instances: write its IANA name such as \"Europe/Berlin\"")
+		return nil
+	}
+	z.Loc, z.err = loadZone(s)
+	if z.err != nil {
+		z.Loc = nil
+		z.err = fmt.Errorf("unknown time zone %q: write an IANA name such as \"Europe/Berlin\" or \"America/New_York\"", s)
+		switch near := nearestZone(s); {
+		case near == s:
+			// A zone of Go's database that this process cannot read: no
+			// system database has it, and none is built in.
+			z.err = fmt.Errorf("time zone %q is in no zone database this process reads (the system's lacks it, and none is built into the program)", s)
+		case near != "":
+			z.err = fmt.Errorf("unknown time zone %q (did you mean %q?)", s, near)
+		}
+	}
+	return nil
+}
+
+// zones are the zones loaded, by name: each is read once per process, so
+// that every reload's limits of a zone share one *time.Location (a reload
+// compares configurations with reflect.DeepEqual, and a Location read
+// anew is another value) and decide by the same rules; a change of the
+// system's zone database applies at the next start. Names that fail are
+// not kept, so the map holds at most the database's zones.
+var zones sync.Map // string → *time.Location
+
+func loadZone(name string) (*time.Location, error) {
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	got, _ := zones.LoadOrStore(name, loc)
+	return got.(*time.Location), nil
+}
+
 // rateValue is a rate written "N/s", "N/m", "N/h", "N/d" or "N/<duration>"
 // ("30/5m" is 30 per 5 minutes), kept exactly as written.
 type rateValue struct {
@@ -273,6 +385,10 @@ func valueError(v any) error {
 	case *stringList:
 		return v.err
 	case *durationValue:
+		return v.err
+	case *windowValue:
+		return v.err
+	case *zoneValue:
 		return v.err
 	case *rateValue:
 		return v.err

@@ -443,7 +443,19 @@ func limitName(s string) string {
 	return s
 }
 
-// window is the fixed window of a unit.
+// window is the fixed window of a unit: the length Units gives it, which
+// limitproxy aligns to the Unix epoch as the reference does (its
+// src/utils/utilities.go, UnitToDivider and CalculateReset: a window is
+// the Unix time divided by the unit's seconds, its reset divider −
+// now mod divider). The reference's month is 30 days and its year 365,
+// not calendar ones, and its weeks start on Thursdays (1970-01-01's
+// weekday), so week, month and year are not written as limitproxy's
+// calendar windows (window = "week", "month", "year": ISO weeks and
+// calendar months from local midnight), which would move where an
+// imported limit's windows end; its day is the UTC day, which "24h" is
+// exactly (as window = "day" in UTC would be), and "24h" keeps the w of
+// RateLimit-Policy. An import decides as the reference did; a user who
+// wants calendar months writes window = "month" (docs/algorithms.md).
 func window(unit string) string {
 	return durationString(time.Duration(Units[unit]) * time.Second)
 }

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
 	"github.com/limitproxy/limitproxy/proxy"
@@ -196,7 +197,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if v.Limited {
-			st.CurrentLimit = s.limits.get(v.LimitName, v.Quota, v.Window)
+			st.CurrentLimit = s.limits.get(v.LimitName, v.Quota, v.Window, v.Calendar)
 			st.LimitRemaining = uint32(min(v.Remaining, math.MaxUint32))
 			d := &durs[i]
 			d.Seconds, d.Nanos = int64(v.ResetAfter/time.Second), int32(v.ResetAfter%time.Second)
@@ -222,21 +223,22 @@ type limitKey struct {
 	name   string
 	quota  int64
 	window time.Duration
+	cal    limiter.Calendar
 }
 
 // maxCachedLimits bounds the limitCache.
 const maxCachedLimits = 4096
 
-// get is CurrentLimit(name, quota, window), the same message each time.
-func (c *limitCache) get(name string, quota int64, window time.Duration) *rlsv3.RateLimitResponse_RateLimit {
-	k := limitKey{name, quota, window}
+// get is CurrentLimit(name, quota, window, cal), the same message each time.
+func (c *limitCache) get(name string, quota int64, window time.Duration, cal limiter.Calendar) *rlsv3.RateLimitResponse_RateLimit {
+	k := limitKey{name, quota, window, cal}
 	c.mu.RLock()
 	rl, ok := c.m[k]
 	c.mu.RUnlock()
 	if ok {
 		return rl
 	}
-	rl = CurrentLimit(name, quota, window)
+	rl = CurrentLimit(name, quota, window, cal)
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = map[limitKey]*rlsv3.RateLimitResponse_RateLimit{}
@@ -330,13 +332,27 @@ var units = [...]struct {
 	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
 }
 
+// calendarUnits are Envoy's RateLimit units of the calendar windows.
+var calendarUnits = map[limiter.Calendar]rlsv3.RateLimitResponse_RateLimit_Unit{
+	limiter.CalendarDay:   rlsv3.RateLimitResponse_RateLimit_DAY,
+	limiter.CalendarWeek:  rlsv3.RateLimitResponse_RateLimit_WEEK,
+	limiter.CalendarMonth: rlsv3.RateLimitResponse_RateLimit_MONTH,
+	limiter.CalendarYear:  rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
 // CurrentLimit returns a limit of quota per window, named name, as
 // Envoy's RateLimit: quota per the longest unit that divides window,
 // with the unit_multiplier the quotient ("30/5m": 30 per 5 MINUTE); a
-// window that is not whole seconds is given per SECOND, rounded down.
-func CurrentLimit(name string, quota int64, window time.Duration) *rlsv3.RateLimitResponse_RateLimit {
+// window that is not whole seconds is given per SECOND, rounded down. A
+// calendar window (cal not 0) is quota per its unit: a month is MONTH,
+// not its nominal length.
+func CurrentLimit(name string, quota int64, window time.Duration, cal limiter.Calendar) *rlsv3.RateLimitResponse_RateLimit {
 	rl := &rlsv3.RateLimitResponse_RateLimit{Name: name, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}
 	q := uint32(min(max(quota, 0), math.MaxUint32))
+	if u, ok := calendarUnits[cal]; ok {
+		rl.Unit, rl.RequestsPerUnit = u, q
+		return rl
+	}
 	if window <= 0 || window%time.Second != 0 {
 		if window > 0 {
 			per := float64(quota) * float64(time.Second) / float64(window)
