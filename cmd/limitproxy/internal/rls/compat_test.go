@@ -524,8 +524,32 @@ func TestCompatibleOnRedis(t *testing.T) {
 	for name, test := range map[string]func(*testing.T){
 		"KeyOnlyRule": TestCompatibleKeyOnlyRule, "Hits": TestCompatibleHits, "Zero": TestCompatibleZero,
 		"WithoutLimits": TestCompatibleWithoutLimits, "Replaces": TestReplaces, "QuotaMode": TestQuotaMode,
-		"ShadowPolicy": TestCompatibleShadowPolicy, "OwnLimit": TestOwnLimit, "RepeatedKey": TestRepeatedKey,
+		"ShadowPolicy": TestCompatibleShadowPolicy, "OwnLimit": TestOwnLimit, "RepeatedKey": TestRepeatedKey, "Input": TestCompatibleInput,
 	} {
 		t.Run(name, test)
+	}
+}
+
+// TestCompatibleInput: the reference answers a descriptor without entries
+// (OK, or by its own limit), one with an empty key (matched as any other:
+// no policy has one), and counts negative hits as hits; with
+// compatibility so does the service, without it they are refused.
+func TestCompatibleInput(t *testing.T) {
+	rt := newRLST(t, compat)
+	empty := &rlscommon.RateLimitDescriptor{}
+	rt.expect("no entries", rt.call("d", empty), ok, bare())
+	emptyOwn := &rlscommon.RateLimitDescriptor{Limit: &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}}
+	rt.expect("no entries, own limit", rt.call("d", emptyOwn), ok, rt.limited(ok, "", 1, hour, 0))
+	rt.expect("no entries, own limit again", rt.call("d", emptyOwn), over, rt.limited(over, "", 1, hour, 0))
+	rt.expect("an empty key", rt.call("d", dsc("=x")), ok, bare())
+	negative := dsc("user=u")
+	negative.IsNegativeHits = true
+	rt.expect("negative hits count", rt.call("d", negative), ok, rt.limited(ok, "", 3, minute, 2))
+
+	rt = newRLST(t, "")
+	for name, d := range map[string]*rlscommon.RateLimitDescriptor{"no entries": empty, "an empty key": dsc("=x"), "negative hits": negative} {
+		if _, err := rt.s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlscommon.RateLimitDescriptor{d}}); err == nil {
+			t.Errorf("without compatibility, %s accepted", name)
+		}
 	}
 }

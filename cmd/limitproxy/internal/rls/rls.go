@@ -355,14 +355,18 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 			entries = make([]policy.DescriptorEntry, 0, total)
 		}
 	}
+	// envoyproxy/ratelimit answers a descriptor without entries (OK, or
+	// by its own limit), one with an empty key, and counts negative hits
+	// as hits: with compatibility, so does the service.
+	compat := s.cfg.Compatibility == config.CompatEnvoy
 	for i, d := range req.Descriptors {
 		es := d.GetEntries()
 		switch {
-		case len(es) == 0:
+		case len(es) == 0 && !compat:
 			return nil, bad("descriptor %d has no entries", i)
 		case len(es) > s.cfg.MaxEntries:
 			return nil, bad("descriptor %d has %d entries; at most %d (rls.max_entries)", i, len(es), s.cfg.MaxEntries)
-		case d.GetIsNegativeHits():
+		case d.GetIsNegativeHits() && !compat:
 			return nil, bad("descriptor %d: is_negative_hits is not accepted: quota is never given back by a caller", i)
 		}
 		cost := uint64(req.GetHitsAddend())
@@ -376,7 +380,7 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 			return nil, bad("descriptor %d: hits_addend %d is above %d (rls.max_hits_addend)", i, cost, s.cfg.MaxHitsAddend)
 		}
 		var own *proxy.DescriptorLimit
-		if l := d.GetLimit(); l != nil && s.cfg.Compatibility == config.CompatEnvoy {
+		if l := d.GetLimit(); l != nil && compat {
 			// By number, as the reference reads it (the request's unit is
 			// envoy.type.v3.RateLimitUnit, numbered as the answer's).
 			w, ok := UnitWindow(rlsv3.RateLimitResponse_RateLimit_Unit(l.GetUnit()))
@@ -387,7 +391,7 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 		}
 		first := len(entries)
 		for j, e := range es {
-			if e.GetKey() == "" {
+			if e.GetKey() == "" && !compat {
 				return nil, bad("descriptor %d, entry %d: the key is empty", i, j)
 			}
 			entries = append(entries, policy.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
