@@ -361,8 +361,9 @@ func (h *Handler) decideDescriptor(ctx context.Context, entries []policy.Descrip
 	h.applyLimits(ctx, nil, now, o)
 }
 
-// descriptorKey builds the key of descriptor:KEY parts from entries: the
-// nth part of a KEY is the value of the nth entry of that key, as
+// descriptorKey builds the key of descriptor:KEY parts from entries: a
+// "descriptor:KEY#N" part is the value of the Nth entry of KEY, and the
+// nth "descriptor:KEY" part of a KEY the value of its nth entry, as
 // appendPart writes a request's key parts (config guarantees every
 // part's entry is there).
 func descriptorKey(parts []config.KeyPart, entries []policy.DescriptorEntry) string {
@@ -370,9 +371,13 @@ func descriptorKey(parts []config.KeyPart, entries []policy.DescriptorEntry) str
 	b := stack[:0]
 	for j, part := range parts {
 		nth := 0
-		for _, q := range parts[:j] {
-			if q.Name == part.Name {
-				nth++
+		if part.Nth > 0 {
+			nth = part.Nth - 1
+		} else {
+			for _, q := range parts[:j] {
+				if q.Name == part.Name && q.Nth == 0 {
+					nth++
+				}
 			}
 		}
 		for _, e := range entries {

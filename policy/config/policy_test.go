@@ -192,4 +192,7 @@ func TestRLSEnvoyKeys(t *testing.T) {
 	if p := byName["rl.files.files"]; len(p.Key) != 2 || p.Key[0] != p.Key[1] {
 		t.Errorf("a key that repeats a descriptor key: %v", p.Key)
 	}
+	if p := byName["rl.shared.files"]; len(p.Key) != 1 || p.Key[0] != (KeyPart{Kind: KeyDescriptor, Name: "files", Nth: 2}) || p.Key[0].String() != "descriptor:files#2" {
+		t.Errorf("descriptor:files#2: %#v", p.Key)
+	}
 }

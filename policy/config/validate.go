@@ -783,17 +783,24 @@ func checkRLSPolicy(p *Policy, r *rawPolicy, c *collector) {
 	}
 	bad := func(parts []KeyPart) string {
 		seen := map[string]int{}
-		for _, kp := range parts {
+		for i := range parts {
+			kp := &parts[i]
 			if kp.Kind != KeyDescriptor {
 				return fmt.Sprintf("%q: an RLS policy is keyed by descriptor:KEY parts only", kp.String())
 			}
-			if !slices.ContainsFunc(p.Match.Descriptor, func(d DescriptorPattern) bool { return d.Key == kp.Name }) {
+			if resolveNth(kp, p.Match.Descriptor) {
+				continue
+			}
+			if countPatterns(p.Match.Descriptor, kp.Name) == 0 {
+				if key, _, ok := strings.Cut(kp.Name, "#"); ok && countPatterns(p.Match.Descriptor, key) > 0 {
+					return fmt.Sprintf("%q: the match's descriptor has %d entries %q: descriptor:KEY#N reads the Nth, from 1", kp.String(), countPatterns(p.Match.Descriptor, key), key)
+				}
 				return fmt.Sprintf("%q: the match's descriptor has no entry %q, so the part would always be missing", kp.String(), kp.Name)
 			}
 			// The nth part of one KEY reads the nth entry of that key.
 			seen[kp.Name]++
 			if n := seen[kp.Name]; n > countPatterns(p.Match.Descriptor, kp.Name) {
-				return fmt.Sprintf("%q appears %d times, more than the match's descriptor has entries %q (%d): the nth part of a KEY reads its nth entry", kp.String(), n, kp.Name, countPatterns(p.Match.Descriptor, kp.Name))
+				return fmt.Sprintf("%q appears %d times, more than the match's descriptor has entries %q (%d): the nth part of a KEY reads its nth entry (or write descriptor:KEY#N)", kp.String(), n, kp.Name, countPatterns(p.Match.Descriptor, kp.Name))
 			}
 		}
 		return ""
@@ -808,6 +815,25 @@ func checkRLSPolicy(p *Policy, r *rawPolicy, c *collector) {
 			return
 		}
 	}
+}
+
+// resolveNth makes kp, a descriptor part named "KEY#N" where KEY is a key
+// of ds with at least N entries and "KEY#N" none, the part of the Nth
+// entry of KEY (Nth N); it reports whether it did.
+func resolveNth(kp *KeyPart, ds []DescriptorPattern) bool {
+	if kp.Nth > 0 {
+		return true // resolved already (a key shared by the policy and a limit)
+	}
+	i := strings.LastIndexByte(kp.Name, '#')
+	if i < 0 || countPatterns(ds, kp.Name) > 0 {
+		return false
+	}
+	n, err := strconv.Atoi(kp.Name[i+1:])
+	if err != nil || n < 1 || n > countPatterns(ds, kp.Name[:i]) || kp.Name[i+1] == '+' || kp.Name[i+1] == '0' {
+		return false
+	}
+	kp.Name, kp.Nth = kp.Name[:i], n
+	return true
 }
 
 // countPatterns is how many of ds are of key.

@@ -404,23 +404,24 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 		shares = shares || s.node.ShareThreshold
 	}
 	if shares {
+		// Each entry that shares nothing, by its key, or by its place
+		// among the entries of its key ("descriptor:KEY#N") when the key
+		// is there more than once.
 		p.key = []string{}
-		seen := map[string]int{}
-		for i, s := range path {
+		count, nth := map[string]int{}, map[string]int{}
+		for _, s := range path {
+			count[s.node.Key]++
+		}
+		for _, s := range path {
 			k := s.node.Key
-			if s.node.ShareThreshold {
-				seen[k]++
-				continue
+			nth[k]++
+			switch {
+			case s.node.ShareThreshold:
+			case count[k] > 1:
+				p.key = append(p.key, fmt.Sprintf("descriptor:%s#%d", k, nth[k]))
+			default:
+				p.key = append(p.key, "descriptor:"+k)
 			}
-			if seen[k] > 0 {
-				// The nth part of a KEY reads the nth entry of that key:
-				// an entry after a shared one of its key can only be read
-				// with the shared one before it.
-				p.notes = append(p.notes, c.warnf(n, "entry %d (%q) follows a shared entry of its key: both count by value", i+1, k))
-				p.key = append(p.key, repeat("descriptor:"+k, seen[k])...)
-				seen[k] = 0
-			}
-			p.key = append(p.key, "descriptor:"+k)
 		}
 	}
 	for _, s := range path {
@@ -433,15 +434,6 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 		}
 	}
 	return p
-}
-
-// repeat is n copies of s.
-func repeat(s string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = s
-	}
-	return out
 }
 
 const maxCount = 1_000_000_000

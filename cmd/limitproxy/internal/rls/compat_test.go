@@ -128,6 +128,17 @@ limit = 1
 window = "168h"
 
 [[policy]]
+name = "d.second"
+key = ["descriptor:s#2"]
+[policy.match]
+rls_domain = "d"
+descriptor = ["s", "s"]
+[[policy.limits]]
+algorithm = "fixed_window"
+limit = 1
+window = "8760h"
+
+[[policy]]
 name = "d.twice"
 [policy.match]
 rls_domain = "d"
@@ -443,6 +454,11 @@ func TestRepeatedKey(t *testing.T) {
 	rt.expect("a=x,a=y", rt.call("d", dsc("a=x,a=y")), ok, rt.limited(ok, "", 1, year, 0))
 	rt.expect("a=x,a=z", rt.call("d", dsc("a=x,a=z")), ok, rt.limited(ok, "", 1, year, 0))
 	rt.expect("a=x,a=y again", rt.call("d", dsc("a=x,a=y")), over, rt.limited(over, "", 1, year, 0))
+	// descriptor:s#2: the second entry's value alone (share_threshold on
+	// the first, as import writes it).
+	rt.expect("s=x,s=y", rt.call("d", dsc("s=x,s=y")), ok, rt.limited(ok, "", 1, year, 0))
+	rt.expect("s=z,s=y: the same count", rt.call("d", dsc("s=z,s=y")), over, rt.limited(over, "", 1, year, 0))
+	rt.expect("s=x,s=w: another", rt.call("d", dsc("s=x,s=w")), ok, rt.limited(ok, "", 1, year, 0))
 }
 
 // TestEnvoyHeaders: response_headers = "none" adds none (the reference's
