@@ -10,46 +10,41 @@ import (
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
-// ReferenceCase is one load of envoyproxy/ratelimit's own configurations
-// (testdata/reference, its test/config, examples and integration test)
-// and the reference's verdict: loaded (Refusal ""), or refused with a
-// message that holds Refusal, as its test/config/config_test.go expects
-// (the examples and the integration test's file load). Files are paths
-// under testdata/reference.
-type ReferenceCase struct {
-	Name    string
-	Files   []string
-	Merge   bool // MERGE_DOMAIN_CONFIG
-	Refusal string
+// referenceCase is one load of envoyproxy/ratelimit's own
+// configurations (testdata/reference: its test/config, examples and
+// integration test) and the reference's verdict (testdata/reference/
+// cases.txt): loaded (refusal ""), or refused with a message that holds
+// refusal, as its test/config/config_test.go expects (the examples and
+// the integration test's file load). Files are paths under
+// testdata/reference.
+type referenceCase struct {
+	name    string
+	files   []string
+	merge   bool // MERGE_DOMAIN_CONFIG
+	refusal string
 }
 
-// ReferenceCases are the reference's own loads.
-var ReferenceCases = []ReferenceCase{
-	{Name: "basic", Files: []string{"test/config/basic_config.yaml"}},
-	{Name: "merge", Files: []string{"test/config/merge_domain_key1.yaml", "test/config/merge_domain_key2.yaml"}, Merge: true},
-	{Name: "shadow_mode", Files: []string{"test/config/shadowmode_config.yaml"}},
-	{Name: "wildcard", Files: []string{"test/config/wildcard.yaml"}},
-	{Name: "share_threshold", Files: []string{"test/config/share_threshold.yaml"}},
-	{Name: "metadata", Files: []string{"test/config/metadata.yaml"}},
-	{Name: "duplicate_domain_alone", Files: []string{"test/config/duplicate_domain.yaml"}},
-	{Name: "example_config", Files: []string{"examples/ratelimit/config/config.yaml"}},
-	{Name: "example", Files: []string{"examples/ratelimit/config/example.yaml"}},
-	{Name: "examples_together", Files: []string{"examples/ratelimit/config/config.yaml", "examples/ratelimit/config/example.yaml"}},
-	{Name: "integration_reload", Files: []string{"test/integration/reload.yaml"}},
-	{Name: "empty_domain", Files: []string{"test/config/empty_domain.yaml"}, Refusal: "empty_domain.yaml: config file cannot have empty domain"},
-	{Name: "duplicate_domain", Files: []string{"test/config/basic_config.yaml", "test/config/duplicate_domain.yaml"}, Refusal: "duplicate_domain.yaml:1:1: duplicate domain 'test-domain' in config file"},
-	{Name: "empty_key", Files: []string{"test/config/empty_key.yaml"}, Refusal: "empty_key.yaml:3:5: descriptor has empty key"},
-	{Name: "duplicate_key", Files: []string{"test/config/duplicate_key.yaml"}, Refusal: "duplicate descriptor composite key 'test-domain.key1_value1'"},
-	{Name: "duplicate_key_merge", Files: []string{"test/config/merge_domain_key1.yaml", "test/config/merge_domain_key1.yaml"}, Merge: true, Refusal: "duplicate descriptor composite key 'test-domain.key1_value1'"},
-	{Name: "bad_limit_unit", Files: []string{"test/config/bad_limit_unit.yaml"}, Refusal: "invalid rate limit unit 'foo'"},
-	{Name: "replaces_self", Files: []string{"test/config/replaces_self.yaml"}, Refusal: "replaces should not contain name of same descriptor"},
-	{Name: "replaces_empty", Files: []string{"test/config/replaces_empty.yaml"}, Refusal: "should not have an empty replaces entry"},
-	{Name: "bad_yaml", Files: []string{"test/config/bad_yaml.yaml"}, Refusal: "bad_yaml.yaml:2:1: error loading config file: yaml: line 2: found unexpected end of stream"},
-	{Name: "misspelled_key", Files: []string{"test/config/misspelled_key.yaml"}, Refusal: "config error, unknown key 'ratelimit'"},
-	{Name: "misspelled_key2", Files: []string{"test/config/misspelled_key2.yaml"}, Refusal: "config error, unknown key 'requestsperunit'"},
-	{Name: "non_string_key", Files: []string{"test/config/non_string_key.yaml"}, Refusal: "non_string_key.yaml:1:1: config error, key is not of type string: 0.25"},
-	{Name: "non_map_list", Files: []string{"test/config/non_map_list.yaml"}, Refusal: "non_map_list.yaml:3:5: config error, yaml file contains list of type other than map: a"},
-	{Name: "unlimited_with_unit", Files: []string{"test/config/unlimited_with_unit.yaml"}, Refusal: "should not specify rate limit unit when unlimited"},
+// referenceCases reads testdata/reference/cases.txt.
+func referenceCases(t *testing.T) []referenceCase {
+	b, err := os.ReadFile("testdata/reference/cases.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []referenceCase
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Split(line, "|")
+		for len(f) < 5 {
+			f = append(f, "")
+		}
+		for i := range f {
+			f[i] = strings.TrimSpace(f[i])
+		}
+		out = append(out, referenceCase{name: f[0], merge: f[1] == "true", files: strings.Split(f[2], ","), refusal: f[4]})
+	}
+	return out
 }
 
 // TestReferenceConfigs imports each of the reference's own loads and
@@ -57,31 +52,32 @@ var ReferenceCases = []ReferenceCase{
 // accepts. Every file of testdata/reference is in some case.
 func TestReferenceConfigs(t *testing.T) {
 	used := map[string]bool{}
-	for _, rc := range ReferenceCases {
-		for _, f := range rc.Files {
+	cases := referenceCases(t)
+	for _, rc := range cases {
+		for _, f := range rc.files {
 			used[f] = true
 		}
-		t.Run(rc.Name, func(t *testing.T) {
+		t.Run(rc.name, func(t *testing.T) {
 			var in []Input
-			for _, f := range rc.Files {
+			for _, f := range rc.files {
 				src, err := os.ReadFile(filepath.Join("testdata/reference", f))
 				if err != nil {
 					t.Fatal(err)
 				}
 				in = append(in, Input{Name: filepath.Base(f), Src: src})
 			}
-			res, err := Import(in, Options{MergeDomains: rc.Merge})
+			res, err := Import(in, Options{MergeDomains: rc.merge})
 			switch {
-			case rc.Refusal == "" && err != nil:
+			case rc.refusal == "" && err != nil:
 				t.Fatalf("the reference loads it; the import refuses it:\n%v", err)
-			case rc.Refusal != "" && err == nil:
-				t.Fatalf("the reference refuses it (%s); the import loads it:\n%s", rc.Refusal, res.TOML)
+			case rc.refusal != "" && err == nil:
+				t.Fatalf("the reference refuses it (%s); the import loads it:\n%s", rc.refusal, res.TOML)
 			case err != nil:
-				if !strings.Contains(err.Error(), rc.Refusal) {
-					t.Errorf("refused with\n%v\nwant a message holding %q", err, rc.Refusal)
+				if !strings.Contains(err.Error(), rc.refusal) || !strings.Contains(err.Error(), filepath.Base(rc.files[len(rc.files)-1])) {
+					t.Errorf("refused with\n%v\nwant a message holding %q, of %s", err, rc.refusal, filepath.Base(rc.files[len(rc.files)-1]))
 				}
 			default:
-				if _, err := config.Parse(rc.Name+".toml", res.TOML); err != nil {
+				if _, err := config.Parse(rc.name+".toml", res.TOML); err != nil {
 					t.Errorf("limitproxy refuses the import:\n%v\n%s", err, res.TOML)
 				}
 			}
@@ -94,7 +90,7 @@ func TestReferenceConfigs(t *testing.T) {
 			t.Errorf("%s is in no case", rel)
 		}
 	}
-	if len(used) < 20 || !slices.ContainsFunc(ReferenceCases, func(rc ReferenceCase) bool { return rc.Refusal == "" }) {
+	if len(used) < 20 || !slices.ContainsFunc(cases, func(rc referenceCase) bool { return rc.refusal == "" }) {
 		t.Errorf("%d files used", len(used))
 	}
 }
