@@ -125,12 +125,15 @@ func TestEveryFeature(t *testing.T) {
 		t.Fatalf("limitproxy import without flags: %v\n%s", err, out)
 	}
 	// Then served (runBatch imports with -env, for its response headers
-	// setting) and asked.
-	redis := redistest.Start(t)
+	// setting) and asked; again, on a Redis of its own, when the calls
+	// spanned two seconds (and were not compared).
 	var tally generatedTally
-	runBatch(ctx, t, ref.Bin, lp, redis.Addr(), "LIMIT_RESPONSE_HEADERS_ENABLED", []string{"LIMIT_RESPONSE_HEADERS_ENABLED=true"}, []*rlsgen.Case{c}, &tally)
-	if tally.configs != 1 && !t.Failed() {
-		t.Fatalf("the calls spanned two seconds: run it again")
+	for try := 0; tally.configs == 0 && !t.Failed(); try++ {
+		if try == 3 {
+			t.Fatalf("the calls spanned two seconds three times")
+		}
+		redis := redistest.Start(t)
+		runBatch(ctx, t, ref.Bin, lp, redis.Addr(), "LIMIT_RESPONSE_HEADERS_ENABLED", []string{"LIMIT_RESPONSE_HEADERS_ENABLED=true"}, []*rlsgen.Case{c}, &tally)
 	}
 	t.Logf("%d files, %d calls, %d descriptors (%d OVER_LIMIT, %d with a limit), reference %s: every answer the reference's on each store",
 		len(c.Files), tally.calls, tally.descriptors, tally.over, tally.limited, ref.Version)
