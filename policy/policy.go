@@ -35,6 +35,7 @@ type Set struct {
 	cased     bool                 // a policy's path, prefix or regex holds an upper-case or non-ASCII byte
 	hosts     bool                 // a policy has hosts: Match needs the request's
 	rls       map[string][]*Policy // RLS policies by domain, in file order
+	store     limiter.Store
 }
 
 // Policy is a compiled policy: its validated configuration, its matcher
@@ -42,7 +43,7 @@ type Set struct {
 type Policy struct {
 	config.Policy
 	// Limiter decides the policy's rate limits; nil when it has none
-	// (only a [policy.concurrency]).
+	// (only a [policy.concurrency], or an RLS policy without limits).
 	Limiter *limiter.Limiter
 	// Slots holds the in-flight counts of its [policy.concurrency]; nil
 	// without one.
@@ -61,10 +62,10 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 	if store == nil {
 		return nil, fmt.Errorf("compile %s: no store", c.File)
 	}
-	s := &Set{Config: c, LoadedAt: now}
+	s := &Set{Config: c, LoadedAt: now, store: store}
 	for _, spec := range c.Policies {
 		p := &Policy{Policy: spec}
-		if len(spec.Limits) > 0 || spec.Concurrency == nil {
+		if len(spec.Limits) > 0 || spec.Concurrency == nil && !spec.Match.RLS() {
 			l, err := limiter.New(store, spec.Name, spec.Limits...)
 			if err != nil {
 				return nil, fmt.Errorf("compile policy %q: %w", spec.Name, err)
@@ -219,6 +220,23 @@ func (s *Set) MatchDescriptor(domain string, entries []DescriptorEntry) (*Policy
 	}
 	return nil, false
 }
+
+// KnownDomain reports whether domain is an RLS domain of s: one its RLS
+// policies name, or one of [rls] domains.
+func (s *Set) KnownDomain(domain string) bool {
+	if _, ok := s.rls[domain]; ok {
+		return true
+	}
+	for _, d := range s.Config.RLS.Domains {
+		if d == domain {
+			return true
+		}
+	}
+	return false
+}
+
+// Store is the store s's limits are bound to (Compile's).
+func (s *Set) Store() limiter.Store { return s.store }
 
 func matchEntries(ps []config.DescriptorPattern, entries []DescriptorEntry) bool {
 	if len(ps) != len(entries) {

@@ -127,6 +127,10 @@ type ruling struct {
 	// offence, no place in a leaky bucket's queue.
 	n    int64
 	peek bool
+	// rls reports that askRLS asks p's limits (an RLS descriptor's: a
+	// limit of 0, or compat's counting); compat that [rls] compatibility
+	// is envoyproxy/ratelimit's (rls_compat.go).
+	rls, compat bool
 	// verbatim reports that the upstream receives r's target as the
 	// client sent it, not limitproxy's canonical form (forward auth: the
 	// asking proxy forwards the original), so that its path is also read
@@ -366,6 +370,8 @@ func (h *Handler) applyLimits(ctx context.Context, r *http.Request, now time.Tim
 func (h *Handler) ask(ctx context.Context, r *http.Request, now time.Time, o *ruling) (limiter.Decision, error) {
 	p := o.p
 	switch {
+	case o.rls:
+		return h.askRLS(ctx, now, o)
 	case p.Limiter == nil:
 		// Only a [policy.concurrency]: no rate to decide.
 		return limiter.Decision{Allowed: true, Index: -1}, nil

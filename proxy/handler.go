@@ -508,6 +508,9 @@ type policyState struct {
 	// a request still deciding under the set before never fills the
 	// cache of the set in force.
 	overrides sync.Map
+	// rls holds an RLS policy's counters with [rls] compatibility
+	// (rls_compat.go), built on first use.
+	rls rlsCounters
 }
 
 // counterRef holds a counter for an atomic.Pointer.

@@ -86,7 +86,7 @@ func setBanHeaders(h http.Header, mode config.HeadersMode, p *policy.Policy, d *
 		if d != nil && d.Index >= 0 && int(d.Index) < len(p.Limits) {
 			i, reset = int(d.Index), max(until, ceilSeconds(d.ResetAt.Sub(now)))
 		}
-		q, _ := p.Limits[i].Quota()
+		q, _ := p.Quota(i) // 0 for a limit of 0
 		setLegacyFields(h, q, 0, reset)
 	}
 }
@@ -115,7 +115,7 @@ func appendQuotaPolicies(b []byte, p *policy.Policy) []byte {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
-		q, w := p.Limits[i].Quota()
+		q, w := p.Quota(i)
 		b = strconv.AppendQuote(b, p.LimitName(i))
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, q, 10)

@@ -24,32 +24,63 @@ type Descriptor struct {
 	// Cost is the hits the descriptor adds (each limit multiplies it by
 	// its own cost); 0 counts as 1. The caller bounds it.
 	Cost int64
-	// CheckOnly asks what the limits would decide for one hit without
-	// counting it (Envoy's descriptor hits_addend of 0).
+	// CheckOnly asks what the limits would decide without counting
+	// (Envoy's descriptor hits_addend of 0): for one hit, or, with [rls]
+	// compatibility = "envoyproxy/ratelimit", for none (the count as it
+	// is, as the reference checks it).
 	CheckOnly bool
+	// Limit, if not nil, is the descriptor's own limit (Envoy's
+	// per-route override): with [rls] compatibility =
+	// "envoyproxy/ratelimit" and a domain the service knows, it decides
+	// the descriptor instead of any policy; ignored otherwise.
+	Limit *DescriptorLimit
+}
+
+// DescriptorLimit is a descriptor's own limit: RequestsPerUnit per Unit,
+// a window of that length aligned to the Unix epoch, as
+// envoyproxy/ratelimit counts it.
+type DescriptorLimit struct {
+	RequestsPerUnit int64
+	Unit            time.Duration
 }
 
 // DescriptorVerdict is what DecideDescriptors decided about one
 // descriptor.
 type DescriptorVerdict struct {
 	// Policy is the RLS policy that matched; "" when none did (Decision
-	// Unmatched).
+	// Unmatched), or when the descriptor's own limit decided it.
 	Policy string
 	// Decision is as the access log names it: Allowed, Queued, Rejected,
-	// ShadowRejected, Banned, ShadowBanned or Unmatched.
+	// ShadowRejected, Banned, ShadowBanned, Skipped (its policy was
+	// replaced: not decided) or Unmatched.
 	Decision Decision
 	// Over reports that the descriptor is over its limit (OVER_LIMIT):
 	// rejected by a limit, or banned.
 	Over bool
-	// Limited reports that the policy's limits decided: LimitName, Quota,
-	// Window, Remaining and ResetAfter describe the most pressing limit.
-	Limited    bool
-	LimitName  string
-	Quota      int64            // the limit's quota per Window
-	Window     time.Duration    // the limit's period (a calendar window's nominal length)
-	Calendar   limiter.Calendar // a calendar window's unit, whose periods Window does not say; 0 for none
-	Remaining  int64            // requests of cost 1 it admits now; 0 when Over
-	ResetAfter time.Duration    // until the limit is back to full
+	// Unlimited reports that an unlimited policy matched it: OK with
+	// limit_remaining 4294967295, nothing counted.
+	Unlimited bool
+	// QuotaMode reports that its policy's quota_mode makes it a quota
+	// (docs/envoy.md): over, it makes the call OVER_LIMIT only if every
+	// quota of the call is over.
+	QuotaMode bool
+	// Limited reports that a limit decided: LimitName, Quota, Window,
+	// Remaining and ResetAfter describe the most pressing one.
+	Limited bool
+	// LimitName is the limit's name as the RateLimit fields give it;
+	// NameKey its name key ("" when it has none: the name a compatible
+	// answer's current_limit carries).
+	LimitName string
+	NameKey   string
+	Quota     int64            // the limit's quota per Window
+	Window    time.Duration    // the limit's period (a calendar window's nominal length)
+	Calendar  limiter.Calendar // a calendar window's unit, whose periods Window does not say; 0 for none
+	Remaining int64            // requests of cost 1 it admits now; 0 when Over
+	// ResetAfter is the time until the limit is back to full; with [rls]
+	// compatibility = "envoyproxy/ratelimit", for a fixed window, the
+	// whole seconds from the current second to the window's end, as the
+	// reference gives its duration_until_reset.
+	ResetAfter time.Duration
 }
 
 // rateLimitFields reports whether a response header (canonical name) is
@@ -59,15 +90,35 @@ func rateLimitFields(name string) bool {
 	return strings.HasPrefix(name, "Ratelimit") || strings.HasPrefix(name, "X-Ratelimit") || name == "Retry-After"
 }
 
+// rlsDecided is one descriptor of a call as DecideDescriptors decides it.
+type rlsDecided struct {
+	o    ruling
+	x    exchange
+	wait time.Duration
+	// over reports OVER_LIMIT when no reply says it (a descriptor's own
+	// limit, which has no policy to answer with).
+	over bool
+	// own holds the figures of a descriptor's own limit; replaced that
+	// the descriptor's policy was replaced; unlimited that it is.
+	own       *DescriptorVerdict
+	replaced  bool
+	unlimited bool
+}
+
 // DecideDescriptors decides the descriptors of one Envoy rate limit call
 // of domain, each on its own against the first RLS policy of domain that
 // matches it, as ServeHTTP decides a request (the same decide steps:
 // penalty box, per-key overrides, limits, shadow mode, the store's
 // on_error), and records each decision as a proxied request's: the
-// metrics, the top offenders, an access log line. It returns a verdict
-// per descriptor, and the response fields of the call: the RateLimit
-// fields of the first descriptor over its limit, else of the allowed one
-// with the fewest remaining; and Retry-After when one is over.
+// metrics, the top offenders, an access log line. A descriptor whose
+// policy has a limit named in the replaces of another descriptor's policy
+// is not decided (envoyproxy/ratelimit's replaces). With [rls]
+// compatibility = "envoyproxy/ratelimit", a descriptor's fixed windows
+// count every hit, rejected or not, and its own limit decides it
+// (decideCompatible). It returns a verdict per descriptor, and the
+// response fields of the call: the RateLimit fields of the first
+// descriptor over its limit, else of the allowed one with the fewest
+// remaining; and Retry-After when one is over.
 //
 // A descriptor a leaky bucket queues is answered when its turn comes
 // (unless another descriptor is over, when it leaves the queue at once):
@@ -77,44 +128,75 @@ func rateLimitFields(name string) bool {
 func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Descriptor) ([]DescriptorVerdict, http.Header, error) {
 	start := h.now()
 	snap := h.snap.Load()
+	rls := &snap.set.Config.RLS
+	compat := rls.Compatibility == config.CompatEnvoy
 	// Every descriptor's ruling, exchange, wait and keys, and the
 	// verdicts: one allocation for a call of one descriptor (most), three
 	// for more.
-	type decided struct {
-		o    ruling
-		x    exchange
-		wait time.Duration
-	}
 	var (
 		out  []DescriptorVerdict
-		all  []decided
+		all  []rlsDecided
 		keys []string
 	)
 	if len(ds) == 1 {
 		one := &struct {
 			out  [1]DescriptorVerdict
-			all  [1]decided
+			all  [1]rlsDecided
 			keys [limiter.MaxLimits]string
 		}{}
 		out, all, keys = one.out[:], one.all[:], one.keys[:]
 	} else {
 		out = make([]DescriptorVerdict, len(ds))
-		all = make([]decided, len(ds))
+		all = make([]rlsDecided, len(ds))
 		keys = make([]string, len(ds)*limiter.MaxLimits)
 	}
-	over := false
+	// Each descriptor's policy, or its own limit; then which are
+	// replaced: a limit the call's other policies name in their replaces
+	// (a descriptor's own limit has no name, and replaces none).
+	own := compat && snap.set.KnownDomain(domain)
+	var replacing []string
 	for i := range ds {
 		a := &all[i]
 		a.o.keys = keys[i*limiter.MaxLimits : (i+1)*limiter.MaxLimits : (i+1)*limiter.MaxLimits]
 		a.o.n, a.o.peek = max(ds[i].Cost, 1), ds[i].CheckOnly
 		a.x.w.ResponseWriter = headerWriter{}
 		a.x.req.start, a.x.req.snap, a.x.req.srv = start, snap, &snap.set.Config.Server
-		h.decideDescriptor(ctx, snap, domain, ds[i].Entries, start, &a.o)
-		h.inform(&a.x.w, snap, start, &a.o)
-		if a.o.reply != noReply {
-			h.answer(&a.x, &a.o)
+		if p, ok := snap.set.MatchDescriptor(domain, ds[i].Entries); ok {
+			a.o.p, a.o.hp, a.o.ps = p, p, snap.policies[p]
 		}
-		over = over || a.o.reply != noReply
+		if own && ds[i].Limit != nil {
+			a.own = &DescriptorVerdict{}
+			continue
+		}
+		if a.o.p != nil {
+			replacing = append(replacing, a.o.p.RLS.Replaces...)
+		}
+	}
+	over := false
+	for i := range ds {
+		a := &all[i]
+		p := a.o.p
+		switch {
+		case a.own != nil:
+			h.decideOwnLimit(ctx, snap, domain, &ds[i], start, a)
+		case p == nil:
+			a.o.decision = Unmatched
+		case len(replacing) > 0 && replaced(p, replacing):
+			a.replaced = true
+			a.o.decision = Skipped
+		case p.RLS.Unlimited || len(p.Limits) == 0:
+			// Matched, not limited: unlimited, or a policy without limits
+			// (the reference's descriptor without rate_limit).
+			a.unlimited = p.RLS.Unlimited
+			a.o.decision = Allowed
+		default:
+			h.decideDescriptor(ctx, ds[i].Entries, start, compat, &a.o)
+			h.inform(&a.x.w, snap, start, &a.o)
+			if a.o.reply != noReply {
+				h.answer(&a.x, &a.o)
+			}
+		}
+		over = over || a.o.reply != noReply || a.over
 	}
 	var err error
 	for i := range all {
@@ -134,31 +216,34 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 		a := &all[i]
 		o := &a.o
 		v := &out[i]
-		v.Decision, v.Over = o.decision, o.reply != noReply
-		if o.p != nil {
-			v.Policy = o.p.Name
-		}
-		if o.limited && o.d.Index >= 0 && o.hp != nil && int(o.d.Index) < len(o.hp.Limits) {
-			v.Limited = true
-			v.LimitName = o.hp.LimitName(int(o.d.Index))
-			v.Quota, v.Window = o.hp.Limits[o.d.Index].Quota()
-			v.Calendar, _ = o.hp.Limits[o.d.Index].Calendar()
-			v.Remaining = max(o.d.Remaining, 0)
-			if !o.d.Allowed {
-				v.Remaining = 0
+		if a.own != nil {
+			*v = *a.own
+			if v.Limited {
+				v.ResetAfter = wholeSecondsToEnd(start, v.Window)
 			}
-			v.ResetAfter = max(o.d.ResetAt.Sub(start), 0)
+		} else {
+			h.verdict(a, v, start, compat)
 		}
 		status := a.x.w.status
 		if status == 0 {
 			status = http.StatusOK
+			if v.Over {
+				status = http.StatusTooManyRequests
+			}
 		}
 		h.metrics.decision(v.Policy, v.Decision)
 		if h.acc != nil {
 			// The request the line shows is built only for a log, in an
 			// exchange of its own: a descriptor sends no body.
 			lx := &exchange{req: request{r: descriptorRequest(domain, ds[i].Entries), start: start}, w: recorder{status: status}}
-			h.logAccess(lx, o.p, v.Decision, a.wait, nil)
+			var p *policy.Policy
+			if a.own == nil {
+				p = o.p
+			}
+			h.logAccess(lx, p, v.Decision, a.wait, nil)
+		}
+		if a.own != nil {
+			continue // no RateLimit fields: no policy to describe it
 		}
 		switch {
 		case best < 0:
@@ -197,15 +282,72 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 	return out, fields, err
 }
 
-// decideDescriptor is decide for one RLS descriptor: its policy, its
-// keys (descriptor:KEY parts), the penalty box, the limits.
-func (h *Handler) decideDescriptor(ctx context.Context, snap *snapshot, domain string, entries []policy.DescriptorEntry, now time.Time, o *ruling) {
-	p, ok := snap.set.MatchDescriptor(domain, entries)
-	if !ok {
-		o.decision = Unmatched
+// verdict fills v from a's ruling (compat: [rls] compatibility is
+// envoyproxy/ratelimit's).
+func (h *Handler) verdict(a *rlsDecided, v *DescriptorVerdict, start time.Time, compat bool) {
+	o := &a.o
+	v.Decision, v.Over, v.Unlimited = o.decision, o.reply != noReply, a.unlimited
+	if o.p == nil {
 		return
 	}
-	o.p, o.hp, o.ps = p, p, snap.policies[p]
+	v.Policy = o.p.Name
+	v.QuotaMode = o.p.RLS.QuotaMode && !a.replaced
+	if o.limited && o.d.Index >= 0 && o.hp != nil && int(o.d.Index) < len(o.hp.Limits) {
+		i := int(o.d.Index)
+		v.Limited = true
+		v.LimitName = o.hp.LimitName(i)
+		if i < len(o.hp.RLS.Names) {
+			v.NameKey = o.hp.RLS.Names[i]
+		}
+		v.Quota, v.Window = o.hp.Quota(i)
+		v.Calendar, _ = o.hp.Limits[i].Calendar()
+		v.Remaining = max(o.d.Remaining, 0)
+		if !o.d.Allowed {
+			v.Remaining = 0
+		}
+		v.ResetAfter = max(o.d.ResetAt.Sub(start), 0)
+		if compat && o.hp.Limits[i].Algorithm() == limiter.FixedWindow && v.Calendar == 0 {
+			// The reference's windows are of a length; a calendar
+			// window (never imported) counts to its real end.
+			v.ResetAfter = wholeSecondsToEnd(start, v.Window)
+		}
+	}
+}
+
+// wholeSecondsToEnd is envoyproxy/ratelimit's duration_until_reset of a
+// window of length w at now: from the current whole second (Unix time)
+// to the window's end, in whole seconds; for a window not of whole
+// seconds, the time to its end.
+func wholeSecondsToEnd(now time.Time, w time.Duration) time.Duration {
+	if w < time.Second || w%time.Second != 0 {
+		return windowEnd(now, w).Sub(now)
+	}
+	sec := int64(w / time.Second)
+	return time.Duration(sec-now.Unix()%sec) * time.Second
+}
+
+// replaced reports whether a limit of p has one of the names replacing
+// holds.
+func replaced(p *policy.Policy, replacing []string) bool {
+	for _, n := range p.RLS.Names {
+		if n == "" {
+			continue
+		}
+		for _, r := range replacing {
+			if n == r {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// decideDescriptor is decide for one RLS descriptor of o.p, a policy
+// with limits: its keys (descriptor:KEY parts), the penalty box, the
+// limits. A policy with a limit of 0, or with compat a policy of fixed
+// windows, has them asked by askRLS.
+func (h *Handler) decideDescriptor(ctx context.Context, entries []policy.DescriptorEntry, now time.Time, compat bool, o *ruling) {
+	p := o.p
 	if p.OwnKeys {
 		for i, lk := range p.LimitKeys {
 			o.keys[i] = descriptorKey(lk.Parts, entries)
@@ -213,6 +355,8 @@ func (h *Handler) decideDescriptor(ctx context.Context, snap *snapshot, domain s
 	} else {
 		o.key = descriptorKey(p.Key, entries)
 	}
+	o.rls = p.RLS.Zero != nil || compat && o.ps.counters(p) != nil
+	o.compat = compat
 	if h.inPenaltyBox(now, o) {
 		return
 	}
@@ -221,18 +365,34 @@ func (h *Handler) decideDescriptor(ctx context.Context, snap *snapshot, domain s
 	h.applyLimits(ctx, nil, now, o)
 }
 
-// descriptorKey builds the key of descriptor:KEY parts from entries: each
-// part the value of the first entry of its key, as appendPart writes a
-// request's key parts (config guarantees every part's entry is there).
+// descriptorKey builds the key of descriptor:KEY parts from entries: a
+// "descriptor:KEY#N" part is the value of the Nth entry of KEY, and the
+// nth "descriptor:KEY" part of a KEY the value of its nth entry, as
+// appendPart writes a request's key parts (config guarantees every
+// part's entry is there).
 func descriptorKey(parts []config.KeyPart, entries []policy.DescriptorEntry) string {
 	var stack [128]byte
 	b := stack[:0]
-	for _, part := range parts {
+	for j, part := range parts {
+		nth := 0
+		if part.Nth > 0 {
+			nth = part.Nth - 1
+		} else {
+			for _, q := range parts[:j] {
+				if q.Name == part.Name && q.Nth == 0 {
+					nth++
+				}
+			}
+		}
 		for _, e := range entries {
-			if e.Key == part.Name {
+			if e.Key != part.Name {
+				continue
+			}
+			if nth == 0 {
 				b = clientkey.AppendPart(b, []byte(e.Value))
 				break
 			}
+			nth--
 		}
 	}
 	return string(b)

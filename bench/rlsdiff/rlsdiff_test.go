@@ -92,7 +92,9 @@ func TestDifferential(t *testing.T) {
 
 	store := func(backend string) string {
 		if backend == "redis" {
-			return fmt.Sprintf("\n[store]\nbackend = \"redis\"\n\n[store.redis]\naddrs = [%q]\n", redis.Addr())
+			// A generous timeout: on a loaded machine a decision past the
+			// default 50 ms would be made by on_error's memory store.
+			return fmt.Sprintf("\n[store]\nbackend = \"redis\"\n\n[store.redis]\naddrs = [%q]\ntimeout = \"5s\"\n", redis.Addr())
 		}
 		return "\n[store]\nbackend = \"memory\"\n"
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/envoyimport"
 	"github.com/limitproxy/limitproxy/policy/config"
@@ -17,8 +18,8 @@ const maxImportBytes = 4 << 20
 
 // importFlags are the flags of limitproxy import.
 type importFlags struct {
-	out, listen          string
-	merge, allowStricter bool
+	out, listen string
+	merge, env  bool
 }
 
 func declareImportFlags(fs *flag.FlagSet) *importFlags {
@@ -26,8 +27,29 @@ func declareImportFlags(fs *flag.FlagSet) *importFlags {
 	fs.StringVar(&f.out, "o", "", "write the TOML to `FILE` (replaced whole, or left alone on an error) instead of stdout")
 	fs.StringVar(&f.listen, "listen", envoyimport.DefaultListen, "the [rls] listen `ADDRESS` written")
 	fs.BoolVar(&f.merge, "merge-domains", false, "merge files of one domain, as the reference's MERGE_DOMAIN_CONFIG=true does (default: refused, as it does)")
-	fs.BoolVar(&f.allowStricter, "allow-stricter", false, "carry over, with a comment, what limitproxy would enforce more strictly: replaces (both limits enforced) and quota_mode (enforced)")
+	fs.BoolVar(&f.env, "env", false, "read the reference's settings that change its answers from the environment, as it reads them: MERGE_DOMAIN_CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED, LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER, SHADOW_MODE, QUOTA_MODE")
 	return f
+}
+
+// referenceSettings reads the reference's settings from getenv as its
+// envconfig does (booleans as strconv.ParseBool reads them; unset or
+// empty: the default); merge is MERGE_DOMAIN_CONFIG.
+func referenceSettings(getenv func(string) string) (s envoyimport.Settings, merge bool, err error) {
+	boolean := func(name string, v *bool) {
+		if raw := getenv(name); raw != "" && err == nil {
+			b, perr := strconv.ParseBool(raw)
+			if perr != nil {
+				err = fmt.Errorf("import: %s=%q is not a boolean", name, raw)
+			}
+			*v = b
+		}
+	}
+	boolean("MERGE_DOMAIN_CONFIG", &merge)
+	boolean("LIMIT_RESPONSE_HEADERS_ENABLED", &s.ResponseHeaders)
+	boolean("SHADOW_MODE", &s.ShadowMode)
+	boolean("QUOTA_MODE", &s.QuotaMode)
+	s.LimitHeader, s.RemainingHeader, s.ResetHeader = getenv("LIMIT_LIMIT_HEADER"), getenv("LIMIT_REMAINING_HEADER"), getenv("LIMIT_RESET_HEADER")
+	return s, merge, err
 }
 
 // importCmd converts envoyproxy/ratelimit YAML files to limitproxy TOML.
@@ -44,7 +66,15 @@ func importCmd(f *importFlags, args []string, stdout, stderr io.Writer) error {
 		}
 		in = append(in, envoyimport.Input{Name: p, Src: src})
 	}
-	res, err := envoyimport.Import(in, envoyimport.Options{Listen: f.listen, MergeDomains: f.merge, AllowStricter: f.allowStricter})
+	o := envoyimport.Options{Listen: f.listen, MergeDomains: f.merge}
+	if f.env {
+		st, merge, err := referenceSettings(os.Getenv)
+		if err != nil {
+			return err
+		}
+		o.Settings, o.MergeDomains = st, o.MergeDomains || merge
+	}
+	res, err := envoyimport.Import(in, o)
 	if err != nil {
 		return err
 	}
@@ -102,7 +132,7 @@ func writeReplacing(path string, b []byte) error {
 
 // importCommand is the command table's entry for import.
 func importCommand() command {
-	return command{name: "import", synopsis: "[-o FILE] [-listen ADDRESS] [-merge-domains] [-allow-stricter] CONFIG.yaml...",
+	return command{name: "import", synopsis: "[-o FILE] [-listen ADDRESS] [-merge-domains] [-env] CONFIG.yaml...",
 		summary: "convert envoyproxy/ratelimit YAML configuration to RLS policies (docs/envoy.md)", files: true,
 		flags: func(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Context, []string) error {
 			f := declareImportFlags(fs)

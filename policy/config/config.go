@@ -244,7 +244,51 @@ type RLS struct {
 	MaxMessageBytes int
 	// MaxConcurrentStreams bounds the calls in flight per connection.
 	MaxConcurrentStreams int
+	// Compatibility says whose answers the service gives: limitproxy's
+	// own (CompatNone), or envoyproxy/ratelimit's in every field
+	// (CompatEnvoy: every hit counted, rejected or not; a descriptor's
+	// limit applied; docs/envoy.md, "Migrating from envoyproxy/ratelimit").
+	Compatibility Compatibility
+	// ResponseHeaders says which response fields an answer asks Envoy to
+	// add: the RateLimit fields ([server] rate_limit_headers) and
+	// Retry-After, envoyproxy/ratelimit's three headers (named
+	// LimitHeader, RemainingHeader and ResetHeader), or none.
+	ResponseHeaders                           RLSHeaders
+	LimitHeader, RemainingHeader, ResetHeader string
+	// ShadowMode answers every call OK overall, whatever its descriptors'
+	// statuses say (envoyproxy/ratelimit's SHADOW_MODE); QuotaMode makes
+	// every descriptor a quota (its QUOTA_MODE): see Policy.QuotaMode.
+	ShadowMode, QuotaMode bool
+	// Domains are domains the service knows beside those its RLS
+	// policies name: a descriptor's own limit applies, with CompatEnvoy,
+	// in a known domain only.
+	Domains []string
 }
+
+// Compatibility is [rls] compatibility.
+type Compatibility string
+
+// The compatibility values.
+const (
+	CompatNone  Compatibility = "none"
+	CompatEnvoy Compatibility = "envoyproxy/ratelimit"
+)
+
+// RLSHeaders is [rls] response_headers.
+type RLSHeaders string
+
+// The response_headers values.
+const (
+	// RLSHeadersRateLimit adds the RateLimit fields ([server]
+	// rate_limit_headers) of one descriptor, and Retry-After when over.
+	RLSHeadersRateLimit RLSHeaders = "ratelimit"
+	// RLSHeadersEnvoy adds envoyproxy/ratelimit's three headers
+	// (LIMIT_RESPONSE_HEADERS_ENABLED): the limit, what remains and the
+	// seconds to its reset, of the descriptor closest to its limit.
+	RLSHeadersEnvoy RLSHeaders = "envoy"
+	// RLSHeadersNone adds none, as envoyproxy/ratelimit by default.
+	RLSHeadersNone RLSHeaders = "none"
+)
 
 // Log is [log].
 type Log struct {
@@ -483,6 +527,46 @@ type Policy struct {
 	Charges []Charge
 	// Ban is the policy's penalty box; nil: none.
 	Ban *Ban
+	// RLS holds what only an RLS policy (Match.RLSDomain) may have.
+	RLS RLSPolicy
+}
+
+// RLSPolicy is what only an RLS policy has (docs/envoy.md).
+type RLSPolicy struct {
+	// Unlimited answers each descriptor the policy matches OK with
+	// limit_remaining 4294967295, counting nothing (envoyproxy/
+	// ratelimit's unlimited: true); the policy has no limits then. An RLS
+	// policy with neither limits nor Unlimited answers OK without a
+	// limit, as a descriptor of the reference's without rate_limit.
+	Unlimited bool
+	// QuotaMode makes the policy's descriptors quotas: one over its limit
+	// is OVER_LIMIT in its status, but the call is OVER_LIMIT only when
+	// every quota descriptor of it is (and no other one is).
+	QuotaMode bool
+	// Replaces names limits (their name key): a descriptor of the same
+	// call whose policy has a limit of one of these names is not decided
+	// at all (OK, no limit, nothing counted), as envoyproxy/ratelimit's
+	// replaces.
+	Replaces []string
+	// Names holds, for each of Limits, its name key ("" for none): what
+	// Replaces names, and, with [rls] compatibility, the name an answer's
+	// current_limit carries.
+	Names []string
+	// Zero holds, for each of Limits, whether the file's limit is 0: a
+	// fixed window that admits nothing (the reference's
+	// requests_per_unit: 0). Such a limit is bound with a limit of 1, for
+	// its state; the service decides it. nil when none is.
+	Zero []bool
+}
+
+// Quota returns limit i's quota and period: Limits[i].Quota(), but 0 for
+// a limit of 0 (RLS.Zero).
+func (p *Policy) Quota(i int) (int64, time.Duration) {
+	q, w := p.Limits[i].Quota()
+	if i < len(p.RLS.Zero) && p.RLS.Zero[i] {
+		q = 0
+	}
+	return q, w
 }
 
 // Charge says how a limit that reads the upstream's answer is charged

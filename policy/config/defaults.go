@@ -91,6 +91,14 @@ const (
 	DefaultRLSMaxEntries      = 16
 	DefaultRLSMaxMessageBytes = 64 << 10
 	DefaultRLSMaxStreams      = 1024
+	// [rls]: limitproxy's own answers, with the RateLimit fields; the
+	// names of envoyproxy/ratelimit's headers are its defaults
+	// (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+	DefaultRLSCompatibility   = CompatNone
+	DefaultRLSResponseHeaders = RLSHeadersRateLimit
+	DefaultRLSLimitHeader     = "RateLimit-Limit"
+	DefaultRLSRemainingHeader = "RateLimit-Remaining"
+	DefaultRLSResetHeader     = "RateLimit-Reset"
 	// [identity]: the clock skew allowed on a token's times, and how
 	// often a jwks_url is fetched again.
 	DefaultIdentityLeeway  = 30 * time.Second

@@ -102,6 +102,14 @@ type (
 		MaxEntries     scalar[int64]  `toml:"max_entries"`
 		MaxMessage     scalar[int64]  `toml:"max_message_bytes"`
 		MaxStreams     scalar[int64]  `toml:"max_concurrent_streams"`
+		Compatibility  scalar[string] `toml:"compatibility"`
+		RespHeaders    scalar[string] `toml:"response_headers"`
+		LimitHeader    scalar[string] `toml:"limit_header"`
+		RemainHeader   scalar[string] `toml:"remaining_header"`
+		ResetHeader    scalar[string] `toml:"reset_header"`
+		ShadowMode     scalar[bool]   `toml:"shadow_mode"`
+		QuotaMode      scalar[bool]   `toml:"quota_mode"`
+		Domains        stringList     `toml:"domains"`
 	}
 	rawIdentity struct {
 		JWKSFile   scalar[string] `toml:"jwks_file"`
@@ -180,6 +188,10 @@ type (
 		Conc      *rawPolicyConc `toml:"concurrency"`
 		Class     scalar[string] `toml:"class"`
 		Ban       *rawBan        `toml:"ban"`
+		// An RLS policy's only (docs/envoy.md).
+		Unlimited scalar[bool] `toml:"unlimited"`
+		QuotaMode scalar[bool] `toml:"quota_mode"`
+		Replaces  stringList   `toml:"replaces"`
 	}
 	rawPolicyConc struct {
 		Limit   scalar[int64] `toml:"limit"`

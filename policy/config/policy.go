@@ -303,6 +303,10 @@ const (
 type KeyPart struct {
 	Kind KeyKind
 	Name string // for header (canonical), query and cookie
+	// Nth, for a descriptor part written "descriptor:KEY#N", is N: the
+	// part is the value of the Nth entry of KEY; 0: "descriptor:KEY",
+	// whose nth part among a key's reads the nth entry of KEY.
+	Nth int
 }
 
 // String returns the part as the key list writes it, e.g. "header:X-Api-Key".
@@ -313,6 +317,9 @@ func (k KeyPart) String() string {
 	kk := &keyKinds[k.Kind]
 	if kk.syntax == "" {
 		return kk.name
+	}
+	if k.Nth > 0 {
+		return kk.name + ":" + k.Name + "#" + strconv.Itoa(k.Nth)
 	}
 	return kk.name + ":" + k.Name
 }

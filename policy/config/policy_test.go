@@ -194,3 +194,47 @@ func TestCalendarWindows(t *testing.T) {
 		t.Error("the same file loaded twice gives policies that differ")
 	}
 }
+
+// TestRLSEnvoyKeys reads what an RLS policy's envoyproxy/ratelimit keys
+// and [rls]'s give (testdata/policy/valid/rls_envoy.toml).
+func TestRLSEnvoyKeys(t *testing.T) {
+	cfg, err := Load("../../testdata/policy/valid/rls_envoy.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.RLS
+	if r.Compatibility != CompatEnvoy || r.ResponseHeaders != RLSHeadersEnvoy || r.LimitHeader != "X-RateLimit-Limit" ||
+		r.RemainingHeader != "X-RateLimit-Remaining" || r.ResetHeader != "X-RateLimit-Reset" || r.ShadowMode || r.QuotaMode ||
+		!slices.Equal(r.Domains, []string{"empty"}) {
+		t.Errorf("[rls] = %+v", r)
+	}
+	byName := map[string]*Policy{}
+	for i := range cfg.Policies {
+		byName[cfg.Policies[i].Name] = &cfg.Policies[i]
+	}
+	banned := byName["rl.foo.bar_banned"]
+	if q, w := banned.Quota(0); q != 0 || w != time.Minute || !slices.Equal(banned.RLS.Zero, []bool{true}) || !slices.Equal(banned.RLS.Names, []string{"banned_limit"}) {
+		t.Errorf("a limit of 0: quota %d per %v, zero %v, names %v", q, w, banned.RLS.Zero, banned.RLS.Names)
+	}
+	if q, _ := banned.Limits[0].Quota(); q != 1 {
+		t.Errorf("a limit of 0 is bound with a limit of %d, want 1", q)
+	}
+	if p := byName["rl.category_account"]; !slices.Equal(p.RLS.Replaces, []string{"bkthomps", "fake_name"}) || p.RLS.Zero != nil || !slices.Equal(p.RLS.Names, []string{""}) {
+		t.Errorf("replaces: %+v", p.RLS)
+	}
+	if p := byName["rl.service_service_1"]; !p.RLS.QuotaMode || p.RLS.Unlimited {
+		t.Errorf("quota_mode: %+v", p.RLS)
+	}
+	if p := byName["rl.qux"]; !p.RLS.Unlimited || len(p.Limits) != 0 {
+		t.Errorf("unlimited: %+v, %d limits", p.RLS, len(p.Limits))
+	}
+	if p := byName["rl.foo.stop"]; p.RLS.Unlimited || len(p.Limits) != 0 {
+		t.Errorf("without limits: %+v, %d limits", p.RLS, len(p.Limits))
+	}
+	if p := byName["rl.files.files"]; len(p.Key) != 2 || p.Key[0] != p.Key[1] {
+		t.Errorf("a key that repeats a descriptor key: %v", p.Key)
+	}
+	if p := byName["rl.shared.files"]; len(p.Key) != 1 || p.Key[0] != (KeyPart{Kind: KeyDescriptor, Name: "files", Nth: 2}) || p.Key[0].String() != "descriptor:files#2" {
+		t.Errorf("descriptor:files#2: %#v", p.Key)
+	}
+}

@@ -266,8 +266,13 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"description": "A limitproxy configuration file (docs/configuration.md). Generated from the code by " +
 			"go generate ./policy/config; limitproxy check -config FILE checks what a schema cannot " +
 			"(names that refer to each other, policy order).",
-		"required": []string{"upstream", "policy"},
-		"$defs":    defs(),
+		"required": []string{"policy"},
+		// An HTTP policy needs an upstream; a file of RLS policies alone
+		// has none.
+		"if": node{"properties": node{"policy": node{"contains": node{"not": node{
+			"properties": node{"match": node{"required": []string{"rls_domain"}}}, "required": []string{"match"}}}}}},
+		"then":  node{"required": []string{"upstream"}},
+		"$defs": defs(),
 	})
 	// [server]
 	positive := node{"$ref": "#/$defs/positiveDuration"}
@@ -419,18 +424,33 @@ func generateSchema(docs []byte) ([]byte, error) {
 		node{"if": leaky, "then": node{"properties": node{"cost_from": false}}})})
 	// [[policy]]
 	refine("policy", node{"minItems": 1})
+	rlsPolicy := node{"properties": node{"match": node{"required": []string{"rls_domain"}}}, "required": []string{"match"}}
 	refine("policy[]", node{
 		"required": []string{"name"},
 		"allOf": []node{
 			{
-				// An RLS policy has no upstream; any other needs one.
-				"if":   node{"properties": node{"match": node{"required": []string{"rls_domain"}}}, "required": []string{"match"}},
+				// An RLS policy has no upstream; any other needs one, and
+				// has neither the RLS policy's keys nor a limit of 0.
+				"if":   rlsPolicy,
 				"then": node{"properties": node{"upstream": false}},
-				"else": node{"required": []string{"upstream"}},
+				"else": node{"required": []string{"upstream"}, "properties": node{
+					"unlimited": false, "quota_mode": false, "replaces": false,
+					"limits": node{"items": node{"properties": node{"limit": node{"minimum": 1}}}},
+				}},
 			},
 			{
-				// Rate limits, a [policy.concurrency], or both.
-				"if":   node{"not": node{"required": []string{"concurrency"}}},
+				// Rate limits, a [policy.concurrency], or both; an RLS
+				// policy may have none.
+				"if":   node{"not": node{"anyOf": []node{{"required": []string{"concurrency"}}, rlsPolicy}}},
+				"then": node{"required": []string{"limits"}, "properties": node{"limits": node{"minItems": 1}}},
+			},
+			{
+				// An unlimited policy has no limits; a quota is a limit.
+				"if":   node{"properties": node{"unlimited": node{"const": true}}, "required": []string{"unlimited"}},
+				"then": node{"properties": node{"limits": node{"maxItems": 0}}},
+			},
+			{
+				"if":   node{"properties": node{"quota_mode": node{"const": true}}, "required": []string{"quota_mode"}},
 				"then": node{"required": []string{"limits"}, "properties": node{"limits": node{"minItems": 1}}},
 			},
 			{
@@ -574,6 +594,17 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"rls.max_entries":                          DefaultRLSMaxEntries,
 		"rls.max_message_bytes":                    DefaultRLSMaxMessageBytes,
 		"rls.max_concurrent_streams":               DefaultRLSMaxStreams,
+		"rls.compatibility":                        DefaultRLSCompatibility,
+		"rls.response_headers":                     DefaultRLSResponseHeaders,
+		"rls.limit_header":                         DefaultRLSLimitHeader,
+		"rls.remaining_header":                     DefaultRLSRemainingHeader,
+		"rls.reset_header":                         DefaultRLSResetHeader,
+		"rls.shadow_mode":                          false,
+		"rls.quota_mode":                           false,
+		"rls.domains":                              []string{},
+		"policy[].unlimited":                       false,
+		"policy[].quota_mode":                      false,
+		"policy[].replaces":                        []string{},
 		"identity.leeway":                          dur(DefaultIdentityLeeway),
 		"identity.refresh_interval":                dur(DefaultIdentityRefresh),
 	} {
@@ -587,6 +618,16 @@ func generateSchema(docs []byte) ([]byte, error) {
 	refine("rls.max_concurrent_streams", node{"minimum": 1, "maximum": 1 << 20})
 	refine("policy[].match.descriptor", node{"minItems": 1, "maxItems": 64})
 	refine("policy[].match.rls_domain", node{"minLength": 1})
+	refine("policy[].replaces", node{"items": node{"type": "string", "minLength": 1}})
+	// A fixed window's limit may be 0 in an RLS policy (the else above
+	// refuses it in any other).
+	refine("policy[].limits[].limit", node{"minimum": 0})
+	refine("rls.compatibility", node{"enum": compatibilities})
+	refine("rls.response_headers", node{"enum": rlsHeaders})
+	refine("rls.limit_header", node{"$ref": "#/$defs/headerName"})
+	refine("rls.remaining_header", node{"$ref": "#/$defs/headerName"})
+	refine("rls.reset_header", node{"$ref": "#/$defs/headerName"})
+	refine("rls.domains", node{"items": node{"type": "string", "minLength": 1}})
 
 	// Descriptions, from docs/configuration.md.
 	desc, err := docDescriptions(docs)
@@ -638,8 +679,12 @@ func refineLimit(path string, refine func(string, node)) {
 			// A calendar window is for the algorithms with a time zone.
 			not["window"] = node{"$ref": "#/$defs/positiveDuration"}
 		}
-		if a == limiter.SlidingLog {
-			not["limit"] = node{"maximum": limiter.MaxSlidingLogLimit}
+		switch {
+		case a == limiter.SlidingLog:
+			not["limit"] = node{"minimum": 1, "maximum": limiter.MaxSlidingLogLimit}
+		case a != limiter.FixedWindow && slices.Contains(a.Takes(), "limit"):
+			// Only a fixed window's may be 0 (in an RLS policy).
+			not["limit"] = node{"minimum": 1}
 		}
 		then["properties"] = not
 		cases = append(cases, node{

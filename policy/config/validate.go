@@ -40,6 +40,8 @@ var (
 	upstreamProtocols = []UpstreamProtocol{ProtocolHTTP1, ProtocolH2C}
 	implementations   = []Implementation{ImplLimitproxy, ImplNetHTTP}
 	modes             = []Mode{Enforce, Shadow}
+	compatibilities   = []Compatibility{CompatNone, CompatEnvoy}
+	rlsHeaders        = []RLSHeaders{RLSHeadersRateLimit, RLSHeadersEnvoy, RLSHeadersNone}
 	onMissings        = []OnMissing{MissingShared, MissingIP, MissingSkip, MissingReject, MissingUnauthorized}
 )
 
@@ -82,6 +84,7 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 			continue
 		}
 		checkHTTPPolicyKeys(&cfg.Policies[i], c)
+		refuseRLSKeys(&raw.Policy[i], i, c)
 		checkIdentityUse(&cfg.Policies[i], cfg.Identity != nil, c)
 		resolveClass(&cfg.Policies[i], &raw.Policy[i], cfg.Upstreams, upstreams, c)
 		checkClientHeaderKey(&cfg.Policies[i], cfg.Server.ClientIPHeader, c)
@@ -643,6 +646,29 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 		MaxEntries:           int(r.MaxEntries.Or(DefaultRLSMaxEntries)),
 		MaxMessageBytes:      int(r.MaxMessage.Or(DefaultRLSMaxMessageBytes)),
 		MaxConcurrentStreams: int(r.MaxStreams.Or(DefaultRLSMaxStreams)),
+		Compatibility:        Compatibility(r.Compatibility.Or(string(DefaultRLSCompatibility))),
+		ResponseHeaders:      RLSHeaders(r.RespHeaders.Or(string(DefaultRLSResponseHeaders))),
+		LimitHeader:          r.LimitHeader.Or(DefaultRLSLimitHeader),
+		RemainingHeader:      r.RemainHeader.Or(DefaultRLSRemainingHeader),
+		ResetHeader:          r.ResetHeader.Or(DefaultRLSResetHeader),
+		ShadowMode:           r.ShadowMode.V,
+		QuotaMode:            r.QuotaMode.V,
+		Domains:              r.Domains.V,
+	}
+	oneOf(c, "rls.compatibility", out.Compatibility, compatibilities...)
+	oneOf(c, "rls.response_headers", out.ResponseHeaders, rlsHeaders...)
+	for _, h := range []struct {
+		key  string
+		name string
+	}{{"limit_header", out.LimitHeader}, {"remaining_header", out.RemainingHeader}, {"reset_header", out.ResetHeader}} {
+		if !validToken(h.name) {
+			c.add("rls."+h.key, "%q is not a header name", h.name)
+		}
+	}
+	for i, d := range out.Domains {
+		if d == "" {
+			c.add("rls.domains", "element %d is empty: a call's domain never is", i)
+		}
 	}
 	if out.Listen != "" {
 		if _, _, err := net.SplitHostPort(out.Listen); err != nil {
@@ -773,13 +799,40 @@ func checkRLSPolicy(p *Policy, r *rawPolicy, c *collector) {
 			break
 		}
 	}
+	switch {
+	case p.RLS.Unlimited && len(p.Limits) > 0:
+		c.add(key+".unlimited", "an unlimited policy has no [[policy.limits]]: it answers limit_remaining 4294967295 and counts nothing")
+	case p.RLS.QuotaMode && len(p.Limits) == 0:
+		c.add(key+".quota_mode", "needs [[policy.limits]]: a quota is a limit")
+	}
+	for j, name := range p.RLS.Replaces {
+		switch {
+		case name == "":
+			c.add(key+".replaces", "element %d is empty: name a limit (its name key)", j)
+		case slices.Contains(p.RLS.Names, name):
+			c.add(key+".replaces", "%q is the name of one of this policy's own limits: a policy cannot replace itself", name)
+		}
+	}
 	bad := func(parts []KeyPart) string {
-		for _, kp := range parts {
+		seen := map[string]int{}
+		for i := range parts {
+			kp := &parts[i]
 			if kp.Kind != KeyDescriptor {
 				return fmt.Sprintf("%q: an RLS policy is keyed by descriptor:KEY parts only", kp.String())
 			}
-			if !slices.ContainsFunc(p.Match.Descriptor, func(d DescriptorPattern) bool { return d.Key == kp.Name }) {
+			if resolveNth(kp, p.Match.Descriptor) {
+				continue
+			}
+			if countPatterns(p.Match.Descriptor, kp.Name) == 0 {
+				if key, _, ok := strings.Cut(kp.Name, "#"); ok && countPatterns(p.Match.Descriptor, key) > 0 {
+					return fmt.Sprintf("%q: the match's descriptor has %d entries %q: descriptor:KEY#N reads the Nth, from 1", kp.String(), countPatterns(p.Match.Descriptor, key), key)
+				}
 				return fmt.Sprintf("%q: the match's descriptor has no entry %q, so the part would always be missing", kp.String(), kp.Name)
+			}
+			// The nth part of one KEY reads the nth entry of that key.
+			seen[kp.Name]++
+			if n := seen[kp.Name]; n > countPatterns(p.Match.Descriptor, kp.Name) {
+				return fmt.Sprintf("%q appears %d times, more than the match's descriptor has entries %q (%d): the nth part of a KEY reads its nth entry (or write descriptor:KEY#N)", kp.String(), n, kp.Name, countPatterns(p.Match.Descriptor, kp.Name))
 			}
 		}
 		return ""
@@ -792,6 +845,49 @@ func checkRLSPolicy(p *Policy, r *rawPolicy, c *collector) {
 		if why := bad(lk.Parts); why != "" {
 			c.add(fmt.Sprintf("%s.limits[%d].key", key, j), "%s (a shared limit used by an RLS policy needs a key of descriptor: parts)", why)
 			return
+		}
+	}
+}
+
+// resolveNth makes kp, a descriptor part named "KEY#N" where KEY is a key
+// of ds with at least N entries and "KEY#N" none, the part of the Nth
+// entry of KEY (Nth N); it reports whether it did.
+func resolveNth(kp *KeyPart, ds []DescriptorPattern) bool {
+	if kp.Nth > 0 {
+		return true // resolved already (a key shared by the policy and a limit)
+	}
+	i := strings.LastIndexByte(kp.Name, '#')
+	if i < 0 || countPatterns(ds, kp.Name) > 0 {
+		return false
+	}
+	n, err := strconv.Atoi(kp.Name[i+1:])
+	if err != nil || n < 1 || n > countPatterns(ds, kp.Name[:i]) || kp.Name[i+1] == '+' || kp.Name[i+1] == '0' {
+		return false
+	}
+	kp.Name, kp.Nth = kp.Name[:i], n
+	return true
+}
+
+// countPatterns is how many of ds are of key.
+func countPatterns(ds []DescriptorPattern, key string) int {
+	n := 0
+	for _, d := range ds {
+		if d.Key == key {
+			n++
+		}
+	}
+	return n
+}
+
+// refuseRLSKeys refuses, in the raw HTTP policy r (policy[i]), the keys
+// only an RLS policy has.
+func refuseRLSKeys(r *rawPolicy, i int, c *collector) {
+	for _, k := range []struct {
+		name string
+		set  bool
+	}{{"unlimited", r.Unlimited.Set}, {"quota_mode", r.QuotaMode.Set}, {"replaces", r.Replaces.Set}} {
+		if k.set {
+			c.add(fmt.Sprintf("policy[%d].%s", i, k.name), "is an RLS policy's (match.rls_domain): it says how Envoy's descriptors are answered")
 		}
 	}
 }
@@ -892,9 +988,12 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 		if p.Conc != nil {
 			spec.Concurrency = validatePolicyConc(p.Conc, key+".concurrency", c)
 		}
-		if len(p.Limits) > 0 || spec.Concurrency == nil {
-			spec.Limits, spec.LimitKeys, spec.Charges, spec.LimitNames = compilePolicyLimits(p.Limits, spec.Name, key, pk, shared, check, c)
+		if len(p.Limits) > 0 || spec.Concurrency == nil && !rls {
+			// An RLS policy may have none: it answers OK without a limit
+			// (or, unlimited, with limit_remaining 4294967295).
+			spec.Limits, spec.LimitKeys, spec.Charges, spec.LimitNames, spec.RLS.Names, spec.RLS.Zero = compilePolicyLimits(p.Limits, spec.Name, key, pk, shared, check, rls, c)
 		}
+		spec.RLS.Unlimited, spec.RLS.QuotaMode, spec.RLS.Replaces = p.Unlimited.V, p.QuotaMode.V, p.Replaces.V
 		for _, lk := range spec.LimitKeys {
 			if !lk.Equal(pk) {
 				spec.OwnKeys = true
@@ -1075,12 +1174,16 @@ func validatePolicyConc(r *rawPolicyConc, key string, c *collector) *PolicyConcu
 // compilePolicyLimits validates the [[policy.limits]] of the policy named
 // policyName, each its own limit or a use of a [[shared_limit]], and
 // returns them with the key each counts under (policyKey unless it sets
-// its own) and the name each goes by in the RateLimit fields (see
-// Policy.LimitName).
-func compilePolicyLimits(raws []rawLimit, policyName, policyKey string, pk LimitKey, shared map[string]sharedLimit, check func(limiter.Limit) error, c *collector) ([]limiter.Limit, []LimitKey, []Charge, []string) {
+// its own), the name each goes by in the RateLimit fields (see
+// Policy.LimitName) and each one's name key ("" for none).
+//
+// In an RLS policy (rls), a fixed window's limit may be 0: it admits
+// nothing (envoyproxy/ratelimit's requests_per_unit: 0). It is bound
+// with a limit of 1, which gives it its state, and zero reports it.
+func compilePolicyLimits(raws []rawLimit, policyName, policyKey string, pk LimitKey, shared map[string]sharedLimit, check func(limiter.Limit) error, rls bool, c *collector) (_ []limiter.Limit, _ []LimitKey, _ []Charge, _ []string, _ []string, zero []bool) {
 	if len(raws) == 0 {
 		c.add(policyKey+".limits", "at least one [[policy.limits]] (or a [policy.concurrency]) is required")
-		return nil, nil, nil, nil
+		return nil, nil, nil, nil, nil, nil
 	}
 	if len(raws) > limiter.MaxLimits {
 		c.add(policyKey+".limits", "%d limits; at most %d per policy", len(raws), limiter.MaxLimits)
@@ -1131,6 +1234,16 @@ func compilePolicyLimits(raws []rawLimit, policyName, policyKey string, pk Limit
 			lim, lk = sh.limit, sh.key
 		} else {
 			lk = limitKey(r, pk, key, c)
+			isZero := rls && r.Limit.Set && r.Limit.err == nil && r.Limit.V == 0 && r.Algorithm.V == limiter.FixedWindow.String()
+			if isZero {
+				one := *r
+				one.Limit.V = 1
+				r = &one
+				if zero == nil {
+					zero = make([]bool, len(raws))
+				}
+				zero[i] = true
+			}
 			var ok bool
 			if lim, ok = compileLimit(r, key, check, c); !ok {
 				continue
@@ -1164,7 +1277,11 @@ func compilePolicyLimits(raws []rawLimit, policyName, policyKey string, pk Limit
 	if !deferred {
 		charges = nil
 	}
-	return out, keys, charges, limitNames(policyName, out, named, at, c)
+	if zero != nil {
+		// Aligned with out: a limit refused above has no place there.
+		zero = zero[:len(out)]
+	}
+	return out, keys, charges, limitNames(policyName, out, named, at, c), named, zero
 }
 
 // limitNames returns the name each of a policy's limits goes by in the

@@ -25,6 +25,12 @@ const (
 	Version = "v1.4.1-0.20260122083618-3fb702589d36"
 )
 
+// SourceEnv names the environment variable that, set, is a checkout of
+// envoyproxy/ratelimit that BuildReference builds instead of the pinned
+// Version: newer commits than the module mirror serves (its wildcards
+// anywhere in a value, quota mode's statuses, metadata).
+const SourceEnv = "LIMITPROXY_RLSREF_SRC"
+
 // Build installs the reference's service_cmd into dir and returns the
 // binary's path. The error holds the go command's output.
 func Build(ctx context.Context, dir string) (string, error) {
@@ -36,6 +42,74 @@ func Build(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("go install %s/src/service_cmd@%s: %v\n%s", Module, Version, err, bytes.TrimSpace(out.Bytes()))
 	}
 	return filepath.Join(dir, "service_cmd"), nil
+}
+
+// Reference is a built reference server: its binary, what it was built
+// from, and the features of that source that change its answers.
+type Reference struct {
+	Bin      string
+	Source   string // the source tree's directory
+	Version  string // Version, or the source tree's
+	Features Features
+}
+
+// Features are what a version of the reference does that older ones do
+// not, read from its source.
+type Features struct {
+	// Wildcards: a '*' anywhere in a value is a wildcard (its commit
+	// 6bcd4d2); without, only a trailing one.
+	Wildcards bool
+	// QuotaStatus: a quota over its limit is OVER_LIMIT in its status,
+	// the call when every quota is (commit 05c08d0); without, OK.
+	QuotaStatus bool
+	// Metadata: a descriptor's metadata key (commit 3728d99); without, an
+	// unknown key.
+	Metadata bool
+}
+
+// BuildReference builds the reference into dir: the checkout named by
+// SourceEnv when set, else the pinned Version from its Go module (Build);
+// and reads its features from its source.
+func BuildReference(ctx context.Context, dir string) (*Reference, error) {
+	ref := &Reference{Version: Version}
+	if src := os.Getenv(SourceEnv); src != "" {
+		ref.Source, ref.Version = src, "source "+src
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "service_cmd"), "./src/service_cmd")
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("%s=%s: go build ./src/service_cmd: %v\n%s", SourceEnv, src, err, bytes.TrimSpace(out))
+		}
+		ref.Bin = filepath.Join(dir, "service_cmd")
+	} else {
+		bin, err := Build(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		ref.Bin = bin
+		cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", Module+"@"+Version)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("go list -m %s@%s: %v", Module, Version, err)
+		}
+		ref.Source = string(bytes.TrimSpace(out))
+	}
+	cfg, err := os.ReadFile(filepath.Join(ref.Source, "src", "config", "config_impl.go"))
+	if err != nil {
+		return nil, err
+	}
+	svc, err := os.ReadFile(filepath.Join(ref.Source, "src", "service", "ratelimit.go"))
+	if err != nil {
+		return nil, err
+	}
+	ref.Features = Features{
+		Wildcards:   bytes.Contains(cfg, []byte("wildcardMatch(")),
+		QuotaStatus: bytes.Contains(svc, []byte("failedQuotaDescriptors")),
+		Metadata:    bytes.Contains(cfg, []byte(`"metadata":`)),
+	}
+	return ref, nil
 }
 
 // Options configure one reference server.
@@ -50,6 +124,9 @@ type Options struct {
 	// argument and becomes it (exec), as taskset -c 1 does: Pid is then
 	// the server's.
 	Wrap []string
+	// Env is more of its environment (settings: SHADOW_MODE=true, …),
+	// after Env's.
+	Env []string
 }
 
 // Server is a running reference server.
@@ -87,7 +164,7 @@ func Start(o Options) (*Server, error) {
 	if len(o.Wrap) > 0 {
 		s.cmd = exec.Command(o.Wrap[0], append(o.Wrap[1:], o.Bin)...)
 	}
-	s.cmd.Env = append(os.Environ(), Env(o, ports)...)
+	s.cmd.Env = append(append(os.Environ(), Env(o, ports)...), o.Env...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		return nil, err

@@ -18,11 +18,21 @@ type Options struct {
 	// descriptors, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true does;
 	// false refuses a domain given twice, as it does by default.
 	MergeDomains bool
-	// AllowStricter carries over, as a comment and a warning, what
-	// limitproxy would enforce more strictly than envoyproxy/ratelimit:
-	// replaces (the replaced limit is enforced too) and quota_mode (the
-	// limit is enforced). false refuses them.
-	AllowStricter bool
+	// Settings are the reference's environment settings that change its
+	// answers; the zero value is its defaults.
+	Settings Settings
+}
+
+// Settings are envoyproxy/ratelimit's environment settings that change
+// what it answers, which the import writes into [rls].
+type Settings struct {
+	// ResponseHeaders is LIMIT_RESPONSE_HEADERS_ENABLED, and LimitHeader,
+	// RemainingHeader and ResetHeader its LIMIT_LIMIT_HEADER,
+	// LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER ("": its defaults).
+	ResponseHeaders                           bool
+	LimitHeader, RemainingHeader, ResetHeader string
+	// ShadowMode is SHADOW_MODE, QuotaMode QUOTA_MODE.
+	ShadowMode, QuotaMode bool
 }
 
 // DefaultListen is the [rls] listen address written when Options.Listen
@@ -48,8 +58,12 @@ type policy struct {
 	domain     string
 	descriptor []string // patterns
 	key        []string // nil: the default (every entry's value)
-	limit      *Limit   // nil: no limit (the lookup ends here)
+	limit      *Limit   // nil: no limit (the lookup ends here, OK)
+	unlimited  bool     // unlimited: true (limit nil)
+	from       *Limit   // the rate_limit it is made of; nil for one without
 	shadow     bool
+	quota      bool
+	replaces   []string
 	why        string   // for a policy without limit: why it is there
 	notes      []string // comments written above it
 }
@@ -98,17 +112,22 @@ func Import(files []Input, o Options) (*Result, error) {
 	var perDomain [][]*policy
 	for _, d := range domains {
 		c.file = d.File
-		perDomain = append(perDomain, c.domain(d))
+		ps := c.domain(d)
+		if len(ps) == 0 {
+			// Every call of the domain is OK; a policy without limits
+			// makes it a domain the service knows (where a descriptor's
+			// own limit applies), and a configuration has a policy.
+			ps = []*policy{{name: c.name(d.Name + ".known"), domain: d.Name, descriptor: []string{"*"},
+				why: "no descriptor of the domain has a limit: every call is OK; this policy makes the domain known"}}
+		}
+		perDomain = append(perDomain, ps)
 	}
 	errs = append(errs, c.errs...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	if n := countPolicies(perDomain); n == 0 {
-		return nil, Errors{{File: names(files), Msg: "nothing to import: no descriptor has a rate_limit, so the reference answers OK to every call (and a configuration needs a policy)"}}
-	}
 	warnings = sortWarnings(files, append(warnings, c.warnings...))
-	return &Result{TOML: render(files, domains, perDomain, warnings, o), Warnings: warnings}, nil
+	return &Result{TOML: render(files, domains, perDomain, warnings, o, c.depth), Warnings: warnings}, nil
 }
 
 type converter struct {
@@ -117,6 +136,7 @@ type converter struct {
 	errs     Errors
 	warnings []Warning
 	names    map[string]int
+	depth    int // the most entries of a policy's descriptor
 }
 
 func (c *converter) errorf(n *Node, format string, args ...any) {
@@ -127,6 +147,12 @@ func (c *converter) warnf(n *Node, format string, args ...any) string {
 	msg := fmt.Sprintf(format, args...)
 	c.warnings = append(c.warnings, Warning{File: c.file, Line: n.Line, Col: n.Col, Msg: msg})
 	return fmt.Sprintf("%s:%d: %s", c.file, n.Line, msg)
+}
+
+// notef is a note at n written above its policy only: something carried
+// over that answers as the reference does.
+func (c *converter) notef(n *Node, format string, args ...any) string {
+	return fmt.Sprintf("%s:%d: %s", c.file, n.Line, fmt.Sprintf(format, args...))
 }
 
 // step is one level of a path: the node and its pattern.
@@ -142,29 +168,30 @@ func (c *converter) domain(d *Domain) []*policy {
 }
 
 // kind orders the descriptors of one key at one level as the reference
-// looks them up: the exact value, then the wildcards in file order, then
-// the bare key.
+// looks them up: the exact value, then the wildcards (a value with '*'
+// anywhere) in file order, then the bare key.
 func kind(n *Node) int {
 	switch {
 	case n.Value == "":
 		return 2
-	case strings.HasSuffix(n.Value, "*"):
+	case strings.Contains(n.Value, "*"):
 		return 1
 	}
 	return 0
 }
 
-// overlap reports whether a value a matched by hi could also be matched by
-// lo, of the same key and lower precedence.
+// overlap reports whether a value matched by hi could also be matched by
+// lo, of the same key and lower precedence. It may say so of two that do
+// not meet: that adds a policy that ends a lookup the reference would
+// end there too, never one that changes an answer.
 func overlap(hi, lo *Node) bool {
 	switch {
 	case kind(lo) == 2:
 		return true
 	case kind(hi) == 0: // lo is a wildcard
-		return strings.HasPrefix(hi.Value, strings.TrimSuffix(lo.Value, "*"))
+		return globMatch(lo.Value, hi.Value)
 	default: // both wildcards
-		p, q := strings.TrimSuffix(hi.Value, "*"), strings.TrimSuffix(lo.Value, "*")
-		return strings.HasPrefix(p, q) || strings.HasPrefix(q, p)
+		return globsMeet(hi.Value, lo.Value)
 	}
 }
 
@@ -194,9 +221,10 @@ func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
 		steps := make([][]step, len(ordered))
 		for i, n := range ordered {
 			if len(path) == maxDepth {
-				c.errorf(n, "descriptor %s is %d levels deep: an RLS policy's descriptor has at most %d entries", pathName(d, path, n), len(path)+1, maxDepth)
+				c.errorf(n, "descriptor %s is %d levels deep: an RLS policy's descriptor has at most %d entries (limitproxy's bound; the reference has none)", pathName(d, path, n), len(path)+1, maxDepth)
 				continue
 			}
+			c.depth = max(c.depth, len(path)+1)
 			p, ok := c.pattern(n)
 			if !ok {
 				continue
@@ -221,7 +249,9 @@ func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
 					continue
 				}
 				for _, q := range blocks[j] {
-					if q.limit == nil {
+					if q.limit == nil && !q.unlimited {
+						// Nothing to hide: a policy without a limit answers
+						// as no policy does.
 						continue
 					}
 					if q.depth() == depth {
@@ -295,27 +325,20 @@ func (c *converter) block(d *Domain, path []step) []*policy {
 }
 
 // maxDepth is the most patterns an RLS policy's descriptor may have.
-const maxDepth = 16
+const maxDepth = 64
 
-// pattern is n's descriptor pattern, or false after a refusal.
+// pattern is n's descriptor pattern, or false when n is left out (noted):
+// a key with '=' cannot be written in a pattern.
 func (c *converter) pattern(n *Node) (string, bool) {
-	if strings.ContainsAny(n.Key, "=*") {
-		c.errorf(n, "key %q: a key with '=' or '*' cannot be expressed in a descriptor pattern", n.Key)
+	if strings.Contains(n.Key, "=") {
+		c.warnf(n, "key %q is left out, with what is below it: a key with '=' cannot be written in a descriptor pattern (Envoy's actions make no such key)", n.Key)
 		return "", false
 	}
-	switch kind(n) {
-	case 2:
+	if strings.Contains(n.Key, "*") {
+		c.warnf(n, "key %q is matched as written: the reference takes its '*' as a wildcard over the entry's KEY_VALUE", n.Key)
+	}
+	if kind(n) == 2 {
 		return n.Key, true
-	case 1:
-		if strings.Contains(strings.TrimSuffix(n.Value, "*"), "*") {
-			c.errorf(n, "value %q: a '*' before the end (a wildcard in newer envoyproxy/ratelimit, a literal in older) cannot be expressed; only a trailing '*' can", n.Value)
-			return "", false
-		}
-	default:
-		if strings.Contains(n.Value, "*") {
-			c.errorf(n, "value %q: a '*' before the end (a wildcard in newer envoyproxy/ratelimit, a literal in older) cannot be expressed; only a trailing '*' can", n.Value)
-			return "", false
-		}
 	}
 	return n.Key + "=" + n.Value, true
 }
@@ -345,83 +368,70 @@ func isAlnum(b byte) bool {
 func (c *converter) policy(d *Domain, path []step) *policy {
 	n := path[len(path)-1].node
 	l := n.Limit
-	p := &policy{domain: d.Name, limit: l, shadow: n.ShadowMode}
+	p := &policy{domain: d.Name, limit: l, from: l, shadow: n.ShadowMode, replaces: l.Replaces}
 	parts := []string{d.Name}
 	for _, s := range path {
 		p.descriptor = append(p.descriptor, s.pattern)
 		parts = append(parts, s.node.FinalKey())
 	}
 	p.name = c.name(strings.Join(parts, "."))
-	ok := true
-	if !l.Unlimited {
-		switch {
-		case l.RequestsPerUnit == 0:
-			c.errorf(n, "requests_per_unit 0 (every request over the limit) cannot be expressed: a fixed window admits at least 1")
-			ok = false
-		case int64(l.RequestsPerUnit) > maxCount:
-			c.errorf(n, "requests_per_unit %d is above limitproxy's largest limit, %d", l.RequestsPerUnit, maxCount)
-			ok = false
+	if l.Unlimited {
+		p.limit, p.unlimited, p.shadow = nil, true, false
+		if l.Name != "" {
+			p.notes = append(p.notes, c.notef(n, "an unlimited limit's name (%q) is not used: the reference never replaces an unlimited limit", l.Name))
 		}
 	} else {
-		p.limit = nil
-		p.why = "unlimited, as in the reference"
-	}
-	if l.Name != "" && !nameOK(l.Name) {
-		p.notes = append(p.notes, c.warnf(n, "rate_limit name %q is written %q: a limit's name is letters, digits, '.', '_' and '-'", l.Name, limitName(l.Name)))
-	}
-	if len(l.Replaces) > 0 {
-		msg := fmt.Sprintf("replaces %q: limitproxy decides each descriptor on its own and cannot skip another's limit, which it enforces too", l.Replaces)
-		if !c.o.AllowStricter {
-			c.errorf(n, "%s (-allow-stricter carries the rest over)", msg)
-			ok = false
-		} else {
-			p.notes = append(p.notes, c.warnf(n, "%s", msg))
+		p.quota = n.QuotaMode
+		if int64(l.RequestsPerUnit) > maxCount {
+			p.notes = append(p.notes, c.warnf(n, "requests_per_unit %d is written %d, limitproxy's largest limit: current_limit says %d", l.RequestsPerUnit, maxCount, maxCount))
 		}
 	}
-	if n.QuotaMode {
-		msg := "quota_mode (newer envoyproxy/ratelimit) cannot be expressed: the limit is enforced as any other"
-		if !c.o.AllowStricter {
-			c.errorf(n, "%s (-allow-stricter carries the rest over)", msg)
-			ok = false
-		} else {
-			p.notes = append(p.notes, c.warnf(n, "%s", msg))
+	if n.QuotaMode && l.Unlimited {
+		p.notes = append(p.notes, c.notef(n, "quota_mode on an unlimited limit changes nothing, as in the reference"))
+	}
+	if l.Name != "" && !l.Unlimited && !nameOK(l.Name) {
+		p.notes = append(p.notes, c.warnf(n, "rate_limit name %q is written %q: a limit's name is letters, digits, '.', '_' and '-' (current_limit carries it so written)", l.Name, limitName(l.Name)))
+	}
+	for _, r := range l.Replaces {
+		if !nameOK(r) {
+			p.notes = append(p.notes, c.warnf(n, "replaces name %q is written %q, as a limit's name is", r, limitName(r)))
 		}
 	}
 	// share_threshold: entries matched through a wildcard that shares its
 	// threshold count under the pattern, that is, not under their value.
-	var shared, own []string
-	count := map[string]int{}
+	shares := false
 	for _, s := range path {
-		count[s.node.Key]++
+		shares = shares || s.node.ShareThreshold
 	}
-	for _, s := range path {
-		if s.node.ShareThreshold {
-			shared = append(shared, s.node.Key)
-		} else {
-			own = append(own, s.node.Key)
-		}
-	}
-	if len(shared) > 0 {
+	if shares {
+		// Each entry that shares nothing, by its key, or by its place
+		// among the entries of its key ("descriptor:KEY#N") when the key
+		// is there more than once.
 		p.key = []string{}
-		for _, k := range own {
-			if count[k] > 1 {
-				c.errorf(n, "key %q appears twice in the descriptor and share_threshold applies to another entry: a descriptor: key part cannot tell the two apart", k)
-				ok = false
+		count, nth := map[string]int{}, map[string]int{}
+		for _, s := range path {
+			count[s.node.Key]++
+		}
+		for _, s := range path {
+			k := s.node.Key
+			nth[k]++
+			switch {
+			case s.node.ShareThreshold:
+			case count[k] > 1:
+				p.key = append(p.key, fmt.Sprintf("descriptor:%s#%d", k, nth[k]))
+			default:
+				p.key = append(p.key, "descriptor:"+k)
 			}
-			p.key = append(p.key, "descriptor:"+k)
 		}
 	}
 	for _, s := range path {
 		m := s.node
 		if m.DetailedMetric || m.ValueToMetric {
-			p.notes = append(p.notes, c.warnf(m, "detailed_metric/value_to_metric are not carried over: limitproxy counts per policy (limitproxy_requests_total{policy}) and shows the busiest keys in top offenders"))
+			p.notes = append(p.notes, c.notef(m, "detailed_metric/value_to_metric: the reference's stats by value; limitproxy counts this policy's decisions (limitproxy_requests_total{policy=%q}) and shows its busiest values in the top offenders", p.name))
 		}
 		if m.Metadata {
-			p.notes = append(p.notes, c.warnf(m, "metadata is not carried over: limitproxy sends none in its answer"))
+			p.notes = append(p.notes, c.notef(m, "metadata: the reference sends it to Envoy only with RESPONSE_DYNAMIC_METADATA=true, which limitproxy does not do"))
 		}
-	}
-	if !ok {
-		return nil
 	}
 	return p
 }
@@ -481,20 +491,4 @@ func sortWarnings(files []Input, ws []Warning) []Warning {
 		return cmp.Or(cmp.Compare(order[a.File], order[b.File]), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col), strings.Compare(a.Msg, b.Msg))
 	})
 	return slices.Compact(ws)
-}
-
-func countPolicies(perDomain [][]*policy) int {
-	n := 0
-	for _, ps := range perDomain {
-		n += len(ps)
-	}
-	return n
-}
-
-func names(files []Input) string {
-	s := make([]string, len(files))
-	for i, f := range files {
-		s[i] = f.Name
-	}
-	return strings.Join(s, ", ")
 }

@@ -31,7 +31,7 @@ func goldenCases(t *testing.T) []goldenCase {
 		"merge_dup_b.yaml":  {},
 	}
 	options := map[string]Options{
-		"valid/replaces.yaml": {AllowStricter: true, Listen: "127.0.0.1:18081"},
+		"valid/replaces.yaml": {Listen: "127.0.0.1:18081"},
 	}
 	var cases []goldenCase
 	for _, dir := range []string{"valid", "invalid"} {

@@ -5,15 +5,21 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter/memstore"
+	lpolicy "github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 type entry struct{ key, value string }
 
 // refLookup is envoyproxy/ratelimit's GetLimit, restated over the parsed
-// tree: at each level the entry's "key_value", then the wildcards in file
-// order, then the bare key; a limit counts only at the last entry; the
-// lookup never goes back up. It returns the limit that applies, nil for
-// none (unlimited is none too: it is never over).
+// tree: at each level the entry's "key_value", then the wildcards (a '*'
+// anywhere in the value) in file order, then the bare key; a limit
+// counts only at the last entry; the lookup never goes back up. It
+// returns the rate_limit that applies (an unlimited one too), nil for
+// none.
 func refLookup(d *Domain, es []entry) *Limit {
 	nodes := d.Nodes
 	var found *Limit
@@ -27,7 +33,7 @@ func refLookup(d *Domain, es []entry) *Limit {
 		}
 		if next == nil {
 			for _, n := range nodes {
-				if strings.HasSuffix(n.Value, "*") && strings.HasPrefix(full, strings.TrimSuffix(n.FinalKey(), "*")) {
+				if strings.Contains(n.Value, "*") && wildcardMatch(strings.Split(n.FinalKey(), "*"), full) {
 					next = n
 					break
 				}
@@ -40,7 +46,7 @@ func refLookup(d *Domain, es []entry) *Limit {
 				}
 			}
 		}
-		if next != nil && next.Limit != nil && i == len(es)-1 && !next.Limit.Unlimited {
+		if next != nil && next.Limit != nil && i == len(es)-1 {
 			found = next.Limit
 		}
 		if next == nil || len(next.Children) == 0 {
@@ -51,10 +57,35 @@ func refLookup(d *Domain, es []entry) *Limit {
 	return found
 }
 
+// wildcardMatch is the reference's: value matches parts, a pattern split
+// at each '*', each '*' any run of characters (restated from its
+// src/config/config_impl.go).
+func wildcardMatch(parts []string, value string) bool {
+	if len(parts) == 1 {
+		return parts[0] == value
+	}
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
+	if !strings.HasPrefix(value, parts[0]) || !strings.HasSuffix(value, parts[len(parts)-1]) || len(value) < total {
+		return false
+	}
+	rest := value[len(parts[0]) : len(value)-len(parts[len(parts)-1])]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
+
 // flatLookup is the RLS face's choice as docs/envoy.md states it: the
 // first policy of the domain whose descriptor has the call's length and
 // whose patterns match entry by entry ("KEY", "KEY=VALUE",
-// "KEY=PREFIX*").
+// "KEY=PATTERN" with '*' anywhere).
 func flatLookup(ps []*policy, domain string, es []entry) *policy {
 	for _, p := range ps {
 		if p.domain != domain || len(p.descriptor) != len(es) {
@@ -67,8 +98,8 @@ func flatLookup(ps []*policy, domain string, es []entry) *policy {
 			case k != es[i].key:
 				ok = false
 			case !hasV || v == "*":
-			case strings.HasSuffix(v, "*"):
-				ok = strings.HasPrefix(es[i].value, strings.TrimSuffix(v, "*"))
+			case strings.Contains(v, "*"):
+				ok = wildcardMatch(strings.Split(v, "*"), es[i].value)
 			default:
 				ok = v == es[i].value
 			}
@@ -85,7 +116,7 @@ func flatLookup(ps []*policy, domain string, es []entry) *policy {
 
 func randomTree(r *rand.Rand, depth int, id *int) []*Node {
 	keys := []string{"a", "b"}
-	values := []string{"", "x", "y", "xy", "x*", "*", "xy*", "y*"}
+	values := []string{"", "x", "y", "xy", "x*", "*", "xy*", "y*", "*y", "x*y", "*x*", "y*x", "x*x", "y*y"}
 	var out []*Node
 	seen := map[string]bool{}
 	for range r.IntN(4) {
@@ -113,9 +144,9 @@ func randomTree(r *rand.Rand, depth int, id *int) []*Node {
 func TestFlattenDecidesAsTheReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	keys := []string{"a", "b", "c"}
-	// No value ends in "*": the reference looks such a value up literally
+	// No value holds "*": the reference looks such a value up literally
 	// first (docs/envoy.md, known differences).
-	values := []string{"", "x", "y", "xy", "xyz", "z", "yx"}
+	values := []string{"", "x", "y", "xy", "xyz", "z", "yx", "xyx", "yxy", "xxy"}
 	for tree := range 3000 {
 		id := 0
 		d := &Domain{File: "t.yaml", Name: "d", Nodes: randomTree(r, 3, &id)}
@@ -123,6 +154,23 @@ func TestFlattenDecidesAsTheReference(t *testing.T) {
 		ps := c.domain(d)
 		if len(c.errs) > 0 {
 			t.Fatalf("tree %d: %v", tree, c.errs)
+		}
+		// Every tenth tree also through the real pipeline: the TOML, as
+		// limitproxy parses and compiles it, and its MatchDescriptor.
+		var set *lpolicy.Set
+		byName := map[string]*Limit{}
+		if tree%10 == 0 && len(ps) > 0 {
+			toml := render([]Input{{Name: d.File}}, []*Domain{d}, [][]*policy{ps}, nil, Options{}, c.depth)
+			cfg, err := config.Parse("t.toml", toml)
+			if err != nil {
+				t.Fatalf("tree %d: %v\n%s", tree, err, toml)
+			}
+			if set, err = lpolicy.Compile(cfg, memstore.New(memstore.Options{}), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range ps {
+				byName[p.name] = p.from
+			}
 		}
 		for range 60 {
 			es := make([]entry, 1+r.IntN(4))
@@ -133,13 +181,78 @@ func TestFlattenDecidesAsTheReference(t *testing.T) {
 			p := flatLookup(ps, "d", es)
 			var got *Limit
 			if p != nil {
-				got = p.limit
+				got = p.from
 			}
 			if got != want {
 				t.Fatalf("tree %d, descriptor %v: the reference finds %s, the import %s (policy %v)\n%s",
 					tree, es, limitString(want), limitString(got), p, dumpTree(d.Nodes, ""))
 			}
+			if set == nil {
+				continue
+			}
+			var des []lpolicy.DescriptorEntry
+			for _, e := range es {
+				des = append(des, lpolicy.DescriptorEntry{Key: e.key, Value: e.value})
+			}
+			got = nil
+			if q, ok := set.MatchDescriptor("d", des); ok {
+				got = byName[q.Name]
+			}
+			if got != want {
+				t.Fatalf("tree %d, descriptor %v: the reference finds %s, limitproxy's MatchDescriptor %s\n%s",
+					tree, es, limitString(want), limitString(got), dumpTree(d.Nodes, ""))
+			}
 		}
+	}
+}
+
+// TestGlobsMeet compares globsMeet with the values that match both
+// patterns, over every pattern of 'a', 'b' and '*' up to four long and
+// every value of 'a' and 'b' up to eight (a value of both, if any, is
+// no longer than the two patterns' letters).
+func TestGlobsMeet(t *testing.T) {
+	var pats, vals []string
+	var gen func(prefix string, n int, alphabet string, out *[]string)
+	gen = func(prefix string, n int, alphabet string, out *[]string) {
+		*out = append(*out, prefix)
+		if n == 0 {
+			return
+		}
+		for _, c := range alphabet {
+			gen(prefix+string(c), n-1, alphabet, out)
+		}
+	}
+	gen("", 4, "ab*", &pats)
+	gen("", 8, "ab", &vals)
+	match := func(p, v string) bool { return wildcardMatch(strings.Split(p, "*"), v) }
+	meets := 0
+	for _, a := range pats {
+		for _, b := range pats {
+			want := false
+			for _, v := range vals {
+				if match(a, v) && match(b, v) {
+					want = true
+					break
+				}
+			}
+			if got := globsMeet(a, b); got != want {
+				t.Fatalf("globsMeet(%q, %q) = %v, want %v", a, b, got, want)
+			}
+			if want {
+				meets++
+			}
+		}
+		for _, v := range vals[:40] {
+			if got, want := globMatch(a, v), match(a, v); got != want {
+				t.Fatalf("globMatch(%q, %q) = %v, want %v", a, v, got, want)
+			}
+		}
+	}
+	if meets == 0 || meets == len(pats)*len(pats) {
+		t.Fatalf("%d of %d pairs meet: the comparison tells nothing", meets, len(pats)*len(pats))
+	}
+	if globMatch("a*", "a*") != true || globMatch("a*b", "a*") != false {
+		t.Error("a value's own '*' is a character")
 	}
 }
 

@@ -1,24 +1,36 @@
 // Package envoyimport converts envoyproxy/ratelimit's YAML configuration
 // (one domain per file, a tree of descriptors with rate limits) into
-// limitproxy's TOML, for the RLS face. It refuses what envoyproxy/ratelimit
-// refuses, with the same checks, and says in the output what it cannot
-// carry over rather than changing a decision silently.
+// limitproxy's TOML, for the RLS face. It loads what envoyproxy/ratelimit
+// loads and refuses what it refuses, with the same checks, each at its
+// file, line and column; and it says in the output what it carries over
+// otherwise than the reference has it.
 //
-// The checks follow envoyproxy/ratelimit's src/config/config_impl.go: keys
-// outside its known set, non-string keys, lists of anything but maps, an
-// empty domain or key, a duplicate key/value at one level, an unknown unit,
-// a unit beside unlimited, an empty or self replaces entry, share_threshold
-// on a value without '*'.
+// The checks follow envoyproxy/ratelimit's src/config/config_impl.go
+// (ConfigFileContentToYaml, validateYamlKeys, loadConfig,
+// loadDescriptors), on the same YAML library (gopkg.in/yaml.v2, which
+// go.yaml.in/yaml/v2 is, unchanged): keys outside its known set, keys that
+// are not strings, lists of anything but maps, values that are not
+// strings, integers, booleans or null, values its structures cannot hold,
+// an empty domain or key, a duplicate key/value at one level, a unit that
+// is not one of its units, a unit beside unlimited, an empty or self
+// replaces entry, share_threshold on a key/value without '*', metadata
+// that is no map. Positions come from a second reading of the same bytes
+// (go.yaml.in/yaml/v3's nodes), which the first, the reference's, does
+// not keep.
 package envoyimport
 
 import (
 	"cmp"
 	"fmt"
+	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	yaml "go.yaml.in/yaml/v2"
+	yaml3 "go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Units maps envoyproxy/ratelimit's units (case-insensitive in its YAML)
@@ -111,12 +123,43 @@ var validKeys = map[string]bool{
 	"share_threshold": true, "metadata": true,
 }
 
-// parser holds one file's refusals and notes.
-type parser struct {
-	file     string
-	errs     Errors
-	warnings []Warning
-}
+// The reference's YAML structures, as yaml.v2 decodes into them: the
+// same fields, names and tags (a field's key is its name in lower case),
+// so that a value decodes or fails to as it does there. Their names are
+// the reference's too, as its errors show them.
+type (
+	yamlReplaces struct {
+		Name string
+	}
+	YamlRateLimit struct {
+		RequestsPerUnit uint32 `yaml:"requests_per_unit"`
+		Unit            string
+		Unlimited       bool `yaml:"unlimited"`
+		Name            string
+		Replaces        []yamlReplaces
+	}
+	YamlDescriptor struct {
+		Key            string
+		Value          string
+		RateLimit      *YamlRateLimit `yaml:"rate_limit"`
+		Descriptors    []YamlDescriptor
+		ShadowMode     bool `yaml:"shadow_mode"`
+		QuotaMode      bool `yaml:"quota_mode"`
+		DetailedMetric bool `yaml:"detailed_metric"`
+		ValueToMetric  bool `yaml:"value_to_metric"`
+		ShareThreshold bool `yaml:"share_threshold"`
+		Metadata       map[string]interface{}
+	}
+	YamlRoot struct {
+		Domain      string
+		Descriptors []YamlDescriptor
+	}
+)
+
+// referenceUnits are the reference's units: the names of its
+// RateLimitResponse.RateLimit.Unit but UNKNOWN, which a YAML unit is
+// matched against in upper case (strings.ToUpper).
+var referenceUnits = []string{"SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "YEAR"}
 
 // Warning is something accepted that the output notes as a comment.
 type Warning struct {
@@ -132,7 +175,17 @@ func (w Warning) String() string {
 	return w.File + ": " + w.Msg
 }
 
-func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+// parser holds one file's refusals and notes, and its node tree for
+// positions (nil when the second reading failed).
+type parser struct {
+	file     string
+	root     *yaml3.Node
+	errs     Errors
+	warnings []Warning
+}
+
+// errorAt records a refusal at n (nil: no position).
+func (p *parser) errorAt(n *yaml3.Node, format string, args ...any) {
 	e := Error{File: p.file, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		e.Line, e.Col = n.Line, n.Column
@@ -140,7 +193,7 @@ func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
 	p.errs = append(p.errs, e)
 }
 
-func (p *parser) warnf(n *yaml.Node, format string, args ...any) {
+func (p *parser) warnAt(n *yaml3.Node, format string, args ...any) {
 	w := Warning{File: p.file, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		w.Line, w.Col = n.Line, n.Column
@@ -148,291 +201,366 @@ func (p *parser) warnf(n *yaml.Node, format string, args ...any) {
 	p.warnings = append(p.warnings, w)
 }
 
-// Parse reads one envoyproxy/ratelimit YAML file. name is used in
-// messages. It returns every refusal of the file as Errors.
-func Parse(name string, src []byte) (*Domain, []Warning, error) {
-	p := &parser{file: name}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(src, &doc); err != nil {
-		return nil, nil, Errors{{File: name, Msg: "error loading config file: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+// yamlLine finds the line yaml.v2 names in an error ("line 4: …").
+var yamlLine = regexp.MustCompile(`line (\d+):`)
+
+// errorFromYAML records a yaml.v2 error as the reference words it
+// ("error loading config file: " and yaml's text, its Go types under the
+// reference's package name), at the line it names: one refusal per line
+// of a yaml.TypeError.
+func (p *parser) errorFromYAML(err error) {
+	fix := func(s string) string { return strings.ReplaceAll(s, "envoyimport.", "config.") }
+	var msgs []string
+	if te, ok := err.(*yaml.TypeError); ok {
+		msgs = te.Errors
+	} else {
+		msgs = []string{strings.TrimPrefix(err.Error(), "yaml: ")}
 	}
-	d := &Domain{File: name}
-	var descs *yaml.Node
-	if len(doc.Content) == 0 {
-		p.errorf(nil, "config file cannot have empty domain")
-		return nil, nil, p.errs
+	for _, m := range msgs {
+		e := Error{File: p.file, Msg: "error loading config file: yaml: " + fix(m)}
+		if _, ok := err.(*yaml.TypeError); ok {
+			e.Msg = "error loading config file: yaml: unmarshal errors: " + fix(m)
+		}
+		if sm := yamlLine.FindStringSubmatch(m); sm != nil {
+			e.Line, _ = strconv.Atoi(sm[1])
+			value := ""
+			if vm := yamlValue.FindStringSubmatch(m); vm != nil {
+				value = vm[1]
+			}
+			e.Col = p.columnOf(e.Line, value)
+		}
+		p.errs = append(p.errs, e)
 	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		p.errorf(root, "error loading config file: the document is not a map")
-		return nil, nil, p.errs
-	}
-	p.checkKeys(root)
-	if len(p.errs) > 0 {
-		return nil, nil, p.errs
-	}
-	for k, v := range pairs(root) {
-		switch k.Value {
-		case "domain":
-			d.Name = p.str(v)
-			d.Line = k.Line
-		case "descriptors":
-			descs = v
-		case "metadata":
-			p.warnf(k, "domain-level metadata is ignored, as envoyproxy/ratelimit ignores it")
-		default:
-			p.warnf(k, "%q at the top level is ignored, as envoyproxy/ratelimit ignores it", k.Value)
+}
+
+// yamlValue finds the value a yaml.v2 type error quotes ("`-3`").
+var yamlValue = regexp.MustCompile("`([^`]*)`")
+
+// columnOf is the column, on line, of the scalar value (when one of the
+// line's is), else of the line's first node: for an error yaml.v2 places
+// by its line only; 1 when none is known.
+func (p *parser) columnOf(line int, value string) int {
+	first, of := 0, 0
+	var walk func(n *yaml3.Node)
+	walk = func(n *yaml3.Node) {
+		if n == nil {
+			return
+		}
+		if n.Line == line && n.Kind != yaml3.DocumentNode {
+			if first == 0 || n.Column < first {
+				first = n.Column
+			}
+			if value != "" && n.Kind == yaml3.ScalarNode && n.Value == value && (of == 0 || n.Column < of) {
+				of = n.Column
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
 		}
 	}
-	if descs != nil {
-		d.Nodes = p.descriptors(d.Name+".", descs)
+	walk(p.root)
+	return max(cmp.Or(of, first), 1)
+}
+
+// Parse reads one envoyproxy/ratelimit YAML file, as the reference's
+// ConfigFileContentToYaml and loadConfig read one (name is used in
+// messages). It returns every refusal of the file as Errors.
+func Parse(name string, src []byte) (*Domain, []Warning, error) {
+	p := &parser{file: name}
+	var doc yaml3.Node
+	if yaml3.Unmarshal(src, &doc) == nil && len(doc.Content) > 0 {
+		p.root = doc.Content[0]
 	}
-	if d.Name == "" && len(p.errs) == 0 {
-		p.errorf(nil, "config file cannot have empty domain")
+	// The reference's first reading: a generic map whose keys and leaves
+	// it checks.
+	var generic map[interface{}]interface{}
+	if err := yaml.Unmarshal(src, &generic); err != nil {
+		p.errorFromYAML(err)
+		return nil, nil, p.sorted()
 	}
+	p.checkKeys(generic, p.root)
 	if len(p.errs) > 0 {
-		slices.SortStableFunc(p.errs, func(a, b Error) int { return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col)) })
-		return nil, nil, p.errs
+		// What the structures would make of such keys and values says
+		// nothing more.
+		return nil, nil, p.sorted()
+	}
+	// Its second: the structures. (The reference stops at the first
+	// refusal; the import goes on, to show every one.)
+	var root YamlRoot
+	if err := yaml.Unmarshal(src, &root); err != nil {
+		p.errorFromYAML(err)
+		return nil, nil, p.sorted()
+	}
+	d := &Domain{File: name, Name: root.Domain}
+	if n := child(p.root, "domain"); n != nil {
+		d.Line = n.Line
+	}
+	if root.Domain == "" {
+		p.errorAt(child(p.root, "domain"), "config file cannot have empty domain")
+		return nil, nil, p.sorted()
+	}
+	for k := range pairs(p.root) {
+		switch k.Value {
+		case "domain", "descriptors":
+		case "metadata":
+			p.warnAt(k, "domain-level metadata is ignored, as envoyproxy/ratelimit ignores it")
+		default:
+			p.warnAt(k, "%q at the top level is ignored, as envoyproxy/ratelimit ignores it", k.Value)
+		}
+	}
+	d.Nodes = p.descriptors(root.Domain+".", root.Descriptors, child(p.root, "descriptors"))
+	if len(p.errs) > 0 {
+		return nil, nil, p.sorted()
 	}
 	return d, p.warnings, nil
 }
 
-// pairs yields a mapping node's key and value nodes.
-func pairs(m *yaml.Node) func(func(k, v *yaml.Node) bool) {
-	return func(yield func(k, v *yaml.Node) bool) {
+// sorted returns p's refusals in the order of the file.
+func (p *parser) sorted() Errors {
+	slices.SortStableFunc(p.errs, func(a, b Error) int { return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col)) })
+	return p.errs
+}
+
+// pairs yields a mapping node's key and value nodes, those a merge key
+// (<<) brings in included, after the mapping's own.
+func pairs(m *yaml3.Node) func(func(k, v *yaml3.Node) bool) {
+	return func(yield func(k, v *yaml3.Node) bool) {
+		m = resolve(m)
+		if m == nil || m.Kind != yaml3.MappingNode {
+			return
+		}
+		var merged []*yaml3.Node
 		for i := 0; i+1 < len(m.Content); i += 2 {
-			if !yield(m.Content[i], m.Content[i+1]) {
+			k, v := m.Content[i], m.Content[i+1]
+			if k.Value == "<<" && k.Tag == "!!merge" {
+				if v = resolve(v); v.Kind == yaml3.SequenceNode {
+					merged = append(merged, v.Content...)
+				} else {
+					merged = append(merged, v)
+				}
+				continue
+			}
+			if !yield(k, v) {
 				return
 			}
 		}
-	}
-}
-
-// checkKeys applies envoyproxy/ratelimit's validateYamlKeys: every key a
-// string of its known set, every list a list of maps, every leaf a string,
-// an integer, a boolean or null. metadata's contents are free.
-func (p *parser) checkKeys(m *yaml.Node) {
-	for k, v := range pairs(m) {
-		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
-			p.errorf(k, "config error, key is not of type string: %s", k.Value)
-			continue
-		}
-		if !validKeys[k.Value] {
-			p.errorf(k, "config error, unknown key '%s'", k.Value)
-			continue
-		}
-		if k.Value == "metadata" {
-			continue
-		}
-		p.checkValue(v)
-	}
-}
-
-func (p *parser) checkValue(v *yaml.Node) {
-	if v.Kind == yaml.AliasNode {
-		v = v.Alias
-	}
-	switch v.Kind {
-	case yaml.SequenceNode:
-		for _, e := range v.Content {
-			if e.Kind == yaml.AliasNode {
-				e = e.Alias
+		for _, mm := range merged {
+			for k, v := range pairs(mm) {
+				if !yield(k, v) {
+					return
+				}
 			}
-			if e.Kind != yaml.MappingNode {
-				p.errorf(e, "config error, yaml file contains list of type other than map: %s", e.Value)
-				continue
-			}
-			p.checkKeys(e)
-		}
-	case yaml.MappingNode:
-		p.checkKeys(v)
-	case yaml.ScalarNode:
-		switch v.Tag {
-		case "!!str", "!!int", "!!bool", "!!null":
-		default:
-			p.errorf(v, "error checking config: %s is a %s, not a string, integer or boolean", v.Value, strings.TrimPrefix(v.Tag, "!!"))
 		}
 	}
 }
 
-// str decodes a scalar as a string, as yaml.v2 does for a string field
-// (null is "").
-func (p *parser) str(v *yaml.Node) string {
-	if v.Kind != yaml.ScalarNode {
-		p.errorf(v, "error loading config file: expected a string")
-		return ""
-	}
-	if v.Tag == "!!null" {
-		return ""
-	}
-	return v.Value
-}
-
-func (p *parser) boolean(v *yaml.Node) bool {
-	var b bool
-	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-		return false
-	}
-	if err := v.Decode(&b); err != nil {
-		p.errorf(v, "error loading config file: %q is not a boolean", v.Value)
-	}
-	return b
-}
-
-// descriptors reads a list of descriptors below parent, the full key of
-// the level ("domain." or "domain.key_value.").
-func (p *parser) descriptors(parent string, v *yaml.Node) []*Node {
-	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-		return nil
-	}
-	if v.Kind != yaml.SequenceNode {
-		p.errorf(v, "error loading config file: descriptors must be a list")
-		return nil
-	}
-	var nodes []*Node
-	seen := map[string]*Node{}
-	for _, e := range v.Content {
-		if e.Kind == yaml.AliasNode {
-			e = e.Alias
-		}
-		n := p.descriptor(parent, e)
-		if n == nil {
-			continue
-		}
-		if n.Key == "" {
-			p.errorf(e, "descriptor has empty key")
-			continue
-		}
-		fk := n.FinalKey()
-		if first, dup := seen[fk]; dup {
-			p.errorf(e, "duplicate descriptor composite key '%s%s' (first at line %d)", parent, fk, first.Line)
-			continue
-		}
-		seen[fk] = n
-		nodes = append(nodes, n)
-	}
-	return nodes
-}
-
-func (p *parser) descriptor(parent string, m *yaml.Node) *Node {
-	n := &Node{Line: m.Line, Col: m.Column}
-	var limitNode, children *yaml.Node
-	for k, v := range pairs(m) {
-		switch k.Value {
-		case "key":
-			n.Key = p.str(v)
-		case "value":
-			n.Value = p.str(v)
-		case "rate_limit":
-			limitNode = v
-		case "descriptors":
-			children = v
-		case "shadow_mode":
-			n.ShadowMode = p.boolean(v)
-		case "quota_mode":
-			n.QuotaMode = p.boolean(v)
-		case "detailed_metric":
-			n.DetailedMetric = p.boolean(v)
-		case "value_to_metric":
-			n.ValueToMetric = p.boolean(v)
-		case "share_threshold":
-			n.ShareThreshold = p.boolean(v)
-		case "metadata":
-			n.Metadata = v.Kind == yaml.MappingNode && len(v.Content) > 0
-			if v.Kind != yaml.MappingNode && v.Tag != "!!null" {
-				p.errorf(v, "error parsing metadata: not a map")
-			}
-		default:
-			p.warnf(k, "%q in a descriptor is ignored, as envoyproxy/ratelimit ignores it", k.Value)
-		}
-	}
-	if limitNode != nil && !(limitNode.Kind == yaml.ScalarNode && limitNode.Tag == "!!null") {
-		n.Limit = p.limit(limitNode)
-	}
-	if children != nil {
-		n.Children = p.descriptors(parent+n.FinalKey()+".", children)
-	}
-	if n.ShareThreshold && !strings.Contains(n.FinalKey(), "*") {
-		p.errorf(m, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", n.FinalKey())
+// resolve follows an alias.
+func resolve(n *yaml3.Node) *yaml3.Node {
+	for n != nil && n.Kind == yaml3.AliasNode {
+		n = n.Alias
 	}
 	return n
 }
 
-func (p *parser) limit(m *yaml.Node) *Limit {
-	if m.Kind != yaml.MappingNode {
-		p.errorf(m, "error loading config file: rate_limit must be a map")
+// childKey is the key node of key in mapping m, nil if none (or m nil).
+func childKey(m *yaml3.Node, key string) *yaml3.Node {
+	for k := range pairs(m) {
+		if k.Value == key {
+			return k
+		}
+	}
+	return nil
+}
+
+// child is the value node of key in mapping m, nil if none.
+func child(m *yaml3.Node, key string) *yaml3.Node {
+	for k, v := range pairs(m) {
+		if k.Value == key {
+			return resolve(v)
+		}
+	}
+	return nil
+}
+
+// item is element i of sequence s, nil if none.
+func item(s *yaml3.Node, i int) *yaml3.Node {
+	if s = resolve(s); s == nil || s.Kind != yaml3.SequenceNode || i >= len(s.Content) {
 		return nil
 	}
-	l := &Limit{}
-	var unitNode *yaml.Node
-	unit := ""
-	for k, v := range pairs(m) {
-		switch k.Value {
-		case "requests_per_unit":
-			if v.Tag == "!!null" {
-				continue
+	return resolve(s.Content[i])
+}
+
+// either is n, or at when n is nil: the nearest position known.
+func either(n, at *yaml3.Node) *yaml3.Node {
+	if n != nil {
+		return n
+	}
+	return at
+}
+
+// checkKeys applies envoyproxy/ratelimit's validateYamlKeys to the map m
+// (whose node is at): every key a string of its known set, every list a
+// list of maps, every leaf a string, an integer, a boolean or null;
+// metadata's contents are free.
+func (p *parser) checkKeys(m map[interface{}]interface{}, at *yaml3.Node) {
+	keys := make([]interface{}, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
+	for _, k := range keys {
+		v := m[k]
+		ks, ok := k.(string)
+		kn := either(childKey(at, fmt.Sprint(k)), at)
+		if !ok {
+			p.errorAt(kn, "config error, key is not of type string: %v", k)
+			continue
+		}
+		if !validKeys[ks] {
+			p.errorAt(kn, "config error, unknown key '%s'", ks)
+			continue
+		}
+		if ks == "metadata" {
+			continue
+		}
+		vn := either(child(at, ks), kn)
+		switch v := v.(type) {
+		case []interface{}:
+			for i, e := range v {
+				en := either(item(vn, i), vn)
+				em, ok := e.(map[interface{}]interface{})
+				if !ok {
+					p.errorAt(en, "config error, yaml file contains list of type other than map: %v", e)
+					continue
+				}
+				p.checkKeys(em, en)
 			}
-			n, err := strconv.ParseUint(v.Value, 0, 32)
-			if v.Tag != "!!int" || err != nil {
-				p.errorf(v, "error loading config file: requests_per_unit %s is not a whole number from 0 to %d", v.Value, uint32(1<<32-1))
-				continue
-			}
-			l.RequestsPerUnit = uint32(n)
-		case "unit":
-			unitNode = v
-			unit = strings.ToLower(p.str(v))
-		case "unlimited":
-			l.Unlimited = p.boolean(v)
-		case "name":
-			l.Name = p.str(v)
-		case "replaces":
-			l.Replaces = p.replaces(v)
+		case map[interface{}]interface{}:
+			p.checkKeys(v, vn)
+		case string, int, bool, nil:
 		default:
-			p.warnf(k, "%q in rate_limit is ignored, as envoyproxy/ratelimit ignores it", k.Value)
+			p.errorAt(vn, "error checking config (%v is a %T: a value is a string, an integer, a boolean or null)", v, v)
 		}
 	}
-	_, valid := Units[unit]
+}
+
+// descriptors loads the descriptors ds below parent, the full key of the
+// level ("domain." or "domain.key_value."), as loadDescriptors does;
+// list is their sequence node.
+func (p *parser) descriptors(parent string, ds []YamlDescriptor, list *yaml3.Node) []*Node {
+	var nodes []*Node
+	seen := map[string]*Node{}
+	for i := range ds {
+		yd := &ds[i]
+		at := either(item(list, i), list)
+		n := &Node{Key: yd.Key, Value: yd.Value, ShadowMode: yd.ShadowMode, QuotaMode: yd.QuotaMode,
+			DetailedMetric: yd.DetailedMetric, ValueToMetric: yd.ValueToMetric, ShareThreshold: yd.ShareThreshold}
+		if at != nil {
+			n.Line, n.Col = at.Line, at.Column
+		}
+		// A refused descriptor's contents are checked too, so that one
+		// reading shows every problem (the reference stops at the first).
+		keep := true
+		fk := n.FinalKey()
+		if n.Key == "" {
+			p.errorAt(either(child(at, "key"), at), "descriptor has empty key")
+			keep = false
+		} else if first, dup := seen[fk]; dup {
+			p.errorAt(at, "duplicate descriptor composite key '%s%s' (first at line %d)", parent, fk, first.Line)
+			keep = false
+		} else {
+			seen[fk] = n
+		}
+		if yd.RateLimit != nil {
+			n.Limit = p.limit(yd.RateLimit, either(child(at, "rate_limit"), at))
+		}
+		if n.ShareThreshold && !strings.Contains(fk, "*") {
+			p.errorAt(either(child(at, "share_threshold"), at), "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", fk)
+		}
+		if yd.Metadata != nil {
+			if _, err := structpb.NewStruct(stringKeys(yd.Metadata).(map[string]interface{})); err != nil {
+				p.errorAt(either(child(at, "metadata"), at), "error parsing metadata: %s", err)
+			}
+			n.Metadata = len(yd.Metadata) > 0
+		}
+		for k := range pairs(at) {
+			if !descriptorKeys[k.Value] && validKeys[k.Value] {
+				p.warnAt(k, "%q in a descriptor is ignored, as envoyproxy/ratelimit ignores it", k.Value)
+			}
+		}
+		n.Children = p.descriptors(parent+fk+".", yd.Descriptors, child(at, "descriptors"))
+		if keep {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes
+}
+
+// descriptorKeys are the keys a descriptor reads.
+var descriptorKeys = map[string]bool{
+	"key": true, "value": true, "rate_limit": true, "descriptors": true, "shadow_mode": true, "quota_mode": true,
+	"detailed_metric": true, "value_to_metric": true, "share_threshold": true, "metadata": true,
+}
+
+// stringKeys converts the maps of v to string keys, as the reference's
+// convertMap does before it makes a protobuf Struct of metadata.
+func stringKeys(v interface{}) interface{} {
+	switch v := v.(type) {
+	case map[interface{}]interface{}:
+		out := make(map[string]interface{}, len(v))
+		for k, e := range v {
+			out[fmt.Sprintf("%v", k)] = stringKeys(e)
+		}
+		return out
+	case map[string]interface{}:
+		out := make(map[string]interface{}, len(v))
+		for k, e := range v {
+			out[k] = stringKeys(e)
+		}
+		return out
+	case []interface{}:
+		out := make([]interface{}, len(v))
+		for i, e := range v {
+			out[i] = stringKeys(e)
+		}
+		return out
+	}
+	return v
+}
+
+// limit checks a descriptor's rate_limit (at its node) as loadDescriptors
+// does: a unit of the reference's, in any case, unless unlimited, and
+// none then; replaces entries named, and not the limit's own name.
+func (p *parser) limit(yl *YamlRateLimit, at *yaml3.Node) *Limit {
+	l := &Limit{RequestsPerUnit: yl.RequestsPerUnit, Unlimited: yl.Unlimited, Name: yl.Name}
+	upper := strings.ToUpper(yl.Unit)
+	valid := slices.Contains(referenceUnits, upper)
+	unitAt := either(child(at, "unit"), at)
 	switch {
 	case l.Unlimited && valid:
-		p.errorf(unitNode, "should not specify rate limit unit when unlimited")
+		p.errorAt(unitAt, "should not specify rate limit unit when unlimited")
 	case !l.Unlimited && !valid:
-		at := unitNode
-		if at == nil {
-			at = m
-		}
-		p.errorf(at, "invalid rate limit unit '%s' (second, minute, hour, day, week, month or year)", unit)
+		p.errorAt(unitAt, "invalid rate limit unit '%s' (second, minute, hour, day, week, month or year, in any case)", yl.Unit)
 	case !l.Unlimited:
-		l.Unit = unit
+		l.Unit = strings.ToLower(upper)
 	}
-	for _, r := range l.Replaces {
-		if r == "" {
-			p.errorf(m, "should not have an empty replaces entry")
-		} else if r == l.Name {
-			p.errorf(m, "replaces should not contain name of same descriptor")
+	for i, r := range yl.Replaces {
+		rat := either(item(child(at, "replaces"), i), at)
+		switch {
+		case r.Name == "":
+			p.errorAt(rat, "should not have an empty replaces entry")
+		case r.Name == yl.Name:
+			p.errorAt(rat, "replaces should not contain name of same descriptor")
+		}
+		l.Replaces = append(l.Replaces, r.Name)
+	}
+	for k := range pairs(at) {
+		if !limitKeys[k.Value] && validKeys[k.Value] {
+			p.warnAt(k, "%q in rate_limit is ignored, as envoyproxy/ratelimit ignores it", k.Value)
 		}
 	}
 	return l
 }
 
-func (p *parser) replaces(v *yaml.Node) []string {
-	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-		return nil
-	}
-	if v.Kind != yaml.SequenceNode {
-		p.errorf(v, "error loading config file: replaces must be a list of {name: ...}")
-		return nil
-	}
-	var out []string
-	for _, e := range v.Content {
-		name := ""
-		if e.Kind == yaml.MappingNode {
-			for k, v := range pairs(e) {
-				if k.Value == "name" {
-					name = p.str(v)
-				}
-			}
-		}
-		out = append(out, name)
-	}
-	return out
-}
+// limitKeys are the keys a rate_limit reads.
+var limitKeys = map[string]bool{"requests_per_unit": true, "unit": true, "unlimited": true, "name": true, "replaces": true}

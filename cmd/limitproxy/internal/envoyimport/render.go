@@ -7,11 +7,9 @@ import (
 	"unicode/utf8"
 )
 
-// noLimit is what a policy without limit is written as, in its comment.
-const noLimit = "OK for every call, as the reference's answer without a limit"
-
-// render writes the TOML of the policies of each domain.
-func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []Warning, o Options) []byte {
+// render writes the TOML of the policies of each domain; depth is the
+// most entries of a policy's descriptor.
+func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []Warning, o Options, depth int) []byte {
 	var b bytes.Buffer
 	names := make([]string, len(files))
 	for i, f := range files {
@@ -20,16 +18,17 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 	fmt.Fprintf(&b, `# Imported from envoyproxy/ratelimit configuration by limitproxy import:
 #   %s
 # Each [[policy]] answers the descriptors of one path of a domain's tree
-# (docs/envoy.md). The first policy of a domain whose descriptor matches
-# decides, and the order below is the reference's lookup: a value before
-# a wildcard before the bare key, level by level, never going back up.
-# A policy "without limit" (a shadow limit that nothing reaches: an RLS
-# policy needs one) ends a lookup where the reference's finds none.
+# (docs/envoy.md, "Migrating from envoyproxy/ratelimit"). The first
+# policy of a domain whose descriptor matches decides, and the order below
+# is the reference's lookup: a value before a wildcard before the bare
+# key, level by level, never going back up. A policy without limits ends
+# a lookup where the reference's finds no limit (OK, as it answers).
 # Each limit is a fixed window of the unit, aligned to the Unix epoch as
-# the reference aligns it (a month is 30 days, a year 365).
+# the reference aligns it (a month is 30 days, a year 365), and [rls]
+# answers as the reference does (compatibility).
 `, strings.Join(names, "\n#   "))
 	if len(warnings) > 0 {
-		b.WriteString("#\n# Not carried over (each also noted at its policy):\n")
+		b.WriteString("#\n# Not carried over as the reference has it (each also noted at its policy):\n")
 		for _, w := range warnings {
 			fmt.Fprintf(&b, "#   %s\n", comment(w.String()))
 		}
@@ -39,30 +38,61 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 		listen = DefaultListen
 	}
 	fmt.Fprintf(&b, "\n[rls]\nlisten = %s\n", quote(listen))
+	b.WriteString("compatibility = \"envoyproxy/ratelimit\"  # its answers, in every field\n")
+	st := o.Settings
+	if st.ResponseHeaders {
+		b.WriteString("response_headers = \"envoy\"  # LIMIT_RESPONSE_HEADERS_ENABLED=true\n")
+		for _, h := range []struct{ key, name, env string }{
+			{"limit_header", st.LimitHeader, "LIMIT_LIMIT_HEADER"},
+			{"remaining_header", st.RemainingHeader, "LIMIT_REMAINING_HEADER"},
+			{"reset_header", st.ResetHeader, "LIMIT_RESET_HEADER"},
+		} {
+			if h.name != "" {
+				fmt.Fprintf(&b, "%s = %s  # %s\n", h.key, quote(h.name), h.env)
+			}
+		}
+	} else {
+		b.WriteString("response_headers = \"none\"  # LIMIT_RESPONSE_HEADERS_ENABLED=false, its default\n")
+	}
+	if st.ShadowMode {
+		b.WriteString("shadow_mode = true  # SHADOW_MODE\n")
+	}
+	if st.QuotaMode {
+		b.WriteString("quota_mode = true  # QUOTA_MODE\n")
+	}
+	// The reference has no bounds of a call: the widest limitproxy has.
+	fmt.Fprintf(&b, "max_hits_addend = %d\nmax_descriptors = 1024\n", maxCount)
+	if depth > 16 {
+		fmt.Fprintf(&b, "max_entries = %d\n", depth)
+	}
 	for i, d := range domains {
 		fmt.Fprintf(&b, "\n# domain %s (%s)\n", comment(quote(d.Name)), comment(d.File))
-		if len(perDomain[i]) == 0 {
-			b.WriteString("# no descriptor with a limit: every call of this domain is OK\n")
-		}
 		for _, p := range perDomain[i] {
 			b.WriteString("\n")
 			for _, n := range p.notes {
 				fmt.Fprintf(&b, "# NOTE %s\n", comment(n))
 			}
-			if p.limit == nil {
-				// An RLS policy needs a limit: one in shadow mode, under
-				// one key, that no traffic reaches, answers OK always.
+			if p.why != "" {
 				fmt.Fprintf(&b, "# no limit: %s\n", comment(p.why))
-				fmt.Fprintf(&b, "[[policy]]\nname = %s\nmode = \"shadow\"  # never refuses: %s\nkey = []\n", quote(p.name), noLimit)
-				fmt.Fprintf(&b, "[policy.match]\nrls_domain = %s\ndescriptor = %s\n", quote(p.domain), quoteList(p.descriptor))
-				fmt.Fprintf(&b, "[[policy.limits]]\nname = \"unlimited\"\nalgorithm = \"fixed_window\"\nlimit = %d\nwindow = \"1s\"\n", maxCount)
-				continue
 			}
 			fmt.Fprintf(&b, "[[policy]]\nname = %s\n", quote(p.name))
 			if p.shadow {
 				b.WriteString("mode = \"shadow\"\n")
 			}
-			if p.key != nil {
+			if p.unlimited {
+				b.WriteString("unlimited = true\n")
+			}
+			if p.quota {
+				b.WriteString("quota_mode = true\n")
+			}
+			if len(p.replaces) > 0 {
+				rs := make([]string, len(p.replaces))
+				for i, r := range p.replaces {
+					rs[i] = limitName(r)
+				}
+				fmt.Fprintf(&b, "replaces = %s\n", quoteList(rs))
+			}
+			if p.key != nil && p.limit != nil {
 				fmt.Fprintf(&b, "key = %s\n", quoteList(p.key))
 			}
 			fmt.Fprintf(&b, "[policy.match]\nrls_domain = %s\ndescriptor = %s\n", quote(p.domain), quoteList(p.descriptor))
@@ -71,7 +101,7 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 				if l.Name != "" {
 					fmt.Fprintf(&b, "name = %s\n", quote(limitName(l.Name)))
 				}
-				fmt.Fprintf(&b, "algorithm = \"fixed_window\"\nlimit = %d\nwindow = %s  # per %s\n", l.RequestsPerUnit, quote(window(l.Unit)), l.Unit)
+				fmt.Fprintf(&b, "algorithm = \"fixed_window\"\nlimit = %d\nwindow = %s  # per %s\n", min(int64(l.RequestsPerUnit), maxCount), quote(window(l.Unit)), l.Unit)
 			}
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -189,15 +190,35 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		sts = make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
 		durs = make([]durationpb.Duration, n)
 	}
+	compat := s.cfg.Compatibility == config.CompatEnvoy
+	// The call is OVER_LIMIT when a descriptor that is no quota is, or
+	// when it has quotas and every one is (docs/envoy.md, quota_mode).
+	overLimits, quotas, quotasOver := 0, 0, 0
 	for i, v := range verdicts {
 		st := &sts[i]
 		st.Code = rlsv3.RateLimitResponse_OK
 		if v.Over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		if v.Limited {
-			st.CurrentLimit = s.limits.get(v.LimitName, v.Quota, v.Window, v.Calendar)
+		quota := !v.Unlimited && (v.QuotaMode || s.cfg.QuotaMode)
+		switch {
+		case quota && v.Over:
+			quotas++
+			quotasOver++
+		case quota:
+			quotas++
+		case v.Over:
+			overLimits++
+		}
+		switch {
+		case v.Unlimited:
+			st.LimitRemaining = math.MaxUint32
+		case v.Limited:
+			if compat {
+				st.CurrentLimit = s.limits.get(limitKey{v.NameKey, v.Quota, v.Window, v.Calendar, true})
+			} else {
+				st.CurrentLimit = s.limits.get(limitKey{v.LimitName, v.Quota, v.Window, v.Calendar, false})
+			}
 			st.LimitRemaining = uint32(min(v.Remaining, math.MaxUint32))
 			d := &durs[i]
 			d.Seconds, d.Nanos = int64(v.ResetAfter/time.Second), int32(v.ResetAfter%time.Second)
@@ -205,8 +226,49 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		resp.Statuses = append(resp.Statuses, st)
 	}
-	resp.ResponseHeadersToAdd = headerValues(fields)
+	if overLimits > 0 || quotas > 0 && quotas == quotasOver {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	switch s.cfg.ResponseHeaders {
+	case config.RLSHeadersRateLimit:
+		resp.ResponseHeadersToAdd = headerValues(fields)
+	case config.RLSHeadersEnvoy:
+		resp.ResponseHeadersToAdd = s.envoyHeaders(resp.Statuses, verdicts)
+	}
+	if s.cfg.ShadowMode {
+		// SHADOW_MODE: the statuses say what the limits decided, the
+		// call is OK.
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+	}
 	return resp, nil
+}
+
+// envoyHeaders are envoyproxy/ratelimit's three response headers
+// (LIMIT_RESPONSE_HEADERS_ENABLED) of the descriptor closest to its
+// limit, as it picks it: of the statuses with a current limit, the first
+// with the fewest remaining, unless one over its limit (not a quota's)
+// comes later, the last of those; none without such a status.
+func (s *service) envoyHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus, verdicts []proxy.DescriptorVerdict) []*corev3.HeaderValue {
+	var pick *rlsv3.RateLimitResponse_DescriptorStatus
+	least := uint32(math.MaxUint32)
+	for i, st := range sts {
+		if st.CurrentLimit != nil && st.LimitRemaining < least {
+			pick, least = st, st.LimitRemaining
+		}
+		v := &verdicts[i]
+		if v.Over && !v.Unlimited && !v.QuotaMode && !s.cfg.QuotaMode {
+			pick, least = st, 0
+		}
+	}
+	if pick == nil || pick.CurrentLimit == nil {
+		return nil
+	}
+	reset := pick.GetDurationUntilReset().AsDuration()
+	return []*corev3.HeaderValue{
+		{Key: s.cfg.LimitHeader, Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: s.cfg.RemainingHeader, Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
+		{Key: s.cfg.ResetHeader, Value: strconv.FormatInt(int64((reset+time.Second-1)/time.Second), 10)},
+	}
 }
 
 // limitCache holds the CurrentLimit messages of the limits answered, to
@@ -219,26 +281,33 @@ type limitCache struct {
 	m  map[limitKey]*rlsv3.RateLimitResponse_RateLimit
 }
 
+// limitKey is a CurrentLimit's arguments; compat asks for
+// CompatibleLimit's message.
 type limitKey struct {
 	name   string
 	quota  int64
 	window time.Duration
 	cal    limiter.Calendar
+	compat bool
 }
 
 // maxCachedLimits bounds the limitCache.
 const maxCachedLimits = 4096
 
-// get is CurrentLimit(name, quota, window, cal), the same message each time.
-func (c *limitCache) get(name string, quota int64, window time.Duration, cal limiter.Calendar) *rlsv3.RateLimitResponse_RateLimit {
-	k := limitKey{name, quota, window, cal}
+// get is CurrentLimit (or CompatibleLimit) of k, the same message each
+// time.
+func (c *limitCache) get(k limitKey) *rlsv3.RateLimitResponse_RateLimit {
 	c.mu.RLock()
 	rl, ok := c.m[k]
 	c.mu.RUnlock()
 	if ok {
 		return rl
 	}
-	rl = CurrentLimit(name, quota, window, cal)
+	if k.compat {
+		rl = CompatibleLimit(k.name, k.quota, k.window, k.cal)
+	} else {
+		rl = CurrentLimit(k.name, k.quota, k.window, k.cal)
+	}
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = map[limitKey]*rlsv3.RateLimitResponse_RateLimit{}
@@ -288,14 +357,18 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 			entries = make([]policy.DescriptorEntry, 0, total)
 		}
 	}
+	// envoyproxy/ratelimit answers a descriptor without entries (OK, or
+	// by its own limit), one with an empty key, and counts negative hits
+	// as hits: with compatibility, so does the service.
+	compat := s.cfg.Compatibility == config.CompatEnvoy
 	for i, d := range req.Descriptors {
 		es := d.GetEntries()
 		switch {
-		case len(es) == 0:
+		case len(es) == 0 && !compat:
 			return nil, bad("descriptor %d has no entries", i)
 		case len(es) > s.cfg.MaxEntries:
 			return nil, bad("descriptor %d has %d entries; at most %d (rls.max_entries)", i, len(es), s.cfg.MaxEntries)
-		case d.GetIsNegativeHits():
+		case d.GetIsNegativeHits() && !compat:
 			return nil, bad("descriptor %d: is_negative_hits is not accepted: quota is never given back by a caller", i)
 		}
 		cost := uint64(req.GetHitsAddend())
@@ -308,14 +381,24 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 		if cost > uint64(s.cfg.MaxHitsAddend) {
 			return nil, bad("descriptor %d: hits_addend %d is above %d (rls.max_hits_addend)", i, cost, s.cfg.MaxHitsAddend)
 		}
+		var own *proxy.DescriptorLimit
+		if l := d.GetLimit(); l != nil && compat {
+			// By number, as the reference reads it (the request's unit is
+			// envoy.type.v3.RateLimitUnit, numbered as the answer's).
+			w, ok := UnitWindow(rlsv3.RateLimitResponse_RateLimit_Unit(l.GetUnit()))
+			if !ok {
+				return nil, bad("descriptor %d: its limit's unit %v is not SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", i, l.GetUnit())
+			}
+			own = &proxy.DescriptorLimit{RequestsPerUnit: int64(l.GetRequestsPerUnit()), Unit: w}
+		}
 		first := len(entries)
 		for j, e := range es {
-			if e.GetKey() == "" {
+			if e.GetKey() == "" && !compat {
 				return nil, bad("descriptor %d, entry %d: the key is empty", i, j)
 			}
 			entries = append(entries, policy.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		out[i] = proxy.Descriptor{Entries: entries[first:len(entries):len(entries)], Cost: int64(cost), CheckOnly: checkOnly}
+		out[i] = proxy.Descriptor{Entries: entries[first:len(entries):len(entries)], Cost: int64(cost), CheckOnly: checkOnly, Limit: own}
 	}
 	return out, nil
 }
@@ -371,6 +454,49 @@ func CurrentLimit(name string, quota int64, window time.Duration, cal limiter.Ca
 		}
 	}
 	return rl
+}
+
+// referenceUnits are envoyproxy/ratelimit's units and the windows it
+// counts them in (its UnitToDivider: a month is 30 days, a year 365).
+var referenceUnits = [...]struct {
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+	d    time.Duration
+}{
+	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+	{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+}
+
+// CompatibleLimit is the current_limit envoyproxy/ratelimit gives a limit
+// of quota per window, named name ("" for none): quota per the unit whose
+// window is window, without unit_multiplier; CurrentLimit's for a window
+// that is no unit's, and for a calendar window (cal, which the reference
+// has not: its units are lengths).
+func CompatibleLimit(name string, quota int64, window time.Duration, cal limiter.Calendar) *rlsv3.RateLimitResponse_RateLimit {
+	if cal != 0 {
+		return CurrentLimit(name, quota, window, cal)
+	}
+	for _, u := range referenceUnits {
+		if window == u.d {
+			return &rlsv3.RateLimitResponse_RateLimit{Name: name, Unit: u.unit, RequestsPerUnit: uint32(min(max(quota, 0), math.MaxUint32))}
+		}
+	}
+	return CurrentLimit(name, quota, window, 0)
+}
+
+// UnitWindow is the window envoyproxy/ratelimit counts a unit in; false
+// for UNKNOWN or a unit it does not know.
+func UnitWindow(u rlsv3.RateLimitResponse_RateLimit_Unit) (time.Duration, bool) {
+	for _, r := range referenceUnits {
+		if r.unit == u {
+			return r.d, true
+		}
+	}
+	return 0, false
 }
 
 // headerValues returns h's fields as Envoy's header values, names in

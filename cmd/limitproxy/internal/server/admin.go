@@ -189,7 +189,7 @@ func (a *adminAPI) clientKey(w http.ResponseWriter, req *http.Request) (*policy.
 	}
 	if p.Limiter == nil {
 		writeError(w, http.StatusBadRequest, "policy "+strconv.Quote(p.Name)+
-			" has no rate limits, only a [policy.concurrency]: there is no quota to inspect or reset")
+			" has no rate limits (only a [policy.concurrency], or an RLS policy without limits): there is no quota to inspect or reset")
 		return nil, "", false
 	}
 	key, err := proxy.KeyFor(p, &set.Config.Server, keyValues(p, req))

@@ -1,0 +1,361 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/limitproxy/limitproxy/bench/internal/rlsgen"
+	"github.com/limitproxy/limitproxy/bench/internal/rlsref"
+	"github.com/limitproxy/limitproxy/internal/redistest"
+)
+
+// The generated differential's size: GeneratedConfigsEnv configurations
+// (each with its sequence of calls; default defaultGeneratedConfigs, so
+// that the run fits the test suite), from seed GeneratedSeedEnv (default
+// 1), in batches of generatedBatch domains a server start.
+const (
+	GeneratedConfigsEnv     = "RLSDIFF_CONFIGS"
+	GeneratedSeedEnv        = "RLSDIFF_SEED"
+	defaultGeneratedConfigs = 60
+	generatedBatch          = 25
+)
+
+// settings are the reference's environment settings of a batch, and
+// whether they need its current version (QUOTA_MODE).
+var settings = []struct {
+	name  string
+	env   []string
+	quota bool
+}{
+	{name: "defaults"},
+	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", env: []string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-Limit"}},
+	{name: "SHADOW_MODE", env: []string{"SHADOW_MODE=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true"}},
+	{name: "QUOTA_MODE", env: []string{"QUOTA_MODE=true"}, quota: true},
+}
+
+// TestGenerated is the differential test over generated configurations:
+// envoyproxy/ratelimit (built from its Go module at the pinned version, or
+// from the checkout rlsref.SourceEnv names) and limitproxy serving
+// `limitproxy import -env` of the same YAML, on the Redis store and on the
+// memory store, get each configuration's calls one after another; every
+// answer must be the reference's, field by field (overall_code, each
+// status's code, current_limit, limit_remaining, duration_until_reset,
+// the response headers). Configurations come in batches of domains, with
+// the reference's settings (response headers, SHADOW_MODE, QUOTA_MODE)
+// changing from batch to batch. The features the reference built does
+// not have (rlsref.Features) are not generated.
+//
+// A case's calls are sent within one second of the clock (every
+// duration_until_reset changes with the second, and a second's window
+// with it): a case that would not fit in what is left of the second
+// waits for the next, and one that spanned two anyway is not compared
+// (counted as spanned).
+//
+//	RLSDIFF_CONFIGS=1000 go test -run TestGenerated -v ./rlsdiff
+//	LIMITPROXY_RLSREF_SRC=/path/to/ratelimit RLSDIFF_CONFIGS=1000 go test -run TestGenerated -v ./rlsdiff
+func TestGenerated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs envoyproxy/ratelimit and limitproxy")
+	}
+	n, seed := defaultGeneratedConfigs, uint64(1)
+	if v := os.Getenv(GeneratedConfigsEnv); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a count", GeneratedConfigsEnv, v)
+		}
+	}
+	if v := os.Getenv(GeneratedSeedEnv); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want a number", GeneratedSeedEnv, v)
+		}
+		seed = s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+	defer cancel()
+	tmp := t.TempDir()
+	ref, err := rlsref.BuildReference(ctx, tmp)
+	if err != nil {
+		t.Skipf("the reference server cannot be built here: %v", err)
+	}
+	lp := filepath.Join(tmp, "limitproxy")
+	build := exec.CommandContext(ctx, "go", "build", "-o", lp, "./cmd/limitproxy")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build limitproxy: %v\n%s", err, out)
+	}
+	redis := redistest.Start(t)
+	f := rlsgen.Features(ref.Features)
+	t.Logf("reference %s: %+v", ref.Version, ref.Features)
+
+	start := time.Now()
+	var tally generatedTally
+	// Batches until n configurations are compared (one whose calls
+	// spanned two seconds is not, and another takes its place).
+	next := 0
+	for batch := 0; tally.configs < n && !t.Failed(); batch++ {
+		if batch > 2*n/generatedBatch+4 {
+			t.Fatalf("%d batches for %d configurations: %d compared", batch, n, tally.configs)
+		}
+		st := settings[batch%len(settings)]
+		if st.quota && !f.QuotaStatus {
+			st = settings[0]
+		}
+		var cases []*rlsgen.Case
+		for range min(generatedBatch, n-tally.configs) {
+			cases = append(cases, rlsgen.Generate(seed*1_000_003+uint64(next), fmt.Sprintf("g%d-%d", seed, next), f))
+			next++
+		}
+		runBatch(ctx, t, ref.Bin, lp, redis.Addr(), st.name, st.env, cases, &tally)
+	}
+	elapsed := time.Since(start)
+	t.Logf("%d configurations (%s), %d calls, %d descriptors (%d statuses OVER_LIMIT, %d with a limit) compared with the reference on each store; %d more configurations not compared (their calls spanned two seconds); %s, %s per configuration",
+		tally.configs, tally.features(), tally.calls, tally.descriptors, tally.over, tally.limited, tally.spanned, elapsed.Round(time.Second), (elapsed / time.Duration(max(tally.configs, 1))).Round(time.Millisecond))
+	if tally.configs > 0 && (tally.over == 0 || tally.limited == 0 || tally.over == tally.descriptors) {
+		t.Errorf("the reference's answers tell nothing apart: %d of %d statuses over, %d with a limit", tally.over, tally.descriptors, tally.limited)
+	}
+	if tally.spanned*10 > tally.configs {
+		t.Errorf("%d of %d configurations spanned two seconds: the wait for a second of their own does not work", tally.spanned, tally.configs)
+	}
+}
+
+// generatedTally counts what TestGenerated compared.
+type generatedTally struct {
+	configs, spanned, calls, descriptors, over, limited int
+	feature                                             map[string]int
+}
+
+// features says how many configurations have each feature.
+func (g *generatedTally) features() string {
+	var s []string
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range g.feature {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		s = append(s, fmt.Sprintf("%s %d", k, g.feature[k]))
+	}
+	return strings.Join(s, ", ")
+}
+
+// countFeatures notes what features c's YAML and calls have.
+func (g *generatedTally) countFeatures(c *rlsgen.Case) {
+	if g.feature == nil {
+		g.feature = map[string]int{}
+	}
+	var yaml strings.Builder
+	for _, b := range c.Files {
+		yaml.Write(b)
+	}
+	y := yaml.String()
+	for name, has := range map[string]bool{
+		"unlimited":       strings.Contains(y, "unlimited: true"),
+		"rpu 0":           strings.Contains(y, "requests_per_unit: 0\n"),
+		"replaces":        strings.Contains(y, "replaces:"),
+		"shadow_mode":     strings.Contains(y, "shadow_mode: true"),
+		"quota_mode":      strings.Contains(y, "quota_mode: true"),
+		"share_threshold": strings.Contains(y, "share_threshold: true"),
+		"detailed_metric": strings.Contains(y, "detailed_metric: true"),
+		"value_to_metric": strings.Contains(y, "value_to_metric: true"),
+		"metadata":        strings.Contains(y, "metadata:"),
+		"wildcard":        strings.Contains(y, "*\""),
+		"inner wildcard":  strings.Contains(y, "*x") || strings.Contains(y, "*y") || strings.Contains(y, "*z"),
+		"nested":          strings.Contains(y, "    descriptors:"),
+		"without rate_limit": func() bool {
+			for _, l := range strings.Split(y, "  - key:")[1:] {
+				if !strings.Contains(strings.SplitN(l, "descriptors:", 2)[0], "rate_limit:") {
+					return true
+				}
+			}
+			return false
+		}(),
+		"merged files": c.Merge,
+		"own limit": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
+			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool { return d.Limit != nil })
+		}),
+		"hits_addend 0": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
+			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool { return d.HitsAddend != nil && d.HitsAddend.Value == 0 })
+		}),
+		"large hits_addend": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
+			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool { return d.HitsAddend != nil && d.HitsAddend.Value >= 50 })
+		}),
+		"several descriptors": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool { return len(r.Descriptors) > 1 }),
+	} {
+		if has {
+			g.feature[name]++
+		}
+	}
+	for _, u := range rlsgen.Units {
+		if strings.Contains(y, "unit: "+u.Name+"\n") {
+			g.feature["unit "+u.Name]++
+		}
+	}
+}
+
+// runBatch runs cases, a batch of domains, against the reference (with
+// its environment settings env) and limitproxy on each store, all on the
+// redis-server at redisAddr.
+func runBatch(ctx context.Context, t *testing.T, refBin, lp, redisAddr, name string, env []string, cases []*rlsgen.Case, tally *generatedTally) {
+	t.Helper()
+	dir := t.TempDir()
+	configs := map[string][]byte{}
+	var files []string
+	for _, c := range cases {
+		for fname, b := range c.Files {
+			configs[fname] = b
+			p := filepath.Join(dir, fname)
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, p)
+		}
+	}
+	slices.Sort(files)
+	env = append(slices.Clone(env), "MERGE_DOMAIN_CONFIG=true")
+	ref, err := rlsref.Start(rlsref.Options{Bin: refBin, Dir: t.TempDir(), RedisAddr: redisAddr, Configs: configs, MergeDomains: true, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Stop()
+	imported := filepath.Join(dir, "rls.toml")
+	imp := exec.CommandContext(ctx, lp, append([]string{"import", "-env", "-listen", "127.0.0.1:0", "-o", imported}, files...)...)
+	imp.Env = append(os.Environ(), env...)
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("limitproxy import: %v\n%s", err, out)
+	}
+	toml, err := os.ReadFile(imported)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := map[string]string{
+		"Redis":  fmt.Sprintf("\n[store]\nbackend = \"redis\"\n\n[store.redis]\naddrs = [%q]\ntimeout = \"5s\"\n", redisAddr),
+		"memory": "\n[store]\nbackend = \"memory\"\n",
+	}
+	type target struct {
+		name   string
+		client rlsv3.RateLimitServiceClient
+	}
+	targets := []target{{name: "the reference"}}
+	addrs := []string{ref.Addr}
+	for _, s := range []string{"Redis", "memory"} {
+		targets = append(targets, target{name: "limitproxy (" + s + ")"})
+		addrs = append(addrs, startLimitproxyProc(t, lp, string(toml)+store[s]))
+	}
+	for i := range targets {
+		conn, err := grpc.NewClient(addrs[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		targets[i].client = rlsv3.NewRateLimitServiceClient(conn)
+	}
+	perCall := 3 * time.Millisecond
+	failures := 0
+	for _, c := range cases {
+		// The calls within one second: wait for the next when what is
+		// left of this one may not do.
+		need := time.Duration(len(c.Calls))*perCall + 50*time.Millisecond
+		if now := time.Now(); time.Second-now.Sub(now.Truncate(time.Second)) < need || now.Sub(now.Truncate(time.Second)) < 10*time.Millisecond {
+			time.Sleep(now.Truncate(time.Second).Add(time.Second + 10*time.Millisecond).Sub(now))
+		}
+		t0 := time.Now()
+		answers := make([][]*rlsv3.RateLimitResponse, len(c.Calls))
+		for i, call := range c.Calls {
+			for _, tg := range targets {
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				resp, err := tg.client.ShouldRateLimit(cctx, call)
+				cancel()
+				if err != nil {
+					t.Fatalf("%s, call %d of %s (%s): %v\n%s", tg.name, i+1, c.Domain, prototext.Format(call), err, caseText(c, string(toml)))
+				}
+				answers[i] = append(answers[i], resp)
+			}
+		}
+		t1 := time.Now()
+		perCall = (perCall*3 + t1.Sub(t0)/time.Duration(len(c.Calls))) / 4
+		tally.countFeatures(c)
+		if t0.Unix() != t1.Unix() {
+			tally.spanned++
+			continue
+		}
+		tally.configs++
+		var differ []string
+		for i, as := range answers {
+			tally.calls++
+			for _, st := range as[0].Statuses {
+				tally.descriptors++
+				if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+					tally.over++
+				}
+				if st.CurrentLimit != nil {
+					tally.limited++
+				}
+			}
+			for j := 1; j < len(as); j++ {
+				if !proto.Equal(as[0], as[j]) {
+					differ = append(differ, fmt.Sprintf("call %d: %s\n  %s: %s\n  the reference:    %s",
+						i+1, oneLine(c.Calls[i]), targets[j].name, oneLine(as[j]), oneLine(as[0])))
+				}
+			}
+		}
+		if len(differ) > 0 {
+			failures++
+			t.Errorf("%s (batch of %s settings): %d answers differ from the reference's:\n%s\n%s",
+				c.Domain, name, len(differ), strings.Join(differ[:min(len(differ), 8)], "\n"), caseText(c, string(toml)))
+			if failures >= 3 {
+				t.FailNow()
+			}
+		}
+	}
+}
+
+// startLimitproxyProc is startLimitproxy (rlsdiff_test.go).
+func startLimitproxyProc(t *testing.T, lp, conf string) string { return startLimitproxy(t, lp, conf) }
+
+// oneLine is m in prototext on one line.
+func oneLine(m proto.Message) string {
+	return strings.Join(strings.Fields(prototext.Format(m)), " ")
+}
+
+// caseText is c's YAML, the policies of its domain in the import, and
+// its calls, for a failure's message.
+func caseText(c *rlsgen.Case, toml string) string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for n := range c.Files {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		fmt.Fprintf(&b, "--- %s\n%s", name, c.Files[name])
+	}
+	b.WriteString("--- the import's policies of the domain\n")
+	for _, p := range strings.Split(toml, "\n[[policy]]") {
+		if strings.Contains(p, `rls_domain = "`+c.Domain+`"`) {
+			b.WriteString("[[policy]]" + p + "\n")
+		}
+	}
+	b.WriteString("--- calls\n")
+	for i, call := range c.Calls {
+		fmt.Fprintf(&b, "%d: %s\n", i+1, oneLine(call))
+	}
+	return b.String()
+}

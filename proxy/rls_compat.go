@@ -1,0 +1,290 @@
+package proxy
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
+)
+
+// What an RLS descriptor's limits are asked with besides the generic
+// steps (docs/envoy.md, "Migrating from envoyproxy/ratelimit"):
+//
+//   - A limit of 0 (a fixed window that admits nothing, the reference's
+//     requests_per_unit: 0) refuses every descriptor, counting nothing.
+//   - With [rls] compatibility = "envoyproxy/ratelimit", a policy whose
+//     limits are all fixed windows counts as the reference does: every
+//     hit is added to its window's count, rejected or not (Redis INCRBY),
+//     and the descriptor is over a limit when the count after it exceeds
+//     the limit; a hits_addend of 0 adds nothing and asks about the count
+//     as it is. A rejected hit counting means that once a window has
+//     refused one, it refuses every later one, whatever its cost: what
+//     the reference answers. The count is kept in the limit's own state
+//     (the same names, so a change of compatibility keeps the counters),
+//     by a fixed window of the same length whose limit is
+//     limiter.MaxCount: a counter that admits, and the threshold applied
+//     here.
+//   - With the same, a descriptor's own limit (Envoy's per-route
+//     override) decides it instead of any policy, in a domain the
+//     service knows, counted as the reference counts it: under the
+//     domain, the descriptor's entries and the unit's window, which is
+//     the state of the descriptor's policy when that policy's one limit
+//     has that window and counts under every entry's value.
+
+// counterLimit is the limit of the counter of a fixed window.
+const counterLimit = limiter.MaxCount
+
+// rlsCounters is a policy's counters, built once a snapshot.
+type rlsCounters struct {
+	once sync.Once
+	c    []*limiter.Limiter // one per limit; nil: not every limit is a fixed window
+}
+
+// counters returns p's counters (ps is p's state): one Limiter per
+// limit, bound to the same state as p's own; nil unless every limit of p
+// is a fixed window.
+func (ps *policyState) counters(p *policy.Policy) []*limiter.Limiter {
+	ps.rls.once.Do(func() {
+		if p.Limiter == nil || len(p.Limits) == 0 {
+			return
+		}
+		ls := make([]limiter.Limit, len(p.Limits))
+		for i, l := range p.Limits {
+			if l.Algorithm() != limiter.FixedWindow {
+				return
+			}
+			_, w := l.Quota()
+			c, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: counterLimit, Window: w})
+			if err != nil {
+				return
+			}
+			if s := l.Share(); s != "" {
+				c = c.Shared(s)
+			}
+			ls[i] = c
+		}
+		all, err := limiter.New(p.Limiter.Store(), p.Name, ls...)
+		if err != nil {
+			return
+		}
+		cs := make([]*limiter.Limiter, len(ls))
+		for i := range cs {
+			cs[i] = all.Only(i)
+		}
+		ps.rls.c = cs
+	})
+	return ps.rls.c
+}
+
+// askRLS asks o.p's limits about an RLS descriptor when o.rls: a limit of
+// 0 refuses it, or (o.compat) its fixed windows count it as
+// envoyproxy/ratelimit does.
+func (h *Handler) askRLS(ctx context.Context, now time.Time, o *ruling) (limiter.Decision, error) {
+	p := o.p
+	view := p
+	if h.overrides != nil && !p.OwnKeys {
+		if _, v, ok := h.overridden(o.ps, p, o.key); ok {
+			view, o.hp = v, v
+		}
+	}
+	cs := o.ps.counters(p)
+	if !o.compat || cs == nil {
+		for i, zero := range p.RLS.Zero {
+			if zero {
+				_, w := view.Quota(i)
+				return refusedByZero(i, w, now), nil
+			}
+		}
+	}
+	n := max(o.n, 1)
+	if o.peek {
+		n = 0
+	}
+	var d limiter.Decision
+	for i, c := range cs {
+		key := o.key
+		if p.OwnKeys {
+			key = o.keys[i]
+		}
+		q, w := view.Quota(i)
+		count, degraded, err := countHits(ctx, c, key, now, n)
+		if err != nil {
+			return limiter.Decision{}, err
+		}
+		di := thresholdDecision(count, q, w, now)
+		di.Degraded = degraded
+		d.Merge(i, di)
+	}
+	return d, nil
+}
+
+// refusedByZero is the Decision of limit i of a window w, a limit of 0,
+// at now: refused until the next window, nothing remaining.
+func refusedByZero(i int, w time.Duration, now time.Time) limiter.Decision {
+	end := windowEnd(now, w)
+	return limiter.Decision{Index: int32(i), RetryAfter: end.Sub(now), ResetAt: end, Next: end.Sub(now)}
+}
+
+// thresholdDecision is the Decision of a fixed window of q per w whose
+// count is count after the descriptor's hits, at now: allowed unless
+// count exceeds q.
+func thresholdDecision(count, q int64, w time.Duration, now time.Time) limiter.Decision {
+	end := windowEnd(now, w)
+	d := limiter.Decision{Allowed: count <= q, Limit: q, ResetAt: now}
+	if count > 0 {
+		d.ResetAt, d.Next = end, end.Sub(now)
+	}
+	if d.Allowed {
+		d.Remaining = q - count
+	} else {
+		d.RetryAfter = end.Sub(now)
+	}
+	return d
+}
+
+// windowEnd is the end of the window of length w, aligned to the Unix
+// epoch, that holds now.
+func windowEnd(now time.Time, w time.Duration) time.Time {
+	if w <= 0 {
+		return now
+	}
+	ns := now.UnixNano()
+	start := ns - ns%int64(w)
+	if ns < 0 && ns%int64(w) != 0 {
+		start -= int64(w)
+	}
+	return time.Unix(0, start+int64(w))
+}
+
+// countHits adds n hits to the counter c under key at now (n = 0: none)
+// and returns the count after them: beyond counterLimit when they do not
+// fit (a count that passes every threshold). degraded reports that the
+// store could not count (its on_error answered).
+func countHits(ctx context.Context, c *limiter.Limiter, key string, now time.Time, n int64) (count int64, degraded bool, err error) {
+	if n == 0 {
+		d, err := c.PeekN(ctx, key, now, 1)
+		if err != nil || !d.Allowed {
+			return counterLimit, d.Degraded, err
+		}
+		return counterLimit - 1 - d.Remaining, d.Degraded, nil
+	}
+	if n <= counterLimit {
+		d, err := c.Allow(ctx, key, now, n)
+		if err != nil {
+			return 0, false, err
+		}
+		if d.Allowed {
+			return counterLimit - d.Remaining, d.Degraded, nil
+		}
+		if d.Degraded {
+			return counterLimit + 1, true, nil
+		}
+	}
+	// The count would pass counterLimit: the window is in debt, past any
+	// threshold, until it ends.
+	if _, err := c.Charge(ctx, key, now, now, min(n, 2*counterLimit)); err != nil {
+		return 0, false, err
+	}
+	return counterLimit + 1, false, nil
+}
+
+// decideOwnLimit decides a descriptor by its own limit d.Limit
+// (compatibility = "envoyproxy/ratelimit", a known domain), as the
+// reference does: no shadow mode, no name, no replaces; counted under
+// the domain, the entries and the unit's window. a.o.p is the policy that
+// matched the descriptor, if any: its state counts it when its one limit
+// is a fixed window of that length counting under every entry's value.
+func (h *Handler) decideOwnLimit(ctx context.Context, snap *snapshot, domain string, d *Descriptor, now time.Time, a *rlsDecided) {
+	q, w := d.Limit.RequestsPerUnit, d.Limit.Unit
+	n := max(d.Cost, 1)
+	if d.CheckOnly {
+		n = 0
+	}
+	var (
+		c   *limiter.Limiter
+		key string
+	)
+	if p := a.o.p; p != nil && !p.OwnKeys && len(p.Limits) == 1 && p.Limits[0].Share() == "" && everyEntry(p, d.Entries) {
+		if cs := a.o.ps.counters(p); cs != nil {
+			if _, pw := p.Limits[0].Quota(); pw == w {
+				c, key = cs[0], descriptorKey(p.Key, d.Entries)
+			}
+		}
+	}
+	if c == nil {
+		store := snap.set.Store()
+		fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: counterLimit, Window: w})
+		if err == nil && store != nil {
+			c, err = limiter.New(store, ownLimitName(domain, d.Entries), fw)
+		}
+		if err != nil || c == nil {
+			// Nothing to count with: OK without a limit.
+			a.own.Decision = Allowed
+			return
+		}
+		var b []byte
+		for _, e := range d.Entries {
+			b = clientkey.AppendPart(b, []byte(e.Value))
+		}
+		key = string(b)
+	}
+	v := a.own
+	v.Limited, v.Quota, v.Window = true, q, w
+	count, _, err := countHits(ctx, c, key, now, n)
+	if err != nil {
+		h.log.Error("limiter failed; descriptor allowed", zap.String("domain", domain), zap.Error(err))
+		v.Decision, v.Limited = Allowed, false
+		return
+	}
+	dec := thresholdDecision(count, q, w, now)
+	v.Remaining, v.ResetAfter = dec.Remaining, dec.ResetAt.Sub(now)
+	if dec.Allowed {
+		v.Decision = Allowed
+		return
+	}
+	v.Decision, v.Over, v.Remaining = Rejected, true, 0
+	a.over = true
+}
+
+// everyEntry reports whether p counts under every entry of entries, in
+// order: its key is every pattern's KEY, as the default key is.
+func everyEntry(p *policy.Policy, entries []policy.DescriptorEntry) bool {
+	if len(p.Key) != len(entries) {
+		return false
+	}
+	for i, kp := range p.Key {
+		if kp.Name != entries[i].Key {
+			return false
+		}
+	}
+	return true
+}
+
+// ownLimitName is the state name of a descriptor's own limit in domain:
+// the domain and the entries' keys, each length-prefixed so that none
+// can be confused with another (the values are the client key).
+func ownLimitName(domain string, entries []policy.DescriptorEntry) string {
+	var b strings.Builder
+	b.WriteString("rls-own-limit:")
+	for _, s := range append([]string{domain}, keysOf(entries)...) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+func keysOf(entries []policy.DescriptorEntry) []string {
+	ks := make([]string, len(entries))
+	for i, e := range entries {
+		ks[i] = e.Key
+	}
+	return ks
+}
