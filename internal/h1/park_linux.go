@@ -63,12 +63,22 @@ func (s *Server) park(c *conn) bool {
 	var err error
 	if cerr := c.raw.Control(func(fd uintptr) {
 		// Level-triggered, once: bytes that came before the park wake
-		// it at once.
+		// it at once. The socket stays in the set once woken (the event
+		// disarmed it), and a later park arms it again: one system call
+		// a park. A socket leaves the set when it is closed, which every
+		// wake but by an event leads to.
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: id}
-		err = syscall.EpollCtl(p.ep, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+		op, other := syscall.EPOLL_CTL_ADD, syscall.EPOLL_CTL_MOD
+		if c.inSet {
+			op, other = other, op
+		}
+		if err = syscall.EpollCtl(p.ep, op, int(fd), &ev); err == syscall.EEXIST || err == syscall.ENOENT {
+			err = syscall.EpollCtl(p.ep, other, int(fd), &ev)
+		}
 	}); cerr != nil || err != nil {
 		return false
 	}
+	c.inSet = true
 	p.next = id
 	c.parkID = id
 	p.conns[id] = c
@@ -176,27 +186,23 @@ func (s *Server) wake(c *conn) {
 	}
 }
 
-// resume serves c, taken out of the set (removeLocked), in a new
+// resume serves c, no longer parked (removeLocked), in a new
 // goroutine, whose read of c's first bytes finds them, or its end of
 // file, deadline or closing, at once.
 func (p *parker) resume(c *conn) {
 	go c.serve()
 }
 
-// removeLocked forgets c, parked, and takes its socket out of the set
-// (unless it is closed, which did). Requires p.mu held: stopParker
-// closes the set only once it has taken every connection out of it
-// under p.mu, so that no socket is taken out of a closed set (or of
-// another that has its descriptor's number since).
+// removeLocked forgets c, parked. Its socket stays in the set: woken by
+// an event, disarmed; else it is being closed. An event of a socket no
+// longer parked names no connection, and run ignores it. Requires p.mu
+// held.
 func (p *parker) removeLocked(c *conn) {
 	delete(p.conns, c.parkID)
 	c.parkID = 0
 	if c.dueIdx >= 0 {
 		heap.Remove(&p.due, c.dueIdx)
 	}
-	c.raw.Control(func(fd uintptr) {
-		syscall.EpollCtl(p.ep, syscall.EPOLL_CTL_DEL, int(fd), nil)
-	})
 }
 
 // armLocked sets the timer for the soonest end of a wait. Requires p.mu
