@@ -109,16 +109,12 @@ type result struct {
 	opened    time.Duration
 }
 
-// The settling: an idle Go process is forced to collect two minutes
-// after its last collection, and up to a minute later when nothing
-// else wakes its runtime (a server with no timer); it has given back
-// what it freed a few seconds later.
-const (
-	forcedGC = 2 * time.Minute
-	settleBy = forcedGC + 75*time.Second
-	scavenge = 5 * time.Second
-	quiet    = 10 * time.Second
-)
+// settleAfter is how long a Go server's connections idle before its
+// memory is read settled: an idle Go process is forced to collect two
+// minutes after its last collection, up to a minute later when nothing
+// else wakes its runtime (a server with no timer), and gives back what
+// it freed within seconds.
+const settleAfter = 2*time.Minute + 80*time.Second
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "-hold" {
@@ -329,18 +325,12 @@ func load(t target, n int) (*loaded, error) {
 	return l, nil
 }
 
-// settle waits until l's Go process has collected since its connections
-// were opened (its metrics say when; without them, its memory falls by
-// a tenth, or settleBy passes) and given back what it freed, and reads
-// its memory.
+// settle waits until settleAfter has passed since l's connections were
+// open, without a look at its metrics meanwhile (a scrape allocates,
+// and would have a server collect more often than the others: each
+// collection halves an idle goroutine's stack), and reads its memory.
 func (l *loaded) settle() error {
-	for time.Since(l.at) < settleBy {
-		if l.collected() {
-			time.Sleep(scavenge)
-			break
-		}
-		time.Sleep(time.Second)
-	}
+	time.Sleep(time.Until(l.at.Add(settleAfter)))
 	var err error
 	if l.r.settled, err = rss(l.rt.pid); err != nil {
 		return err
@@ -349,18 +339,6 @@ func (l *loaded) settle() error {
 		l.r.goSettled = g
 	}
 	return nil
-}
-
-// collected reports whether l's process has collected while idle: at
-// least quiet after its connections were open (a collection sooner is
-// the burst's own, with its garbage still about).
-func (l *loaded) collected() bool {
-	if l.rt.metrics != "" {
-		last := metric(l.rt.metrics, "go_memstats_last_gc_time_seconds")
-		return last > float64(l.at.Add(quiet).UnixNano())/1e9
-	}
-	now, err := rss(l.rt.pid)
-	return err == nil && time.Since(l.at) > forcedGC && now < l.r.after-(l.r.after-l.r.before)/10
 }
 
 // stop closes l's connections (its client exits) and stops its server.
