@@ -1,5 +1,5 @@
 # The README's two commands, and the benchmark harness.
-.PHONY: test build install release bench bench-limiter bench-proxy bench-profile bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls bench-scaling bench-identity mutants
+.PHONY: test build install release bench bench-limiter bench-proxy bench-profile bench-redis bench-accuracy bench-versus bench-openloop bench-capacity bench-ops bench-rls bench-scaling bench-identity bench-idle mutants
 
 # Every check and test, as CI runs it (installs what it needs).
 test:
@@ -26,7 +26,7 @@ install: build
 release:
 	scripts/release.sh $(VERSION)
 
-# Regenerates all of BENCHMARKS.md and docs/*.svg (about 30 minutes;
+# Regenerates all of BENCHMARKS.md and docs/*.svg (about 55 minutes;
 # installs wrk, nginx, redis-server and haproxy when missing and root).
 bench:
 	bench/all.sh
@@ -86,6 +86,13 @@ bench-scaling:
 
 bench-identity:
 	bench/identity.sh 5
+
+# Regenerates the idle section of BENCHMARKS.md: memory per idle connection at 1k,
+# 10k and 50k connections, limitproxy (plain, TLS, HTTP/2), nginx and bare net/http
+# (about 25 minutes; installs nginx when missing and root; raises the descriptor
+# limit where root may).
+bench-idle:
+	bench/idle.sh 1000,10000,50000 4
 
 # The mutation harness over the limiter's algorithms, the leaky-bucket queue and
 # the proxy's key and canonicalization (bench/mutants; hours on two shared cores,

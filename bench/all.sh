@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: regenerates all of BENCHMARKS.md and docs/*.svg in one
-# run, on 127.0.0.1 only, in about 30 minutes on a 2-core machine.
+# run, on 127.0.0.1 only, in about 55 minutes on a 2-core machine.
 # Installs wrk, nginx, redis-server and haproxy from Debian's packages when
 # missing and root. The new BENCHMARKS.md replaces the old one only if
 # every part succeeded.
@@ -27,6 +27,7 @@ bench/ops.sh 5
 bench/rls.sh 20000 3 20000 2s
 bench/scaling.sh 3
 bench/identity.sh 5
+bench/idle.sh 1000,10000,50000 4
 took=$(( ($(date +%s) - start + 59) / 60 ))
 {
   echo "# Benchmarks"

@@ -32,7 +32,7 @@ type bench429 struct {
 func newBench429() *bench429 {
 	req, _ := http.NewRequest("GET", "/", nil)
 	return &bench429{
-		c:    &conn{srv: &Server{fallback: &http.Server{}}, out: make([]byte, 0, 4096), pending: make([]byte, 0, 2048)},
+		c:    bufferedConn(),
 		req:  req,
 		w:    &response{header: http.Header{}},
 		body: make([]byte, 191),
@@ -48,7 +48,7 @@ func (bb *bench429) next() *response {
 	c.out = c.out[:0]
 	hdr := w.header
 	clear(hdr)
-	*w = response{c: c, req: bb.req, header: hdr, clen: -1, announced: -1, pending: c.pending[:0]}
+	*w = response{c: c, req: bb.req, header: hdr, clen: -1, announced: -1, pending: c.wb.pending[:0]}
 	hdr["Retry-After"] = bb.ra
 	hdr["Content-Type"] = bb.ct
 	hdr["Content-Length"] = bb.cl

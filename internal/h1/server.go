@@ -10,10 +10,16 @@
 // goroutine and a read in the background, a canonicalized header map,
 // a clone of the response header and a bufio pair; under a flood of
 // requests that are refused at once, that is most of a rejection's CPU.
-// The front reads a head with one read into a buffer of the
-// connection's, checks it against a strict subset of what net/http
-// accepts, and writes the answer with one write, byte for byte what
-// net/http writes for the same handler calls (response_test.go).
+// The front reads a head with one read into a buffer taken from a pool,
+// checks it against a strict subset of what net/http accepts, and
+// writes the answer with one write, byte for byte what net/http writes
+// for the same handler calls (response_test.go).
+//
+// It exists for memory too: a connection waiting for its next request
+// holds no buffer, and past a second no goroutine either, parked with
+// the others in an epoll set (idle.go, park_linux.go): about 1.2 KiB of
+// heap, where net/http's server holds a goroutine and its buffers,
+// 20 KiB.
 //
 // What the front does not do that net/http's server does: watch every
 // request's connection for the client going away. A handler that will
@@ -36,6 +42,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -59,6 +66,9 @@ type Server struct {
 	conns  map[*conn]struct{}
 	closed bool
 
+	parker parker        // the connections waiting with no goroutine (park_linux.go)
+	shed   time.Duration // shedAfter
+
 	connState   func(net.Conn, http.ConnState) // the server's ConnState hook; nil: none
 	closing     atomic.Bool                    // Shutdown or Close called: no keep-alive, no new conns
 	noKeepAlive atomic.Bool                    // SetKeepAlivesEnabled(false)
@@ -74,7 +84,7 @@ type Server struct {
 // served here has no body to time, and the handler sets its own write
 // deadlines.
 func New(srv *http.Server) *Server {
-	s := &Server{fallback: srv, conns: map[*conn]struct{}{}}
+	s := &Server{fallback: srv, conns: map[*conn]struct{}{}, shed: shedAfter}
 	s.handoff = &handoffListener{ch: make(chan net.Conn), done: make(chan struct{})}
 	orig := srv.ConnContext
 	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
@@ -169,6 +179,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		pause = min(2*pause, 100*time.Millisecond)
 	}
+	s.stopParker()
 	return <-fallback
 }
 
@@ -182,8 +193,10 @@ func (s *Server) Close() error {
 	for c := range s.conns {
 		c.state.Store(stateClosed)
 		c.rwc.Close()
+		s.wake(c) // if parked: a goroutine to close it
 	}
 	s.mu.Unlock()
+	s.stopParker()
 	return err
 }
 
@@ -209,6 +222,7 @@ func (s *Server) closeIdle() bool {
 		if st == stateIdle || st == stateNew && c.born < old {
 			if c.state.CompareAndSwap(st, stateClosed) {
 				c.rwc.Close()
+				s.wake(c) // if parked: a goroutine to close it
 			}
 		}
 	}
@@ -273,7 +287,10 @@ const (
 	stateClosed              // closed by Shutdown or Close
 )
 
-// conn is one connection the front serves.
+// conn is one connection the front serves. While it waits for a
+// request it holds this struct, its goroutine (with a small stack, once
+// the wait outlasts shedAfter) and nothing else: its buffers come from
+// pools while a request is read and answered (idle.go).
 type conn struct {
 	srv    *Server
 	rwc    net.Conn
@@ -282,36 +299,61 @@ type conn struct {
 	born   int64 // UnixNano
 	state  atomic.Int32
 
-	buf      []byte // read buffer; buf[r:w] is read and not yet used
-	r, w     int
-	out      []byte    // write buffer
-	pending  []byte    // a response's body before its head is committed
-	keys     []field   // writeSorted's scratch space
+	// raw reads the connection's socket itself, for the wait for a
+	// request's first bytes, so that the buffer is taken only once they
+	// are there; nil when the connection does not offer it (idle.go).
+	raw   syscall.RawConn
+	rawFn func(fd uintptr) bool // c.rawRead, made once
+
+	buf  []byte // read buffer, pooled; buf[r:w] is read and not yet used; nil while none is held
+	r, w int
+	wb   *writeBuffers // the pooled write buffers; nil while none is held
+	out  []byte        // write buffer
+	keys []field       // writeSorted's scratch space
+
 	deadline time.Time // the read deadline set, zero if none
+	// waitEnd is when the wait for a request's first bytes ends (zero:
+	// never).
+	waitEnd time.Time
 	// headDeadline is when the head being read must be in (its first
 	// byte's time plus read_header_timeout); zero: none, or not reading
 	// a head.
 	headDeadline time.Time
 	wdl          time.Time // the write deadline set, zero if none
 	served       int       // requests served
-	hijacked     bool      // taken over by a handler (Hijack)
-	resp         *response // the response being written (one per connection)
-	head         head      // the request head being served (one per connection)
+	parkID       int32     // its id while parked (park_linux.go); 0: not parked
+	inSet        bool      // its socket is in the parker's epoll set (park_linux.go)
+	dueIdx       int       // its place in the parker's heap of waits that end
+
+	// The request state kept from one request to the next, and dropped
+	// when a wait outlasts shedAfter: the response (one per
+	// connection), the request head being served, the watch.
+	resp *response
+	head *head
+	wt   *watcher
 
 	// The watch (WatchClient): a read in the background while the
 	// handler waits.
-	cancel     context.CancelFunc // the current request's context
-	watching   bool               // WatchClient was called for the current request
-	watchTimer *time.Timer        // runs watchRead; made at the first watch
-	stopping   atomic.Bool
-	watchDone  chan struct{}
-	watchN     int // bytes watchRead read past c.w
-	watchErr   error
+	cancel   context.CancelFunc // the current request's context
+	watchErr error              // the client went away: the watch's read failed so
+
+	early    bool // the read deadline set is shedAfter's, not waitEnd
+	moved    bool // the wait goes on in a new goroutine (shed)
+	hijacked bool // taken over by a handler (Hijack)
+	watching bool // WatchClient was called for the current request
 	// finished reports that the client has half-closed (EOF) while
 	// requests it sent were still pending: it has finished sending, not
 	// gone. Its pipelined requests are answered, and an EOF is no
 	// departure for the rest of the connection.
 	finished bool
+}
+
+// watcher is the watch's machinery, made at a connection's first watch.
+type watcher struct {
+	timer    *time.Timer // runs watchRead
+	done     chan struct{}
+	stopping atomic.Bool
+	n        int // bytes watchRead read past c.w
 }
 
 func (s *Server) newConn(rw net.Conn) *conn {
@@ -331,10 +373,32 @@ func (c *conn) forget() {
 	c.srv.mu.Unlock()
 }
 
-// serve serves c's requests until it closes or is handed over.
+// serve serves c's requests until it closes or is handed over. A wait
+// for the next request that outlasts shedAfter goes on in a new
+// goroutine, started here once this one has let go of c, so that the
+// stack the handlers grew is given back (idle.go).
 func (c *conn) serve() {
+	if c.run() == readMoved {
+		go c.serve()
+	}
+}
+
+// What readHead, and run, end with.
+const (
+	readOK     = iota // a head is in the buffer
+	readDone          // the connection is done (closed, failed, out of time)
+	readMoved         // the wait goes on in a new goroutine, for serve to start
+	readParked        // the wait goes on with no goroutine: c is the parker's
+)
+
+// run is serve's work, until c is done (readDone), or its wait goes on
+// elsewhere (readMoved, readParked: c must not be touched then).
+func (c *conn) run() (res int) {
 	handed := false
 	defer func() {
+		if res == readMoved || res == readParked {
+			return
+		}
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler {
 				buf := make([]byte, 64<<10)
@@ -354,36 +418,44 @@ func (c *conn) serve() {
 			c.setState(http.StateClosed)
 		}
 		c.forget()
+		// What it read was copied out for whoever has it now.
+		c.releaseRead()
+		c.releaseWrite()
 	}()
-	// Here, not in the accept loop: a PROXY protocol connection reads
-	// its header to know its addresses.
-	c.remote = c.rwc.RemoteAddr().String()
-	ctx := context.WithValue(c.srv.base, http.LocalAddrContextKey, c.rwc.LocalAddr())
-	if cc := c.srv.fallback.ConnContext; cc != nil {
-		if ctx = cc(ctx, c.rwc); ctx == nil {
-			panic("ConnContext returned nil")
+	if c.ctx == nil {
+		// Here, not in the accept loop: a PROXY protocol connection
+		// reads its header to know its addresses.
+		c.remote = c.rwc.RemoteAddr().String()
+		ctx := context.WithValue(c.srv.base, http.LocalAddrContextKey, c.rwc.LocalAddr())
+		if cc := c.srv.fallback.ConnContext; cc != nil {
+			if ctx = cc(ctx, c.rwc); ctx == nil {
+				panic("ConnContext returned nil")
+			}
 		}
+		c.ctx = ctx
+		c.rawInit()
 	}
-	c.ctx = ctx
-	c.buf = make([]byte, readBuffer)
 	maxHead := c.srv.fallback.MaxHeaderBytes
 	if maxHead <= 0 {
 		maxHead = http.DefaultMaxHeaderBytes
 	}
 	for {
-		end, ok := c.readHead()
-		if !ok {
-			return
+		end, res := c.readHead()
+		if res != readOK {
+			return res
 		}
-		h := &c.head
+		if c.head == nil {
+			c.head = new(head)
+		}
+		h := c.head
 		if end < 0 || end-c.r > maxHead || !parseHead(c.buf[c.r:end], h) {
 			handed = c.handOff()
-			return
+			return readDone
 		}
 		c.r = end
 		c.setState(http.StateActive)
 		if !c.serveRequest(h) || !c.srv.keepAlives() {
-			return
+			return readDone
 		}
 		c.setState(http.StateIdle)
 		if c.r == c.w {
@@ -404,32 +476,46 @@ func (c *conn) serve() {
 // timeout (read_header_timeout for a connection's first request), the
 // rest of the head within read_header_timeout of its first byte, as
 // net/http reads a head. -1 when the head is larger than the buffer: it
-// is net/http's then, within the same deadline. false: the connection
-// is done (closed, failed, or out of time).
-func (c *conn) readHead() (int, bool) {
+// is net/http's then, within the same deadline. Its second result is
+// readOK with a head, else what run ends with: readDone when the
+// connection is done (closed, failed, or out of time), readMoved or
+// readParked when a wait outlasts shedAfter (shed).
+func (c *conn) readHead() (int, int) {
 	rht := c.srv.fallback.ReadHeaderTimeout
 	if c.r == c.w {
 		c.r, c.w = 0, 0
-		timeout := c.srv.fallback.IdleTimeout
 		st := stateIdle
 		if c.served == 0 {
-			timeout, st = rht, stateNew
-		} else if timeout == 0 {
-			timeout = c.srv.fallback.ReadTimeout
+			st = stateNew
 		}
-		c.setReadDeadline(timeout)
-		c.state.Store(st)
-		if st == stateIdle && !c.srv.keepAlives() {
-			return 0, false
+		long := c.moved
+		if long {
+			// A wait that outlasted shedAfter, going on in this new
+			// goroutine until its own end.
+			c.moved = false
+		} else {
+			// Nothing pending: the buffer goes back until the next
+			// request's first bytes are there.
+			c.releaseRead()
+			c.startWait(st)
+			c.state.Store(st)
+			if st == stateIdle && !c.srv.keepAlives() {
+				return 0, readDone
+			}
 		}
-		n, _ := c.rwc.Read(c.buf)
+		n, err := c.readFirst(long)
+		if n == 0 {
+			if res := c.shed(err, st); res != readDone {
+				return 0, res
+			}
+		}
 		if !c.state.CompareAndSwap(st, stateActive) {
-			return 0, false // closed by Shutdown
+			return 0, readDone // closed by Shutdown
 		}
 		if c.w = n; n == 0 {
-			return 0, false
+			return 0, readDone
 		}
-		c.headDeadline = c.deadline // the first request's: from accept
+		c.headDeadline = c.waitEnd // the first request's: from accept
 		if c.served > 0 {
 			c.headDeadline = time.Time{}
 		}
@@ -437,11 +523,11 @@ func (c *conn) readHead() (int, bool) {
 	for {
 		if i := headEnd(c.buf[c.r:c.w]); i >= 0 {
 			c.headDeadline = time.Time{}
-			return c.r + i, true
+			return c.r + i, readOK
 		}
 		if c.w == len(c.buf) {
 			if c.r == 0 {
-				return -1, true
+				return -1, readOK
 			}
 			c.w = copy(c.buf, c.buf[c.r:c.w])
 			c.r = 0
@@ -462,7 +548,7 @@ func (c *conn) readHead() (int, bool) {
 				c.rwc.SetWriteDeadline(time.Now().Add(time.Second))
 				c.write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request"))
 			}
-			return 0, false
+			return 0, readDone
 		}
 	}
 }
@@ -512,6 +598,11 @@ func (failedRead) Read([]byte) (int, error) { return 0, errReadFailed }
 // sends request after request pays for a timer update once in a while,
 // not for each request): the wait allowed is between 7/8 of d and d.
 func (c *conn) setReadDeadline(d time.Duration) {
+	c.setReadDeadlineAt(time.Now(), d)
+}
+
+// setReadDeadlineAt is setReadDeadline with the time now.
+func (c *conn) setReadDeadlineAt(now time.Time, d time.Duration) {
 	if d <= 0 {
 		if !c.deadline.IsZero() {
 			c.rwc.SetReadDeadline(time.Time{})
@@ -519,7 +610,6 @@ func (c *conn) setReadDeadline(d time.Duration) {
 		}
 		return
 	}
-	now := time.Now()
 	want := now.Add(d)
 	if c.deadline.After(want) || c.deadline.Before(want.Add(-d/8)) {
 		c.rwc.SetReadDeadline(want)
@@ -570,19 +660,17 @@ func (c *conn) serveRequest(h *head) bool {
 		Header: h.header, Body: http.NoBody, Host: h.host,
 		RemoteAddr: c.remote, Close: h.close,
 	}).WithContext(ctx)
-	if c.out == nil {
-		c.out = make([]byte, 0, outBuffer)
-		c.pending = make([]byte, 0, bufferBeforeChunking)
-	}
+	c.takeWrite()
 	// The response and its header map are the connection's, as the
-	// request's header: used again for its next request.
+	// request's header: used again for its next request (until a wait
+	// outlasts shedAfter).
 	if c.resp == nil {
 		c.resp = &response{header: make(http.Header)}
 	}
 	w := c.resp
 	hdr, trailers := w.header, w.trailers[:0]
 	clear(hdr)
-	*w = response{c: c, req: req, header: hdr, trailers: trailers, clen: -1, announced: -1, head: h.method == http.MethodHead, pending: c.pending[:0]}
+	*w = response{c: c, req: req, header: hdr, trailers: trailers, clen: -1, announced: -1, head: h.method == http.MethodHead, pending: c.wb.pending[:0]}
 	c.served++
 	func() {
 		defer func() {
@@ -592,11 +680,16 @@ func (c *conn) serveRequest(h *head) bool {
 		}()
 		c.srv.handler().ServeHTTP(w, req)
 	}()
+	c.cancel = nil
 	if c.hijacked {
 		c.setState(http.StateHijacked)
 		return false
 	}
 	keep := w.finish()
+	// The answer is out: the buffers go back, and nothing of the request
+	// is kept but what parseHead and the next response use again.
+	w.req, w.pending = nil, nil
+	c.releaseWrite()
 	if c.watchErr != nil {
 		keep = false // the client went away meanwhile
 	}
@@ -620,12 +713,12 @@ func (c *conn) watch(d time.Duration) {
 		c.w = copy(c.buf, c.buf[c.r:c.w])
 		c.r = 0
 	}
-	if c.watchTimer == nil {
-		c.watchDone = make(chan struct{}, 1)
-		c.watchTimer = time.AfterFunc(d, c.watchRead)
+	if c.wt == nil {
+		c.wt = &watcher{done: make(chan struct{}, 1)}
+		c.wt.timer = time.AfterFunc(d, c.watchRead)
 		return
 	}
-	c.watchTimer.Reset(d)
+	c.wt.timer.Reset(d)
 }
 
 // watchRead, run by the watch's timer, reads in the background into the
@@ -646,20 +739,21 @@ func (c *conn) watch(d time.Duration) {
 // first read, and no read starts once stopWatch has begun, so that none
 // can clear stopWatch's deadline and block.
 func (c *conn) watchRead() {
-	defer func() { c.watchDone <- struct{}{} }()
+	wt := c.wt
+	defer func() { wt.done <- struct{}{} }()
 	c.rwc.SetReadDeadline(time.Time{})
-	for !c.stopping.Load() {
-		free := c.buf[c.w+c.watchN:]
+	for !wt.stopping.Load() {
+		free := c.buf[c.w+wt.n:]
 		if len(free) == 0 {
 			return
 		}
 		n, err := c.rwc.Read(free)
-		c.watchN += n
+		wt.n += n
 		if err != nil {
-			if c.stopping.Load() {
+			if wt.stopping.Load() {
 				return
 			}
-			if err == io.EOF && (c.finished || holdsHead(c.buf[c.r:c.w+c.watchN])) {
+			if err == io.EOF && (c.finished || holdsHead(c.buf[c.r:c.w+wt.n])) {
 				c.finished = true
 				return
 			}
@@ -682,16 +776,17 @@ func holdsHead(b []byte) bool {
 // kept.
 func (c *conn) stopWatch() {
 	c.watching = false
-	if c.watchTimer.Stop() {
+	wt := c.wt
+	if wt.timer.Stop() {
 		return // never started
 	}
-	c.stopping.Store(true)
+	wt.stopping.Store(true)
 	c.rwc.SetReadDeadline(aLongTimeAgo)
-	<-c.watchDone
-	c.stopping.Store(false)
+	<-wt.done
+	wt.stopping.Store(false)
 	c.deadline = aLongTimeAgo // reset at the next wait
-	c.w += c.watchN
-	c.watchN = 0
+	c.w += wt.n
+	wt.n = 0
 }
 
 // aLongTimeAgo is a deadline in the past: it fails a blocked read at once.

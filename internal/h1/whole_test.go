@@ -6,12 +6,20 @@ import (
 	"testing"
 )
 
+// bufferedConn is a connection of a server with no options, holding
+// its write buffers, as while it answers a request.
+func bufferedConn() *conn {
+	c := &conn{srv: &Server{fallback: &http.Server{}}}
+	c.takeWrite()
+	return c
+}
+
 // newTestResponse is a response to req on a connection that only
 // buffers (nothing is flushed in these tests).
 func newTestResponse(method string) *response {
-	c := &conn{srv: &Server{fallback: &http.Server{}}, out: make([]byte, 0, 4096), pending: make([]byte, 0, 2048)}
+	c := bufferedConn()
 	req, _ := http.NewRequest(method, "/", nil)
-	return &response{c: c, req: req, header: http.Header{}, clen: -1, announced: -1, head: method == http.MethodHead, pending: c.pending[:0]}
+	return &response{c: c, req: req, header: http.Header{}, clen: -1, announced: -1, head: method == http.MethodHead, pending: c.wb.pending[:0]}
 }
 
 // TestWriteWhole: WriteWhole writes the head WriteHeader and Write write

@@ -53,7 +53,8 @@ type Server struct {
 	MaxHeaderBytes    int
 	// MaxConnections bounds the proxy listener's open client connections;
 	// 0 means derived at start from the process's file-descriptor limit
-	// (see DefaultMaxConnections in package server).
+	// and memory limit (see DefaultMaxConnections and
+	// MemoryMaxConnections in package server).
 	MaxConnections int
 	// TrustedProxies are the peers whose ClientIPHeader is believed;
 	// empty: none, every request is keyed by its peer's address.

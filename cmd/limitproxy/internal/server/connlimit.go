@@ -248,6 +248,16 @@ func (c *limitConn) Close() error {
 	return err
 }
 
+// SyscallConn returns the socket, for the HTTP/1.1 front's wait for a
+// request (internal/h1 reads it itself, and parks an idle connection in
+// an epoll set): a limitConn reads nothing ahead of its own.
+func (c *limitConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
 // CloseWrite half-closes the connection, for the WebSocket tunnel.
 func (c *limitConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {

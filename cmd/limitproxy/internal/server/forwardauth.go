@@ -21,11 +21,7 @@ func (p *process) listenForwardAuth() error {
 	if err != nil {
 		return fmt.Errorf("forward_auth: listen %s: %w", fa.Listen, err)
 	}
-	bound := s.MaxConnections
-	if bound == 0 {
-		bound = DefaultMaxConnections(fileLimit())
-	}
-	ln := newLimitListener(tcp, bound, true, p.log.Named("forward_auth"))
+	ln := newLimitListener(tcp, p.maxConnections("forward_auth", costNetHTTP), true, p.log.Named("forward_auth"))
 	p.addFace("forward_auth", ln, &http.Server{
 		Handler:           p.handler.ForwardAuth(),
 		ReadHeaderTimeout: s.ReadHeaderTimeout,

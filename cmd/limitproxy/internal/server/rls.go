@@ -30,7 +30,7 @@ func (p *process) listenRLS() error {
 		p.log.Warn("the rate limit service listens beyond loopback without client certificates: anyone who reaches it can spend any key's quota, or get any key banned; set rls.client_ca_file or keep it where only Envoy reaches",
 			zap.String("listen", c.Listen))
 	}
-	ln := newLimitListener(tcp, p.maxConnections(), false, p.log.Named("rls"))
+	ln := newLimitListener(tcp, p.maxConnections("rls", costTLS), false, p.log.Named("rls"))
 	p.addFace("rls", ln, newGRPCServer(srv), true)
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -202,6 +203,10 @@ type process struct {
 	managed *acme
 	// The admin server's timeouts: defaultAdminTimeouts.
 	adminTimeouts adminTimeouts
+	// memoryLimit finds the process's memory limit for maxConnections;
+	// nil: findMemoryLimit's, from GOMEMLIMIT and the memory cgroup
+	// (tests set another).
+	memoryLimit func() (memoryLimit, bool)
 }
 
 // onClose registers f to run when the process closes, before every f
@@ -330,7 +335,14 @@ func (p *process) listenProxy() error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", s.Listen, err)
 	}
-	limited := newLimitListener(tcp, p.maxConnections(), s.TLS == nil, p.log.Named("listener"))
+	cost := uint64(costTLS)
+	if s.TLS == nil {
+		cost = costNetHTTP
+		if s.HTTP1 == config.ImplLimitproxy {
+			cost = costFront
+		}
+	}
+	limited := newLimitListener(tcp, p.maxConnections("proxy", cost), s.TLS == nil, p.log.Named("listener"))
 	p.ln = limited
 	if s.ProxyProtocol {
 		// Under TLS too: the PROXY header precedes the handshake. Who may
@@ -368,14 +380,29 @@ func (p *process) listenProxy() error {
 }
 
 // maxConnections returns [server] max_connections, or if it is 0 the
-// bound the file-descriptor limit allows.
-func (p *process) maxConnections() int {
+// bound derived for the listener named listener, whose connections cost
+// cost bytes each: the one the file-descriptor limit allows, or, where a
+// memory limit is known (GOMEMLIMIT, the memory cgroup's) and allows
+// fewer, that one (MemoryMaxConnections). It logs which.
+func (p *process) maxConnections(listener string, cost uint64) int {
 	if n := p.cfg.Server.MaxConnections; n != 0 {
 		return n
 	}
 	nofile := fileLimit()
 	n := DefaultMaxConnections(nofile)
-	p.log.Info("connection bound derived from the file-descriptor limit", zap.Uint64("nofile", nofile), zap.Int("max_connections", n))
+	fields := []zap.Field{zap.String("listener", listener), zap.Uint64("nofile", nofile)}
+	find := p.memoryLimit
+	if find == nil {
+		find = func() (memoryLimit, bool) { return findMemoryLimit("/", debug.SetMemoryLimit(-1)) }
+	}
+	if lim, ok := find(); ok {
+		fields = append(fields, zap.Uint64("memory_limit", lim.bytes), zap.String("memory_limit_from", lim.source), zap.Uint64("per_connection", cost))
+		if m := MemoryMaxConnections(lim.bytes, cost); m < n {
+			p.log.Info("connection bound derived from the memory limit", append(fields, zap.Int("max_connections", m))...)
+			return m
+		}
+	}
+	p.log.Info("connection bound derived from the file-descriptor limit", append(fields, zap.Int("max_connections", n))...)
 	return n
 }
 
