@@ -11,8 +11,10 @@
 // the runtime forces it, two minutes after its last collection, and
 // until then holds as free heap what the burst of N connections and
 // their requests left (stacks grown by the handlers, garbage). The
-// settled figure is what the connections themselves hold; for nginx the
-// two are one. For limitproxy it also reads, from its metrics, the Go
+// settled figure, counted from the server's own baseline (started
+// alike, warmed up and settled with no connection, in a process of its
+// own), is what the connections themselves hold; for nginx the two are
+// one. For limitproxy it also reads, from its metrics, the Go
 // heap and stacks in use (HeapInuse + StackInuse) when settled.
 //
 // The targets: limitproxy answering 429 and forwarding, over plain
@@ -100,14 +102,22 @@ type running struct {
 // result is one target's measurement at one count.
 type result struct {
 	n         int
-	before    int64 // RSS, bytes
+	before    int64 // RSS, bytes, warmed up
 	after     int64 // RSS right after
-	settled   int64 // RSS once settled (after for nginx)
-	goSettled int64 // HeapInuse+StackInuse once settled, bytes; -1: unknown
-	goBefore  int64
+	base      int64 // RSS of the server warmed up and settled with no connection (before, for nginx)
+	settled   int64 // RSS once settled (after, for nginx)
+	goBase    int64 // HeapInuse+StackInuse, bytes, settled with no connection; -1: unknown
+	goSettled int64 // the same once settled with the connections; -1: unknown
 	statuses  map[int]int
 	opened    time.Duration
 }
+
+// baseline is a Go server's memory warmed up and settled with no
+// connection held, measured in a process of its own started alike: what
+// the settled figures are counted from (the reading before the
+// connections are opened still holds the warm-up's garbage, which the
+// collection that settles them gives back).
+type baseline struct{ rss, goMem int64 }
 
 // settleAfter is how long a Go server's connections idle before its
 // memory is read settled: an idle Go process is forced to collect two
@@ -206,6 +216,35 @@ func run(lp, bare429, bareproxy string, counts []int, parallel int, only string,
 	})
 	results := map[string][]result{}
 	began := time.Now()
+	bases := map[string]baseline{}
+	var goTargets []target
+	for _, t := range targets {
+		if t.goProc {
+			goTargets = append(goTargets, t)
+		}
+	}
+	for group := range slices.Chunk(goTargets, parallel) {
+		var ls []*loaded
+		for _, t := range group {
+			fmt.Fprintf(os.Stderr, "%s, baseline (%v in)\n", t.name, time.Since(began).Round(time.Second))
+			l, err := load(t, 0)
+			if err != nil {
+				for _, l := range ls {
+					l.stop()
+				}
+				return fmt.Errorf("%s, baseline: %w", t.name, err)
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			err := l.settle()
+			l.stop()
+			if err != nil {
+				return fmt.Errorf("%s, baseline: %w", l.t.name, err)
+			}
+			bases[l.t.name] = baseline{rss: l.r.settled, goMem: l.r.goSettled}
+		}
+	}
 	for _, n := range counts {
 		n := min(n, capped)
 		var waiting []*loaded
@@ -215,8 +254,9 @@ func run(lp, bare429, bareproxy string, counts []int, parallel int, only string,
 					return fmt.Errorf("%s, %d connections: %w", l.t.name, n, err)
 				}
 				l.stop()
+				l.r.base, l.r.goBase = bases[l.t.name].rss, bases[l.t.name].goMem
 				fmt.Fprintf(os.Stderr, "%s, %d connections: settled %s a connection (right after: %s)\n", l.t.name, n,
-					bytesLabel(perConn(l.r.before, l.r.settled, n)), bytesLabel(perConn(l.r.before, l.r.after, n)))
+					bytesLabel(perConn(l.r.base, l.r.settled, n)), bytesLabel(perConn(l.r.before, l.r.after, n)))
 				results[l.t.name] = append(results[l.t.name], l.r)
 			}
 			waiting = nil
@@ -232,7 +272,7 @@ func run(lp, bare429, bareproxy string, counts []int, parallel int, only string,
 				return fmt.Errorf("%s, %d connections: %w", t.name, n, err)
 			}
 			if !t.goProc {
-				l.r.settled = l.r.after
+				l.r.base, l.r.settled, l.r.goBase = l.r.before, l.r.after, -1
 				l.stop()
 				results[t.name] = append(results[t.name], l.r)
 				continue
@@ -278,7 +318,7 @@ func load(t target, n int) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &loaded{t: t, rt: rt, r: result{n: n, goSettled: -1}}
+	l := &loaded{t: t, rt: rt, r: result{n: n, goSettled: -1, goBase: -1}}
 	fail := func(err error) (*loaded, error) {
 		l.stop()
 		return nil, err
@@ -290,7 +330,10 @@ func load(t target, n int) (*loaded, error) {
 	if l.r.before, err = rss(rt.pid); err != nil {
 		return fail(err)
 	}
-	l.r.goBefore = goMemory(rt.metrics)
+	if n == 0 {
+		l.at = time.Now()
+		return l, nil
+	}
 	start := time.Now()
 	cmd := exec.Command(os.Args[0], "-hold", addr, strconv.Itoa(n), strconv.Itoa(int(t.proto)))
 	cmd.Stderr = os.Stderr
@@ -335,9 +378,7 @@ func (l *loaded) settle() error {
 	if l.r.settled, err = rss(l.rt.pid); err != nil {
 		return err
 	}
-	if g := goMemory(l.rt.metrics); g >= 0 && l.r.goBefore >= 0 {
-		l.r.goSettled = g
-	}
+	l.r.goSettled = goMemory(l.rt.metrics)
 	return nil
 }
 
@@ -864,7 +905,7 @@ func report(out io.Writer, targets []target, results map[string][]result, counts
 			}
 			if goColumn {
 				r := rs[len(rs)-1]
-				if g := perConn(r.goBefore, r.goSettled, r.n); r.goSettled < 0 || r.goBefore < 0 {
+				if g := perConn(r.goBase, r.goSettled, r.n); r.goSettled < 0 || r.goBase < 0 {
 					fmt.Fprint(out, " – |")
 				} else {
 					fmt.Fprintf(out, " %s |", bytesLabel(g))
@@ -874,9 +915,9 @@ func report(out io.Writer, targets []target, results map[string][]result, counts
 			fmt.Fprintln(out)
 		}
 	}
-	fmt.Fprintln(out, "#### Settled: resident memory a connection, once the server has collected while they idle")
+	fmt.Fprintln(out, "#### Settled: resident memory a connection, once the server has collected while they idle (against its settled baseline)")
 	fmt.Fprintln(out)
-	table(func(r result) float64 { return perConn(r.before, r.settled, r.n) }, func(r result) int64 { return r.settled }, true)
+	table(func(r result) float64 { return perConn(r.base, r.settled, r.n) }, func(r result) int64 { return r.settled }, true)
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "#### Right after: resident memory a connection, 3 s after the last was opened")
 	fmt.Fprintln(out)
