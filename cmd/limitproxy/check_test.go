@@ -101,6 +101,8 @@ match = MATCH
 		{"forward", "", app, `{ path = "/login" }`, `c.toml: note: no policy matches every request: a request none matches is forwarded to upstream "app", counted against no limit ([server] unmatched = "forward"; "refuse" answers it 404)`},
 		{"refuse", `unmatched = "refuse"`, app, `{ path = "/login" }`, `c.toml: note: no policy matches every request: a request none matches is answered 404 ([server] unmatched = "refuse")`},
 		{"two upstreams", "", app + other, `{ path = "/login" }`, `c.toml: note: no policy matches every request: a request none matches is answered 404, since there are 2 upstreams and [server] unmatched_upstream names none to forward it to`},
+		{"header match", "", app, `{ path = "/login", headers = { "X-Plan" = "free" } }`, `c.toml: note: no policy matches every request: a request none matches is forwarded to upstream "app", counted against no limit ([server] unmatched = "forward"; "refuse" answers it 404); a client leaves policy "login" for unlimited forwarding by not sending the headers or token claims it matches on: add a catch-all policy, or set [server] unmatched = "refuse"`},
+		{"header match, refused", `unmatched = "refuse"`, app, `{ headers = { "X-Plan" = "free" } }`, `c.toml: note: no policy matches every request: a request none matches is answered 404 ([server] unmatched = "refuse")`},
 		{"catch-all", "", app, `{}`, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

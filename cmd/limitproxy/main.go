@@ -19,6 +19,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
 	// Go's zone database, about 450 KB, built in: a calendar window's
 	// time_zone loads in the container image, which has no
 	// /usr/share/zoneinfo (scratch). A system database, where there is
@@ -158,7 +159,7 @@ func check(ctx context.Context, path string, connect, bind bool, stdout io.Write
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if note := unmatchedNote(cfg); note != "" {
+	if note := server.UnmatchedNote(cfg); note != "" {
 		fmt.Fprintf(stdout, "%s: note: %s\n", path, note)
 	}
 	limits := 0
@@ -168,28 +169,6 @@ func check(ctx context.Context, path string, connect, bind bool, stdout io.Write
 	fmt.Fprintf(stdout, "%s: ok: %s, %s, %s, listen %s\n", path, count(len(cfg.Policies), "policy", "policies"),
 		count(limits, "limit", "limits"), count(len(cfg.Upstreams), "upstream", "upstreams"), cfg.Server.Listen)
 	return nil
-}
-
-// unmatchedNote says, when no HTTP policy of cfg matches every request,
-// what becomes of a request none matches ([server] unmatched); "" when
-// one matches them all.
-func unmatchedNote(cfg *config.Config) string {
-	if len(cfg.Upstreams) == 0 {
-		return "" // the RLS alone: there is no proxy face to forward
-	}
-	for _, p := range cfg.Policies {
-		if p.Match.All {
-			return ""
-		}
-	}
-	s := cfg.Server
-	switch {
-	case s.UnmatchedUpstream != "":
-		return fmt.Sprintf("no policy matches every request: a request none matches is forwarded to upstream %q, counted against no limit ([server] unmatched = \"forward\"; \"refuse\" answers it 404)", s.UnmatchedUpstream)
-	case s.Unmatched == config.UnmatchedRefuse:
-		return "no policy matches every request: a request none matches is answered 404 ([server] unmatched = \"refuse\")"
-	}
-	return fmt.Sprintf("no policy matches every request: a request none matches is answered 404, since there are %d upstreams and [server] unmatched_upstream names none to forward it to", len(cfg.Upstreams))
 }
 
 // count writes n and the noun, singular for 1.
