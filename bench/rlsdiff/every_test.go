@@ -16,7 +16,6 @@ import (
 
 	"github.com/limitproxy/limitproxy/bench/internal/rlsgen"
 	"github.com/limitproxy/limitproxy/bench/internal/rlsload"
-	"github.com/limitproxy/limitproxy/bench/internal/rlsref"
 	"github.com/limitproxy/limitproxy/internal/redistest"
 )
 
@@ -38,16 +37,8 @@ func TestEveryFeature(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	tmp := t.TempDir()
-	ref, err := rlsref.BuildReference(ctx, tmp)
-	if err != nil {
-		t.Skipf("the reference server cannot be built here: %v", err)
-	}
-	lp := filepath.Join(tmp, "limitproxy")
-	build := exec.CommandContext(ctx, "go", "build", "-o", lp, "./cmd/limitproxy")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build limitproxy: %v\n%s", err, out)
-	}
+	ref := buildReference(t, ctx, tmp)
+	lp := buildLimitproxy(t, ctx, tmp)
 	newer := map[string]bool{"example9": true, "features": true} // wildcards inside values, quota_mode, metadata
 	full := ref.Features.Wildcards && ref.Features.QuotaStatus && ref.Features.Metadata
 	c := &rlsgen.Case{Domain: "every feature", Files: map[string][]byte{}}

@@ -89,16 +89,8 @@ func TestGenerated(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 	defer cancel()
 	tmp := t.TempDir()
-	ref, err := rlsref.BuildReference(ctx, tmp)
-	if err != nil {
-		t.Skipf("the reference server cannot be built here: %v", err)
-	}
-	lp := filepath.Join(tmp, "limitproxy")
-	build := exec.CommandContext(ctx, "go", "build", "-o", lp, "./cmd/limitproxy")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build limitproxy: %v\n%s", err, out)
-	}
+	ref := buildReference(t, ctx, tmp)
+	lp := buildLimitproxy(t, ctx, tmp)
 	redis := redistest.Start(t)
 	f := rlsgen.Features(ref.Features)
 	t.Logf("reference %s: %+v", ref.Version, ref.Features)

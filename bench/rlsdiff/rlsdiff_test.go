@@ -41,12 +41,7 @@ func TestDifferential(t *testing.T) {
 	if err != nil {
 		t.Skipf("the reference server cannot be built here: %v", err)
 	}
-	lp := filepath.Join(tmp, "limitproxy")
-	build := exec.CommandContext(ctx, "go", "build", "-o", lp, "./cmd/limitproxy")
-	build.Dir = "../.." // the main module's own go.sum
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build limitproxy: %v\n%s", err, out)
-	}
+	lp := buildLimitproxy(t, ctx, tmp)
 	const config = "../rls/config.yaml"
 	imported := filepath.Join(tmp, "rls.toml")
 	if out, err := exec.Command(lp, "import", "-listen", "127.0.0.1:0", "-o", imported, config).CombinedOutput(); err != nil {
@@ -224,4 +219,28 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// buildReference builds envoyproxy/ratelimit into dir, or skips t where
+// it cannot be built.
+func buildReference(t *testing.T, ctx context.Context, dir string) *rlsref.Reference {
+	t.Helper()
+	ref, err := rlsref.BuildReference(ctx, dir)
+	if err != nil {
+		t.Skipf("the reference server cannot be built here: %v", err)
+	}
+	return ref
+}
+
+// buildLimitproxy builds this tree's limitproxy into dir (from the main
+// module, with its own go.sum) and returns its path.
+func buildLimitproxy(t *testing.T, ctx context.Context, dir string) string {
+	t.Helper()
+	lp := filepath.Join(dir, "limitproxy")
+	build := exec.CommandContext(ctx, "go", "build", "-o", lp, "./cmd/limitproxy")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build limitproxy: %v\n%s", err, out)
+	}
+	return lp
 }

@@ -38,16 +38,8 @@ func TestReferenceLoadVerdicts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	tmp := t.TempDir()
-	ref, err := rlsref.BuildReference(ctx, tmp)
-	if err != nil {
-		t.Skipf("the reference server cannot be built here: %v", err)
-	}
-	lp := filepath.Join(tmp, "limitproxy")
-	build := exec.CommandContext(ctx, "go", "build", "-o", lp, "./cmd/limitproxy")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build limitproxy: %v\n%s", err, out)
-	}
+	ref := buildReference(t, ctx, tmp)
+	lp := buildLimitproxy(t, ctx, tmp)
 	b, err := os.ReadFile(filepath.Join(referenceConfigs, "cases.txt"))
 	if err != nil {
 		t.Fatal(err)
