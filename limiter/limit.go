@@ -200,6 +200,27 @@ func (l Limit) Shared(name string) Limit {
 // Share returns the name l is shared under (Shared), "" for none.
 func (l Limit) Share() string { return l.d.Share() }
 
+// Accuracy is how exactly a store that many instances share keeps a
+// limit: Exact (the zero value) or Bounded, decided on each instance from
+// leases within a stated bound (package limiter/leases).
+type Accuracy = driver.Accuracy
+
+// The accuracies.
+const (
+	Exact   = driver.Exact   // "exact"
+	Bounded = driver.Bounded // "bounded"
+)
+
+// WithAccuracy returns l kept with accuracy a by a leases.Store; other
+// stores decide every limit exactly. A leaky bucket stays Exact.
+func (l Limit) WithAccuracy(a Accuracy) Limit {
+	l.d = l.d.WithAccuracy(a)
+	return l
+}
+
+// Accuracy returns how exactly a shared store keeps l (WithAccuracy).
+func (l Limit) Accuracy() Accuracy { return l.d.Accuracy() }
+
 // Name returns the name under which the Store keeps l's state, made of
 // the policy name, the algorithm and the limit's place (see New). It is
 // empty until New binds l; Limiter.Limits returns bound limits.

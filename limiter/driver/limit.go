@@ -27,7 +27,45 @@ type Limit struct {
 	binding uint64 // unique to the Bind call that bound it; 0 before
 	cost    int64  // per request, ≥ 1
 	share   string // shared limit's name; "" for a policy's own
+	acc     Accuracy
 }
+
+// Accuracy is how exactly a Store that many instances share keeps a
+// limit (docs/algorithms.md#bounded-limits): Exact, the zero value, has
+// every decision made by the shared store; Bounded lets each instance
+// decide a key with heavy traffic from a lease of units taken from the
+// shared store ahead of time (limiter/leases), admitting at most a
+// stated bound more than Exact would. A store that is not shared ignores
+// it.
+type Accuracy uint8
+
+// The accuracies, with the names the configuration's accuracy key uses.
+const (
+	Exact   Accuracy = iota // "exact"
+	Bounded                 // "bounded"
+)
+
+// String returns the configuration's name of a, "exact" or "bounded".
+func (a Accuracy) String() string {
+	if a == Bounded {
+		return "bounded"
+	}
+	return "exact"
+}
+
+// WithAccuracy returns l kept with accuracy a. A queued limit (a leaky
+// bucket: one queue cannot be split between instances) stays Exact
+// whatever a says; the configuration refuses to ask for it.
+func (l Limit) WithAccuracy(a Accuracy) Limit {
+	if l.Queued() {
+		a = Exact
+	}
+	l.acc = a
+	return l
+}
+
+// Accuracy returns how exactly a shared store keeps l (WithAccuracy).
+func (l *Limit) Accuracy() Accuracy { return l.acc }
 
 // Maximum sizes, chosen so that every product the algorithms form fits in
 // their integer arithmetic, and so that one key's state stays bounded.
@@ -165,6 +203,9 @@ func (l Limit) String() string {
 	if l.share != "" {
 		s += fmt.Sprintf(" shared=%s", l.share)
 	}
+	if l.acc != Exact {
+		s += " accuracy=" + l.acc.String()
+	}
 	return l.alg.String() + " " + s
 }
 
@@ -187,6 +228,7 @@ func (l Limit) Scaled(s float64) (Limit, error) {
 		return Limit{}, err
 	}
 	sl.share = l.share
+	sl.acc = l.acc
 	return sl, nil
 }
 

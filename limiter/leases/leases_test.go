@@ -1,0 +1,479 @@
+package leases_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/driver"
+	"github.com/limitproxy/limitproxy/limiter/leases"
+	"github.com/limitproxy/limitproxy/limiter/limitertest"
+	"github.com/limitproxy/limitproxy/limiter/memstore"
+)
+
+// bounded makes every limit it is handed Bounded before the tier sees it,
+// so that the conformance suite, which builds Exact limits, runs the
+// tier's Bounded path.
+type bounded struct{ *leases.Store }
+
+func (b bounded) conv(limits []driver.Limit) []driver.Limit {
+	out := make([]driver.Limit, len(limits))
+	for i := range limits {
+		out[i] = limits[i].WithAccuracy(driver.Bounded)
+	}
+	return out
+}
+
+func (b bounded) Decide(ctx context.Context, limits []driver.Limit, keys driver.Keys, now time.Time, n int64) (driver.Decision, error) {
+	return b.Store.Decide(ctx, b.conv(limits), keys, now, n)
+}
+
+// TestConformanceExact: with only Exact limits the tier is the shared
+// store, decision for decision.
+func TestConformanceExact(t *testing.T) {
+	limitertest.Run(t, func(t *testing.T) limiter.Store {
+		return leases.New(memstore.New(memstore.Options{}), leases.Options{})
+	})
+}
+
+// TestConformanceCold: Bounded limits whose keys never reach MinLease
+// are decided exactly by the shared store: the whole suite holds.
+func TestConformanceCold(t *testing.T) {
+	limitertest.Run(t, func(t *testing.T) limiter.Store {
+		return bounded{leases.New(memstore.New(memstore.Options{}), leases.Options{MinLease: math.MaxInt64})}
+	})
+}
+
+// recording is a shared store with a latency, which counts its calls per
+// key: exact ones (weight 1) and leases (weight > 1, the requests of
+// these tests all weighing 1).
+type recording struct {
+	driver.Store
+	latency time.Duration
+	mu      sync.Mutex
+	exact   map[string]int
+	leased  map[string]int
+	fail    bool
+}
+
+func newRecording(latency time.Duration) *recording {
+	return &recording{Store: memstore.New(memstore.Options{}), latency: latency, exact: map[string]int{}, leased: map[string]int{}}
+}
+
+func (r *recording) Decide(ctx context.Context, limits []driver.Limit, keys driver.Keys, now time.Time, n int64) (driver.Decision, error) {
+	time.Sleep(r.latency)
+	r.mu.Lock()
+	k := keys.For(0)
+	if n > 1 {
+		r.leased[k]++
+	} else {
+		r.exact[k]++
+	}
+	fail := r.fail
+	r.mu.Unlock()
+	if fail {
+		return driver.Decision{}, fmt.Errorf("down: %w", driver.ErrStoreUnavailable)
+	}
+	return r.Store.Decide(ctx, limits, keys, now, n)
+}
+
+func newLimiter(t testing.TB, store limiter.Store, l limiter.Limit) *limiter.Limiter {
+	t.Helper()
+	lim, err := limiter.New(store, "p", l.WithAccuracy(limiter.Bounded))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
+
+// admission is one admitted request.
+type admission struct {
+	key string
+	at  time.Time
+}
+
+// simulation drives instances over one shared store for dur, each
+// sending rate requests a second (open loop, each request on its own
+// goroutine) on keys drawn from one Zipf distribution per instance.
+type simulation struct {
+	instances int
+	rate      float64 // requests a second, per instance
+	keys      uint64
+	zipfS     float64
+	dur       time.Duration
+	latency   time.Duration
+	opt       leases.Options
+	limit     limiter.Limit
+}
+
+type outcome struct {
+	sent     map[string]int
+	sentAt   []map[string][]time.Time // per instance
+	admitted []admission
+	shared   *recording
+	tiers    []*leases.Store
+	lim      *limiter.Limiter // the first instance's, for its Limits
+}
+
+func (sim simulation) run(t *testing.T) outcome {
+	out := outcome{sent: map[string]int{}, shared: newRecording(sim.latency)}
+	for range sim.instances {
+		out.sentAt = append(out.sentAt, map[string][]time.Time{})
+	}
+	var mu sync.Mutex
+	synctest.Test(t, func(t *testing.T) {
+		var wg sync.WaitGroup
+		for i := range sim.instances {
+			tier := leases.New(out.shared, sim.opt)
+			out.tiers = append(out.tiers, tier)
+			lim := newLimiter(t, tier, sim.limit)
+			if i == 0 {
+				out.lim = lim
+			}
+			zipf := rand.NewZipf(rand.New(rand.NewPCG(uint64(i), 7)), sim.zipfS, 1, sim.keys-1)
+			wg.Go(func() {
+				start := time.Now()
+				interval := time.Duration(float64(time.Second) / sim.rate)
+				for k := 0; ; k++ {
+					at := start.Add(time.Duration(k) * interval)
+					if at.Sub(start) >= sim.dur {
+						return
+					}
+					time.Sleep(time.Until(at))
+					key := fmt.Sprint("k", zipf.Uint64())
+					mu.Lock()
+					out.sent[key]++
+					out.sentAt[i][key] = append(out.sentAt[i][key], at)
+					mu.Unlock()
+					wg.Go(func() {
+						now := time.Now()
+						d, err := lim.Allow(context.Background(), key, now, 1)
+						if err != nil {
+							t.Errorf("Allow: %v", err)
+							return
+						}
+						if d.Allowed {
+							mu.Lock()
+							out.admitted = append(out.admitted, admission{key, now})
+							mu.Unlock()
+						}
+					})
+				}
+			})
+		}
+		wg.Wait()
+	})
+	sort.Slice(out.admitted, func(i, j int) bool { return out.admitted[i].at.Before(out.admitted[j].at) })
+	return out
+}
+
+// perKey returns each key's admission instants, in order.
+func (o outcome) perKey() map[string][]time.Time {
+	m := map[string][]time.Time{}
+	for _, a := range o.admitted {
+		m[a.key] = append(m[a.key], a.at)
+	}
+	return m
+}
+
+// maxInWindow returns the most instants of ts (sorted) in any interval
+// [a, a+w).
+func maxInWindow(ts []time.Time, w time.Duration) int {
+	best, j := 0, 0
+	for i := range ts {
+		for ts[i].Sub(ts[j]) >= w {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+// hotLocal checks that of every key sent at least hot requests, 99% were
+// decided without a call of the shared store.
+func (o outcome) hotLocal(t *testing.T, hot int) {
+	t.Helper()
+	n := 0
+	calls, decisions := 0, 0
+	for key, sent := range o.sent {
+		calls += o.shared.exact[key] + o.shared.leased[key]
+		decisions += sent
+	}
+	st := o.tiers[0].Stats()
+	t.Logf("%d requests, %d calls of the shared store (%.4f a decision); instance 0: %+v", decisions, calls, float64(calls)/float64(decisions), st)
+	for key, sent := range o.sent {
+		if sent < hot {
+			continue
+		}
+		n++
+		exact := o.shared.exact[key]
+		local := 1 - float64(exact)/float64(sent)
+		t.Logf("hot key %s: %d sent, %.2f%% decided locally, %d leases", key, sent, 100*local, o.shared.leased[key])
+		if local < 0.99 {
+			t.Errorf("hot key %s: %d of %d requests went to the shared store (%.2f%% local, want ≥ 99%%)", key, exact, sent, 100*local)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no hot key: the test measures nothing")
+	}
+}
+
+// coldExact checks that the keys no instance was sent MinLease requests
+// of within a LeaseTime never had a lease, and that every request of
+// theirs went to the shared store.
+func (o outcome) coldExact(t *testing.T, sim simulation) {
+	t.Helper()
+	n := 0
+	for key, sent := range o.sent {
+		cold := true
+		for i := range o.sentAt {
+			if maxInWindow(o.sentAt[i][key], sim.opt.LeaseTime) >= int(sim.opt.MinLease) {
+				cold = false
+			}
+		}
+		if !cold {
+			continue
+		}
+		n++
+		if o.shared.leased[key] != 0 || o.shared.exact[key] != sent {
+			t.Errorf("cold key %s (%d sent): %d leases, %d exact decisions; want 0 and %d", key, sent, o.shared.leased[key], o.shared.exact[key], sent)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no cold key: the test measures nothing")
+	}
+}
+
+// TestInstancesFixedWindow: three instances over one shared store with
+// 1 ms of latency, Zipf keys, a fixed window of 6000 a second: no key
+// is ever admitted more than the limit in a window (a fixed window's
+// leases end with it), hot keys are decided locally, cold keys exactly.
+func TestInstancesFixedWindow(t *testing.T) {
+	fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 6000, Window: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := leases.Options{LeaseTime: 500 * time.Millisecond, MaxShare: 0.04, MinLease: 8}
+	sim := simulation{instances: 3, rate: 9000, keys: 300, zipfS: 1.3, dur: 3 * time.Second, latency: time.Millisecond, opt: opt, limit: fw}
+	out := sim.run(t)
+	lim := out.lim.Limits()[0].Driver()
+	if b := out.tiers[0].Bound(&lim, 3); b != 0 {
+		t.Fatalf("Bound of a fixed window = %v, want 0", b)
+	}
+	perWindow := map[string]map[int64]int{}
+	for _, a := range out.admitted {
+		w := a.at.UnixNano() / int64(time.Second)
+		if perWindow[a.key] == nil {
+			perWindow[a.key] = map[int64]int{}
+		}
+		perWindow[a.key][w]++
+	}
+	top := 0
+	for key, ws := range perWindow {
+		for w, c := range ws {
+			if c > 6000 {
+				t.Errorf("key %s window %d: %d admitted, limit 6000", key, w, c)
+			}
+			top = max(top, c)
+		}
+	}
+	// The hottest key asks for far more than the limit: what leases left
+	// unused is at most 1.5 leases an instance (1,080 units).
+	t.Logf("most admitted in a window: %d of 6000", top)
+	if top < 6000-3*360 {
+		t.Errorf("the hottest key was admitted at most %d in a window: leases under-admit more than their bound", top)
+	}
+	out.hotLocal(t, 6000)
+	out.coldExact(t, sim)
+}
+
+// TestInstancesTokenBucket: as TestInstancesFixedWindow with a token
+// bucket of burst 6000 and 1000 a second, whose bound is N × 1.5 ×
+// MaxLease: over every interval of a second a key is admitted at most
+// 6000 + 1000 + the bound, and over the whole run 6000 + 1000 × 3s + the
+// bound; the hottest key asks for more than both.
+func TestInstancesTokenBucket(t *testing.T) {
+	tb, err := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1000, Per: time.Second}, Burst: 6000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := leases.Options{LeaseTime: 500 * time.Millisecond, MaxShare: 0.04, MinLease: 8}
+	sim := simulation{instances: 3, rate: 9000, keys: 300, zipfS: 1.3, dur: 3 * time.Second, latency: time.Millisecond, opt: opt, limit: tb}
+	out := sim.run(t)
+	lim := out.lim.Limits()[0].Driver()
+	bound := out.tiers[0].Bound(&lim, 3)
+	if want := 3 * 1.5 * 240.0 / 6000; math.Abs(bound-want) > 1e-9 {
+		t.Fatalf("Bound = %v, want %v", bound, want)
+	}
+	worst, whole := 0, 0
+	for key, ts := range out.perKey() {
+		c := maxInWindow(ts, time.Second)
+		worst, whole = max(worst, c), max(whole, len(ts))
+		if float64(c) > 7000+bound*6000 {
+			t.Errorf("key %s: %d admitted in one second, exact allows 7000 and the bound %.0f more", key, c, bound*6000)
+		}
+		if float64(len(ts)) > 9000+bound*6000 {
+			t.Errorf("key %s: %d admitted in all, exact allows 9000 and the bound %.0f more", key, len(ts), bound*6000)
+		}
+	}
+	t.Logf("most admitted in a second: %d (exact: 7000), in all: %d (exact: 9000); the bound: %.0f more", worst, whole, bound*6000)
+	if whole < 9000-3*360 {
+		t.Errorf("the hottest key was admitted %d in all: leases under-admit more than their bound", whole)
+	}
+	out.hotLocal(t, 6000)
+	out.coldExact(t, sim)
+}
+
+// TestInstancesSlidingLog: a sliding log over any window of a second,
+// limit × (1 + bound).
+func TestInstancesSlidingLog(t *testing.T) {
+	sl, err := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 6000, Window: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := leases.Options{LeaseTime: 500 * time.Millisecond, MaxShare: 0.04, MinLease: 8}
+	sim := simulation{instances: 3, rate: 9000, keys: 300, zipfS: 1.3, dur: 3 * time.Second, latency: time.Millisecond, opt: opt, limit: sl}
+	out := sim.run(t)
+	lim := out.lim.Limits()[0].Driver()
+	bound := out.tiers[0].Bound(&lim, 3)
+	worst := 0
+	for key, ts := range out.perKey() {
+		c := maxInWindow(ts, time.Second)
+		worst = max(worst, c)
+		if float64(c) > 6000*(1+bound) {
+			t.Errorf("key %s: %d admitted in one second, limit 6000 × (1 + %.3f)", key, c, bound)
+		}
+	}
+	t.Logf("most admitted in any second: %d; limit 6000, bound %.3f (%.0f)", worst, bound, 6000*(1+bound))
+	out.hotLocal(t, 6000)
+	out.coldExact(t, sim)
+}
+
+// TestStoreDown: a lease in hand is used while the shared store fails;
+// past it, the shared store's error comes back (the Redis store's
+// on_error decides then), and no lease is taken from a failing store.
+func TestStoreDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		tier := leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4})
+		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Minute})
+		lim := newLimiter(t, tier, fw)
+		ctx := context.Background()
+		// Heat the key: 4 admissions make it hot; a lease of what it
+		// was sent in the last second follows, and grows with its rate.
+		for range 60 {
+			if d, err := lim.Allow(ctx, "k", time.Now(), 1); err != nil || !d.Allowed {
+				t.Fatalf("Allow: %+v %v", d, err)
+			}
+			synctest.Wait()
+		}
+		held := tier.Holding(time.Now()).Units
+		if shared.leased["k"] < 2 || held < 20 {
+			t.Fatalf("%d leases, %d units held; want leases growing with the rate", shared.leased["k"], held)
+		}
+		grants := shared.leased["k"]
+		shared.mu.Lock()
+		shared.fail = true
+		shared.mu.Unlock()
+		local := 0
+		for range 200 {
+			d, err := lim.Allow(ctx, "k", time.Now(), 1)
+			synctest.Wait()
+			if err == nil && d.Allowed {
+				local++
+				continue
+			}
+			if !errors.Is(err, limiter.ErrStoreUnavailable) {
+				t.Fatalf("past the lease: %+v %v, want the shared store's error", d, err)
+			}
+		}
+		if int64(local) != held {
+			t.Errorf("%d admitted while the store was down, want the %d units the lease held", local, held)
+		}
+		if st := tier.Stats(); st.LeaseErrors == 0 || st.LeasesGranted != uint64(grants) {
+			t.Errorf("stats %+v: want lease errors and the %d grants", st, grants)
+		}
+	})
+}
+
+// TestMultiLimitGivesBack: a request admitted from a lease but refused
+// by another limit takes nothing from the lease.
+func TestMultiLimitGivesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		tier := leases.New(shared, leases.Options{LeaseTime: time.Minute, MaxShare: 0.1, MinLease: 4})
+		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
+		strict, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 10, Window: time.Hour})
+		lim, err := limiter.New(tier, "p", fw.WithAccuracy(limiter.Bounded), strict)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for range 10 {
+			if d, _ := lim.Allow(ctx, "k", time.Now(), 1); !d.Allowed {
+				t.Fatal("refused within both limits")
+			}
+			synctest.Wait()
+		}
+		before := tier.Holding(time.Now()).Units
+		if before == 0 {
+			t.Fatal("no lease held: the test checks nothing")
+		}
+		for range 5 {
+			if d, _ := lim.Allow(ctx, "k", time.Now(), 1); d.Allowed || d.Index != 1 {
+				t.Fatalf("over the strict limit: %+v", d)
+			}
+		}
+		if after := tier.Holding(time.Now()).Units; after != before {
+			t.Errorf("lease held %d before the refusals, %d after", before, after)
+		}
+	})
+}
+
+// TestResetDropsLease: Reset forgets the lease, and the key is fresh in
+// the shared store.
+func TestResetDropsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		tier := leases.New(shared, leases.Options{LeaseTime: time.Minute, MaxShare: 0.1, MinLease: 4})
+		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100, Window: time.Hour})
+		lim := newLimiter(t, tier, fw)
+		ctx := context.Background()
+		for range 50 {
+			lim.Allow(ctx, "k", time.Now(), 1)
+			synctest.Wait()
+		}
+		if tier.Holding(time.Now()).Keys != 1 {
+			t.Fatal("no lease held")
+		}
+		if err := lim.Reset(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if h := tier.Holding(time.Now()); h.Keys != 0 {
+			t.Errorf("after Reset: %+v", h)
+		}
+		d, _ := lim.Peek(ctx, "k", time.Now())
+		if d.Remaining != 99 {
+			t.Errorf("after Reset the shared store has %d remaining, want a fresh key's 99 after one", d.Remaining)
+		}
+	})
+}
+
+// TestLeakyStaysExact: a leaky bucket cannot be Bounded.
+func TestLeakyStaysExact(t *testing.T) {
+	lb, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Queue: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := lb.WithAccuracy(limiter.Bounded).Accuracy(); a != limiter.Exact {
+		t.Errorf("leaky bucket accuracy %v, want exact", a)
+	}
+}
