@@ -239,6 +239,9 @@ func New(shared driver.Store, opt Options) *Store {
 	return s
 }
 
+// MaxShare returns Options.MaxShare as s applies it (its default for 0).
+func (s *Store) MaxShare() float64 { return s.opt.MaxShare }
+
 // Shared returns the store s sends exact decisions to.
 func (s *Store) Shared() driver.Store { return s.shared }
 

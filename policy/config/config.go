@@ -334,6 +334,18 @@ type Store struct {
 	// OverridesFile is where the memory backend keeps the per-key
 	// overrides the admin API sets; "" keeps them in memory only.
 	OverridesFile string
+	// Leases is [store.leases], the global tier of limits with accuracy
+	// "bounded" (Redis only).
+	Leases Leases
+}
+
+// Leases is [store.leases]: how the global tier (limiter/leases) leases
+// the keys of limits with accuracy "bounded".
+type Leases struct {
+	LeaseTime time.Duration // lease_time: a lease's life, and the rate's period
+	MaxShare  float64       // max_share: the largest lease, a fraction of the quota
+	MinLease  int64         // min_lease: the smallest lease; slower keys stay exact
+	MaxKeys   int           // max_keys: the keys tracked
 }
 
 // Redis is [store.redis].

@@ -20,6 +20,10 @@ const (
 	// (none by default).
 	DefaultForwardAuthMaxWait = time.Second
 	DefaultMaxKeys            = 1_000_000
+	DefaultLeaseTime          = time.Second // [store.leases] lease_time
+	DefaultLeaseMaxShare      = 0.01        // [store.leases] max_share
+	DefaultMinLease           = 8           // [store.leases] min_lease
+	DefaultLeaseMaxKeys       = 100_000     // [store.leases] max_keys
 	DefaultUpstreamTimeout    = 30 * time.Second
 	DefaultMaxFails           = 3
 	DefaultFailTimeout        = 10 * time.Second

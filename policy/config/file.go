@@ -128,6 +128,13 @@ type (
 		MaxKeys scalar[int64]  `toml:"max_keys"`
 		OvFile  scalar[string] `toml:"overrides_file"`
 		Redis   rawRedis       `toml:"redis"`
+		Leases  rawLeases      `toml:"leases"`
+	}
+	rawLeases struct {
+		LeaseTime durationValue `toml:"lease_time"`
+		MaxShare  share         `toml:"max_share"`
+		MinLease  scalar[int64] `toml:"min_lease"`
+		MaxKeys   scalar[int64] `toml:"max_keys"`
 	}
 	rawRedis struct {
 		Addrs       stringList     `toml:"addrs"`
@@ -225,6 +232,7 @@ type (
 		MaxWait   durationValue  `toml:"max_wait"`
 		Delay     scalar[int64]  `toml:"delay"`
 		Cost      scalar[int64]  `toml:"cost"`
+		Accuracy  scalar[string] `toml:"accuracy"`
 		// Charged after the answer ([[policy.limits]] only).
 		Count        *rawCount      `toml:"count"`
 		CostFrom     scalar[string] `toml:"cost_from"`

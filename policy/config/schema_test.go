@@ -716,6 +716,7 @@ var docSections = map[string]string{
 	"[forward_auth]":         "forward_auth",
 	"[log]":                  "log",
 	"[store]":                "store",
+	"[store.leases]":         "store.leases",
 	"[rls]":                  "rls",
 	"[identity]":             "identity",
 	"[[upstream]]":           "upstream[]",

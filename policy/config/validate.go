@@ -371,6 +371,24 @@ func validateStore(st *rawStore, c *collector) Store {
 		s.Redis.Addrs = []string{DefaultRedisAddr}
 	}
 	oneOf(c, "store.redis.on_error", s.Redis.OnError, onErrors...)
+	l := &st.Leases
+	s.Leases = Leases{LeaseTime: l.LeaseTime.Or(DefaultLeaseTime), MaxShare: DefaultLeaseMaxShare,
+		MinLease: l.MinLease.Or(DefaultMinLease), MaxKeys: int(l.MaxKeys.Or(DefaultLeaseMaxKeys))}
+	if l.MaxShare.Set && l.MaxShare.err == nil {
+		s.Leases.MaxShare = l.MaxShare.V
+		if l.MaxShare.V <= 0 {
+			c.add("store.leases.max_share", "%v: must be above 0 (a share of the quota)", l.MaxShare.V)
+		}
+	}
+	if l.LeaseTime.Set && l.LeaseTime.err == nil && s.Leases.LeaseTime < time.Millisecond {
+		c.add("store.leases.lease_time", "%v: must be at least 1ms", s.Leases.LeaseTime)
+	}
+	if l.MinLease.Set && l.MinLease.err == nil && s.Leases.MinLease < 1 {
+		c.add("store.leases.min_lease", "%d: must be at least 1", s.Leases.MinLease)
+	}
+	if l.MaxKeys.Set && l.MaxKeys.err == nil && s.Leases.MaxKeys < 1 {
+		c.add("store.leases.max_keys", "%d: must be at least 1", s.Leases.MaxKeys)
+	}
 	if s.Backend != BackendRedis {
 		return s
 	}
@@ -1481,7 +1499,24 @@ func compileLimit(r *rawLimit, key string, check func(limiter.Limit) error, c *c
 		}
 		return limiter.Limit{}, false
 	}
-	return lim, true
+	return compileAccuracy(r, key, lim, c)
+}
+
+// compileAccuracy applies a limit's accuracy key to lim.
+func compileAccuracy(r *rawLimit, key string, lim limiter.Limit, c *collector) (limiter.Limit, bool) {
+	switch a := r.Accuracy.Or(limiter.Exact.String()); a {
+	case limiter.Exact.String():
+		return lim, true
+	case limiter.Bounded.String():
+		if lim.Algorithm() == limiter.LeakyBucket {
+			c.add(key+".accuracy", "%q: a leaky bucket's queue is one line, which instances cannot split between them; a leaky bucket is exact", a)
+			return limiter.Limit{}, false
+		}
+		return lim.WithAccuracy(limiter.Bounded), true
+	default:
+		c.add(key+".accuracy", "%q: must be %q or %q", a, limiter.Exact.String(), limiter.Bounded.String())
+		return limiter.Limit{}, false
+	}
 }
 
 // valueErrors reports whether any value of a limit failed to decode (those
@@ -1489,7 +1524,8 @@ func compileLimit(r *rawLimit, key string, check func(limiter.Limit) error, c *c
 func valueErrors(r *rawLimit) bool {
 	return r.Algorithm.err != nil || r.Rate.err != nil || r.Burst.err != nil || r.Limit.err != nil ||
 		r.Window.err != nil || r.TimeZone.err != nil || r.Slots.err != nil || r.Queue.err != nil || r.MaxWait.err != nil || r.Cost.err != nil ||
-		r.Delay.err != nil || r.Key.err != nil || r.OnMissing.err != nil || r.Name.err != nil || r.Shared.err != nil
+		r.Delay.err != nil || r.Key.err != nil || r.OnMissing.err != nil || r.Name.err != nil || r.Shared.err != nil ||
+		r.Accuracy.err != nil
 }
 
 func contains(s []string, v string) bool {

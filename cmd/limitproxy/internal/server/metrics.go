@@ -45,6 +45,7 @@ func newMetrics(st *stores, reload func() *reloadStatus, backend string, access 
 			}
 			return float64(st.redis.Errors())
 		}),
+		newLeasesCollector(st),
 		&degradedCollector{st: st, desc: prometheus.NewDesc("limitproxy_store_degraded",
 			"1 while a Redis node's circuit breaker is open: decisions on the keys it holds follow on_error; 0 while it decides.",
 			[]string{"node"}, labels)},
@@ -73,6 +74,58 @@ func newMetrics(st *stores, reload func() *reloadStatus, backend string, access 
 		}),
 	)
 	return m
+}
+
+// leasesCollector reports the global tier's metrics (limitproxy_leases_*),
+// none with the memory store.
+type leasesCollector struct {
+	st                                  *stores
+	decisions, calls, units, held, keys *prometheus.Desc
+	overshoot, bound                    *prometheus.Desc
+}
+
+func newLeasesCollector(st *stores) *leasesCollector {
+	return &leasesCollector{st: st,
+		decisions: prometheus.NewDesc("limitproxy_leases_decisions_total",
+			"Decisions of limits with accuracy \"bounded\", by where they were made: local (from a lease, or a local refusal) or redis.", []string{"where"}, nil),
+		calls: prometheus.NewDesc("limitproxy_leases_calls_total",
+			"Lease requests sent to Redis, by result: granted, refused (nothing left), error (Redis failed or answered degraded).", []string{"result"}, nil),
+		units: prometheus.NewDesc("limitproxy_leases_units_total",
+			"Units (requests of weight 1) of the leases Redis granted.", nil, nil),
+		held: prometheus.NewDesc("limitproxy_leases_held_units",
+			"Units of the leases this instance holds unused, all keys together, in the limits' units.", nil, nil),
+		keys: prometheus.NewDesc("limitproxy_leases_held_keys",
+			"Keys this instance holds a lease of.", nil, nil),
+		overshoot: prometheus.NewDesc("limitproxy_leases_overshoot_ratio",
+			"The largest share of its quota one key holds in leases on this instance: summed over the instances, what a key could be admitted beyond an exact decision now.", nil, nil),
+		bound: prometheus.NewDesc("limitproxy_leases_bound_ratio",
+			"This instance's part of the documented bound, 1.5 × max_share: summed over the instances, N × 1.5 × max_share.", nil, nil),
+	}
+}
+
+func (c *leasesCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.decisions, c.calls, c.units, c.held, c.keys, c.overshoot, c.bound} {
+		ch <- d
+	}
+}
+
+func (c *leasesCollector) Collect(ch chan<- prometheus.Metric) {
+	l := c.st.leases
+	if l == nil {
+		return
+	}
+	s := l.Stats()
+	h := l.Holding(c.st.clock())
+	ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(s.Local), "local")
+	ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(s.Shared), "redis")
+	ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(s.LeasesGranted), "granted")
+	ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(s.LeaseCalls-s.LeasesGranted-s.LeaseErrors), "refused")
+	ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(s.LeaseErrors), "error")
+	ch <- prometheus.MustNewConstMetric(c.units, prometheus.CounterValue, float64(s.LeasedUnits))
+	ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(h.Units))
+	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(h.Keys))
+	ch <- prometheus.MustNewConstMetric(c.overshoot, prometheus.GaugeValue, h.MaxRatio)
+	ch <- prometheus.MustNewConstMetric(c.bound, prometheus.GaugeValue, 1.5*l.MaxShare())
 }
 
 // degradedCollector reports limitproxy_store_degraded, one series per

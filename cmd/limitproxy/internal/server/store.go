@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/limitproxy/limitproxy/limiter"
+	"github.com/limitproxy/limitproxy/limiter/leases"
 	"github.com/limitproxy/limitproxy/limiter/memstore"
 	"github.com/limitproxy/limitproxy/limiter/perkey"
 	"github.com/limitproxy/limitproxy/limiter/redisstore"
@@ -25,6 +26,11 @@ type stores struct {
 	decide limiter.Store
 	memory *memstore.Store
 	redis  *redisstore.Store // nil for the memory backend
+	// leases is the global tier in front of Redis (decide is it): limits
+	// with accuracy "bounded" are decided from its leases. nil for the
+	// memory backend.
+	leases *leases.Store
+	clock  func() time.Time // the limiters' clock
 	// bans is the penalty box ([policy.ban]); run keeps it (the Redis
 	// mirror's subscription, the memory records' sweep) until ctx ends.
 	bans    perkey.Bans
@@ -51,7 +57,14 @@ func newStores(cfg config.Store, log *zap.Logger, clock func() time.Time) (*stor
 	if cfg.Backend != config.BackendRedis {
 		return newMemoryStores(cfg, mem, clock)
 	}
-	return newRedisStores(cfg.Redis, mem, log.Named("redis"), clock)
+	st, err := newRedisStores(cfg.Redis, mem, log.Named("redis"), clock)
+	if err != nil {
+		return nil, err
+	}
+	lc := cfg.Leases
+	st.leases = leases.New(st.redis, leases.Options{LeaseTime: lc.LeaseTime, MaxShare: lc.MaxShare, MinLease: lc.MinLease, MaxKeys: lc.MaxKeys})
+	st.decide, st.clock = st.leases, clock
+	return st, nil
 }
 
 // newMemoryStores builds the memory backend around mem: the penalty box
