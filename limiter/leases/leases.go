@@ -17,16 +17,22 @@
 // weight of L, the lease's size: the shared store counts L units at once,
 // exactly as it would count L requests, and the instance then admits up
 // to L requests' units from it without asking. L is what the instance
-// admitted of the key in the last LeaseTime (its recent share of the key's
-// traffic), at least MinLease and at most the limit's MaxLease, a fraction
-// (Options.MaxShare) of the limit's quota. A lease is renewed, on its own
-// goroutine, when less than half of it is left, so that requests do not
+// admits of the key in half a LeaseTime at the rate it admitted it lately
+// (its recent share of the key's traffic), at least MinLease and at most
+// the limit's MaxLease, a fraction (Options.MaxShare) of the limit's
+// quota; for a fixed window, no more than the rate uses before the window
+// ends, beyond what is in hand. A lease is renewed, on its own goroutine,
+// when less than half of the last one is left, so that requests do not
 // wait for the shared store; one renewal of a key is in flight at a time.
-// A lease lasts LeaseTime, and a fixed window's (a calendar window's too)
-// never outlives the window it was counted in. When the shared store
-// refuses a lease, the instance asks once for what it says is left; when
-// nothing is, it refuses the key itself until the shared store said a
-// lease's worth would be free.
+// A lease lasts LeaseTime (what is in hand when a renewal is granted
+// lasts as long as the new lease), and a fixed window's (a calendar
+// window's too) never outlives the window it was counted in. What a lease
+// holds is used before anything else, even after the shared store refused
+// more. When the shared store refuses a lease, a window's limit is asked
+// for what it says is left (three times at most); when nothing is, the
+// instance refuses the key itself until the shared store said a lease's
+// worth would be free (a fixed window with a little left: its requests go
+// to the shared store one by one).
 //
 // # The bound
 //
@@ -68,6 +74,7 @@ package leases
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -77,12 +84,14 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/driver"
+	"github.com/limitproxy/limitproxy/limiter/perkey"
 )
 
 // Interface guards.
 var (
 	_ limiter.Store  = (*Store)(nil)
 	_ driver.Charger = (*Store)(nil)
+	_ perkey.Slots   = (*Store)(nil)
 )
 
 // Defaults of Options.
@@ -457,14 +466,19 @@ func (s *Store) try(l *driver.Limit, key string, now time.Time, n int64) (*entry
 		return nil, toShared, driver.Decision{}
 	}
 	e.used = now
-	if now.Before(e.denied) {
-		retry := e.denied.Sub(now)
-		return e, refused, driver.Decision{RetryAfter: retry, Limit: e.fig.Limit, ResetAt: later(e.fig.ResetAt, e.denied), Next: retry}
+	if e.dry && !e.window.IsZero() && !now.Before(e.window) {
+		e.dry = false // a new fixed window: not dry until asked
 	}
 	if !now.Before(e.expires) {
 		e.left = 0
 	}
 	if e.left < n {
+		// What the lease holds was counted already: it is used even when
+		// the shared store has since refused more.
+		if now.Before(e.denied) {
+			retry := e.denied.Sub(now)
+			return e, refused, driver.Decision{RetryAfter: retry, Limit: e.fig.Limit, ResetAt: later(e.fig.ResetAt, e.denied), Next: retry}
+		}
 		s.maybeRenew(l, key, e, now)
 		if e.dry && e.renewing {
 			return e, refused, driver.Decision{RetryAfter: e.dryWait, Limit: e.fig.Limit, ResetAt: later(e.fig.ResetAt, now.Add(e.dryWait)), Next: e.dryWait}
@@ -637,7 +651,18 @@ func (s *Store) maybeRenew(l *driver.Limit, key string, e *entry, now time.Time)
 	if e.left > 0 && now.Before(e.expires) && 2*e.left >= e.size {
 		return
 	}
-	size := min(e.maxLease, max(s.opt.MinLease, e.rate(now, s.opt.LeaseTime)))
+	// What the key's rate uses in half a lease time: with the half of
+	// the last lease still in hand, it is used before it ends.
+	lt := s.opt.LeaseTime
+	rate := e.rate(now, lt)
+	size := min(e.maxLease, max(s.opt.MinLease, rate/2))
+	if rest := e.window.Sub(now); rest > 0 && rest < lt {
+		// A fixed window's lease ends with it: no more than the key's
+		// rate uses before then, beyond what is in hand, so that
+		// little is left unused.
+		need := int64(float64(rate)*float64(rest)/float64(lt)+0.5) - max(0, e.left)
+		size = min(size, max(s.opt.MinLease, need))
+	}
 	e.renewing = true
 	// l points into a Limiter's limits, which are never changed.
 	go s.renew(l, key, e, now, size)
@@ -663,8 +688,9 @@ type Grant struct {
 // the caller may admit up to Units requests of weight 1 before Expires
 // without asking again; what it does not use is lost. When the store
 // refuses, a window's limit (fixed or sliding) is asked once more for
-// what it said is left; a token bucket's is not, its refill soon making a
-// whole lease. A degraded decision (driver.Decision.Degraded: the store
+// what it said is left (three times at most, others taking from it
+// meanwhile); a token bucket's is not, its refill soon making a whole
+// lease. A degraded decision (driver.Decision.Degraded: the store
 // followed its own fallback rule) is an error wrapping
 // driver.ErrStoreUnavailable: a lease is only ever taken from the shared
 // state. Lease is what the tier's renewals call, and Envoy's quota
@@ -686,7 +712,7 @@ func (s *Store) Lease(ctx context.Context, l *driver.Limit, key string, now time
 			s.units.Add(uint64(want))
 			return Grant{Units: want, Expires: s.expiry(l, d, now), Decision: d}, nil
 		}
-		if avail := d.Remaining / l.Cost(); try == 0 && avail > 0 && avail < want && l.Algorithm() != driver.TokenBucket {
+		if avail := d.Remaining / l.Cost(); try < 3 && avail > 0 && avail < want && l.Algorithm() != driver.TokenBucket {
 			want = avail
 			continue
 		}
@@ -723,6 +749,12 @@ func (s *Store) renew(l *driver.Limit, key string, e *entry, now time.Time, size
 	case g.Units > 0:
 		s.grant(l, e, g, now)
 		e.dry = false
+	case l.Algorithm() == driver.FixedWindow && g.Decision.Remaining >= e.cost:
+		// A fixed window with a little left, which others took from
+		// while it was asked for, and which nothing refills before the
+		// window ends: its requests go to the shared store one by one.
+		e.fig = g.Decision
+		e.retry = now.Add(s.opt.LeaseTime / 8)
 	default:
 		// Nothing left: refuse the key here until a lease's worth is.
 		e.fig = g.Decision
@@ -744,8 +776,12 @@ func (s *Store) grant(l *driver.Limit, e *entry, g Grant, now time.Time) {
 	var window time.Time
 	if l.Algorithm() == driver.FixedWindow {
 		// What is left of another window's lease is not carried over.
+		// The shared store's ResetAt of one window moves by a little
+		// from one decision to the next (the Redis store reads Redis's
+		// clock and gives its instants on the caller's): another window
+		// ends at least a window later.
 		window = g.Decision.ResetAt
-		if !window.Equal(e.window) {
+		if _, w := l.Quota(); !e.window.IsZero() && window.Sub(e.window) > w/2 {
 			e.left = 0
 		}
 	}
@@ -774,6 +810,46 @@ func (s *Store) Reset(ctx context.Context, limits []driver.Limit, key string) er
 		sh.mu.Unlock()
 	}
 	return s.shared.Reset(ctx, limits, key)
+}
+
+// Check applies the shared store's own check of a limit's parameters,
+// when it has one (the Redis store's arithmetic bounds); nil otherwise.
+// A configuration applies it through the tier as it would to the shared
+// store.
+func (s *Store) Check(l limiter.Limit) error {
+	if c, ok := s.shared.(interface{ Check(limiter.Limit) error }); ok {
+		return c.Check(l)
+	}
+	return nil
+}
+
+// Degraded reports whether the shared store follows its fallback rule
+// now (the Redis store with a breaker open); false for one that always
+// decides.
+func (s *Store) Degraded() bool {
+	d, ok := s.shared.(interface{ Degraded() bool })
+	return ok && d.Degraded()
+}
+
+// errNoSlots is Take's error over a shared store without concurrency
+// slots.
+var errNoSlots = errors.New("leases: the shared store does not hold concurrency slots")
+
+// Take implements perkey.Slots by the shared store's slots: concurrency
+// is never leased.
+func (s *Store) Take(ctx context.Context, name, key string, limit int64, now time.Time) (perkey.Slot, bool, error) {
+	sl, ok := s.shared.(perkey.Slots)
+	if !ok {
+		return perkey.Slot{}, false, errNoSlots
+	}
+	return sl.Take(ctx, name, key, limit, now)
+}
+
+// Give implements perkey.Slots by the shared store's slots.
+func (s *Store) Give(slot perkey.Slot) {
+	if sl, ok := s.shared.(perkey.Slots); ok {
+		sl.Give(slot)
+	}
 }
 
 // Charge implements driver.Charger when the shared store does: charges
