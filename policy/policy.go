@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -219,6 +220,41 @@ func (s *Set) MatchDescriptor(domain string, entries []DescriptorEntry) (*Policy
 		}
 	}
 	return nil, false
+}
+
+// MatchBucket is MatchDescriptor for an unordered descriptor: the bucket
+// of Envoy's rate limit quota service (docs/envoy.md, RLQS), a map whose
+// entries have no order and distinct keys. A policy matches when entries
+// has as many entries as its descriptor has patterns and each pattern
+// matches the entry of its key; so a policy whose patterns name one key
+// twice never matches a bucket. It returns the first such policy of
+// domain, in file order, and entries in the order of its patterns (the
+// order its key parts read them in); entries is not changed.
+func (s *Set) MatchBucket(domain string, entries []DescriptorEntry) (*Policy, []DescriptorEntry, bool) {
+	var stack [16]DescriptorEntry
+	for _, p := range s.rls[domain] {
+		ps := p.Match.Descriptor
+		if len(ps) != len(entries) {
+			continue
+		}
+		ordered := stack[:0]
+		if len(ps) > len(stack) {
+			ordered = make([]DescriptorEntry, 0, len(ps))
+		}
+		var used uint64 // entries taken, by index (16 at most: config's bound)
+		for _, pat := range ps {
+			for i, e := range entries {
+				if e.Key == pat.Key && used&(1<<i) == 0 {
+					ordered, used = append(ordered, e), used|1<<i
+					break
+				}
+			}
+		}
+		if len(ordered) == len(ps) && len(ps) <= 64 && matchEntries(ps, ordered) {
+			return p, slices.Clone(ordered), true
+		}
+	}
+	return nil, nil, false
 }
 
 // KnownDomain reports whether domain is an RLS domain of s: one its RLS

@@ -365,6 +365,26 @@ func (h *Handler) decideDescriptor(ctx context.Context, entries []policy.Descrip
 	h.applyLimits(ctx, nil, now, o)
 }
 
+// DescriptorKeys sets keys[i] to the client key limit i of RLS policy p
+// counts a descriptor of entries under (entries in the order of p's
+// patterns), as DecideDescriptors builds them: the same key for every
+// limit unless p's limits have their own. len(keys) must be at least
+// len(p.Limits). Envoy's rate limit quota service (RLQS) keys the leases
+// of a bucket with it, so that they count against the state RLS calls
+// and the bucket's other Envoys count against.
+func DescriptorKeys(p *policy.Policy, entries []policy.DescriptorEntry, keys []string) {
+	if p.OwnKeys {
+		for i, lk := range p.LimitKeys {
+			keys[i] = descriptorKey(lk.Parts, entries)
+		}
+		return
+	}
+	k := descriptorKey(p.Key, entries)
+	for i := range p.Limits {
+		keys[i] = k
+	}
+}
+
 // descriptorKey builds the key of descriptor:KEY parts from entries: a
 // "descriptor:KEY#N" part is the value of the Nth entry of KEY, and the
 // nth "descriptor:KEY" part of a KEY the value of its nth entry, as

@@ -24,6 +24,7 @@ type Config struct {
 	Log         Log
 	Store       Store
 	RLS         RLS
+	RLQS        RLQS
 	// Identity is [identity]: how a request's JWT is verified, for the
 	// jwt:CLAIM key parts and claims match conditions; nil without one.
 	Identity  *Identity
@@ -264,6 +265,25 @@ type RLS struct {
 	// policies name: a descriptor's own limit applies, with CompatEnvoy,
 	// in a known domain only.
 	Domains []string
+}
+
+// RLQS is [rlqs]: Envoy's rate limit quota service (docs/envoy.md,
+// "Envoy's rate limit quota service (RLQS)"), served from the RLS
+// policies. Every key needs a restart.
+type RLQS struct {
+	// Listen is the gRPC listener's address; "" turns the service off.
+	Listen string
+	// CertFile, KeyFile and ClientCAFile are as [rls]'s.
+	CertFile, KeyFile, ClientCAFile string
+	// AssignmentTTL is a token bucket assignment's time to live (whole
+	// seconds: Envoy reads no more), and the least a DENY_ALL's lasts.
+	AssignmentTTL time.Duration
+	// MaxShare is the largest lease one Envoy gets for one bucket, a
+	// fraction of the limit's quota: the bound is proportional to it.
+	MaxShare float64
+	// MaxBuckets bounds the buckets one stream reports; MaxStreams the
+	// streams served at once.
+	MaxBuckets, MaxStreams int
 }
 
 // Compatibility is [rls] compatibility.

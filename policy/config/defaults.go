@@ -90,6 +90,10 @@ const (
 	DefaultCustomContentType = "text/plain; charset=utf-8" // of a [policy.reject] body
 	DefaultSlots             = 1                           // the two-window approximation
 	// [rls]: bounds of one ShouldRateLimit call (docs/envoy.md).
+	DefaultRLQSAssignmentTTL  = 10 * time.Second // [rlqs] assignment_ttl
+	DefaultRLQSMaxShare       = 0.1              // [rlqs] max_share
+	DefaultRLQSMaxBuckets     = 1000             // [rlqs] max_buckets
+	DefaultRLQSMaxStreams     = 1024             // [rlqs] max_streams
 	DefaultRLSMaxHitsAddend   = 1000
 	DefaultRLSMaxDescriptors  = 64
 	DefaultRLSMaxEntries      = 16

@@ -26,6 +26,7 @@ type (
 		Log      rawLog         `toml:"log"`
 		Store    rawStore       `toml:"store"`
 		RLS      rawRLS         `toml:"rls"`
+		RLQS     rawRLQS        `toml:"rlqs"`
 		Identity *rawIdentity   `toml:"identity"`
 		Upstream []rawUpstream  `toml:"upstream"`
 		Shared   []rawLimit     `toml:"shared_limit"`
@@ -110,6 +111,16 @@ type (
 		ShadowMode     scalar[bool]   `toml:"shadow_mode"`
 		QuotaMode      scalar[bool]   `toml:"quota_mode"`
 		Domains        stringList     `toml:"domains"`
+	}
+	rawRLQS struct {
+		Listen        scalar[string] `toml:"listen"`
+		CertFile      scalar[string] `toml:"cert_file"`
+		KeyFile       scalar[string] `toml:"key_file"`
+		ClientCAFile  scalar[string] `toml:"client_ca_file"`
+		AssignmentTTL durationValue  `toml:"assignment_ttl"`
+		MaxShare      share          `toml:"max_share"`
+		MaxBuckets    scalar[int64]  `toml:"max_buckets"`
+		MaxStreams    scalar[int64]  `toml:"max_streams"`
 	}
 	rawIdentity struct {
 		JWKSFile   scalar[string] `toml:"jwks_file"`

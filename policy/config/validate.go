@@ -68,6 +68,7 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 		Log:         validateLog(&raw.Log, c),
 		Store:       validateStore(&raw.Store, c),
 		RLS:         validateRLS(&raw.RLS, c),
+		RLQS:        validateRLQS(&raw.RLQS, c),
 		Identity:    validateIdentity(raw.Identity, c),
 	}
 	upstreams := map[string]int{}
@@ -709,6 +710,46 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 	bound("max_entries", int64(out.MaxEntries), 1, 64)
 	bound("max_message_bytes", int64(out.MaxMessageBytes), 1024, 16<<20)
 	bound("max_concurrent_streams", int64(out.MaxConcurrentStreams), 1, 1<<20)
+	return out
+}
+
+// validateRLQS checks [rlqs].
+func validateRLQS(r *rawRLQS, c *collector) RLQS {
+	out := RLQS{
+		Listen: r.Listen.V, CertFile: r.CertFile.V, KeyFile: r.KeyFile.V, ClientCAFile: r.ClientCAFile.V,
+		AssignmentTTL: r.AssignmentTTL.Or(DefaultRLQSAssignmentTTL), MaxShare: DefaultRLQSMaxShare,
+		MaxBuckets: int(r.MaxBuckets.Or(DefaultRLQSMaxBuckets)), MaxStreams: int(r.MaxStreams.Or(DefaultRLQSMaxStreams)),
+	}
+	if r.MaxShare.Set && r.MaxShare.err == nil {
+		out.MaxShare = r.MaxShare.V
+		if r.MaxShare.V <= 0 {
+			c.add("rlqs.max_share", "%v: must be above 0 (a share of the quota)", r.MaxShare.V)
+		}
+	}
+	if out.Listen != "" {
+		if _, _, err := net.SplitHostPort(out.Listen); err != nil {
+			c.add("rlqs.listen", "%q is not host:port (write e.g. \"127.0.0.1:18081\")", out.Listen)
+		}
+	}
+	if (out.CertFile == "") != (out.KeyFile == "") {
+		c.add("rlqs", "cert_file and key_file go together: both for TLS, neither for h2c")
+	}
+	if out.ClientCAFile != "" && out.CertFile == "" {
+		c.add("rlqs.client_ca_file", "needs TLS: set cert_file and key_file")
+	}
+	if r.AssignmentTTL.Set && r.AssignmentTTL.err == nil {
+		if d := out.AssignmentTTL; d < time.Second || d > time.Hour || d%time.Second != 0 {
+			c.add("rlqs.assignment_ttl", "%v: must be whole seconds from 1s to 1h (Envoy reads the seconds only)", d)
+		}
+	}
+	for _, b := range []struct {
+		key   string
+		v, hi int64
+	}{{"max_buckets", int64(out.MaxBuckets), 1 << 20}, {"max_streams", int64(out.MaxStreams), 1 << 20}} {
+		if b.v < 1 || b.v > b.hi {
+			c.add("rlqs."+b.key, "%d: must be from 1 to %d", b.v, b.hi)
+		}
+	}
 	return out
 }
 

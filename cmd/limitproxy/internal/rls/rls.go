@@ -109,21 +109,9 @@ func New(o Options) (*grpc.Server, error) {
 		grpc.StaticConnWindowSize(ConnWindow),
 	}
 	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		tc, err := TLSConfig(c.CertFile, c.KeyFile, c.ClientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("rls: %w", err)
-		}
-		tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		if c.ClientCAFile != "" {
-			b, err := os.ReadFile(c.ClientCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("rls: client_ca_file: %w", err)
-			}
-			tc.ClientCAs = x509.NewCertPool()
-			if !tc.ClientCAs.AppendCertsFromPEM(b) {
-				return nil, fmt.Errorf("rls: client_ca_file %s holds no PEM certificate", c.ClientCAFile)
-			}
-			tc.ClientAuth = tls.RequireAndVerifyClientCert
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
@@ -139,6 +127,29 @@ func New(o Options) (*grpc.Server, error) {
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s, hs)
 	return s, nil
+}
+
+// TLSConfig is the TLS of a gRPC listener serving certFile and keyFile
+// (PEM), requiring a client certificate signed by one of clientCAFile's
+// PEM certificates when it is not "": [rls]'s, and [rlqs]'s.
+func TLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if clientCAFile != "" {
+		b, err := os.ReadFile(clientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("client_ca_file: %w", err)
+		}
+		tc.ClientCAs = x509.NewCertPool()
+		if !tc.ClientCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("client_ca_file %s holds no PEM certificate", clientCAFile)
+		}
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
 }
 
 // Serve serves s on ln until GracefulStop or Stop; it returns nil then.

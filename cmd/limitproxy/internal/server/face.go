@@ -116,6 +116,8 @@ func (p *process) addrs() Addrs {
 			a.ForwardAuth = addr
 		case "rls":
 			a.RLS = addr
+		case "rlqs":
+			a.RLQS = addr
 		}
 	}
 	return a

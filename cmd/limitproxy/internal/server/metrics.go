@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/rlqs"
 	"github.com/limitproxy/limitproxy/proxy"
 )
 
@@ -126,6 +127,50 @@ func (c *leasesCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(h.Keys))
 	ch <- prometheus.MustNewConstMetric(c.overshoot, prometheus.GaugeValue, h.MaxRatio)
 	ch <- prometheus.MustNewConstMetric(c.bound, prometheus.GaugeValue, 1.5*l.MaxShare())
+}
+
+// rlqsCollector reports Envoy's rate limit quota service's metrics
+// (limitproxy_rlqs_*), none while it is off.
+type rlqsCollector struct {
+	svc                                  func() *rlqs.Service
+	streams, streamsTotal, refused       *prometheus.Desc
+	reports, buckets, assignments, units *prometheus.Desc
+}
+
+func newRLQSCollector(svc func() *rlqs.Service) *rlqsCollector {
+	return &rlqsCollector{svc: svc,
+		streams:      prometheus.NewDesc("limitproxy_rlqs_streams", "Envoy streams open on the rate limit quota service.", nil, nil),
+		streamsTotal: prometheus.NewDesc("limitproxy_rlqs_streams_total", "Envoy streams opened on the rate limit quota service.", nil, nil),
+		refused:      prometheus.NewDesc("limitproxy_rlqs_streams_refused_total", "Streams refused (RESOURCE_EXHAUSTED) past rlqs.max_streams.", nil, nil),
+		reports:      prometheus.NewDesc("limitproxy_rlqs_reports_total", "Usage reports received from Envoys.", nil, nil),
+		buckets:      prometheus.NewDesc("limitproxy_rlqs_bucket_reports_total", "Bucket usages the reports carried.", nil, nil),
+		assignments: prometheus.NewDesc("limitproxy_rlqs_assignments_total",
+			"Bucket assignments answered, by kind: token_bucket (a lease), deny_all (nothing left), allow_all_unmatched, allow_all_unlimited, deny_all_unsupported (a leaky bucket), error (no action: the store could not lease).", []string{"kind"}, nil),
+		units: prometheus.NewDesc("limitproxy_rlqs_leased_units_total", "Units (requests of weight 1) of the token buckets assigned, each leased from the store first.", nil, nil),
+	}
+}
+
+func (c *rlqsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.streams, c.streamsTotal, c.refused, c.reports, c.buckets, c.assignments, c.units} {
+		ch <- d
+	}
+}
+
+func (c *rlqsCollector) Collect(ch chan<- prometheus.Metric) {
+	svc := c.svc()
+	if svc == nil {
+		return
+	}
+	s := svc.Stats()
+	ch <- prometheus.MustNewConstMetric(c.streams, prometheus.GaugeValue, float64(s.Streams))
+	ch <- prometheus.MustNewConstMetric(c.streamsTotal, prometheus.CounterValue, float64(s.StreamsTotal))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(s.Refused))
+	ch <- prometheus.MustNewConstMetric(c.reports, prometheus.CounterValue, float64(s.Reports))
+	ch <- prometheus.MustNewConstMetric(c.buckets, prometheus.CounterValue, float64(s.Buckets))
+	for k, n := range s.Assignments {
+		ch <- prometheus.MustNewConstMetric(c.assignments, prometheus.CounterValue, float64(n), rlqs.Kind(k).String())
+	}
+	ch <- prometheus.MustNewConstMetric(c.units, prometheus.CounterValue, float64(s.LeasedUnits))
 }
 
 // degradedCollector reports limitproxy_store_degraded, one series per

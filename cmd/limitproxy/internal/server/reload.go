@@ -231,7 +231,7 @@ func sortedKeys(names map[string]bool) []string {
 
 // restartOnly lists the settings of b that differ from those the process
 // started with and cannot change while it runs: the listeners, the server's
-// timeouts, TLS, the store, the admin and RLS listeners and the log's
+// timeouts, TLS, the store, the admin, RLS and RLQS listeners and the log's
 // format.
 func restartOnly(a, b *config.Config) []string {
 	var out []string
@@ -257,6 +257,7 @@ func restartOnly(a, b *config.Config) []string {
 	check("forward_auth.listen", a.ForwardAuth.Listen, b.ForwardAuth.Listen)
 	check("store", a.Store, b.Store)
 	check("rls", a.RLS, b.RLS)
+	check("rlqs", a.RLQS, b.RLQS)
 	check("log.format", a.Log.Format, b.Log.Format)
 	check("log.access", a.Log.Access, b.Log.Access)
 	check("log.file", a.Log.File, b.Log.File)

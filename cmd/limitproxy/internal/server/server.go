@@ -18,12 +18,14 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/rlqs"
 	"github.com/limitproxy/limitproxy/internal/h1"
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/redisstore"
@@ -74,6 +76,7 @@ type Addrs struct {
 	Admin       net.Addr // [admin] listen
 	ForwardAuth net.Addr // [forward_auth] listen
 	RLS         net.Addr // [rls] listen
+	RLQS        net.Addr // [rlqs] listen
 }
 
 // Options configures a Server.
@@ -142,7 +145,7 @@ func runServer(ctx context.Context, path string, cfg *config.Config, stderr io.W
 	for _, h := range hooks { // tests' changes, none in a real run
 		h(p)
 	}
-	for _, step := range []func() error{p.preflight, p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin, p.listenForwardAuth, p.listenRLS} {
+	for _, step := range []func() error{p.preflight, p.openStore, p.buildHandler, p.listenProxy, p.startTLS, p.listenAdmin, p.listenForwardAuth, p.listenRLS, p.listenRLQS} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -187,6 +190,9 @@ type process struct {
 
 	stores  *stores
 	metrics *metrics
+	// rlqs is Envoy's rate limit quota service, nil until listenRLQS
+	// opens it (the metrics read it at each scrape).
+	rlqs    atomic.Pointer[rlqs.Service]
 	handler *proxy.Handler
 	reload  *reloader
 
@@ -291,6 +297,7 @@ func (p *process) buildHandler() error {
 		return err
 	}
 	p.metrics = newMetrics(p.stores, func() *reloadStatus { return p.reload.Status() }, string(p.cfg.Store.Backend), p.access, p.version)
+	p.metrics.reg.MustRegister(newRLQSCollector(p.rlqs.Load))
 	hasher, err := keyHasher(p.cfg.Admin, p.log)
 	if err != nil {
 		return err
