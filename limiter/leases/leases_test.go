@@ -112,6 +112,10 @@ type simulation struct {
 	latency   time.Duration
 	opt       leases.Options
 	limit     limiter.Limit
+	// churn, if set, has the last instance start a third of the way in
+	// and the first stop two thirds of the way: each takes its leases
+	// with it, the bound holding still.
+	churn bool
 }
 
 type outcome struct {
@@ -141,10 +145,17 @@ func (sim simulation) run(t *testing.T) outcome {
 			zipf := rand.NewZipf(rand.New(rand.NewPCG(uint64(i), 7)), sim.zipfS, 1, sim.keys-1)
 			wg.Go(func() {
 				start := time.Now()
+				from, until := time.Duration(0), sim.dur
+				if sim.churn && i == sim.instances-1 {
+					from = sim.dur / 3
+				}
+				if sim.churn && i == 0 {
+					until = 2 * sim.dur / 3
+				}
 				interval := time.Duration(float64(time.Second) / sim.rate)
 				for k := 0; ; k++ {
-					at := start.Add(time.Duration(k) * interval)
-					if at.Sub(start) >= sim.dur {
+					at := start.Add(from + time.Duration(k)*interval)
+					if at.Sub(start) >= until {
 						return
 					}
 					time.Sleep(time.Until(at))
@@ -354,14 +365,15 @@ func TestInstancesTokenBucket(t *testing.T) {
 }
 
 // TestInstancesSlidingLog: a sliding log over any window of a second,
-// limit × (1 + bound).
+// limit × (1 + bound), while one instance starts a second in and another
+// stops two seconds in.
 func TestInstancesSlidingLog(t *testing.T) {
 	sl, err := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 6000, Window: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	opt := leases.Options{LeaseTime: 500 * time.Millisecond, MaxShare: 0.04, MinLease: 8}
-	sim := simulation{instances: 3, rate: 9000, keys: 300, zipfS: 1.3, dur: 3 * time.Second, latency: time.Millisecond, opt: opt, limit: sl}
+	sim := simulation{instances: 3, rate: 9000, keys: 300, zipfS: 1.3, dur: 3 * time.Second, latency: time.Millisecond, opt: opt, limit: sl, churn: true}
 	out := sim.run(t)
 	lim := out.lim.Limits()[0].Driver()
 	bound := out.tiers[0].Bound(&lim, 3)
