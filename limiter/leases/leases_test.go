@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -509,4 +510,102 @@ func TestLeakyStaysExact(t *testing.T) {
 	if a := lb.WithAccuracy(limiter.Bounded).Accuracy(); a != limiter.Exact {
 		t.Errorf("leaky bucket accuracy %v, want exact", a)
 	}
+}
+
+// TestDefaults: the zero Options take every default: leases of 1% of
+// the quota, lasting a second, from 8 admissions on; a renewal the
+// shared store does not answer ends after a second.
+func TestDefaults(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		tier := leases.New(shared, leases.Options{})
+		if tier.MaxShare() != leases.DefaultMaxShare {
+			t.Errorf("MaxShare %v, want %v", tier.MaxShare(), leases.DefaultMaxShare)
+		}
+		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100_000, Window: time.Hour})
+		lim := newLimiter(t, tier, fw)
+		d := lim.Limits()[0].Driver()
+		if got := tier.MaxLease(&d); got != 1000 {
+			t.Errorf("MaxLease %d, want 1%% of 100000", got)
+		}
+		ctx := context.Background()
+		now := time.Now()
+		g, err := tier.Lease(ctx, &d, "k", now, 10)
+		if err != nil || g.Units != 10 || !g.Expires.Equal(now.Add(leases.DefaultLeaseTime)) {
+			t.Errorf("Lease: %+v %v, want 10 units for %v", g, err, leases.DefaultLeaseTime)
+		}
+		for i := range leases.DefaultMinLease {
+			lim.Allow(ctx, "m", time.Now(), 1)
+			synctest.Wait()
+			if want := map[bool]int{true: 1, false: 0}[i == leases.DefaultMinLease-1]; shared.leased["m"] != want {
+				t.Fatalf("after %d admissions, %d leases; want %d", i+1, shared.leased["m"], want)
+			}
+		}
+		// A shared store that never answers: the renewal gives up after
+		// DefaultRenewTimeout.
+		hung := &hanging{Store: memstore.New(memstore.Options{})}
+		tier = leases.New(hung, leases.Options{})
+		lim = newLimiter(t, tier, fw)
+		for range leases.DefaultMinLease {
+			lim.Allow(ctx, "h", time.Now(), 1)
+		}
+		hung.hang.Store(true)
+		lim.Allow(ctx, "h", time.Now(), 1) // hot: its renewal hangs
+		start := time.Now()
+		synctest.Wait()
+		time.Sleep(leases.DefaultRenewTimeout - time.Millisecond)
+		synctest.Wait()
+		if st := tier.Stats(); st.LeaseErrors != 0 {
+			t.Fatalf("the renewal gave up after %v", time.Since(start))
+		}
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		if st := tier.Stats(); st.LeaseErrors != 1 {
+			t.Errorf("after %v: %+v, want the renewal given up", time.Since(start), st)
+		}
+	})
+}
+
+// hanging is a store whose Decide waits for its context's end while
+// hang is set.
+type hanging struct {
+	driver.Store
+	hang atomic.Bool
+}
+
+func (h *hanging) Decide(ctx context.Context, limits []driver.Limit, keys driver.Keys, now time.Time, n int64) (driver.Decision, error) {
+	if h.hang.Load() && n > 1 {
+		<-ctx.Done()
+		return driver.Decision{}, fmt.Errorf("%w: %w", driver.ErrStoreUnavailable, ctx.Err())
+	}
+	return h.Store.Decide(ctx, limits, keys, now, n)
+}
+
+// TestMaxKeys: past MaxKeys tracked keys, a new key is decided by the
+// shared store (exactly, never leased) until an idle one can be dropped.
+func TestMaxKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		tier := leases.New(shared, leases.Options{MaxKeys: 64, MinLease: 2, MaxShare: 0.5, LeaseTime: time.Second})
+		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
+		lim := newLimiter(t, tier, fw)
+		ctx := context.Background()
+		// 64 shards of one key each: the first keys fill them, busy.
+		for i := range 2000 {
+			lim.Allow(ctx, fmt.Sprint("k", i%500), time.Now(), 1)
+			synctest.Wait()
+		}
+		if h := tier.Holding(time.Now()); h.Keys > 64 {
+			t.Errorf("%d keys hold leases, MaxKeys is 64", h.Keys)
+		}
+		// Idle for two lease times: a new key finds room and is leased.
+		time.Sleep(3 * time.Second)
+		for range 4 {
+			lim.Allow(ctx, "fresh", time.Now(), 1)
+			synctest.Wait()
+		}
+		if shared.leased["fresh"] == 0 {
+			t.Error("a new key after the others went idle was never leased")
+		}
+	})
 }
