@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// What a connection holds while it waits for its next request (issue
-// 40): a client may keep a connection open and idle for as long as
-// idle_timeout allows, and a proxy holds many more of those than it
+// What a connection holds while it waits for its next request, or its
+// first (issue 40): a client may keep a connection open and idle for as
+// long as idle_timeout allows (read_header_timeout before its first), and a proxy holds many more of those than it
 // serves requests at once, so the front holds as little for them as it
 // can:
 //
@@ -112,17 +112,18 @@ func (c *conn) rawInit() {
 // startWait sets the deadline of the wait for the first bytes of a
 // request, st's: read_header_timeout from now for a connection's first
 // (stateNew), idle_timeout (read_timeout when zero) for a later one
-// (stateIdle). A later wait that may outlast shedAfter gets shedAfter's
+// (stateIdle). A wait that may outlast shedAfter gets shedAfter's
 // deadline first (moved as setReadDeadline moves it), and then its own
 // (shed).
 func (c *conn) startWait(st int32) {
+	var timeout time.Duration
 	if st == stateNew {
-		c.setReadDeadline(c.srv.fallback.ReadHeaderTimeout)
-		c.waitEnd, c.early = c.deadline, false
-		return
-	}
-	timeout := c.srv.fallback.IdleTimeout
-	if timeout == 0 {
+		// A connection that sends nothing for a while (a client that
+		// opens its connections ahead, or one that only holds them)
+		// sheds and parks as an idle one does, until its
+		// read_header_timeout.
+		timeout = c.srv.fallback.ReadHeaderTimeout
+	} else if timeout = c.srv.fallback.IdleTimeout; timeout == 0 {
 		timeout = c.srv.fallback.ReadTimeout
 	}
 	now := time.Now()

@@ -209,6 +209,34 @@ func TestIdleTimeoutAfterShed(t *testing.T) {
 	})
 }
 
+// TestNewConnectionSheds: a connection that sends nothing after it is
+// accepted sheds and parks as an idle one does, is served when its
+// request comes (its head still due read_header_timeout after accept),
+// and is closed at read_header_timeout if none does, with nothing
+// written, as net/http closes it.
+func TestNewConnectionSheds(t *testing.T) {
+	const shed = 30 * time.Millisecond
+	const rht = 600 * time.Millisecond
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	for _, way := range ways {
+		t.Run(way.name, func(t *testing.T) {
+			front, addr := startShed(t, h, shed, way.hidden, func(srv *http.Server) { srv.ReadHeaderTimeout = rht })
+			c := dial(t, addr)
+			br := bufio.NewReader(c)
+			waitShed(t, front, shed, way.hidden)
+			io.WriteString(c, get("/"))
+			if resp, body := readResponse(t, c, br, "GET"); resp.StatusCode != 200 || body != "ok" {
+				t.Fatalf("after a silent wait: %d %q", resp.StatusCode, body)
+			}
+			silent := dial(t, addr)
+			accepted := time.Now()
+			if d := expectClosed(t, silent, bufio.NewReader(silent), rht+3*time.Second); d < rht-shed || time.Since(accepted) > rht+500*time.Millisecond {
+				t.Errorf("a silent connection closed %v after accept, want read_header_timeout %v", d.Round(time.Millisecond), rht)
+			}
+		})
+	}
+}
+
 // TestIdleShutdownAndClose: Shutdown closes a connection whose wait was
 // shed as it closes any idle one, at once, and returns; so does Close;
 // neither leaves a goroutine behind (the parker's included).
