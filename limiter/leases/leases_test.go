@@ -609,3 +609,115 @@ func TestMaxKeys(t *testing.T) {
 		}
 	})
 }
+
+// TestBound: the bound of each kind of limit, as a fraction of its
+// quota: none for an exact limit, a fixed window, or a limit too small
+// to lease; N × 1.5 × MaxLease × cost ÷ quota otherwise.
+func TestBound(t *testing.T) {
+	tier := leases.New(newRecording(0), leases.Options{MaxShare: 0.01, MinLease: 8})
+	bound := func(l limiter.Limit, acc limiter.Accuracy) float64 {
+		lim, err := limiter.New(tier, "b", l.WithAccuracy(acc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := lim.Limits()[0].Driver()
+		return tier.Bound(&d, 4)
+	}
+	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Burst: 10_000, Cost: 3})
+	sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 5000, Window: time.Minute})
+	small, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 799, Window: time.Minute})
+	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100_000, Window: time.Minute})
+	for _, c := range []struct {
+		name string
+		l    limiter.Limit
+		acc  limiter.Accuracy
+		want float64
+	}{
+		{"exact", sl, limiter.Exact, 0},
+		{"fixed window", fw, limiter.Bounded, 0},
+		{"too small to lease", small, limiter.Bounded, 0}, // MaxLease 7 < 8
+		{"sliding log", sl, limiter.Bounded, 4 * 1.5 * 50 / 5000.0},
+		{"token bucket, cost 3", tb, limiter.Bounded, 4 * 1.5 * 33 * 3 / 10_000.0}, // MaxLease ⌊100/3⌋
+	} {
+		if got := bound(c.l, c.acc); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("%s: Bound = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestHoldingAndStats: what an instance holds and counts, exactly, over
+// a key made hot, its lease used, and its lease's end.
+func TestHoldingAndStats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		tier := leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4})
+		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour, Cost: 2})
+		lim := newLimiter(t, tier, fw)
+		ctx := context.Background()
+		for range 4 { // exact, through the shared store; the 4th makes it hot
+			lim.Allow(ctx, "k", time.Now(), 1)
+			synctest.Wait()
+		}
+		// A lease of max(min_lease, rate/2) = 4 requests, 8 units.
+		want := leases.Holding{Units: 8, Keys: 1, MaxRatio: 8.0 / 1000}
+		if h := tier.Holding(time.Now()); h != want {
+			t.Fatalf("Holding after the first lease: %+v, want %+v", h, want)
+		}
+		lim.Allow(ctx, "k", time.Now(), 1) // from the lease
+		if h := tier.Holding(time.Now()); h.Units != 6 || h.Keys != 1 {
+			t.Errorf("Holding after one request from the lease: %+v, want 6 units", h)
+		}
+		st := tier.Stats()
+		wantSt := leases.Stats{Local: 1, Shared: 4, LeaseCalls: 1, LeasesGranted: 1, LeasedUnits: 4}
+		if st != wantSt {
+			t.Errorf("Stats %+v, want %+v", st, wantSt)
+		}
+		time.Sleep(time.Second) // the lease ends
+		if h := tier.Holding(time.Now()); h != (leases.Holding{}) {
+			t.Errorf("Holding after the lease's end: %+v, want nothing", h)
+		}
+	})
+}
+
+// TestRefusedLocallyFolds: a request two of whose Bounded limits refuse
+// it here is refused as Decision.Merge folds them (the longer wait, the
+// figures of the one that resets last), nothing taken from a third
+// limit's lease, and the shared store never asked.
+func TestRefusedLocallyFolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
+		big, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
+		a, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 4, Window: time.Minute})
+		b, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 4, Window: 2 * time.Minute})
+		lim, err := limiter.New(tier, "p", big.WithAccuracy(limiter.Bounded), a.WithAccuracy(limiter.Bounded), b.WithAccuracy(limiter.Bounded))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for range 4 {
+			if d, _ := lim.Allow(ctx, "k", time.Now(), 1); !d.Allowed {
+				t.Fatalf("refused within every limit: %+v", d)
+			}
+			synctest.Wait()
+		}
+		// a and b are spent: the next is refused by Redis, then here.
+		lim.Allow(ctx, "k", time.Now(), 1)
+		synctest.Wait()
+		held := tier.Holding(time.Now()).Units
+		calls := shared.exact["k"] + shared.leased["k"]
+		d, err := lim.Allow(ctx, "k", time.Now(), 1)
+		if err != nil || d.Allowed || d.Index != 2 {
+			t.Fatalf("over a and b: %+v %v, want refused with b's figures (it resets last)", d, err)
+		}
+		if d.RetryAfter <= time.Minute || d.RetryAfter > 2*time.Minute {
+			t.Errorf("RetryAfter %v, want b's, the longer (over 1m, up to 2m)", d.RetryAfter)
+		}
+		if h := tier.Holding(time.Now()).Units; h != held {
+			t.Errorf("the lease of the first limit held %d, then %d", held, h)
+		}
+		if c := shared.exact["k"] + shared.leased["k"]; c != calls {
+			t.Errorf("the shared store was asked %d times more", c-calls)
+		}
+	})
+}
