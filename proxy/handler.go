@@ -372,10 +372,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if o.owes != nil {
 		defer h.settle(x, o.owes)
 	}
-	x.rec.key = o.key // the upstream's fair share counts it under this key
-	if o.p != nil && o.p.OwnKeys {
-		x.rec.key = o.keys[0]
-	}
+	x.rec.key = o.recordedKey() // the upstream's fair share counts it under this key
 	h.inform(&x.w, snap, start, &o)
 	if o.reply != noReply {
 		readRefusedBody(&x.w, r, x.req.srv.ClientBodyTimeout)
