@@ -167,6 +167,16 @@ func (h *Handler) decide(ctx context.Context, x *exchange, o *ruling) {
 	h.applyLimits(ctx, x.req.r, x.req.start, o)
 }
 
+// recordedKey is the client key the access log shows the request under,
+// and an upstream's fair share counts it under: its key, or with OwnKeys
+// its first limit's.
+func (o *ruling) recordedKey() string {
+	if o.p != nil && o.p.OwnKeys {
+		return o.keys[0]
+	}
+	return o.key
+}
+
 // refuse records that the proxy answers r itself.
 func (o *ruling) refuse(d Decision, a reply, status int) {
 	o.decision, o.reply, o.status = d, a, status

@@ -148,8 +148,8 @@ func (h *Handler) arrive(x *exchange, r *http.Request) {
 			q.claims = c
 		}
 	}
-	if h.acc != nil && q.snap.set.Config.Log.AccessReplay {
-		x.rec.replay = captureReplay(r, q.snap.replay, q.snap.replayClaims, q.claims, q.start)
+	if h.acc != nil && q.snap.replay != nil {
+		x.rec.replay = captureReplay(r, q.snap.replay, q.claims, q.start, h.hasher.Value)
 	}
 }
 

@@ -74,6 +74,7 @@ func (f forwardAuth) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 		return
 	}
 	h.decide(in.Context(), x, &o)
+	x.rec.key = o.recordedKey() // the access log's key, as a proxied request's
 	if o.owes != nil {
 		defer h.settle(x, o.owes)
 	}
@@ -127,9 +128,10 @@ func (s statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 // originalRequest rebuilds the request the asking proxy received from in,
 // and sets in srv whom the client-address header is read from. From a
 // peer inside fa.TrustedSenders: the method of X-Forwarded-Method or
-// X-Original-Method, the URI (path and query, origin form) of
-// X-Forwarded-Uri or X-Original-URI, the host of X-Forwarded-Host, each
-// else in's own; its other headers (cookies, keys, the client-address
+// X-Original-Method, the URI of X-Forwarded-Uri or X-Original-URI (a
+// request-target, read as the proxy face's server reads one: readTarget),
+// the host of X-Forwarded-Host (or of an absolute-form URI), each else
+// in's own; its other headers (cookies, keys, the client-address
 // header) are the original's, as the three proxies send them, and the
 // sender is trusted as a proxy for client_ip_header (walked by the
 // proxy's rules: trusted_proxies, trusted_hops). From any other peer,
@@ -167,20 +169,44 @@ func originalRequest(in *http.Request, fa *config.ForwardAuth, srv *config.Serve
 		r.Method = method
 	}
 	if uri != "" {
-		u, err := url.ParseRequestURI(uri)
-		if err != nil || !strings.HasPrefix(uri, "/") || strings.HasPrefix(uri, "//") {
-			return r, "the original URI is not a path and query (origin form)"
+		if d := readTarget(r, uri); d != "" {
+			return r, d
 		}
-		r.URL, r.RequestURI = u, uri
 	}
 	if host != "" {
 		if strings.ContainsAny(host, ", \t/@") {
 			return r, "the original host is not one host: " + hdrForwardedHost + " must hold one"
 		}
+		if r.URL.Host != "" && normalizeHost(host) != normalizeHost(r.URL.Host) {
+			// An absolute-form URI names its host too.
+			return r, "the original URI's host and " + hdrForwardedHost + " disagree"
+		}
 		r.Host = host
 	}
 	r.URL.Host, r.URL.Scheme = "", ""
 	return r, ""
+}
+
+// readTarget makes target the request-target of r, read as net/http's
+// server reads a request line's (url.ParseRequestURI; in absolute form
+// its host is r's Host, any Host header ignored, RFC 9112 section 3.2.2),
+// so that canonicalize then reads it exactly as it reads a request the
+// proxy face received: "//api/x", "/api/./x" and "/%61pi/x" are /api/x
+// on both faces, and what the proxy face refuses is refused here too. A
+// target the server would not take (not a URI: "api/x", a control
+// character) is refused with detail, as the server answers it 400.
+func readTarget(r *http.Request, target string) (detail string) {
+	u, err := url.ParseRequestURI(target)
+	if err != nil || strings.IndexByte(target, ' ') >= 0 {
+		// A space ends the target on a request line: the server reads
+		// no such request.
+		return "the original URI is not a request-target (a path and query)"
+	}
+	r.URL, r.RequestURI = u, target
+	if u.Host != "" {
+		r.Host = u.Host
+	}
+	return ""
 }
 
 // describing returns the value of the describing header a (or b, if not

@@ -178,18 +178,21 @@ func TestForwardAuthUntrustedSender(t *testing.T) {
 
 // TestForwardAuthAmbiguous: a describing header given twice, the two
 // families disagreeing (a client's own X-Forwarded-Uri passed through
-// nginx beside the X-Original-URI nginx sets), or a value that is not
-// one, is refused (400), never guessed, so that a client cannot name
-// another request than the one the sender received.
+// nginx beside the X-Original-URI nginx sets, an absolute-form URI's host
+// and X-Forwarded-Host), or a value that is not one (a URI net/http's
+// server would not read on a request line), is refused (400), never
+// guessed, so that a client cannot name another request than the one
+// the sender received.
 func TestForwardAuthAmbiguous(t *testing.T) {
 	h := newForwardAuth(t, newClock().now, nil)
 	for _, hdr := range [][]string{
 		{"X-Forwarded-Uri", "/limited", "X-Forwarded-Uri", "/free"},
 		{"X-Original-URI", "/limited", "X-Forwarded-Uri", "/free"},
 		{"X-Original-Method", "POST", "X-Forwarded-Method", "GET", "X-Original-URI", "/limited"},
-		{"X-Forwarded-Uri", "http://other/limited"},
-		{"X-Forwarded-Uri", "//other/limited"},
+		{"X-Forwarded-Uri", "http://other/limited", "X-Forwarded-Host", "api.example"},
 		{"X-Forwarded-Uri", "limited"},
+		{"X-Forwarded-Uri", "/limited x"},
+		{"X-Forwarded-Uri", "/limited\x7f"},
 		{"X-Forwarded-Uri", "/limited", "X-Forwarded-Host", "a.example, b.example"},
 		{"X-Forwarded-Uri", "/limited", "X-Forwarded-Method", "GE T"},
 		{"X-Forwarded-Uri", ""},
@@ -201,6 +204,11 @@ func TestForwardAuthAmbiguous(t *testing.T) {
 	// The same value from both families is one request.
 	if w := ask(h, "10.0.0.1", "X-Original-URI", "/limited", "X-Forwarded-Uri", "/limited"); w.Code != 200 {
 		t.Errorf("agreeing families: %d, want 200", w.Code)
+	}
+	// An absolute-form URI is read as the proxy face reads one: its host
+	// is the request's, which X-Forwarded-Host may repeat.
+	if w := ask(h, "10.0.0.1", "X-Original-URI", "http://API.example./limited", "X-Forwarded-Host", "api.example"); w.Code != 200 {
+		t.Errorf("absolute form: %d, want 200 (/limited)", w.Code)
 	}
 }
 

@@ -71,11 +71,9 @@ type snapshot struct {
 	// policies holds, for each policy of set, what its requests would
 	// otherwise look up by name: read once a request (policyState).
 	policies map[*policy.Policy]*policyState
-	// replay lists the request headers the access log carries with
-	// [log] access_replay (replayHeaders); nil without it.
-	replay []string
-	// replayClaims lists the claim paths it carries (replayClaims).
-	replayClaims []string
+	// replay is what the access log carries with [log] access_replay;
+	// nil without it.
+	replay *replayPlan
 	// verifier verifies the requests' tokens, built from the set's
 	// [identity] by Swap; nil without one (or, from New, when its keys
 	// did not load: no token is valid then).
@@ -280,10 +278,7 @@ func (h *Handler) swap(set *policy.Set, v *identity.Verifier) {
 	srv := &set.Config.Server
 	old := h.snap.Load()
 	s := &snapshot{set: set, pools: map[string]*pool{}, policies: map[*policy.Policy]*policyState{}, verifier: v}
-	if set.Config.Log.AccessReplay {
-		s.replay = replayHeaders(set)
-		s.replayClaims = replayClaims(set)
-	}
+	s.replay = newReplayPlan(set, set.Config.Log.AccessReplay)
 	s.slashed = slashedPaths(set)
 	trackers := map[string]*tracker{}
 	if old != nil {
@@ -372,10 +367,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if o.owes != nil {
 		defer h.settle(x, o.owes)
 	}
-	x.rec.key = o.key // the upstream's fair share counts it under this key
-	if o.p != nil && o.p.OwnKeys {
-		x.rec.key = o.keys[0]
-	}
+	x.rec.key = o.recordedKey() // the upstream's fair share counts it under this key
 	h.inform(&x.w, snap, start, &o)
 	if o.reply != noReply {
 		readRefusedBody(&x.w, r, x.req.srv.ClientBodyTimeout)

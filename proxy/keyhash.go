@@ -114,3 +114,21 @@ func (h *KeyHasher) Addr(a netip.Addr) string {
 	msg = a.Unmap().AppendTo(msg)
 	return h.sum(msg)
 }
+
+// Value returns the hash of a value a client key is built from, as the
+// access log shows it with [log] access_replay = "hashed": 16 hex digits
+// of HMAC-SHA-256 under the same secret, of the value's SHA-256 (its
+// first 16 bytes, as hex) behind a prefix no stored key and no address
+// has; "" for "" (an empty value is a missing one, and stays one). Equal
+// values have equal hashes, so a replay keys by them as the proxy keyed
+// by the values.
+func (h *KeyHasher) Value(v string) string {
+	if v == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(v))
+	var b [maxHashed]byte
+	msg := append(b[:0], "value:"...)
+	msg = hex.AppendEncode(msg, sum[:16])
+	return h.sum(msg)
+}

@@ -23,7 +23,9 @@ import (
 // ASP.NET Core take /login/ for /login, and behind forward auth, where
 // the front proxy passes the client's target as it came, Werkzeug and
 // Express do not resolve dot segments (/api/x/../../y is under their
-// /api/). Each such rule gives a reading of the path. A request is decided
+// /api/), and WHATWG URL against a base (Node's new URL(req.url, base))
+// keeps empty segments and reads a leading // as a host (//x/login is
+// its /login). Each such rule gives a reading of the path. A request is decided
 // only if every reading (each rule that changes the path, and every
 // combination of them) selects the policy the canonical form selects:
 // where two upstreams would route it under different policies, no one
@@ -44,8 +46,9 @@ const (
 	ruleSlash                      // one trailing '/' ignored (Express, ASP.NET Core, Spring 5); only against exact paths
 	ruleVerbatim                   // dot segments and repeated slashes as sent (Werkzeug, Express): forward auth only
 	ruleAddSlash                   // a trailing '/' added (Express, ASP.NET Core serve /account as /account/); only against exact paths and regexes
+	ruleURL                        // WHATWG URL against a base (Node's new URL(target, base)), PHP's parse_url: a leading // starts a host, dot segments resolved, empty ones kept: forward auth only
 
-	ruleCount = 7
+	ruleCount = 8
 )
 
 // ruleNames name the rules in a refusal's detail.
@@ -57,6 +60,7 @@ var ruleNames = [ruleCount]string{
 	"without its trailing slash (Express, ASP.NET Core, Spring)",
 	"as sent, dot segments unresolved (Werkzeug, Express)",
 	"with a trailing slash (Express, ASP.NET Core)",
+	"as WHATWG URL reads it against a base, a leading // a host, empty segments kept (Node's new URL, PHP's parse_url)",
 }
 
 // rules returns the rules that change the path whose canonical escaped
@@ -100,13 +104,70 @@ func rules(esc, sent string, fold, cased bool) rule {
 			rs |= ruleFold
 		}
 	}
-	if len(esc) > 1 && esc[len(esc)-1] == '/' {
+	if len(esc) > 1 && esc[len(esc)-1] == '/' || dotEnd(esc) {
+		// A dot segment at the end (in a target as sent) is read as a
+		// trailing slash where dot segments are resolved.
 		rs |= ruleSlash
 	}
 	if sent != esc {
 		rs |= ruleVerbatim
+		if emptySegment(sent) {
+			// Otherwise WHATWG URL reads sent as the other readings
+			// (dots resolved, a backslash a slash) do.
+			rs |= ruleURL
+		}
 	}
 	return rs
+}
+
+// dotEnd reports whether the last segment of the escaped path p is a
+// dot segment: ".", "..", or either spelled with %2E.
+func dotEnd(p string) bool {
+	seg := p[strings.LastIndexByte(p, '/')+1:]
+	dots := 0
+	for len(seg) > 0 && dots < 3 {
+		switch {
+		case seg[0] == '.':
+			seg = seg[1:]
+		case len(seg) >= 3 && seg[0] == '%' && seg[1] == '2' && (seg[2] == 'e' || seg[2] == 'E'):
+			seg = seg[3:]
+		default:
+			return false
+		}
+		dots++
+	}
+	return len(seg) == 0 && (dots == 1 || dots == 2)
+}
+
+// emptySegment reports whether the target sent has two separators in a
+// row ('/' or '\', as WHATWG URL reads an http URL's): an empty segment,
+// or at its start a host to WHATWG URL.
+func emptySegment(sent string) bool {
+	for i := 1; i < len(sent); i++ {
+		if (sent[i] == '/' || sent[i] == '\\') && (sent[i-1] == '/' || sent[i-1] == '\\') {
+			return true
+		}
+	}
+	return false
+}
+
+// hostEnd is where the path of sent begins as WHATWG URL reads it
+// against a base: after "//host" when sent starts with two separators
+// (more are skipped, as its "special authority ignore slashes" state
+// does), else 0. "//login" has an empty path, read as "/".
+func hostEnd(sent string) int {
+	sep := func(c byte) bool { return c == '/' || c == '\\' }
+	if len(sent) < 2 || !sep(sent[0]) || !sep(sent[1]) {
+		return 0
+	}
+	i := 2
+	for i < len(sent) && sep(sent[i]) {
+		i++
+	}
+	for i < len(sent) && !sep(sent[i]) {
+		i++
+	}
+	return i
 }
 
 // read returns the decoded path an upstream reading by the rules rs sees
@@ -121,12 +182,20 @@ func read(buf []byte, sent string, rs rule) ([]byte, bool) {
 		buf = make([]byte, 0, len(sent)+1)
 	}
 	b := buf[:0]
+	url := rs&ruleURL != 0 && rs&ruleVerbatim == 0
+	start := 0
+	if url {
+		start = hostEnd(sent)
+	}
 	// Decode, cutting each segment's parameters at a bare ';' (an
 	// upstream decodes after cutting them), and read a backslash, bare
-	// or decoded, as a '/'.
+	// or decoded, as a '/' (WHATWG URL a bare one).
 	params := false
-	for i := 0; i < len(sent); i++ {
+	for i := start; i < len(sent); i++ {
 		c := sent[i]
+		if c == '\\' && url {
+			c = '/'
+		}
 		if c == '/' {
 			params = false
 			b = append(b, '/')
@@ -154,7 +223,8 @@ func read(buf []byte, sent string, rs rule) ([]byte, bool) {
 	}
 	// Segment by segment, in place (what is written never passes what is
 	// read): trailing dots and spaces dropped, and unless verbatim, "."
-	// and ".." resolved and empty segments merged.
+	// and ".." resolved and empty segments merged (kept by WHATWG URL, for
+	// which ".." at the root stays there).
 	verbatim := rs&ruleVerbatim != 0
 	w, trailing := 0, false
 	for i := 0; i < len(b); {
@@ -167,21 +237,23 @@ func read(buf []byte, sent string, rs rule) ([]byte, bool) {
 			seg = b[i:j] // a target not starting with '/'
 		}
 		dots := string(seg) == "." || string(seg) == ".."
+		empty := len(seg) == 0
 		if rs&ruleTrailing != 0 && !dots {
 			seg = bytes.TrimRight(seg, ". ")
 		}
 		switch {
-		case verbatim:
+		case verbatim, url && empty:
 			b[w] = '/'
 			w++
 			w += copy(b[w:], seg)
+			trailing = false
 		case len(seg) == 0 || string(seg) == ".":
 			trailing = true
 		case string(seg) == "..":
-			if w == 0 {
+			if w == 0 && !url {
 				return nil, false
 			}
-			w = bytes.LastIndexByte(b[:w], '/')
+			w = max(bytes.LastIndexByte(b[:w], '/'), 0)
 			trailing = true
 		default:
 			b[w] = '/'
@@ -206,11 +278,12 @@ func read(buf []byte, sent string, rs rule) ([]byte, bool) {
 }
 
 // maxReadPath is the longest path, in bytes as the upstream receives it,
-// that is read by the rules: each of up to 63 readings costs a pass over
-// it and a match (about 4 ns a byte each), so a longer one that has any
+// that is read by the rules: each of up to 63 readings (95 behind
+// forward auth, for a target with an empty segment) costs a pass over it
+// and a match (about 4 ns a byte each), so a longer one that has any
 // other reading is refused with 414 (detail tooLongToRead) rather than
 // read at a cost a client chooses: at most about half a millisecond a
-// request. Browsers and CDNs keep URLs well under it; nginx refuses a
+// request (three quarters behind forward auth). Browsers and CDNs keep URLs well under it; nginx refuses a
 // request line over 8 KiB.
 const maxReadPath = 4 << 10
 
@@ -251,8 +324,12 @@ func checkReadings(r *http.Request, c policy.Claims, set *policy.Set, p *policy.
 	}
 	seen := []reading{{r.URL.Path, false}}
 	buf := make([]byte, 0, len(sent)+1)
-	// Every combination of the rules that apply, the fullest first.
+	// Every combination of the rules that apply, the fullest first
+	// (but for verbatim with WHATWG URL: two ways to read dot segments).
 	for sub := rs; sub != 0; sub = (sub - 1) & rs {
+		if sub&ruleVerbatim != 0 && sub&ruleURL != 0 {
+			continue
+		}
 		b, ok := read(buf, sent, sub)
 		path := string(b)
 		if !ok {
@@ -277,8 +354,13 @@ func checkReadings(r *http.Request, c policy.Claims, set *policy.Set, p *policy.
 			q, ok = set.MatchClaims(&alt, c)
 		}
 		if !ok && set.Unmatched != nil {
-			// Matched by no policy, this reading is forwarded unlimited.
-			q, ok = set.Unmatched, true
+			// Matched by no policy, this reading is forwarded unlimited:
+			// what an upstream so reading it serves, the configuration
+			// limits nowhere, so counting the request under p (or as
+			// unmatched, when p is) escapes no limit. (With unmatched =
+			// "refuse" such a reading is refused: the upstream would
+			// serve what the proxy answers 404.)
+			continue
 		}
 		if ok && q == p {
 			continue
@@ -295,8 +377,8 @@ func checkReadings(r *http.Request, c policy.Claims, set *policy.Set, p *policy.
 		if p == set.Unmatched {
 			return "the path is " + path + " as some upstreams read it (" + describe(sub) + "), which a policy matches; as sent it matches none"
 		}
-		if q == set.Unmatched {
-			return "the path is " + path + " as some upstreams read it (" + describe(sub) + "), which no policy matches: it would be forwarded unlimited"
+		if !ok {
+			return "the path is " + path + " as some upstreams read it (" + describe(sub) + "), which no policy matches"
 		}
 		return "the path is " + path + " as some upstreams read it (" + describe(sub) + "), which another policy than this one's matches"
 	}

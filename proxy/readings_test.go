@@ -151,6 +151,15 @@ func TestPathReadings(t *testing.T) {
 		{target: "/api/%2e%2e/other", want: "all", faRefused: true, key: "/other"},
 		{target: "/./login", want: "login", faRefused: true},
 		{target: "/a/../other", want: "all", key: "/other"},
+		// Empty segments: merged in the canonical form; behind forward
+		// auth, Express routes //api/x as sent (outside /api/), and
+		// WHATWG URL against a base (Node's new URL(req.url, base))
+		// reads a leading //x as a host and keeps empty segments.
+		{target: "/api//x", want: "api"},
+		{target: "//api/x", want: "api", faRefused: true},
+		{target: "//x/login", want: "all", faRefused: true, key: "/x/login"},
+		{target: "/login//..", want: "all", faRefused: true, key: "/"},
+		{target: "//x/other", want: "all", key: "/x/other"},
 	} {
 		for _, verbatim := range []bool{false, true} {
 			want := tc.want

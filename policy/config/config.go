@@ -318,9 +318,10 @@ type Log struct {
 	Access bool
 	// AccessReplay adds to the access log what `limitproxy replay` needs
 	// to decide each request again exactly: when it arrived, its client
-	// address, query, and the request headers the policies match or key
-	// on; and logs rejections at info level.
-	AccessReplay bool
+	// address, its target, and the request headers and token claims the
+	// policies match or key on, whole (ReplayWhole) or, where a key only
+	// needs them equal, as keyed hashes (ReplayHashed); ReplayOff: none.
+	AccessReplay AccessReplay
 	// ClientAddress is how the access log shows the client address:
 	// whole, masked to its network, or hashed.
 	ClientAddress ClientAddress
@@ -344,6 +345,23 @@ const (
 	// ClientHashed logs 16 hex digits of a keyed hash of it (the admin
 	// key hash secret's).
 	ClientHashed ClientAddress = "hashed"
+)
+
+// AccessReplay is [log] access_replay.
+type AccessReplay string
+
+// The values of [log] access_replay.
+const (
+	// ReplayOff (false, the default) logs nothing for replay.
+	ReplayOff AccessReplay = ""
+	// ReplayWhole (true, "whole") logs the target and each header and
+	// claim the policies read as they are.
+	ReplayWhole AccessReplay = "whole"
+	// ReplayHashed ("hashed") logs a value the policies only key on (a
+	// header, cookie, query parameter or claim) as its keyed hash under
+	// the key hash secret, and only the cookies and query parameters the
+	// keys read; values they match on are logged as they are.
+	ReplayHashed AccessReplay = "hashed"
 )
 
 // Store is [store].

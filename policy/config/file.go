@@ -88,7 +88,7 @@ type (
 		Level   scalar[string] `toml:"level"`
 		Format  scalar[string] `toml:"format"`
 		Access  scalar[bool]   `toml:"access"`
-		Replay  scalar[bool]   `toml:"access_replay"`
+		Replay  replayValue    `toml:"access_replay"`
 		Client  scalar[string] `toml:"client_address"`
 		File    scalar[string] `toml:"file"`
 		AccFile scalar[string] `toml:"access_file"`

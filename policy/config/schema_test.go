@@ -174,6 +174,8 @@ func typeSchema(t reflect.Type) (node, bool) {
 		return node{"type": "integer"}, true
 	case reflect.TypeFor[scalar[bool]]():
 		return node{"type": "boolean"}, true
+	case reflect.TypeFor[replayValue]():
+		return node{"anyOf": []node{{"type": "boolean"}, {"enum": replayValues}}}, true
 	case reflect.TypeFor[stringList]():
 		return node{"type": "array", "items": node{"type": "string"}}, true
 	case reflect.TypeFor[durationValue]():
@@ -271,7 +273,14 @@ func generateSchema(docs []byte) ([]byte, error) {
 		// has none.
 		"if": node{"properties": node{"policy": node{"contains": node{"not": node{
 			"properties": node{"match": node{"required": []string{"rls_domain"}}}, "required": []string{"match"}}}}}},
-		"then":  node{"required": []string{"upstream"}},
+		"then": node{"required": []string{"upstream"}},
+		// access_replay = "hashed" hashes under the key hash secret.
+		"allOf": []node{{
+			"if": node{"properties": node{"log": node{"properties": node{"access_replay": node{"const": ReplayHashed}},
+				"required": []string{"access_replay"}}}, "required": []string{"log"}},
+			"then": node{"properties": node{"admin": node{"properties": node{"key_hash_secret_env": node{"minLength": 1}},
+				"required": []string{"key_hash_secret_env"}}}, "required": []string{"admin"}},
+		}},
 		"$defs": defs(),
 	})
 	// [server]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -373,9 +374,44 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
 }
 
+// replayValue is [log] access_replay: true or false, or "whole" (true)
+// or "hashed".
+type replayValue struct {
+	V   AccessReplay
+	Set bool
+	err error
+}
+
+// replayValues are access_replay's string values.
+var replayValues = []AccessReplay{ReplayWhole, ReplayHashed}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (v *replayValue) UnmarshalTOML(data any) error {
+	v.Set = true
+	data, v.err = expandData(data)
+	if v.err != nil {
+		return nil
+	}
+	switch d := data.(type) {
+	case bool:
+		if d {
+			v.V = ReplayWhole
+		}
+	case string:
+		if v.V = AccessReplay(d); !slices.Contains(replayValues, v.V) {
+			v.err = fmt.Errorf("%q is not one of true, false, %q, %q", d, ReplayWhole, ReplayHashed)
+		}
+	default:
+		v.err = fmt.Errorf("must be true, false, %q or %q, not %s", ReplayWhole, ReplayHashed, describe(data))
+	}
+	return nil
+}
+
 // valueError returns the error recorded by a decoded value, if any.
 func valueError(v any) error {
 	switch v := v.(type) {
+	case *replayValue:
+		return v.err
 	case *scalar[string]:
 		return v.err
 	case *scalar[int64]:

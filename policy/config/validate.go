@@ -75,6 +75,9 @@ func validate(raw *rawFile, c *collector, o Options) *Config {
 	for i := range raw.Upstream {
 		cfg.Upstreams = append(cfg.Upstreams, validateUpstream(&raw.Upstream[i], fmt.Sprintf("upstream[%d]", i), upstreams, i, c))
 	}
+	if cfg.Log.AccessReplay == ReplayHashed && cfg.Admin.KeyHashSecretEnv == "" {
+		c.add("log.access_replay", `"hashed" hashes what the keys read under the key hash secret: set admin.key_hash_secret_env (a secret drawn at each start would hash a value otherwise after a restart, and a replay would count it as another key's)`)
+	}
 	resolveUnmatched(&cfg.Server, cfg.Upstreams, upstreams, c)
 	check := o.StoreChecks[cfg.Store.Backend]
 	shared := validateShared(raw.Shared, check, c)
@@ -348,7 +351,7 @@ func validateLog(l *rawLog, c *collector) Log {
 	oneOf(c, "log.level", lg.Level, logLevels...)
 	oneOf(c, "log.format", lg.Format, logFormats...)
 	oneOf(c, "log.client_address", lg.ClientAddress, clientAddresses...)
-	if lg.AccessReplay && lg.ClientAddress != ClientFull && slices.Contains(clientAddresses, lg.ClientAddress) {
+	if lg.AccessReplay != ReplayOff && lg.ClientAddress != ClientFull && slices.Contains(clientAddresses, lg.ClientAddress) {
 		c.add("log.client_address", "%q: access_replay logs whole client addresses (replay keys requests by them); use one or the other", lg.ClientAddress)
 	}
 	return lg

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/limitproxy/limitproxy/cmd/limitproxy/internal/replay/logread"
@@ -174,7 +175,33 @@ func load(path string, ov perkey.Overrides) (*side, error) {
 	s := newSide(path, proxy.NewEvaluator(set, proxy.EvaluatorOptions{Bans: memstore.NewBans(memstore.BanOptions{}), Overrides: ov}), names)
 	s.headers = proxy.ReplayHeaders(set)
 	s.query = keysOnQuery(cfg)
+	s.valueHeaders, s.valueClaims = valueReads(set)
 	return s, nil
+}
+
+// valueReads returns the request headers (canonical) and the claims the
+// policies of set compare by value: headers matched on a value or giving
+// an estimate, claims matched on. What a log holds of them only hashed
+// ([log] access_replay = "hashed") cannot decide those.
+func valueReads(set *policy.Set) (headers, claims []string) {
+	for _, p := range set.Policies {
+		for _, h := range p.Match.Headers {
+			if !h.Any && !slices.Contains(headers, http.CanonicalHeaderKey(h.Name)) {
+				headers = append(headers, http.CanonicalHeaderKey(h.Name))
+			}
+		}
+		for _, ch := range p.Charges {
+			if ch.EstimateHeader != "" && !slices.Contains(headers, http.CanonicalHeaderKey(ch.EstimateHeader)) {
+				headers = append(headers, http.CanonicalHeaderKey(ch.EstimateHeader))
+			}
+		}
+		for _, c := range p.Match.Claims {
+			if !slices.Contains(claims, c.Path) {
+				claims = append(claims, c.Path)
+			}
+		}
+	}
+	return headers, claims
 }
 
 // keysOnQuery reports whether a policy of cfg keys on a query parameter.
@@ -259,6 +286,11 @@ type engine struct {
 	from, to              time.Time // the earliest and latest arrival replayed
 	diff                  diff      // with two sides
 	verdicts              [2]proxy.Verdict
+	// hashedCompared counts the records whose header or claim a side
+	// compares by value but the line holds hashed; hashedNames names
+	// them.
+	hashedCompared int64
+	hashedNames    []string
 }
 
 // newEngine returns an engine of sides (one or two). secret keys the
@@ -289,6 +321,13 @@ func (e *engine) record(rec *logread.Record) {
 		end = t
 	}
 	c := cost(rec)
+	hashed := false
+	for _, s := range e.sides {
+		hashed = e.hashedRead(s, rec) || hashed
+	}
+	if hashed {
+		e.hashedCompared++
+	}
 	for i, s := range e.sides {
 		// A request of its own for each side: evaluating canonicalizes
 		// it in place.
@@ -302,6 +341,7 @@ func (e *engine) record(rec *logread.Record) {
 		if i == 0 && rec.Format == logread.Limitproxy && rec.Has&logread.HasReplayFields == 0 {
 			e.noReplayFields++
 		}
+
 		s.settle(t, false)
 		v := s.d.Evaluate(r, t)
 		if v.Status == 0 {
@@ -324,6 +364,31 @@ func (e *engine) record(rec *logread.Record) {
 	}
 }
 
+// hashedRead reports whether side s compares by value a header or claim
+// that rec holds only hashed, and notes its name.
+func (e *engine) hashedRead(s *side, rec *logread.Record) bool {
+	found := false
+	note := func(what, name string, in []string) {
+		if slices.Contains(in, name) {
+			found = true
+			if n := what + name; !slices.Contains(e.hashedNames, n) {
+				e.hashedNames = append(e.hashedNames, n)
+			}
+		}
+	}
+	for _, f := range rec.Header {
+		if f.Hashed {
+			note("h#:", f.Name, s.valueHeaders)
+		}
+	}
+	for _, f := range rec.Claims {
+		if f.Hashed {
+			note("c#:", f.Name, s.valueClaims)
+		}
+	}
+	return found
+}
+
 // side is one configuration's replay: its decider and its tallies.
 type side struct {
 	config   string
@@ -334,9 +399,11 @@ type side struct {
 	logged   agreement
 	// headers are the request headers its policies read; query whether
 	// one keys on a query parameter: what a log without access_replay's
-	// fields leaves the replay without.
-	headers []string
-	query   bool
+	// fields leaves the replay without. valueHeaders and valueClaims are
+	// those it compares by value (valueReads).
+	headers                   []string
+	query                     bool
+	valueHeaders, valueClaims []string
 }
 
 func newSide(config string, d decider, policies []string) *side {

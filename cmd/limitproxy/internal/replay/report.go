@@ -333,8 +333,13 @@ func (e *engine) inexact() []string {
 		if query {
 			w += " the query is unknown: a policy keying on a query parameter sees none;"
 		}
-		w += " arrival times are ts − duration, to the millisecond. Expect disagreement with the logged decisions; for an exact replay, set [log] access_replay = true where the log is written (docs/replay.md)"
+		w += " arrival times are ts − duration, to the millisecond. Expect disagreement with the logged decisions; for an exact replay, set [log] access_replay = true where the log is written, or \"hashed\" to keep keyed values out of it (docs/replay.md)"
 		out = append(out, w)
+	}
+	if n := e.hashedCompared; n > 0 {
+		names := slices.Clone(e.hashedNames)
+		slices.Sort(names)
+		out = append(out, fmt.Sprintf("%d of %d requests carry %s only as a hash ([log] access_replay = \"hashed\", written under a configuration that only keyed on them), which a configuration replayed here compares by value (a match or an estimate): a hash never equals the value compared, so expect disagreement there (docs/replay.md)", n, e.replayed, strings.Join(names, ", ")))
 	}
 	if n := e.noClient; n > 0 {
 		why := "the log has no client address"

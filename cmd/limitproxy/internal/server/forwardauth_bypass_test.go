@@ -26,11 +26,12 @@ import (
 // served, and every attack is sent over a raw socket, its request line
 // written byte for byte (Go's client would normalize it).
 //
-// Traefik's recipe is not run: Traefik is no Debian package, and its
-// module cannot be built from the Go module proxy alone (go install
-// refuses a module with replace directives; built in its own module, one
-// of those replacements is a nested module its zip leaves out and
-// another a fork the proxy does not serve).
+// Traefik's recipe runs simulated (forwardauth_traefik_test.go): Traefik
+// is no Debian package, and its module cannot be built from the Go
+// module proxy alone (go install refuses a module with replace
+// directives; built in its own module, one of those replacements is a
+// nested module its zip leaves out and another a fork the proxy does not
+// serve).
 
 // bypassPolicies: 1 request an hour per client on /login and on /api/,
 // the rest let through.
@@ -111,6 +112,9 @@ var bypassCases = []bypassCase{
 	{"overlong UTF-8", []string{`/%C0%AFlogin`, `/x%C0%AF..%C0%AFlogin`, `/api/x/%C0%AE%C0%AE/%C0%AE%C0%AE/login`, `/x/%E0%80%AF../login`}},
 	{"NUL", []string{`/login%00`, `/login%00x`, `/api%00/x`}},
 	{"double slash", []string{`//api/x`, `//api/y`, `//login`}},
+	{"a host to WHATWG URL", []string{`//x/login`, `//x/api/y`, `///x/login`}},
+	{"empty segment and dot-dot", []string{`/login//..`, `/login//.`, `/x//../login`}},
+	{"dot-dot out of /api/", []string{`/api/x/../../other`, `/api/%2e%2e/other`, `/api/x/%2E%2E/%2e./other`}},
 	{"absolute form", []string{`http://app.example/LOGIN`, `http://app.example/login#x`, `http://app.example/api\b`}},
 }
 
@@ -144,6 +148,7 @@ func TestForwardAuthBypass(t *testing.T) {
 	fronts := []bypassFront{
 		{"nginx", "deny_status = 403\n", runNginxAuthRequest},
 		{"caddy", "", runCaddyForwardAuth},
+		{"traefik-simulated", "", runTraefikForwardAuth},
 	}
 	backends := []bypassBackend{
 		{"flask", startFlaskRoutes},

@@ -98,6 +98,7 @@ func TestForwardAuthExpressRoutes(t *testing.T) {
 	for _, f := range []bypassFront{
 		{"nginx", "deny_status = 403\n", runNginxAuthRequest},
 		{"caddy", "", runCaddyForwardAuth},
+		{"traefik-simulated", "", runTraefikForwardAuth},
 	} {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()

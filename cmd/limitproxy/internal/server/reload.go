@@ -131,6 +131,7 @@ func (r *reloader) reload(trigger string) error {
 	if len(next.PendingRestart) > 0 {
 		r.log.Warn("settings changed that require a restart; they are not applied", zap.Strings("requires_restart", next.PendingRestart))
 	}
+	warnEscapes(r.log, cfg)
 	return nil
 }
 

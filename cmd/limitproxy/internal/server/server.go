@@ -557,9 +557,7 @@ func (p *process) serve(ctx context.Context, served <-chan error, ready chan<- A
 		}
 	}
 	// Started: every listener accepts, certificates are in hand.
-	if names := unmatchedEscapes(p.cfg); len(names) > 0 {
-		p.log.Warn(escapesText(names))
-	}
+	warnEscapes(p.log, p.cfg)
 	p.log.Info("limitproxy started", zap.String("listen", p.ln.Addr().String()), zap.String("config", p.cfg.File),
 		zap.Int("policies", len(p.cfg.Policies)), zap.String("version", p.version))
 	if ready != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"go.uber.org/zap"
+
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
@@ -12,7 +14,8 @@ import (
 // one matches them all. When such requests are forwarded and a policy
 // matches on headers or token claims, it says too that a client leaves
 // that policy by not sending them: `limitproxy check` prints it, and a
-// start logs it as a warning.
+// start and a reload that puts cfg in force log it as a warning
+// (warnEscapes).
 func UnmatchedNote(cfg *config.Config) string {
 	if len(cfg.Upstreams) == 0 {
 		return "" // the RLS alone: there is no proxy face to forward
@@ -57,6 +60,15 @@ func unmatchedEscapes(cfg *config.Config) []string {
 		}
 	}
 	return out
+}
+
+// warnEscapes logs at warn, once, that a client leaves the policies of
+// cfg that unmatchedEscapes names (escapesText), if any: when a start or
+// a reload puts cfg in force.
+func warnEscapes(log *zap.Logger, cfg *config.Config) {
+	if names := unmatchedEscapes(cfg); len(names) > 0 {
+		log.Warn(escapesText(names))
+	}
 }
 
 // escapesText is the warning about unmatchedEscapes' policies.

@@ -240,7 +240,9 @@ func (r *LimitproxyReader) object(rec *Record, line string, i int, ts, logger, m
 	}
 	// [log] access_replay's fields (docs/replay.md): received, the exact
 	// instant the limits decided at; h:NAME, a request header's field
-	// lines joined by "\n"; c:PATH, a verified claim's JSON text.
+	// lines joined by "\n"; c:PATH, a verified claim's JSON text; with
+	// access_replay = "hashed", h#:NAME and c#:PATH, the keyed hash of
+	// what a key read (a claim's as a JSON string).
 	kept := extra[:0]
 	var hdr, claims []Field
 	for _, f := range extra {
@@ -257,10 +259,17 @@ func (r *LimitproxyReader) object(rec *Record, line string, i int, ts, logger, m
 				// received plus the duration, to the nanosecond.
 				rec.End = t.Add(rec.Duration)
 			}
-		case strings.HasPrefix(f.Name, "h:"):
-			for v := range strings.SplitSeq(unescapeReplay(f.Value), "\n") {
-				hdr = append(hdr, Field{Name: f.Name[2:], Value: v})
+		case strings.HasPrefix(f.Name, "h:"), strings.HasPrefix(f.Name, "h#:"):
+			name, hashed := strings.CutPrefix(f.Name, "h#:")
+			if !hashed {
+				name = f.Name[2:]
 			}
+			for v := range strings.SplitSeq(unescapeReplay(f.Value), "\n") {
+				hdr = append(hdr, Field{Name: name, Value: v, Hashed: hashed})
+			}
+		case strings.HasPrefix(f.Name, "c#:"):
+			v, _ := json.Marshal(unescapeReplay(f.Value))
+			claims = append(claims, Field{Name: f.Name[3:], Value: string(v), Hashed: true})
 		case strings.HasPrefix(f.Name, "c:"):
 			v := unescapeReplay(f.Value)
 			if !json.Valid([]byte(v)) {

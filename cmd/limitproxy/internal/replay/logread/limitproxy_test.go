@@ -168,7 +168,7 @@ func TestLimitproxyOdd(t *testing.T) {
 				}
 				want := []logread.Field{{Name: "key_hash", Value: "ab12"}, {Name: "n", Value: "12"}, {Name: "o", Value: `{"a":[1,"}"]}`}, {Name: "ok", Value: "true"}, {Name: "nil", Value: "null"}}
 				if !reflect.DeepEqual(r.Extra, want) {
-					t.Errorf("Extra %q, want %q", r.Extra, want)
+					t.Errorf("Extra %+v, want %+v", r.Extra, want)
 				}
 				if v, ok := r.ExtraValue("key_hash"); !ok || v != "ab12" {
 					t.Errorf("ExtraValue = %q, %v", v, ok)
@@ -189,7 +189,7 @@ func TestLimitproxyOdd(t *testing.T) {
 			check: func(t *testing.T, r logread.Record) {
 				want := []logread.Field{{Name: "sub", Value: `"al%ice"`}, {Name: "org.id", Value: "42"}}
 				if !reflect.DeepEqual(r.Claims, want) || len(r.Header) != 1 || len(r.Extra) != 0 {
-					t.Errorf("Claims %q, Header %q, Extra %q; want claims %q", r.Claims, r.Header, r.Extra, want)
+					t.Errorf("Claims %+v, Header %+v, Extra %+v; want claims %+v", r.Claims, r.Header, r.Extra, want)
 				}
 			}},
 		{name: "claim not JSON", line: `{"ts":"2026-11-23T14:51:06.000Z",` + base + `,"c:sub":"alice"}`, err: `c:sub: "alice" is not JSON`},

@@ -366,7 +366,7 @@ func TestLogFormatErrors(t *testing.T) {
 	}
 	want := []logread.Field{{Name: "User-Agent", Value: "ua"}, {Name: "X-Forwarded-For", Value: "203.0.113.1, 198.51.100.1"}}
 	if !reflect.DeepEqual(recs[0].Header, want) {
-		t.Errorf("Header %q", recs[0].Header)
+		t.Errorf("Header %+v", recs[0].Header)
 	}
 }
 

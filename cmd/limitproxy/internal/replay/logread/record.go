@@ -48,6 +48,11 @@ const (
 // or a value the reader does not interpret (Record.Extra).
 type Field struct {
 	Name, Value string
+	// Hashed reports that Value is the keyed hash of what the request
+	// held ([log] access_replay = "hashed": an h#:NAME or c#:PATH field):
+	// equal where the values were, and keyed by as they were, but not
+	// the value a match compares.
+	Hashed bool
 }
 
 // Record is one request of an access log, as a replay needs it. Its
@@ -134,12 +139,14 @@ type Record struct {
 	// names: one per nginx $http_NAME variable ($http_user_agent as
 	// User-Agent, $http_x_forwarded_for as X-Forwarded-For), in format
 	// order, omitted when logged as "-"; limitproxy's, with [log]
-	// access_replay, those its policies read (h:NAME fields).
+	// access_replay, those its policies read (h:NAME fields, and with
+	// "hashed" h#:NAME fields, Hashed).
 	Header []Field
 	// Claims holds, by claim path, the JSON text of each claim of the
 	// request's verified token that its policies read (limitproxy's
-	// c:PATH fields, with [log] access_replay and an [identity]); none
-	// for a request without a valid token.
+	// c:PATH fields, with [log] access_replay and an [identity]; a c#:PATH
+	// field's hash as a JSON string, Hashed); none for a request without
+	// a valid token.
 	Claims []Field
 
 	// Status is the status sent to the client (HasStatus).
