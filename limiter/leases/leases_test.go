@@ -721,3 +721,48 @@ func TestRefusedLocallyFolds(t *testing.T) {
 		}
 	})
 }
+
+// TestLocalFigures: a request decided from a lease carries the shared
+// store's figures at the lease plus the lease in hand; one refused here,
+// the wait the shared store named and nothing remaining.
+func TestLocalFigures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.1, MinLease: 2})
+		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 40, Window: time.Hour, Cost: 2})
+		lim := newLimiter(t, tier, fw)
+		ctx := context.Background()
+		end := time.Now().Truncate(time.Hour).Add(time.Hour)
+		for range 2 { // 4 units, exact; then a lease of 2 requests (MaxLease: 4 units ÷ 2)
+			lim.Allow(ctx, "k", time.Now(), 1)
+			synctest.Wait()
+		}
+		if shared.leased["k"] != 1 {
+			t.Fatalf("%d leases, want 1", shared.leased["k"])
+		}
+		time.Sleep(time.Minute)
+		// Redis holds 40 − 8 = 32 units after the lease; the lease 1
+		// request (2 units) after this one.
+		d, err := lim.Allow(ctx, "k", time.Now(), 1)
+		want := limiter.Decision{Allowed: true, Limit: 40, Remaining: 32 + 2, ResetAt: end, Next: time.Hour}
+		if err != nil || d != want {
+			t.Errorf("from the lease:\n got %+v\nwant %+v", d, want)
+		}
+		// Spend the rest through Redis, then a refusal.
+		for range 20 {
+			lim.Allow(ctx, "k", time.Now(), 1)
+			synctest.Wait()
+		}
+		calls := shared.exact["k"] + shared.leased["k"]
+		time.Sleep(time.Minute)
+		d, err = lim.Allow(ctx, "k", time.Now(), 1)
+		wait := end.Sub(time.Now())
+		want = limiter.Decision{RetryAfter: wait, Limit: 40, ResetAt: end, Next: wait}
+		if err != nil || d != want {
+			t.Errorf("refused here:\n got %+v\nwant %+v", d, want)
+		}
+		if c := shared.exact["k"] + shared.leased["k"]; c != calls {
+			t.Errorf("the refusal asked the shared store %d times", c-calls)
+		}
+	})
+}
