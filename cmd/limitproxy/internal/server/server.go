@@ -474,13 +474,14 @@ func (p *process) listenAdmin() error {
 		p.log.Warn("admin API listens beyond loopback without a token: anyone who reaches it can reload the config and reset clients; set admin.token_env",
 			zap.String("listen", a.Listen))
 	}
+	log := p.log.Named("admin")
 	p.addFace("admin", ln, &http.Server{
-		Handler:           newAdminGuard(a.Listen, a.AllowedHosts).wrap(adminHandler(p.reload, p.stores, p.metrics, token)),
+		Handler:           newAdminGuard(a.Listen, a.AllowedHosts).wrap(adminHandler(p.reload, p.stores, p.metrics, token, log)),
 		ReadHeaderTimeout: p.adminTimeouts.readHeader,
 		ReadTimeout:       p.adminTimeouts.read,
 		WriteTimeout:      p.adminTimeouts.write,
 		IdleTimeout:       p.adminTimeouts.idle,
-		ErrorLog:          mustStdLog(p.log.Named("admin")),
+		ErrorLog:          mustStdLog(log),
 	}, false)
 	return nil
 }
