@@ -48,7 +48,7 @@ type adminAPI struct {
 func adminHandler(r *reloader, st *stores, m *metrics, token string, log *zap.Logger) http.Handler {
 	a := &adminAPI{reloader: r, stores: st, hasher: r.handler.KeyHasher(), tokenSet: token != "", log: log}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.gatherer(), promhttp.HandlerOpts{}))
 	registerDashboard(mux) // GET /dashboard: dashboard.go
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /readyz", a.readyz)
@@ -58,6 +58,7 @@ func adminHandler(r *reloader, st *stores, m *metrics, token string, log *zap.Lo
 	mux.HandleFunc("DELETE /api/v1/policies/{policy}/keys/{key}", a.resetClient)
 	mux.HandleFunc("GET /api/v1/policies/{policy}/bans", a.bans)
 	mux.HandleFunc("DELETE /api/v1/policies/{policy}/bans/{key}", a.liftBan)
+	mux.HandleFunc("GET /api/v1/history", func(w http.ResponseWriter, _ *http.Request) { m.history.serveHTTP(w, r.now()) })
 	mux.HandleFunc("GET /api/v1/top", a.top)
 	mux.HandleFunc("GET /api/v1/policies/{policy}/top", a.policyTop)
 	mux.HandleFunc("GET /api/v1/policies/{policy}/keys/by-hash/{hash}", a.revealKey)

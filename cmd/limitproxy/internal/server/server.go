@@ -488,8 +488,8 @@ func (p *process) listenAdmin() error {
 
 // workers returns the background work runServer runs until the servers
 // have drained: the memory store's janitor, the upkeep of the penalty box
-// and of the overrides, the config file's and the JWKS file's watchers and
-// the SIGHUP handler.
+// and of the overrides, the config file's and the JWKS file's watchers,
+// the dashboard's history and the SIGHUP handler.
 func (p *process) workers() []func(ctx context.Context) {
 	st := p.stores
 	work := []func(context.Context){func(ctx context.Context) { st.memory.Run(ctx) }, st.runBans, st.runOverrides}
@@ -501,6 +501,10 @@ func (p *process) workers() []func(ctx context.Context) {
 	}
 	if w := p.watchReopen(); w != nil {
 		work = append(work, w)
+	}
+	if p.cfg.Admin.Listen != "" {
+		// Only for the dashboard, on the admin listener (history.go).
+		work = append(work, func(ctx context.Context) { p.metrics.history.run(ctx, p.now) })
 	}
 	return append(work, p.watchSignals())
 }
