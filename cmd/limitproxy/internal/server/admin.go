@@ -443,8 +443,10 @@ func (a *adminAPI) revealKey(w http.ResponseWriter, req *http.Request) {
 	if parts == nil {
 		parts = []string{} // key = []: the policy's one shared key
 	}
-	remote, _, _ := net.SplitHostPort(req.RemoteAddr)
-	a.log.Info("client key revealed", zap.String("policy", p.Name), zap.String("key", hash), zap.String("remote_ip", remote))
+	if req.Method != http.MethodHead { // a HEAD is answered no key
+		remote, _, _ := net.SplitHostPort(req.RemoteAddr)
+		a.log.Info("client key revealed", zap.String("policy", p.Name), zap.String("key", hash), zap.String("remote_ip", remote))
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"policy": p.Name, "hash": hash, "key": strings.Join(parts, " "), "parts": parts})
 }
 

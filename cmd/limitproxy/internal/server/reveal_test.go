@@ -136,6 +136,17 @@ func TestRevealTopKey(t *testing.T) {
 			t.Errorf("reveal %s %s: %v, want key %q parts %s", c.policy, c.hash, v, c.key, want)
 		}
 	}
+	// A HEAD is answered no key: not logged as a reveal.
+	req, _ := http.NewRequest("HEAD", r.admin+"/api/v1/policies/api/keys/by-hash/"+api, nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Errorf("HEAD reveal: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if n := strings.Count(r.logs.String(), `"client key revealed"`); n != 3 {
+		t.Errorf("%d reveals logged, want 3 (alice, bob, api's; not the HEAD)", n)
+	}
 	// The admin listener's Host check comes first, as on every path.
 	if status, _ := reveal(t, r.admin, "login", alice, "Bearer s3cret", "rebind.example:9091"); status != http.StatusMisdirectedRequest {
 		t.Errorf("reveal with a foreign Host: %d, want 421", status)
