@@ -35,15 +35,20 @@ type adminAPI struct {
 	// = "raw", in the bans and overrides lists always (the handler's, so
 	// that the access log shows the same).
 	hasher *proxy.KeyHasher
+	// tokenSet: [admin] token_env is set, so that /api/ needs the token
+	// (revealKey refuses without one).
+	tokenSet bool
+	log      *zap.Logger // the admin listener's: what an operator asked for
 }
 
 // adminHandler returns the admin listener's handler: the API's routes,
 // GET /metrics and the dashboard. With a token, every path under /api/
-// requires "Authorization: Bearer TOKEN" (requireToken).
-func adminHandler(r *reloader, st *stores, m *metrics, token string) http.Handler {
-	a := &adminAPI{reloader: r, stores: st, hasher: r.handler.KeyHasher()}
+// requires "Authorization: Bearer TOKEN" (requireToken). log is the
+// admin listener's logger.
+func adminHandler(r *reloader, st *stores, m *metrics, token string, log *zap.Logger) http.Handler {
+	a := &adminAPI{reloader: r, stores: st, hasher: r.handler.KeyHasher(), tokenSet: token != "", log: log}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.gatherer(), promhttp.HandlerOpts{}))
 	registerDashboard(mux) // GET /dashboard: dashboard.go
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /readyz", a.readyz)
@@ -53,8 +58,10 @@ func adminHandler(r *reloader, st *stores, m *metrics, token string) http.Handle
 	mux.HandleFunc("DELETE /api/v1/policies/{policy}/keys/{key}", a.resetClient)
 	mux.HandleFunc("GET /api/v1/policies/{policy}/bans", a.bans)
 	mux.HandleFunc("DELETE /api/v1/policies/{policy}/bans/{key}", a.liftBan)
+	mux.HandleFunc("GET /api/v1/history", func(w http.ResponseWriter, _ *http.Request) { m.history.serveHTTP(w, r.now()) })
 	mux.HandleFunc("GET /api/v1/top", a.top)
 	mux.HandleFunc("GET /api/v1/policies/{policy}/top", a.policyTop)
+	mux.HandleFunc("GET /api/v1/policies/{policy}/keys/by-hash/{hash}", a.revealKey)
 	mux.HandleFunc("GET /api/v1/overrides", a.overrides)
 	mux.HandleFunc("GET /api/v1/policies/{policy}/overrides", a.policyOverrides)
 	mux.HandleFunc("PUT /api/v1/policies/{policy}/overrides/{key}", a.putOverride)
@@ -400,6 +407,79 @@ func (a *adminAPI) topLists(n int, only string) []map[string]any {
 		})
 	}
 	return lists
+}
+
+// revealKey is GET /api/v1/policies/{policy}/keys/by-hash/{hash}: the
+// client key of a top offender the lists show by its key hash, for an
+// operator who holds the token. A key hash cannot be reversed: it is
+// looked for among the keys the policy's top-offender lists hold now (at
+// most 2 × proxy.TopK, hashed at each call), so the answer only ever names
+// a client those lists show, and a guessed hash finds nothing else: no
+// oracle over the store's keys or over addresses. Keys may be credentials
+// (an API key), so without a token, when anyone who reaches the listener
+// may call it, the reveal is refused (403), unless top_keys = "raw" shows
+// the keys to them anyway. Each reveal is logged, with the hash.
+func (a *adminAPI) revealKey(w http.ResponseWriter, req *http.Request) {
+	p, ok := a.policyNamed(w, req.PathValue("policy"))
+	if !ok {
+		return
+	}
+	hash := strings.ToLower(req.PathValue("hash"))
+	if !isKeyHash(hash) {
+		writeError(w, http.StatusBadRequest, "hash: "+strconv.Quote(req.PathValue("hash"))+" is not a key hash (16 hex digits, as the top offenders show one)")
+		return
+	}
+	if !a.tokenSet && !a.reloader.handler.Set().Config.Admin.RawTopKeys {
+		writeError(w, http.StatusForbidden, "revealing a client key needs [admin] token_env: without a token, anyone who reaches the admin listener could read client keys, which may be credentials")
+		return
+	}
+	key, found := a.topKey(p.Name, hash)
+	if !found {
+		writeError(w, http.StatusNotFound, "no key with hash "+strconv.Quote(hash)+" among policy "+strconv.Quote(p.Name)+
+			"'s top offenders now (a key is revealed only while the lists hold it)")
+		return
+	}
+	parts, _ := proxy.KeyParts(key)
+	if parts == nil {
+		parts = []string{} // key = []: the policy's one shared key
+	}
+	if req.Method != http.MethodHead { // a HEAD is answered no key
+		remote, _, _ := net.SplitHostPort(req.RemoteAddr)
+		a.log.Info("client key revealed", zap.String("policy", p.Name), zap.String("key", hash), zap.String("remote_ip", remote))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"policy": p.Name, "hash": hash, "key": strings.Join(parts, " "), "parts": parts})
+}
+
+// topKey returns the key of policy's top-offender lists whose key hash
+// is hash, if they hold one now.
+func (a *adminAPI) topKey(policy, hash string) (string, bool) {
+	for _, l := range a.reloader.handler.Top(proxy.TopK) {
+		if l.Policy != policy {
+			continue
+		}
+		for _, list := range [][]proxy.TopEntry{l.Rejected, l.Closest} {
+			for _, e := range list {
+				if a.hasher.Key(e.Key) == hash {
+					return e.Key, true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+// isKeyHash reports whether s has the form of a key hash: 16 lower-case
+// hex digits (proxy.KeyHasher).
+func isKeyHash(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // overrides is GET /api/v1/overrides: every per-key override stored (a

@@ -185,6 +185,9 @@ func TestAdminRoutes(t *testing.T) {
 		{"GET", "/api/v1/policies/hdr/overrides/k", "", rawAnswer{405, "", "DELETE, PUT", textPlain, notAllowed}},
 		{"GET", "/api/v1/policies/none/top", "", rawAnswer{404, "", "", appJSON, "{\n  \"error\": \"no policy \\\"none\\\"\"\n}\n"}},
 		{"POST", "/api/v1/top", "", rawAnswer{405, "", "GET, HEAD", textPlain, notAllowed}},
+		{"DELETE", "/api/v1/policies/all/keys/by-hash/0123456789abcdef", "", rawAnswer{405, "", "GET, HEAD", textPlain, notAllowed}},
+		{"GET", "/api/v1/policies/all/keys/by-hash/", "", rawAnswer{404, "", "", textPlain, notFound}},
+		{"GET", "/api/v1/policies/all/keys/by-hash/0123456789abcdef", "", rawAnswer{403, "", "", appJSON, "~revealing a client key needs [admin] token_env"}},
 	})
 	// An override of the client "x/%y": set, listed under its hashed
 	// key, removed once.

@@ -12,7 +12,9 @@ import (
 // The dashboard (docs/admin-api.md#get-dashboard): one page, its script,
 // style sheet and icon, built into the binary so that it works offline. The
 // page polls this listener's /metrics, /api/v1/config and /api/v1/top
-// itself; the server adds nothing for it but these files.
+// itself, and draws its charts with its own script; the server adds for
+// it these files and the 15 minutes of history a page opened now starts
+// from (history.go).
 //
 //go:embed dashboard/index.html
 var dashboardHTML []byte

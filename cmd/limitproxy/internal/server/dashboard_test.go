@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,6 +18,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +32,7 @@ import (
 	"github.com/limitproxy/limitproxy/internal/poll"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/dashboard.png: the dashboard of a real server with traffic, as Chromium renders it")
+var update = flag.Bool("update", false, "rewrite docs/dashboard.png and docs/dashboard-narrow.png: the dashboard of a real server through 15 minutes of traffic, as Chromium renders it")
 
 // The dashboard's tests drive Debian's Chromium (scripts/test.sh installs
 // it), headless, over the DevTools protocol on a pipe. Each page runs on a
@@ -63,6 +66,7 @@ type browser struct {
 	stderr *syncWriter
 	nextID int
 	errs   []string // the page's script errors and policy violations
+	urls   []string // every request the page made, from the DevTools' Network domain
 
 	stopOnce sync.Once
 }
@@ -172,7 +176,13 @@ func (b *browser) call(session, method string, params, result any) {
 // errors on the way; it fails after 30 s.
 func (b *browser) await(pred func(cdpMessage) bool) cdpMessage {
 	b.t.Helper()
-	timeout := time.NewTimer(30 * time.Second)
+	return b.awaitFor(pred, 30*time.Second)
+}
+
+// awaitFor is await, failing after wait.
+func (b *browser) awaitFor(pred func(cdpMessage) bool, wait time.Duration) cdpMessage {
+	b.t.Helper()
+	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
 	for {
 		select {
@@ -185,7 +195,7 @@ func (b *browser) await(pred func(cdpMessage) bool) cdpMessage {
 				return m
 			}
 		case <-timeout.C:
-			b.t.Fatal("chromium: no answer within 30 s")
+			b.t.Fatalf("chromium: no answer within %v", wait)
 		}
 	}
 }
@@ -213,6 +223,10 @@ func (b *browser) note(m cdpMessage) {
 		if e.Type == "error" || e.Type == "warning" {
 			b.errs = append(b.errs, fmt.Sprintf("console.%s %v", e.Type, e.Args))
 		}
+	case "Network.requestWillBeSent":
+		var e struct{ Request struct{ URL string } }
+		json.Unmarshal(m.Params, &e)
+		b.urls = append(b.urls, e.Request.URL)
 	case "Log.entryAdded":
 		var e struct {
 			Entry struct{ Source, Level, Text, URL string }
@@ -237,8 +251,8 @@ func (b *browser) open(url string, budget time.Duration, width, height int) (ses
 	}
 	b.call("", "Target.attachToTarget", map[string]any{"targetId": created.TargetID, "flatten": true}, &attached)
 	s := attached.SessionID
-	b.errs = nil
-	for _, domain := range []string{"Page", "Runtime", "Log"} {
+	b.errs, b.urls = nil, nil
+	for _, domain := range []string{"Page", "Runtime", "Log", "Network"} {
 		b.call(s, domain+".enable", nil, nil)
 	}
 	b.call(s, "Emulation.setDeviceMetricsOverride", map[string]any{"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}, nil)
@@ -250,12 +264,38 @@ func (b *browser) open(url string, budget time.Duration, width, height int) (ses
 	if nav.ErrorText != "" {
 		b.t.Fatalf("chromium: %s: %s", url, nav.ErrorText)
 	}
-	b.call(s, "Emulation.setVirtualTimePolicy", map[string]any{"policy": "pauseIfNetworkFetchesPending", "budget": budget.Milliseconds()}, nil)
-	b.await(func(m cdpMessage) bool { return m.SessionID == s && m.Method == "Emulation.virtualTimeBudgetExpired" })
-	if len(b.errs) > 0 {
-		b.t.Errorf("the page at %s: %s", url, strings.Join(b.errs, "\n"))
-	}
+	b.run(s, budget)
 	return s, created.TargetID
+}
+
+// run lets the page of session run for budget more of virtual time, and
+// fails the test if it had a script error or a policy violation.
+func (b *browser) run(session string, budget time.Duration) {
+	b.t.Helper()
+	b.call(session, "Emulation.setVirtualTimePolicy", map[string]any{"policy": "pauseIfNetworkFetchesPending", "budget": budget.Milliseconds()}, nil)
+	// The page's polls take real time too: a budget of minutes (the
+	// screenshot's 15) is waited for in proportion.
+	b.awaitFor(func(m cdpMessage) bool {
+		return m.SessionID == session && m.Method == "Emulation.virtualTimeBudgetExpired"
+	}, 30*time.Second+budget/2)
+	if len(b.errs) > 0 {
+		b.t.Errorf("the page: %s", strings.Join(b.errs, "\n"))
+		b.errs = nil
+	}
+}
+
+// checkOrigin checks that every request the page made since it was
+// opened went to origin (its server), and none anywhere else.
+func (b *browser) checkOrigin(origin string) {
+	b.t.Helper()
+	if len(b.urls) == 0 {
+		b.t.Error("no request of the page seen")
+	}
+	for _, u := range b.urls {
+		if !strings.HasPrefix(u, origin+"/") {
+			b.t.Errorf("the page asked for %s, not of %s", u, origin)
+		}
+	}
 }
 
 // evaluate returns the value of a JavaScript expression on the page.
@@ -287,10 +327,17 @@ type page struct {
 func (b *browser) load(url string, budget time.Duration) page {
 	b.t.Helper()
 	s, target := b.open(url, budget, 1280, 1000)
+	p := b.page(s)
+	b.call("", "Target.closeTarget", map[string]any{"targetId": target}, nil)
+	return p
+}
+
+// page returns the page of session as rendered now.
+func (b *browser) page(s string) page {
+	b.t.Helper()
 	var dom, href string
 	b.evaluate(s, "document.documentElement.outerHTML", &dom)
 	b.evaluate(s, "location.href", &href)
-	b.call("", "Target.closeTarget", map[string]any{"targetId": target}, nil)
 	doc, err := html.Parse(strings.NewReader(dom))
 	if err != nil {
 		b.t.Fatalf("the page's DOM: %v", err)
@@ -323,20 +370,31 @@ func (b *browser) load(url string, budget time.Duration) page {
 	return p
 }
 
-// screenshot opens url for budget of virtual time and writes the whole
-// page, width pixels wide, to path as PNG.
-func (b *browser) screenshot(url string, budget time.Duration, width int, path string) {
+// shoot writes the page of session, width pixels wide, to path as PNG:
+// the whole page, or its first maxHeight pixels if maxHeight > 0.
+func (b *browser) shoot(s string, width, maxHeight int, path string) {
 	b.t.Helper()
-	s, target := b.open(url, budget, width, 800)
+	b.resize(s, width, 800)
 	var height int
 	b.evaluate(s, "document.documentElement.scrollHeight", &height)
-	b.call(s, "Emulation.setDeviceMetricsOverride", map[string]any{"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}, nil)
+	if maxHeight > 0 {
+		height = min(height, maxHeight)
+	}
+	b.resize(s, width, height)
 	var shot struct{ Data []byte } // base64 in JSON
 	b.call(s, "Page.captureScreenshot", map[string]any{"format": "png"}, &shot)
-	b.call("", "Target.closeTarget", map[string]any{"targetId": target}, nil)
 	if err := os.WriteFile(path, shot.Data, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
+}
+
+// resize makes the window of session width x height pixels and lets the
+// page draw its charts again for that width (it waits 100 ms of a
+// resize before it does).
+func (b *browser) resize(s string, width, height int) {
+	b.t.Helper()
+	b.call(s, "Emulation.setDeviceMetricsOverride", map[string]any{"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}, nil)
+	b.run(s, 150*time.Millisecond)
 }
 
 func textOf(n *html.Node) string {
@@ -433,6 +491,9 @@ func (f *front) run(hook func(n int)) {
 	f.seen, f.metrics, f.onMetrics = nil, 0, hook
 }
 
+// revealPath is the path of a reveal: GET …/keys/by-hash/{hash}.
+var revealPath = regexp.MustCompile(`^/api/v1/policies/[^/]+/keys/by-hash/[0-9a-f]{16}$`)
+
 // checkRequests checks what the page asked for since run: only this
 // listener's paths; the token, when given, on /api/ requests only and
 // never in a URL.
@@ -454,13 +515,19 @@ func (f *front) checkRequests(t testing.TB, token string) {
 			t.Errorf("%s: Authorization %q, want none", req.URL, auth)
 		}
 	}
-	for _, p := range []string{"/dashboard", "/dashboard/dashboard.js", "/dashboard/dashboard.css", "/metrics", "/api/v1/config", "/api/v1/top"} {
+	for _, p := range []string{"/dashboard", "/dashboard/dashboard.js", "/dashboard/dashboard.css", "/metrics", "/api/v1/config", "/api/v1/top",
+		"/api/v1/history"} {
 		if !paths[p] {
 			t.Errorf("the page never asked for %s (it asked for %v)", p, paths)
 		}
 		delete(paths, p)
 	}
 	delete(paths, "/dashboard/favicon.svg") // not again once the browser has it
+	for p := range paths {
+		if revealPath.MatchString(p) { // when the test clicked "reveal"
+			delete(paths, p)
+		}
+	}
 	if len(paths) > 0 {
 		t.Errorf("the page asked for %v too", paths)
 	}
@@ -517,10 +584,14 @@ match = { path_prefix = "/reports" }
 
 // startDashboard starts a real server on dashboardConfig (changed by
 // edit, if not nil) and the front proxy to its admin listener. The flaky
-// upstream answers 500, but 200 to a path ending in /ok.
+// upstream answers 500, but 200 to a path ending in /ok; ?delay=N makes
+// it wait N ms first (at most 1 s).
 func startDashboard(t testing.TB, edit func(string) string) (*running, *front) {
 	t.Helper()
 	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if ms, err := strconv.Atoi(req.URL.Query().Get("delay")); err == nil && ms > 0 {
+			time.Sleep(time.Duration(min(ms, 1000)) * time.Millisecond) // an upstream's latency, for the screenshot
+		}
 		if strings.HasSuffix(req.URL.Path, "/ok") {
 			io.WriteString(w, "ok")
 			return
@@ -735,6 +806,247 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
+// chartInfo is one chart as the page drew it: its data-chart, its
+// points, its width and its lines.
+type chartInfo struct {
+	Chart  string
+	Points int
+	Right  float64 // its right edge, in the window's pixels
+	Series []struct {
+		ID     string
+		Points int
+		Max    float64
+	}
+}
+
+// charts returns the charts of the page of session, by data-chart.
+func (b *browser) charts(s string) map[string]chartInfo {
+	b.t.Helper()
+	var list []chartInfo
+	b.evaluate(s, `Array.from(document.querySelectorAll('svg.chart')).map(function (g) {
+		return {chart: g.getAttribute('data-chart'), points: +g.getAttribute('data-points'), right: g.getBoundingClientRect().right,
+			series: Array.from(g.querySelectorAll('path[data-series]')).map(function (p) {
+				return {id: p.getAttribute('data-series'), points: +p.getAttribute('data-points'), max: +p.getAttribute('data-max')};
+			})};
+	})`, &list)
+	out := map[string]chartInfo{}
+	for _, c := range list {
+		out[c.Chart] = c
+	}
+	return out
+}
+
+// click clicks the element of data-testid id on the page of session.
+func (b *browser) click(s, id string) {
+	b.t.Helper()
+	var ok bool
+	b.evaluate(s, `(function () {
+		var e = document.querySelector('[data-testid="' + `+strconv.Quote(id)+` + '"]');
+		if (!e) { return false; }
+		e.click();
+		return true;
+	})()`, &ok)
+	if !ok {
+		b.t.Fatalf("no element with data-testid %q to click", id)
+	}
+}
+
+// chartsConfig is dashboardConfig with login keyed by X-User and a ban
+// (a client over its limit is rejected once, then banned), and the key
+// hash secret set, so that the test knows the keys' hashes.
+func chartsConfig(t *testing.T, token bool) func(string) string {
+	return func(cfg string) string {
+		cfg = strings.Replace(cfg, `match = { path = "/login" }`, `match = { path = "/login" }`+"\nkey = [\"header:X-User\"]", 1)
+		cfg = strings.Replace(cfg, "window = \"1h\"\n", "window = \"1h\"\n  [policy.ban]\n  duration = \"1h\"\n", 1)
+		if !token {
+			cfg = strings.Replace(cfg, "token_env = \"LIMITPROXY_TEST_TOKEN\"\n", "", 1)
+		}
+		return withKeySecret(t, cfg)
+	}
+}
+
+// login sends n requests for /login as user through the proxy.
+func (r *running) login(t testing.TB, user string, n int) {
+	for range n {
+		req, _ := http.NewRequest("GET", r.proxy+"/login", nil)
+		req.Header.Set("X-User", user)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("GET /login: %v", err)
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// TestDashboardCharts loads the dashboard of a real server with traffic
+// of every kind (allowed, queued, rejected, banned, shadow rejected, an
+// upstream answering 500) in Chromium, and checks from the DOM that each
+// policy and upstream has its charts with the right lines and the traffic
+// in them: first the server's history (sent before the page opened),
+// then the page's own polls, the points growing at each; that the page
+// asked nothing of any other host; that "reveal" shows the client key of a
+// top offender with the token, and is refused by a server without one;
+// and that a narrow window needs no horizontal scrolling.
+func TestDashboardCharts(t *testing.T) {
+	t.Parallel()
+	r, f := startDashboard(t, chartsConfig(t, true))
+	reports := func() {
+		var wg sync.WaitGroup
+		for range 3 { // at once: 1 allowed, 2 queued
+			wg.Go(func() { r.send(t, "/reports", 1, 200) })
+		}
+		wg.Wait()
+	}
+	// Before the page opens: the history's.
+	r.login(t, "alice", 2)
+	r.login(t, "mallory", 6) // 4 allowed, 1 rejected, then banned
+	r.send(t, "/search", 3, 500)
+	reports()
+	poll.For(t, 10*time.Second, func() bool {
+		var v historyView
+		adminJSON(t, "GET", r.admin+"/api/v1/history", &v)
+		d := v.decisions("login")
+		return slices.Max(append(d["banned"], 0)) > 0 && slices.Max(append(v.decisions("reports")["queued"], 0)) > 0
+	}, "the history never showed the traffic sent")
+	// Between the page's first two polls.
+	f.run(func(n int) {
+		if n == 2 {
+			r.login(t, "trudy", 6)
+			r.login(t, "mallory", 3)
+			r.send(t, "/search/ok", 1, 200)
+			r.send(t, "/search", 2, 500)
+			reports()
+		}
+	})
+	b := startBrowser(t)
+	s, target := b.open(f.URL+"/dashboard#token=s3cret", 3500*time.Millisecond, 1280, 1000)
+	p := b.page(s)
+	p.want(t, map[string]string{"polls": "2", "history-note": "The points before this page opened came from the server's history (/api/v1/history)."})
+	charts := b.charts(s)
+	want := map[string][]string{
+		"p:login":         {"allowed", "queued", "rejected", "banned"},
+		"p:search":        {"allowed", "queued", "rejected", "banned", "shadow_rejected"},
+		"p:reports":       {"allowed", "queued", "rejected", "banned"},
+		"u:app:latency":   {"p50", "p99"},
+		"u:app:answers":   {"requests", "errors"},
+		"u:flaky:latency": {"p50", "p99"},
+		"u:flaky:answers": {"requests", "errors"},
+	}
+	for key, series := range want {
+		c, ok := charts[key]
+		var got []string
+		for _, s := range c.Series {
+			got = append(got, s.ID)
+		}
+		if !ok || !slices.Equal(got, series) {
+			t.Errorf("chart %s: lines %v, want %v", key, got, series)
+		}
+	}
+	if len(charts) != len(want) {
+		t.Errorf("%d charts, want %d: %v", len(charts), len(want), charts)
+	}
+	// Every line has the history's points and the page's own; these
+	// were not 0.
+	line := func(key, id string) (points int, max float64) {
+		for _, s := range charts[key].Series {
+			if s.ID == id {
+				return s.Points, s.Max
+			}
+		}
+		return 0, 0
+	}
+	for _, c := range []struct{ key, id string }{
+		{"p:login", "allowed"}, {"p:login", "rejected"}, {"p:login", "banned"}, {"p:search", "shadow_rejected"},
+		{"p:reports", "queued"}, {"u:flaky:answers", "errors"}, {"u:app:answers", "requests"}, {"u:flaky:latency", "p99"},
+	} {
+		if points, max := line(c.key, c.id); points < 2 || max <= 0 {
+			t.Errorf("%s %s: %d points, highest %v; want the traffic sent", c.key, c.id, points, max)
+		}
+	}
+	// The page's own points: trudy's rejection (0.5/s over the 2 s poll)
+	// is the chart's last rejected point, after the history's.
+	first := charts["p:login"].Points
+	if _, max := line("p:login", "rejected"); max < 0.3 {
+		t.Errorf("login's rejected line peaks at %v, want trudy's rejection", max)
+	}
+	if note := p.text["collecting-p:login"]; !strings.HasPrefix(note, "collecting: ") || !strings.HasSuffix(note, " s of 15 min") {
+		t.Errorf("collecting note %q, want the seconds collected of 15 min", note)
+	}
+	b.run(s, 4*time.Second) // two polls more
+	if p, n := b.page(s), b.charts(s)["p:login"].Points; p.text["polls"] != "4" || n < first+2 {
+		t.Errorf("after %s polls: %d points, want %d and 2 more", p.text["polls"], n, first)
+	}
+
+	// Reveal: mallory's key hash, in both lists, is shown as mallory.
+	p = b.page(s)
+	hash := testHasher.Key("7:mallory;")
+	row := func(list string) int {
+		for i := range 10 {
+			if p.text[fmt.Sprintf("top-%s-key-login-%d", list, i)] == hash {
+				return i
+			}
+		}
+		t.Fatalf("mallory's hash %s is not in login's %s list: %v", hash, list, p.text)
+		return -1
+	}
+	rejected, closest := row("rejected"), row("closest")
+	b.click(s, fmt.Sprintf("reveal-rejected-login-%d", rejected))
+	b.run(s, 500*time.Millisecond)
+	p = b.page(s)
+	p.want(t, map[string]string{
+		fmt.Sprintf("top-rejected-raw-login-%d", rejected): "mallory",
+		fmt.Sprintf("top-closest-raw-login-%d", closest):   "mallory",
+	})
+	for id, text := range p.text {
+		if strings.HasPrefix(id, "top-") && strings.Contains(id, "-raw-") && text != "mallory" {
+			t.Errorf("%s = %q: revealed without a click", id, text)
+		}
+	}
+	b.checkOrigin(f.URL)
+	b.call("", "Target.closeTarget", map[string]any{"targetId": target}, nil)
+	f.checkRequests(t, "s3cret")
+
+	// A narrow window: one chart a row, nothing wider than the window.
+	f.run(nil)
+	s, target = b.open(f.URL+"/dashboard#token=s3cret", 500*time.Millisecond, 400, 900)
+	var scroll int
+	b.evaluate(s, "document.documentElement.scrollWidth", &scroll)
+	if scroll > 400 {
+		t.Errorf("at 400 px the page is %d px wide", scroll)
+	}
+	for key, c := range b.charts(s) {
+		if c.Right > 400 {
+			t.Errorf("at 400 px chart %s ends at %v px", key, c.Right)
+		}
+	}
+	b.call("", "Target.closeTarget", map[string]any{"targetId": target}, nil)
+
+	// A server without [admin] token_env shows its top offenders to
+	// anyone, but reveals no key: the page says so.
+	r2, f2 := startDashboard(t, chartsConfig(t, false))
+	r2.login(t, "mallory", 6)
+	s, target = b.open(f2.URL+"/dashboard", 500*time.Millisecond, 1280, 1000)
+	if p := b.page(s); p.text["top-rejected-key-login-0"] != hash {
+		t.Fatalf("login's top offender %q, want mallory's hash %s", p.text["top-rejected-key-login-0"], hash)
+	}
+	b.click(s, "reveal-rejected-login-0")
+	b.run(s, 500*time.Millisecond)
+	p = b.page(s)
+	if got := p.text["top-rejected-refused-login-0"]; !strings.Contains(got, "403") || !strings.Contains(got, "token_env") {
+		t.Errorf("reveal without a token: %q, want it refused (403, token_env)", got)
+	}
+	if _, ok := p.text["top-rejected-raw-login-0"]; ok {
+		t.Error("a key revealed by a server without a token")
+	}
+	b.checkOrigin(f2.URL)
+	b.call("", "Target.closeTarget", map[string]any{"targetId": target}, nil)
+	if t.Failed() {
+		t.Logf("the page:\n%s", p.dom)
+	}
+}
+
 // topList is one policy's list of GET /api/v1/top.
 type topList struct {
 	Policy        string
@@ -845,6 +1157,25 @@ limitproxy_config_reloads_total{result="failure"} 2
 				"successes": 3, "failures": 2, "requires_restart": []string{"server.listen", "log.format"}},
 		})
 	})
+	// 31 samples of history, 60 s to 0 s before the answer: login
+	// rejected 4 a second in the 11th; app answered 3 a second, p50 and
+	// p99 in the last; a sample without an answer has no latency.
+	mux.HandleFunc("GET /api/v1/history", func(w http.ResponseWriter, req *http.Request) {
+		if req.Header.Get("Authorization") != "Bearer t0ken" {
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "a valid bearer token is required"})
+			return
+		}
+		ages, rejected, requests, p50 := make([]float64, 31), make([]float64, 31), make([]float64, 31), make([]any, 31)
+		for i := range ages {
+			ages[i] = float64(60 - 2*i)
+			requests[i] = 3
+		}
+		rejected[10] = 4
+		p50[30] = 0.012
+		writeJSON(w, http.StatusOK, map[string]any{"interval_seconds": 2, "span_seconds": 900, "ages_seconds": ages,
+			"policies":  []map[string]any{{"policy": "login", "decisions": map[string]any{"rejected": rejected}}},
+			"upstreams": []map[string]any{{"upstream": "app", "requests": requests, "errors": make([]float64, 31), "p50_seconds": p50, "p99_seconds": p50}}})
+	})
 	topMissing := false
 	mux.HandleFunc("GET /api/v1/top", func(w http.ResponseWriter, req *http.Request) {
 		mu.Lock()
@@ -871,7 +1202,42 @@ limitproxy_config_reloads_total{result="failure"} 2
 	defer srv.Close()
 
 	b := startBrowser(t)
-	p := b.load(srv.URL+"/dashboard#token=t0ken", 3500*time.Millisecond)
+	s, target := b.open(srv.URL+"/dashboard#token=t0ken", 3500*time.Millisecond, 1280, 1000)
+	p := b.page(s)
+	charts := b.charts(s)
+	b.call("", "Target.closeTarget", map[string]any{"targetId": target}, nil)
+	// The charts: the history's 31 points and the page's own (a poll
+	// after the first): login's rejections from the history, the weird
+	// policy's 50 a second from the page (0 in the history, which does
+	// not list it); app's p50 from both, none where nothing was
+	// answered.
+	for _, c := range []struct {
+		chart, series string
+		points        int
+		max           float64
+	}{
+		{"p:login", "rejected", 32, 4},
+		{"p:login", "allowed", 32, 0},
+		{`p:we"ird, {name}\`, "allowed", 32, 50},
+		{"u:app:answers", "requests", 32, 50},
+		{"u:app:latency", "p50", 2, 12},
+	} {
+		ch := charts[c.chart]
+		found := false
+		for _, l := range ch.Series {
+			if l.ID == c.series {
+				found = true
+				// A rate of the page's is over a little more than
+				// 2 s (see wantRate).
+				if l.Points != c.points || l.Max > c.max+0.05 || l.Max < c.max*0.8 {
+					t.Errorf("chart %s, %s: %d points, highest %v; want %d, %v", c.chart, c.series, l.Points, l.Max, c.points, c.max)
+				}
+			}
+		}
+		if !found || ch.Points != 32 {
+			t.Errorf("chart %s: %d points, lines %+v; want 32 and %s", c.chart, ch.Points, ch.Series, c.series)
+		}
+	}
 	p.want(t, map[string]string{
 		"polls":                                 "2",
 		`total-we"ird, {name}\-allowed`:         "107",
@@ -898,6 +1264,8 @@ limitproxy_config_reloads_total{result="failure"} 2
 		"top-rejected-error-login-1":            "1",
 		"top-closest-key-login-0":               "a1b2c3d4e5f60718",
 		"top-closest-used-login-0":              "93.0",
+		"collecting-p:login":                    "collecting: 1 min of 15",
+		"history-note":                          "The points before this page opened came from the server's history (/api/v1/history).",
 		"top-total-rejected-api":                "0",
 		"top-window-api":                        "3600",
 		`rate-we"ird, {name}\-shed`:             "0.0",
@@ -1002,24 +1370,45 @@ func TestDashboardPage(t *testing.T) {
 	}
 }
 
-// TestDashboardScreenshot makes docs/dashboard.png with -update: the
-// dashboard of a real server that gets a little traffic at each poll, 30 s
-// (of virtual time) after it was opened.
+// TestDashboardScreenshot makes docs/dashboard.png and
+// docs/dashboard-narrow.png with -update: the dashboard of a real server
+// through 15 minutes (of the page's virtual time) of traffic that tells a
+// story: logins, and a credential-stuffing bot rejected and then banned
+// from minute 5 to 8; an API whose batch client is rejected from minute
+// 10 to 13; a search in shadow mode whose upstream slows down and fails
+// from minute 11 to 12.5; reports queued in two bursts, the second
+// overflowing the queue. Then the API's top offender is revealed and a
+// point of the login chart read with the pointer.
 func TestDashboardScreenshot(t *testing.T) {
 	if !*update {
 		t.Skip("makes docs/dashboard.png with -update")
 	}
-	// The page's clock is virtual and a poll lasts 250 ms of real time
-	// here, so the windows are short to match; login is keyed by user, so
-	// that the top lists have several keys.
+	// A poll of the page lasts 2 s of its virtual time and about 250 ms
+	// of real time here (the traffic is paced to that): the limits' rates
+	// are in real time, 4 times what the page shows.
 	r, f := startDashboard(t, func(cfg string) string {
 		cfg = strings.Replace(cfg, `match = { path = "/login" }`, `match = { path = "/login" }`+"\nkey = [\"header:X-User\"]", 1)
-		cfg = strings.Replace(cfg, `rate = "5/s"`, `rate = "12/s"`, 1)
-		return strings.ReplaceAll(cfg, `window = "1h"`, `window = "1s"`)
+		cfg = strings.Replace(cfg, "algorithm = \"fixed_window\"\n  limit = 4\n  window = \"1h\"\n",
+			"algorithm = \"token_bucket\"\n  rate = \"10/s\"\n  burst = 10\n  [policy.ban]\n  duration = \"30s\"\n", 1)
+		cfg = strings.Replace(cfg, "algorithm = \"fixed_window\"\n  limit = 2\n  window = \"1h\"\n",
+			"algorithm = \"token_bucket\"\n  rate = \"8/s\"\n  burst = 4\n", 1)
+		cfg = strings.Replace(cfg, "rate = \"5/s\"\n  queue = 5\n", "rate = \"20/s\"\n  queue = 20\n", 1)
+		return cfg + `[[policy]]
+name = "api"
+upstream = "flaky"
+key = ["header:X-API-Key"]
+match = { path_prefix = "/api/" }
+  [[policy.limits]]
+  algorithm = "token_bucket"
+  rate = "20/s"
+  burst = 20
+`
 	})
-	get := func(path, user string) {
+	get := func(path, header, value string) {
 		req, _ := http.NewRequest("GET", r.proxy+path, nil)
-		req.Header.Set("X-User", user)
+		if header != "" {
+			req.Header.Set(header, value)
+		}
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -1028,33 +1417,89 @@ func TestDashboardScreenshot(t *testing.T) {
 	var queued sync.WaitGroup
 	defer queued.Wait()
 	f.run(func(n int) {
-		wave := []int{4, 3, 2, 1, 2, 3}[n%6] // at its top at the last poll (the 60th)
-		for u := 1; u <= 6; u++ {
-			for range wave * (7 - u) / 3 {
-				get("/login", fmt.Sprintf("user-%d", u))
+		begin := time.Now()
+		minute := float64(n) * 2 / 60
+		during := func(from, to float64) bool { return minute >= from && minute < to }
+		wave := func(period float64) float64 { return math.Sin(2 * math.Pi * minute / period) } // -1 to 1
+		var clients sync.WaitGroup
+		for u := range int(math.Round(6 + 3*wave(11))) { // logins: 1.5 to 4.5 a second
+			clients.Go(func() { get("/login", "X-User", fmt.Sprintf("user-%d", u%6)) })
+		}
+		if during(5, 8) { // the bot: over its burst in one poll, rejected, banned
+			for b := 1; b <= 2; b++ {
+				clients.Go(func() {
+					for range 12 {
+						get("/login", "X-User", fmt.Sprintf("bot-%d", b))
+					}
+				})
 			}
 		}
-		for i := range 1 + wave {
-			if i%4 == 3 {
-				get("/search", "")
-			} else {
-				get("/search/ok", "")
+		for k := 1; k <= 4; k++ {
+			clients.Go(func() {
+				for range 2 + int(math.Round(wave(7)+float64(k%2))) {
+					get(fmt.Sprintf("/api/ok?delay=%d", 8+int(4*wave(5))), "X-API-Key", fmt.Sprintf("k-%d", k))
+				}
+			})
+		}
+		if during(10, 13) { // the batch client: over its rate
+			clients.Go(func() {
+				for range 20 {
+					get("/api/ok?delay=3", "X-API-Key", "k-batch")
+				}
+			})
+		}
+		clients.Go(func() {
+			failing := during(11, 12.5)
+			for i := range 4 + int(math.Round(2*wave(4))) {
+				switch {
+				case failing && i%3 != 2:
+					get("/search?delay=90", "", "")
+				case failing:
+					get("/search/ok?delay=70", "", "")
+				default:
+					get(fmt.Sprintf("/search/ok?delay=%d", 14+int(8*wave(6))), "", "")
+				}
 			}
+		})
+		if n%5 == 0 {
+			clients.Go(func() { get("/nope", "", "") })
 		}
-		if n%3 == 0 {
-			get("/nope", "")
+		clients.Wait()
+		// Reports: all at once, so all but the first wait in the queue;
+		// some still wait when /metrics answers.
+		burst := 2
+		switch {
+		case during(2, 4):
+			burst = 6
+		case during(9, 10.5):
+			burst = 10 // more than the queue drains: it fills, then rejects
 		}
-		// Queued requests, some still waiting when /metrics answers.
-		for range wave {
-			queued.Go(func() { get("/reports", "") })
+		for range burst {
+			queued.Go(func() { get("/reports", "", "") })
 		}
-		time.Sleep(250 * time.Millisecond) // a real browser polls on the real clock: this paces the picture's traffic
+		time.Sleep(250*time.Millisecond - time.Since(begin)) // paces the traffic: a poll's 2 s are 250 ms of the server's
 	})
-	out, err := filepath.Abs("../../../../docs/dashboard.png")
-	if err != nil {
-		t.Fatal(err)
+	b := startBrowser(t)
+	s, target := b.open(f.URL+"/dashboard#token=s3cret", 905*time.Second, 1280, 1000)
+	defer b.call("", "Target.closeTarget", map[string]any{"targetId": target}, nil)
+	f.run(nil)
+	b.click(s, "reveal-rejected-api-0")
+	b.run(s, 300*time.Millisecond)
+	var at struct{ X, Y float64 }
+	b.evaluate(s, `(function () {
+		var r = document.querySelector('[data-chart="p:login"]').getBoundingClientRect();
+		return {x: r.left + 46 + (r.width - 58) * 6.5 / 15, y: r.top + 100};
+	})()`, &at)
+	b.call(s, "Input.dispatchMouseEvent", map[string]any{"type": "mouseMoved", "x": at.X, "y": at.Y}, nil)
+	for _, shot := range []struct {
+		width, height int
+		file          string
+	}{{1280, 0, "dashboard.png"}, {420, 1400, "dashboard-narrow.png"}} { // narrow: its first screens
+		out, err := filepath.Abs("../../../../docs/" + shot.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.shoot(s, shot.width, shot.height, out)
+		t.Logf("wrote %s", out)
 	}
-	// 60 polls: the sparklines' two minutes.
-	startBrowser(t).screenshot(f.URL+"/dashboard#token=s3cret", 120500*time.Millisecond, 1280, out)
-	t.Logf("wrote %s", out)
 }

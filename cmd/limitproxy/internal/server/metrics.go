@@ -12,15 +12,21 @@ import (
 	"github.com/limitproxy/limitproxy/proxy"
 )
 
-// metrics is the process's registry: docs/metrics.md's metrics (the data path's
-// from proxy.Metrics; the store's and the reloads' read from their sources
-// at each scrape), Go runtime and process metrics, and a counter of
-// refused admin requests.
+// metrics are the process's registries: docs/metrics.md's metrics (the
+// data path's from proxy.Metrics, in a registry of their own; the store's
+// and the reloads' read from their sources at each scrape), Go runtime
+// and process metrics, and a counter of refused admin requests; and the
+// dashboard's history of the data path's.
 type metrics struct {
 	reg          *prometheus.Registry
+	data         *prometheus.Registry // proxy's: what history samples, without reading /proc
 	proxy        *proxy.Metrics
 	unauthorized prometheus.Counter
+	history      *history
 }
+
+// gatherer is every metric, as GET /metrics serves them.
+func (m *metrics) gatherer() prometheus.Gatherer { return prometheus.Gatherers{m.reg, m.data} }
 
 func newMetrics(st *stores, reload func() *reloadStatus, backend string, access *accessWriter, version string) *metrics {
 	reg := prometheus.NewRegistry()
@@ -29,7 +35,8 @@ func newMetrics(st *stores, reload func() *reloadStatus, backend string, access 
 		Help:        "1, labelled with the version, the Go version and the source revision the binary was built from.",
 		ConstLabels: prometheus.Labels{"version": cmp.Or(version, "dev"), "goversion": runtime.Version(), "revision": revision()},
 	}, func() float64 { return 1 }))
-	m := &metrics{reg: reg, proxy: proxy.NewMetrics(reg)}
+	data := prometheus.NewRegistry()
+	m := &metrics{reg: reg, data: data, proxy: proxy.NewMetrics(data), history: newHistory(data)}
 	m.unauthorized = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "limitproxy_admin_unauthorized_total",
 		Help: "Admin API requests refused for a missing or wrong bearer token.",

@@ -481,21 +481,22 @@ func (p *process) listenAdmin() error {
 		p.log.Warn("admin API listens beyond loopback without a token: anyone who reaches it can reload the config and reset clients; set admin.token_env",
 			zap.String("listen", a.Listen))
 	}
+	log := p.log.Named("admin")
 	p.addFace("admin", ln, &http.Server{
-		Handler:           newAdminGuard(a.Listen, a.AllowedHosts).wrap(adminHandler(p.reload, p.stores, p.metrics, token)),
+		Handler:           newAdminGuard(a.Listen, a.AllowedHosts).wrap(adminHandler(p.reload, p.stores, p.metrics, token, log)),
 		ReadHeaderTimeout: p.adminTimeouts.readHeader,
 		ReadTimeout:       p.adminTimeouts.read,
 		WriteTimeout:      p.adminTimeouts.write,
 		IdleTimeout:       p.adminTimeouts.idle,
-		ErrorLog:          mustStdLog(p.log.Named("admin")),
+		ErrorLog:          mustStdLog(log),
 	}, false)
 	return nil
 }
 
 // workers returns the background work runServer runs until the servers
 // have drained: the memory store's janitor, the upkeep of the penalty box
-// and of the overrides, the config file's and the JWKS file's watchers and
-// the SIGHUP handler.
+// and of the overrides, the config file's and the JWKS file's watchers,
+// the dashboard's history and the SIGHUP handler.
 func (p *process) workers() []func(ctx context.Context) {
 	st := p.stores
 	work := []func(context.Context){func(ctx context.Context) { st.memory.Run(ctx) }, st.runBans, st.runOverrides}
@@ -507,6 +508,10 @@ func (p *process) workers() []func(ctx context.Context) {
 	}
 	if w := p.watchReopen(); w != nil {
 		work = append(work, w)
+	}
+	if p.cfg.Admin.Listen != "" {
+		// Only for the dashboard, on the admin listener (history.go).
+		work = append(work, func(ctx context.Context) { p.metrics.history.run(ctx, p.now) })
 	}
 	return append(work, p.watchSignals())
 }
