@@ -7,7 +7,8 @@
 // value_to_metric, metadata, domains merged from two files), and calls
 // of one to three descriptors, most following the tree's paths, with
 // hits_addend (the call's and the descriptor's, 0 and large), a
-// descriptor's own limit, unknown domains.
+// descriptor's own limit, unknown domains, and bad calls (an empty
+// domain, no descriptors) that the reference answers with an error.
 //
 // What the reference and limitproxy are documented to do otherwise
 // (docs/envoy.md, "What differs") is left out: keys and values hold no
@@ -267,7 +268,15 @@ func (g *gen) call(domain string, tree []*node, ownUnit Unit) *rlsv3.RateLimitRe
 	if g.r.IntN(4) == 0 {
 		req.HitsAddend = uint32(1 + g.r.IntN(3))
 	}
-	for range 1 + g.r.IntN(3) {
+	n := 1 + g.r.IntN(3)
+	switch g.r.IntN(40) {
+	case 0:
+		// Bad input: the reference's error (UNKNOWN), the whole call.
+		req.Domain = ""
+	case 1:
+		n = 0
+	}
+	for range n {
 		d := &rlscommon.RateLimitDescriptor{}
 		if g.r.IntN(10) < 7 {
 			d.Entries = g.path(tree)

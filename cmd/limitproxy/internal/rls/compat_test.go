@@ -14,6 +14,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -566,6 +568,32 @@ func TestCompatibleInput(t *testing.T) {
 	for name, d := range map[string]*rlscommon.RateLimitDescriptor{"no entries": empty, "an empty key": dsc("=x"), "negative hits": negative} {
 		if _, err := rt.s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlscommon.RateLimitDescriptor{d}}); err == nil {
 			t.Errorf("without compatibility, %s accepted", name)
+		}
+	}
+}
+
+// TestCompatibleBadInputCodes: the reference's shouldRateLimitWorker
+// checks the domain and the descriptor list with checkServiceErr, which
+// panics a serviceError that ShouldRateLimit returns as a plain error:
+// gRPC's UNKNOWN, with its message. With compatibility the service
+// answers so; without, INVALID_ARGUMENT.
+func TestCompatibleBadInputCodes(t *testing.T) {
+	for _, c := range []struct {
+		rls  string
+		code codes.Code
+	}{{compat, codes.Unknown}, {"", codes.InvalidArgument}} {
+		rt := newRLST(t, c.rls)
+		for _, b := range []struct {
+			req *rlsv3.RateLimitRequest
+			msg string
+		}{
+			{&rlsv3.RateLimitRequest{Descriptors: []*rlscommon.RateLimitDescriptor{dsc("user=u")}}, "rate limit domain must not be empty"},
+			{&rlsv3.RateLimitRequest{Domain: "d"}, "rate limit descriptor list must not be empty"},
+		} {
+			_, err := rt.s.ShouldRateLimit(context.Background(), b.req)
+			if st, _ := status.FromError(err); st.Code() != c.code || st.Message() != b.msg {
+				t.Errorf("%q: %v, want %v %q", c.rls, err, c.code, b.msg)
+			}
 		}
 	}
 }

@@ -331,17 +331,26 @@ func (c *limitCache) get(k limitKey) *rlsv3.RateLimitResponse_RateLimit {
 }
 
 // descriptors checks req against the bounds and converts its
-// descriptors; the error is INVALID_ARGUMENT, and then nothing is
-// counted.
+// descriptors; the error is INVALID_ARGUMENT (UNKNOWN for an empty domain
+// or no descriptors with compatibility), and then nothing is counted.
 func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, error) {
 	bad := func(format string, args ...any) error {
 		return status.Errorf(codes.InvalidArgument, format, args...)
 	}
+	// envoyproxy/ratelimit answers an empty domain and a call without
+	// descriptors with a plain error, which gRPC sends as UNKNOWN, with
+	// these messages (its service's checkServiceErr): with compatibility,
+	// so does the service.
+	compat := s.cfg.Compatibility == config.CompatEnvoy
+	code := codes.InvalidArgument
+	if compat {
+		code = codes.Unknown
+	}
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
-		return nil, bad("rate limit domain must not be empty")
+		return nil, status.Error(code, "rate limit domain must not be empty")
 	case n == 0:
-		return nil, bad("rate limit descriptor list must not be empty")
+		return nil, status.Error(code, "rate limit descriptor list must not be empty")
 	case n > s.cfg.MaxDescriptors:
 		return nil, bad("%d descriptors; at most %d (rls.max_descriptors)", n, s.cfg.MaxDescriptors)
 	}
@@ -371,7 +380,6 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 	// envoyproxy/ratelimit answers a descriptor without entries (OK, or
 	// by its own limit), one with an empty key, and counts negative hits
 	// as hits: with compatibility, so does the service.
-	compat := s.cfg.Compatibility == config.CompatEnvoy
 	for i, d := range req.Descriptors {
 		es := d.GetEntries()
 		switch {
