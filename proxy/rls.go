@@ -172,6 +172,11 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 			replacing = append(replacing, a.o.p.RLS.Replaces...)
 		}
 	}
+	if compat && rls.StopIncrementWhenOverLimit {
+		if err := h.stopIncrement(ctx, snap, domain, ds, all, replacing, start); err != nil {
+			return nil, nil, err
+		}
+	}
 	over := false
 	for i := range ds {
 		a := &all[i]

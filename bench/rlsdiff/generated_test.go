@@ -48,6 +48,7 @@ var settings = []struct {
 	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", env: []string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-Limit"}},
 	{name: "SHADOW_MODE", env: []string{"SHADOW_MODE=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true"}},
 	{name: "QUOTA_MODE", env: []string{"QUOTA_MODE=true"}, quota: true},
+	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", env: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true"}},
 }
 
 // TestGenerated is the differential test over generated configurations:
@@ -58,7 +59,8 @@ var settings = []struct {
 // answer must be the reference's, field by field (overall_code, each
 // status's code, current_limit, limit_remaining, duration_until_reset,
 // the response headers). Configurations come in batches of domains, with
-// the reference's settings (response headers, SHADOW_MODE, QUOTA_MODE)
+// the reference's settings (response headers, SHADOW_MODE, QUOTA_MODE,
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)
 // changing from batch to batch. The features the reference built does
 // not have (rlsref.Features) are not generated.
 //

@@ -261,6 +261,12 @@ type RLS struct {
 	// statuses say (envoyproxy/ratelimit's SHADOW_MODE); QuotaMode makes
 	// every descriptor a quota (its QUOTA_MODE): see Policy.QuotaMode.
 	ShadowMode, QuotaMode bool
+	// StopIncrementWhenOverLimit is envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, with CompatEnvoy only: the
+	// counts of a call are read first; when a descriptor's hits would take
+	// its count past its limit, only such descriptors are counted, the
+	// others are answered by their count as it is.
+	StopIncrementWhenOverLimit bool
 	// Domains are domains the service knows beside those its RLS
 	// policies name: a descriptor's own limit applies, with CompatEnvoy,
 	// in a known domain only.

@@ -110,6 +110,7 @@ type (
 		ResetHeader    scalar[string] `toml:"reset_header"`
 		ShadowMode     scalar[bool]   `toml:"shadow_mode"`
 		QuotaMode      scalar[bool]   `toml:"quota_mode"`
+		StopIncrement  scalar[bool]   `toml:"stop_increment_when_over_limit"`
 		Domains        stringList     `toml:"domains"`
 	}
 	rawRLQS struct {

@@ -660,22 +660,26 @@ func checkClientHeaderKey(p *Policy, header string, c *collector) {
 func validateRLS(r *rawRLS, c *collector) RLS {
 	out := RLS{
 		Listen: r.Listen.V, CertFile: r.CertFile.V, KeyFile: r.KeyFile.V, ClientCAFile: r.ClientCAFile.V,
-		MaxHitsAddend:        r.MaxHitsAddend.Or(DefaultRLSMaxHitsAddend),
-		MaxDescriptors:       int(r.MaxDescriptors.Or(DefaultRLSMaxDescriptors)),
-		MaxEntries:           int(r.MaxEntries.Or(DefaultRLSMaxEntries)),
-		MaxMessageBytes:      int(r.MaxMessage.Or(DefaultRLSMaxMessageBytes)),
-		MaxConcurrentStreams: int(r.MaxStreams.Or(DefaultRLSMaxStreams)),
-		Compatibility:        Compatibility(r.Compatibility.Or(string(DefaultRLSCompatibility))),
-		ResponseHeaders:      RLSHeaders(r.RespHeaders.Or(string(DefaultRLSResponseHeaders))),
-		LimitHeader:          r.LimitHeader.Or(DefaultRLSLimitHeader),
-		RemainingHeader:      r.RemainHeader.Or(DefaultRLSRemainingHeader),
-		ResetHeader:          r.ResetHeader.Or(DefaultRLSResetHeader),
-		ShadowMode:           r.ShadowMode.V,
-		QuotaMode:            r.QuotaMode.V,
-		Domains:              r.Domains.V,
+		MaxHitsAddend:              r.MaxHitsAddend.Or(DefaultRLSMaxHitsAddend),
+		MaxDescriptors:             int(r.MaxDescriptors.Or(DefaultRLSMaxDescriptors)),
+		MaxEntries:                 int(r.MaxEntries.Or(DefaultRLSMaxEntries)),
+		MaxMessageBytes:            int(r.MaxMessage.Or(DefaultRLSMaxMessageBytes)),
+		MaxConcurrentStreams:       int(r.MaxStreams.Or(DefaultRLSMaxStreams)),
+		Compatibility:              Compatibility(r.Compatibility.Or(string(DefaultRLSCompatibility))),
+		ResponseHeaders:            RLSHeaders(r.RespHeaders.Or(string(DefaultRLSResponseHeaders))),
+		LimitHeader:                r.LimitHeader.Or(DefaultRLSLimitHeader),
+		RemainingHeader:            r.RemainHeader.Or(DefaultRLSRemainingHeader),
+		ResetHeader:                r.ResetHeader.Or(DefaultRLSResetHeader),
+		ShadowMode:                 r.ShadowMode.V,
+		QuotaMode:                  r.QuotaMode.V,
+		StopIncrementWhenOverLimit: r.StopIncrement.V,
+		Domains:                    r.Domains.V,
 	}
 	oneOf(c, "rls.compatibility", out.Compatibility, compatibilities...)
 	oneOf(c, "rls.response_headers", out.ResponseHeaders, rlsHeaders...)
+	if out.StopIncrementWhenOverLimit && out.Compatibility != CompatEnvoy {
+		c.add("rls.stop_increment_when_over_limit", "needs compatibility = %q: without it a rejected descriptor is never counted", CompatEnvoy)
+	}
 	for _, h := range []struct {
 		key  string
 		name string

@@ -33,6 +33,8 @@ type Settings struct {
 	LimitHeader, RemainingHeader, ResetHeader string
 	// ShadowMode is SHADOW_MODE, QuotaMode QUOTA_MODE.
 	ShadowMode, QuotaMode bool
+	// StopIncrement is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+	StopIncrement bool
 }
 
 // DefaultListen is the [rls] listen address written when Options.Listen

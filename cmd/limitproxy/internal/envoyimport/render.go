@@ -60,6 +60,9 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 	if st.QuotaMode {
 		b.WriteString("quota_mode = true  # QUOTA_MODE\n")
 	}
+	if st.StopIncrement {
+		b.WriteString("stop_increment_when_over_limit = true  # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT\n")
+	}
 	// The reference has no bounds of a call: the widest limitproxy has.
 	fmt.Fprintf(&b, "max_hits_addend = %d\nmax_descriptors = 1024\n", maxCount)
 	if depth > 16 {

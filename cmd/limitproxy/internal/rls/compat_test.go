@@ -542,7 +542,7 @@ func TestCompatibleOnRedis(t *testing.T) {
 	for name, test := range map[string]func(*testing.T){
 		"KeyOnlyRule": TestCompatibleKeyOnlyRule, "Hits": TestCompatibleHits, "Zero": TestCompatibleZero,
 		"WithoutLimits": TestCompatibleWithoutLimits, "Replaces": TestReplaces, "QuotaMode": TestQuotaMode,
-		"ShadowPolicy": TestCompatibleShadowPolicy, "OwnLimit": TestOwnLimit, "RepeatedKey": TestRepeatedKey, "Input": TestCompatibleInput,
+		"ShadowPolicy": TestCompatibleShadowPolicy, "OwnLimit": TestOwnLimit, "StopIncrement": TestStopIncrement, "RepeatedKey": TestRepeatedKey, "Input": TestCompatibleInput,
 	} {
 		t.Run(name, test)
 	}
@@ -595,5 +595,34 @@ func TestCompatibleBadInputCodes(t *testing.T) {
 				t.Errorf("%q: %v, want %v %q", c.rls, err, c.code, b.msg)
 			}
 		}
+	}
+}
+
+// TestStopIncrement: stop_increment_when_over_limit is the reference's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT (src/redis/fixed_cache_impl.go,
+// DoLimit and getHitsAddend): the counts are read first (GET); a
+// descriptor whose count and hits pass its limit is near
+// (IsOverLimitThresholdReached); when one is, only the near ones are
+// incremented, the others INCRBY 0 and are answered by their count
+// (limit_remaining the limit less it). Without one near, every hit
+// counts. Without compatibility the key is refused.
+func TestStopIncrement(t *testing.T) {
+	rt := newRLST(t, compat+"stop_increment_when_over_limit = true\n")
+	rt.expect("none near", rt.call("d", dsc("user=u", hits(2))), ok, rt.limited(ok, "", 3, minute, 1))
+	rt.expect("user near", rt.call("d", dsc("user=u", hits(2)), dsc("named=x")), over,
+		rt.limited(over, "", 3, minute, 0), rt.limited(ok, "the_name", 10, hour, 10))
+	rt.expect("named was not counted", rt.call("d", dsc("named=x")), ok, rt.limited(ok, "the_name", 10, hour, 9))
+	rt.expect("user over, checked", rt.call("d", dsc("user=u", hits(0)), dsc("named=x")), over,
+		rt.limited(over, "", 3, minute, 0), rt.limited(ok, "the_name", 10, hour, 9))
+	rt.expect("own limit near", rt.call("d", dsc("own=o", own(1, typev3.RateLimitUnit_HOUR), hits(2)), dsc("named=x")), over,
+		rt.limited(over, "", 1, hour, 0), rt.limited(ok, "the_name", 10, hour, 9))
+
+	rt = newRLST(t, compat)
+	rt.call("d", dsc("user=u", hits(2)))
+	rt.expect("without the option", rt.call("d", dsc("user=u", hits(2)), dsc("named=x")), over,
+		rt.limited(over, "", 3, minute, 0), rt.limited(ok, "the_name", 10, hour, 9))
+
+	if _, err := config.Parse("x.toml", []byte("[rls]\nlisten = \"127.0.0.1:0\"\nstop_increment_when_over_limit = true\n"+compatPolicies)); err == nil || !strings.Contains(err.Error(), "stop_increment_when_over_limit") {
+		t.Errorf("without compatibility: %v", err)
 	}
 }
