@@ -673,6 +673,7 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 		ShadowMode:                 r.ShadowMode.V,
 		QuotaMode:                  r.QuotaMode.V,
 		StopIncrementWhenOverLimit: r.StopIncrement.V,
+		DynamicMetadata:            r.DynMetadata.V,
 		Domains:                    r.Domains.V,
 	}
 	oneOf(c, "rls.compatibility", out.Compatibility, compatibilities...)
@@ -948,7 +949,7 @@ func refuseRLSKeys(r *rawPolicy, i int, c *collector) {
 	for _, k := range []struct {
 		name string
 		set  bool
-	}{{"unlimited", r.Unlimited.Set}, {"quota_mode", r.QuotaMode.Set}, {"replaces", r.Replaces.Set}} {
+	}{{"unlimited", r.Unlimited.Set}, {"quota_mode", r.QuotaMode.Set}, {"replaces", r.Replaces.Set}, {"metadata", r.Metadata.Set}} {
 		if k.set {
 			c.add(fmt.Sprintf("policy[%d].%s", i, k.name), "is an RLS policy's (match.rls_domain): it says how Envoy's descriptors are answered")
 		}
@@ -1057,6 +1058,7 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 			spec.Limits, spec.LimitKeys, spec.Charges, spec.LimitNames, spec.RLS.Names, spec.RLS.Zero = compilePolicyLimits(p.Limits, spec.Name, key, pk, shared, check, rls, c)
 		}
 		spec.RLS.Unlimited, spec.RLS.QuotaMode, spec.RLS.Replaces = p.Unlimited.V, p.QuotaMode.V, p.Replaces.V
+		spec.RLS.Metadata = p.Metadata.V
 		for _, lk := range spec.LimitKeys {
 			if !lk.Equal(pk) {
 				spec.OwnKeys = true

@@ -250,7 +250,11 @@ func renderLevel(b *strings.Builder, ns []*node, indent string) {
 			}
 		}
 		if n.metadata {
-			fmt.Fprintf(b, "%smetadata:\n%s  service: %s\n", in, in, n.key)
+			// Scalars only: the reference merges tables of two
+			// descriptors' metadata into its configuration's own
+			// (mergeMetadata keeps the first's table and adds to it),
+			// which later answers carry.
+			fmt.Fprintf(b, "%smetadata:\n%s  service: %s\n%s  %s: %d\n", in, in, n.key, in, n.key+"_level", len(in))
 		}
 		if len(n.children) > 0 {
 			fmt.Fprintf(b, "%sdescriptors:\n", in)

@@ -33,8 +33,9 @@ type Settings struct {
 	LimitHeader, RemainingHeader, ResetHeader string
 	// ShadowMode is SHADOW_MODE, QuotaMode QUOTA_MODE.
 	ShadowMode, QuotaMode bool
-	// StopIncrement is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
-	StopIncrement bool
+	// StopIncrement is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
+	// DynamicMetadata RESPONSE_DYNAMIC_METADATA.
+	StopIncrement, DynamicMetadata bool
 }
 
 // DefaultListen is the [rls] listen address written when Options.Listen
@@ -66,8 +67,9 @@ type policy struct {
 	shadow     bool
 	quota      bool
 	replaces   []string
-	why        string   // for a policy without limit: why it is there
-	notes      []string // comments written above it
+	metadata   map[string]interface{} // the rate_limit's descriptor's metadata
+	why        string                 // for a policy without limit: why it is there
+	notes      []string               // comments written above it
 }
 
 // Import converts files to one TOML configuration. Every refusal, of
@@ -388,6 +390,12 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 			p.notes = append(p.notes, c.warnf(n, "requests_per_unit %d is written %d, limitproxy's largest limit: current_limit says %d", l.RequestsPerUnit, maxCount, maxCount))
 		}
 	}
+	if n.Metadata && !l.Unlimited {
+		p.metadata = n.MetadataMap
+		if hasNull(n.MetadataMap) {
+			p.notes = append(p.notes, c.warnf(n, "metadata: a null is left out (TOML has none); the reference sends it as a null value"))
+		}
+	}
 	if n.QuotaMode && l.Unlimited {
 		p.notes = append(p.notes, c.notef(n, "quota_mode on an unlimited limit changes nothing, as in the reference"))
 	}
@@ -431,8 +439,8 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 		if m.DetailedMetric || m.ValueToMetric {
 			p.notes = append(p.notes, c.notef(m, "detailed_metric/value_to_metric: the reference's stats by value; limitproxy counts this policy's decisions (limitproxy_requests_total{policy=%q}) and shows its busiest values in the top offenders", p.name))
 		}
-		if m.Metadata {
-			p.notes = append(p.notes, c.notef(m, "metadata: the reference sends it to Envoy only with RESPONSE_DYNAMIC_METADATA=true, which limitproxy does not do"))
+		if m.Metadata && m != n {
+			p.notes = append(p.notes, c.notef(m, "metadata of a descriptor above the limit's: never sent, as in the reference"))
 		}
 	}
 	return p

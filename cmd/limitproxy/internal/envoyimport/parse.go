@@ -65,8 +65,11 @@ type Node struct {
 	ValueToMetric  bool
 	ShareThreshold bool
 	Metadata       bool // has a metadata map (sent to Envoy by newer versions)
-	Children       []*Node
-	Line, Col      int
+	// MetadataMap is the metadata with string keys, as the reference
+	// makes a protobuf Struct of it; nil for none.
+	MetadataMap map[string]interface{}
+	Children    []*Node
+	Line, Col   int
 }
 
 // FinalKey is the name envoyproxy/ratelimit files the descriptor under at
@@ -482,6 +485,9 @@ func (p *parser) descriptors(parent string, ds []YamlDescriptor, list *yaml3.Nod
 				p.errorAt(either(child(at, "metadata"), at), "error parsing metadata: %s", err)
 			}
 			n.Metadata = len(yd.Metadata) > 0
+			if n.Metadata {
+				n.MetadataMap = stringKeys(yd.Metadata).(map[string]interface{})
+			}
 		}
 		for k := range pairs(at) {
 			if !descriptorKeys[k.Value] && validKeys[k.Value] {
