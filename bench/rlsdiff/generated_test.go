@@ -186,6 +186,12 @@ func (g *generatedTally) countFeatures(c *rlsgen.Case) {
 			return false
 		}(),
 		"merged files": c.Merge,
+		"key with =":   strings.Contains(y, `key: "c=x"`),
+		"value with *": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
+			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool {
+				return slices.ContainsFunc(d.Entries, func(e *rlscommon.RateLimitDescriptor_Entry) bool { return strings.Contains(e.Value, "*") })
+			})
+		}),
 		"own limit": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
 			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool { return d.Limit != nil })
 		}),

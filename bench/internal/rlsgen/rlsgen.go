@@ -12,7 +12,9 @@
 //
 // What the reference and limitproxy are documented to do otherwise
 // (docs/envoy.md, "What differs") is left out: keys and values hold no
-// '_', '*' or '='; a value the calls send holds no '*'; a descriptor's own
+// '_' ('*' in a value is a wildcard; a key may hold '='); a value the calls
+// send holds '*' only as a wildcard's value as written, never a
+// share_threshold one's; a descriptor's own
 // limit has the unit of the rule its descriptor finds (or one unit per
 // case when it finds none), since the reference counts two units of one
 // descriptor together when their windows start at one instant; the
@@ -102,10 +104,13 @@ type gen struct {
 	r     *rand.Rand
 	f     Features
 	names []string
+	// bareMetric counts the bare keys with value_to_metric above the
+	// level generated.
+	bareMetric int
 }
 
 var (
-	keys   = []string{"a", "b", "c"}
+	keys   = []string{"a", "b", "c", "c=x"} // a key may hold '=' (the import escapes it)
 	values = []string{"x", "y", "z", "xy", "yx", "xyz"}
 )
 
@@ -168,9 +173,19 @@ func (g *gen) level(depth int) []*node {
 		n.share = strings.Contains(n.value, "*") && g.r.IntN(3) == 0
 		n.detailed = g.r.IntN(10) == 0
 		n.toMetric = g.r.IntN(10) == 0
-		n.metadata = g.f.Metadata && g.r.IntN(15) == 0
+		// No metadata at or below a bare key with value_to_metric: the
+		// reference sends it for an empty value only (docs/envoy.md,
+		// "What differs").
+		bareMetric := n.value == "" && n.toMetric
+		n.metadata = g.f.Metadata && g.r.IntN(15) == 0 && g.bareMetric == 0 && !bareMetric
 		if depth < 3 && g.r.IntN(5) < 2 {
+			if bareMetric {
+				g.bareMetric++
+			}
 			n.children = g.level(depth + 1)
+			if bareMetric {
+				g.bareMetric--
+			}
 		}
 		out = append(out, n)
 	}
@@ -343,6 +358,11 @@ func (g *gen) path(ns []*node) []*rlscommon.RateLimitDescriptor_Entry {
 		switch {
 		case v == "":
 			v = g.value()
+		case strings.Contains(v, "*") && !n.share && g.r.IntN(4) == 0:
+			// The wildcard's value as written, '*' and all: the reference
+			// finds that descriptor first, literally, before any other
+			// wildcard (the import's literal copy). Not a share_threshold
+			// one's (docs/envoy.md, "What differs").
 		case strings.Contains(v, "*"):
 			var b strings.Builder
 			for _, part := range strings.Split(v, "*") {

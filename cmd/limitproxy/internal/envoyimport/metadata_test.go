@@ -56,3 +56,27 @@ func TestMetadata(t *testing.T) {
 		t.Errorf("metadata:\n got %v\nwant %v\n%s", got, want, r.TOML)
 	}
 }
+
+// TestMetadataDropped: the reference's GetLimit answers without metadata
+// a rate_limit whose descriptor has detailed_metric and nothing below,
+// or one under a value_to_metric wildcard or key (its NewRateLimit has
+// no metadata): the import writes none there.
+func TestMetadataDropped(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		sent int // policies with metadata
+	}{
+		{"  - key: k\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {a: 1}\n", 0},
+		{"  - key: k\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {a: 1}\n    descriptors:\n      - key: j\n        rate_limit: {unit: minute, requests_per_unit: 1}\n", 1},
+		{"  - key: k\n    value: \"x*\"\n    value_to_metric: true\n    descriptors:\n      - key: j\n        rate_limit: {unit: minute, requests_per_unit: 1}\n        metadata: {a: 1}\n", 1}, // the literal copy's: looked up exactly
+		{"  - key: k\n    value: \"x\"\n    value_to_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {a: 1}\n", 1},
+	} {
+		r, err := Import([]Input{{Name: "m.yaml", Src: []byte("domain: d\ndescriptors:\n" + c.yaml)}}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent := strings.Count(string(r.TOML), "\nmetadata = "); sent != c.sent {
+			t.Errorf("%d policies with metadata, want %d:\n%s\n%s", sent, c.sent, c.yaml, r.TOML)
+		}
+	}
+}

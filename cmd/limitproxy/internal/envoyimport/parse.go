@@ -70,6 +70,10 @@ type Node struct {
 	MetadataMap map[string]interface{}
 	Children    []*Node
 	Line, Col   int
+	// literal marks the import's copy of a wildcard descriptor that
+	// matches its value as written, '*' and all: the reference looks a
+	// value up literally before it tries the wildcards.
+	literal bool
 }
 
 // FinalKey is the name envoyproxy/ratelimit files the descriptor under at
