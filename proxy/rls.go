@@ -81,6 +81,10 @@ type DescriptorVerdict struct {
 	// whole seconds from the current second to the window's end, as the
 	// reference gives its duration_until_reset.
 	ResetAfter time.Duration
+	// Metadata is the metadata of the policy that decided the descriptor
+	// with a limit (not unlimited, not replaced, not its own limit); nil
+	// for none. Read only.
+	Metadata map[string]any
 }
 
 // rateLimitFields reports whether a response header (canonical name) is
@@ -170,6 +174,11 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 		}
 		if a.o.p != nil {
 			replacing = append(replacing, a.o.p.RLS.Replaces...)
+		}
+	}
+	if compat && rls.StopIncrementWhenOverLimit {
+		if err := h.stopIncrement(ctx, snap, domain, ds, all, replacing, start); err != nil {
+			return nil, nil, err
 		}
 	}
 	over := false
@@ -292,6 +301,9 @@ func (h *Handler) verdict(a *rlsDecided, v *DescriptorVerdict, start time.Time, 
 	}
 	v.Policy = o.p.Name
 	v.QuotaMode = o.p.RLS.QuotaMode && !a.replaced
+	if !a.replaced && !a.unlimited && len(o.p.Limits) > 0 {
+		v.Metadata = o.p.RLS.Metadata
+	}
 	if o.limited && o.d.Index >= 0 && o.hp != nil && int(o.d.Index) < len(o.hp.Limits) {
 		i := int(o.d.Index)
 		v.Limited = true

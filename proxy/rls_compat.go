@@ -204,36 +204,14 @@ func countHits(ctx context.Context, c *limiter.Limiter, key string, now time.Tim
 func (h *Handler) decideOwnLimit(ctx context.Context, snap *snapshot, domain string, d *Descriptor, now time.Time, a *rlsDecided) {
 	q, w := d.Limit.RequestsPerUnit, d.Limit.Unit
 	n := max(d.Cost, 1)
-	if d.CheckOnly {
+	if a.o.peek {
 		n = 0
 	}
-	var (
-		c   *limiter.Limiter
-		key string
-	)
-	if p := a.o.p; p != nil && !p.OwnKeys && len(p.Limits) == 1 && p.Limits[0].Share() == "" && everyEntry(p, d.Entries) {
-		if cs := a.o.ps.counters(p); cs != nil {
-			if _, pw := p.Limits[0].Quota(); pw == w {
-				c, key = cs[0], descriptorKey(p.Key, d.Entries)
-			}
-		}
-	}
+	c, key := ownCounter(snap, domain, d, a)
 	if c == nil {
-		store := snap.set.Store()
-		fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: counterLimit, Window: w})
-		if err == nil && store != nil {
-			c, err = limiter.New(store, ownLimitName(domain, d.Entries), fw)
-		}
-		if err != nil || c == nil {
-			// Nothing to count with: OK without a limit.
-			a.own.Decision = Allowed
-			return
-		}
-		var b []byte
-		for _, e := range d.Entries {
-			b = clientkey.AppendPart(b, []byte(e.Value))
-		}
-		key = string(b)
+		// Nothing to count with: OK without a limit.
+		a.own.Decision = Allowed
+		return
 	}
 	v := a.own
 	v.Limited, v.Quota, v.Window = true, q, w
@@ -251,6 +229,111 @@ func (h *Handler) decideOwnLimit(ctx context.Context, snap *snapshot, domain str
 	}
 	v.Decision, v.Over, v.Remaining = Rejected, true, 0
 	a.over = true
+}
+
+// ownCounter is the counter of d's own limit and its key: the state of
+// a.o.p when that policy's one limit has the unit's window and counts
+// under every entry's value, else a state of the domain and the entries'
+// keys; nil when there is none.
+func ownCounter(snap *snapshot, domain string, d *Descriptor, a *rlsDecided) (*limiter.Limiter, string) {
+	w := d.Limit.Unit
+	if p := a.o.p; p != nil && !p.OwnKeys && len(p.Limits) == 1 && p.Limits[0].Share() == "" && everyEntry(p, d.Entries) {
+		if cs := a.o.ps.counters(p); cs != nil {
+			if _, pw := p.Limits[0].Quota(); pw == w {
+				return cs[0], descriptorKey(p.Key, d.Entries)
+			}
+		}
+	}
+	store := snap.set.Store()
+	fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: counterLimit, Window: w})
+	if err != nil || store == nil {
+		return nil, ""
+	}
+	c, err := limiter.New(store, ownLimitName(domain, d.Entries), fw)
+	if err != nil {
+		return nil, ""
+	}
+	var b []byte
+	for _, e := range d.Entries {
+		b = clientkey.AppendPart(b, []byte(e.Value))
+	}
+	return c, string(b)
+}
+
+// stopIncrement is envoyproxy/ratelimit's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT ([rls]
+// stop_increment_when_over_limit, with compatibility): before anything
+// is counted, each descriptor counted as the reference counts (a fixed
+// window's counter, or its own limit) has its count read; one whose hits
+// would take a count past its limit is "near" (the reference's
+// IsOverLimitThresholdReached on a GET of its key). When one is, only
+// the near descriptors are counted (getHitsAddend): the others become
+// checks of their count as it is (a.o.peek), which answers them as the
+// reference's INCRBY of 0 does. The reads and the counting that follows
+// are not one atomic step, as the reference's GET and INCRBY pipelines
+// are not.
+func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain string, ds []Descriptor, all []rlsDecided, replacing []string, now time.Time) error {
+	var stack [8]bool
+	near := stack[:0] // keep each descriptor's counting
+	if len(ds) > len(stack) {
+		near = make([]bool, 0, len(ds))
+	}
+	anyNear := false
+	for i := range ds {
+		a := &all[i]
+		n := max(ds[i].Cost, 1)
+		if a.o.peek {
+			n = 0
+		}
+		// keep: counted as it asks, near or not counted as the reference
+		// counts (no counter: its own decision, untouched).
+		nr, keep := false, true
+		switch p := a.o.p; {
+		case a.own != nil:
+			if c, key := ownCounter(snap, domain, &ds[i], a); c != nil {
+				count, _, err := countHits(ctx, c, key, now, 0)
+				if err != nil {
+					return err
+				}
+				nr = count+n > ds[i].Limit.RequestsPerUnit
+				keep = nr
+			}
+		case p == nil, len(replacing) > 0 && replaced(p, replacing), p.RLS.Unlimited, len(p.Limits) == 0:
+		default:
+			cs := a.o.ps.counters(p)
+			if cs == nil {
+				break
+			}
+			var keys [limiter.MaxLimits]string
+			DescriptorKeys(p, ds[i].Entries, keys[:])
+			view := p
+			if h.overrides != nil && !p.OwnKeys {
+				if _, v, ok := h.overridden(a.o.ps, p, keys[0]); ok {
+					view = v
+				}
+			}
+			for j, c := range cs {
+				count, _, err := countHits(ctx, c, keys[j], now, 0)
+				if err != nil {
+					return err
+				}
+				if q, _ := view.Quota(j); count+n > q {
+					nr = true
+				}
+			}
+			keep = nr
+		}
+		near = append(near, keep)
+		anyNear = anyNear || nr
+	}
+	if anyNear {
+		for i, nr := range near {
+			if !nr {
+				all[i].o.peek = true
+			}
+		}
+	}
+	return nil
 }
 
 // everyEntry reports whether p counts under every entry of entries, in

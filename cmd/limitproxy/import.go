@@ -27,7 +27,7 @@ func declareImportFlags(fs *flag.FlagSet) *importFlags {
 	fs.StringVar(&f.out, "o", "", "write the TOML to `FILE` (replaced whole, or left alone on an error) instead of stdout")
 	fs.StringVar(&f.listen, "listen", envoyimport.DefaultListen, "the [rls] listen `ADDRESS` written")
 	fs.BoolVar(&f.merge, "merge-domains", false, "merge files of one domain, as the reference's MERGE_DOMAIN_CONFIG=true does (default: refused, as it does)")
-	fs.BoolVar(&f.env, "env", false, "read the reference's settings that change its answers from the environment, as it reads them: MERGE_DOMAIN_CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED, LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER, SHADOW_MODE, QUOTA_MODE")
+	fs.BoolVar(&f.env, "env", false, "read the reference's settings that change its answers from the environment, as it reads them: MERGE_DOMAIN_CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED, LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER, SHADOW_MODE, QUOTA_MODE, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, RESPONSE_DYNAMIC_METADATA")
 	return f
 }
 
@@ -48,6 +48,8 @@ func referenceSettings(getenv func(string) string) (s envoyimport.Settings, merg
 	boolean("LIMIT_RESPONSE_HEADERS_ENABLED", &s.ResponseHeaders)
 	boolean("SHADOW_MODE", &s.ShadowMode)
 	boolean("QUOTA_MODE", &s.QuotaMode)
+	boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", &s.StopIncrement)
+	boolean("RESPONSE_DYNAMIC_METADATA", &s.DynamicMetadata)
 	s.LimitHeader, s.RemainingHeader, s.ResetHeader = getenv("LIMIT_LIMIT_HEADER"), getenv("LIMIT_REMAINING_HEADER"), getenv("LIMIT_RESET_HEADER")
 	return s, merge, err
 }

@@ -73,11 +73,12 @@ func TestImportEnv(t *testing.T) {
 	t.Setenv("SHADOW_MODE", "1")
 	t.Setenv("QUOTA_MODE", "")
 	t.Setenv("MERGE_DOMAIN_CONFIG", "T")
+	t.Setenv("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")
 	code, stdout, stderr := runCLI(t, "import", "-env", importTestdata+"valid/merge_a.yaml", importTestdata+"valid/merge_b.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, stderr)
 	}
-	for _, want := range []string{"response_headers = \"envoy\"", "remaining_header = \"X-Left\"", "shadow_mode = true"} {
+	for _, want := range []string{"response_headers = \"envoy\"", "remaining_header = \"X-Left\"", "shadow_mode = true", "stop_increment_when_over_limit = true"} {
 		if !strings.Contains(stdout, want+"  #") {
 			t.Errorf("no %s in:\n%s", want, stdout)
 		}

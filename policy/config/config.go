@@ -261,6 +261,17 @@ type RLS struct {
 	// statuses say (envoyproxy/ratelimit's SHADOW_MODE); QuotaMode makes
 	// every descriptor a quota (its QUOTA_MODE): see Policy.QuotaMode.
 	ShadowMode, QuotaMode bool
+	// StopIncrementWhenOverLimit is envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, with CompatEnvoy only: the
+	// counts of a call are read first; when a descriptor's hits would take
+	// its count past its limit, only such descriptors are counted, the
+	// others are answered by their count as it is.
+	StopIncrementWhenOverLimit bool
+	// DynamicMetadata sends an answer's dynamic_metadata as
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain,
+	// the descriptors, the call's hits_addend, and the metadata of the
+	// policies of the descriptors not over their limit, merged.
+	DynamicMetadata bool
 	// Domains are domains the service knows beside those its RLS
 	// policies name: a descriptor's own limit applies, with CompatEnvoy,
 	// in a known domain only.
@@ -599,6 +610,11 @@ type RLSPolicy struct {
 	// at all (OK, no limit, nothing counted), as envoyproxy/ratelimit's
 	// replaces.
 	Replaces []string
+	// Metadata is sent, with [rls] dynamic_metadata, in the
+	// dynamic_metadata of an answer where a descriptor of the policy has
+	// a limit and is not over it (envoyproxy/ratelimit's metadata); nil
+	// for none. Read only.
+	Metadata map[string]any
 	// Names holds, for each of Limits, its name key ("" for none): what
 	// Replaces names, and, with [rls] compatibility, the name an answer's
 	// current_limit carries.

@@ -110,6 +110,8 @@ type (
 		ResetHeader    scalar[string] `toml:"reset_header"`
 		ShadowMode     scalar[bool]   `toml:"shadow_mode"`
 		QuotaMode      scalar[bool]   `toml:"quota_mode"`
+		StopIncrement  scalar[bool]   `toml:"stop_increment_when_over_limit"`
+		DynMetadata    scalar[bool]   `toml:"dynamic_metadata"`
 		Domains        stringList     `toml:"domains"`
 	}
 	rawRLQS struct {
@@ -207,9 +209,10 @@ type (
 		Class     scalar[string] `toml:"class"`
 		Ban       *rawBan        `toml:"ban"`
 		// An RLS policy's only (docs/envoy.md).
-		Unlimited scalar[bool] `toml:"unlimited"`
-		QuotaMode scalar[bool] `toml:"quota_mode"`
-		Replaces  stringList   `toml:"replaces"`
+		Unlimited scalar[bool]  `toml:"unlimited"`
+		QuotaMode scalar[bool]  `toml:"quota_mode"`
+		Replaces  stringList    `toml:"replaces"`
+		Metadata  metadataValue `toml:"metadata"`
 	}
 	rawPolicyConc struct {
 		Limit   scalar[int64] `toml:"limit"`
@@ -437,6 +440,11 @@ func ParseWith(name string, src []byte, o Options) (*Config, error) {
 	c := &collector{file: name, at: locate(string(src))}
 	taken := map[string]bool{}
 	for _, k := range md.Undecoded() {
+		if len(k) > 2 && k[0] == "policy" && k[1] == "metadata" {
+			// An RLS policy's metadata holds any keys (metadataValue);
+			// the decoder lists those of tables in its arrays.
+			continue
+		}
 		name := k[len(k)-1]
 		if near := suggestKey(k[:len(k)-1], name); near != "" {
 			c.add(undecodedPath(k, c.at, taken), "unknown key %q (did you mean %q?)", name, near)

@@ -168,29 +168,87 @@ func globMatch(parts []string, value string) bool {
 }
 
 // String returns d as a descriptor array writes it: "KEY" or
-// "KEY=VALUE" (with its wildcards).
+// "KEY=VALUE" (with its wildcards), a literal '\\', '*' or (in the key)
+// '=' escaped with '\\'.
 func (d DescriptorPattern) String() string {
-	if d.Exact || d.Glob {
-		return d.Key + "=" + d.Value
+	key := escapePattern(d.Key, "\\*=")
+	switch {
+	case d.Exact:
+		return key + "=" + escapePattern(d.Value, "\\*")
+	case d.Glob:
+		parts := make([]string, len(d.parts))
+		for i, p := range d.parts {
+			parts[i] = escapePattern(p, "\\*")
+		}
+		return key + "=" + strings.Join(parts, "*")
 	}
-	return d.Key
+	return key
+}
+
+func escapePattern(s, special string) string {
+	if !strings.ContainsAny(s, special) {
+		return s
+	}
+	var b strings.Builder
+	for i := range len(s) {
+		if strings.IndexByte(special, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // parseDescriptorPattern parses "KEY", "KEY=VALUE" or "KEY=PATTERN" with
-// wildcards (*).
+// wildcards (*). A '\\' makes the '*', '=' or '\\' after it literal: "\\*"
+// is a value's '*' (not a wildcard), "a\\=b" the key "a=b"; a '\\' before
+// any other character is itself.
 func parseDescriptorPattern(s string) (DescriptorPattern, error) {
-	k, v, hasValue := strings.Cut(s, "=")
+	// Split at the first '=' not escaped; unescape; split the value at
+	// each '*' not escaped.
+	var (
+		key, cur strings.Builder
+		parts    []string
+		hasValue bool
+	)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '\\' && i+1 < len(s) && strings.IndexByte("\\*=", s[i+1]) >= 0 {
+			cur.WriteByte(s[i+1])
+			i++
+			continue
+		}
+		switch {
+		case c == '=' && !hasValue:
+			key.WriteString(cur.String())
+			cur.Reset()
+			hasValue = true
+		case c == '*' && hasValue:
+			parts = append(parts, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	if !hasValue {
+		key.WriteString(cur.String())
+	} else {
+		parts = append(parts, cur.String())
+	}
+	k := key.String()
 	if k == "" {
 		return DescriptorPattern{}, fmt.Errorf("%q: the entry's key is empty (write \"KEY\", \"KEY=VALUE\" or, with * wildcards, \"KEY=/v1/*\")", s)
 	}
 	d := DescriptorPattern{Key: k}
 	switch {
-	case !hasValue || strings.Trim(v, "*") == "" && v != "":
-		// "KEY", "KEY=*": any value.
-	case strings.Contains(v, "*"):
-		d.Value, d.Glob, d.parts = v, true, strings.Split(v, "*")
+	case !hasValue:
+		// "KEY": any value.
+	case len(parts) > 1 && strings.Join(parts, "") == "":
+		// "KEY=*": any value.
+	case len(parts) > 1:
+		d.Value, d.Glob, d.parts = strings.Join(parts, "*"), true, parts
 	default:
-		d.Value, d.Exact = v, true
+		d.Value, d.Exact = parts[0], true
 	}
 	return d, nil
 }

@@ -238,3 +238,35 @@ func TestRLSEnvoyKeys(t *testing.T) {
 		t.Errorf("descriptor:files#2: %#v", p.Key)
 	}
 }
+
+// TestDescriptorPatternEscapes: '\' makes a '*', '=' or '\' literal: a
+// value's '*' that is no wildcard, a key with '='; before any other
+// character it is itself; String writes what parses back.
+func TestDescriptorPatternEscapes(t *testing.T) {
+	for _, c := range []struct {
+		pat, key, value string
+		match, miss     string // values
+	}{
+		{`k=a\*b`, "k", "a*b", "a*b", "axb"},
+		{`k=a*b`, "k", "a*b", "axyb", "ax"},
+		{`a\=b=c`, "a=b", "c", "c", "d"},
+		{`a\=b`, "a=b", "", "anything", ""},
+		{`k=x\\*`, "k", `x\*`, `x\yz`, "xyz"},
+		{`k=\d+`, "k", `\d+`, `\d+`, "d+"},
+		{`k=`, "k", "", "", "x"},
+	} {
+		d, err := parseDescriptorPattern(c.pat)
+		if err != nil {
+			t.Fatalf("%s: %v", c.pat, err)
+		}
+		if d.Key != c.key || d.Value != c.value {
+			t.Errorf("%s: key %q value %q, want %q %q", c.pat, d.Key, d.Value, c.key, c.value)
+		}
+		if !d.Matches(c.key, c.match) || c.miss != "" && d.Matches(c.key, c.miss) {
+			t.Errorf("%s: matches %q %v, %q %v", c.pat, c.match, d.Matches(c.key, c.match), c.miss, d.Matches(c.key, c.miss))
+		}
+		if back, err := parseDescriptorPattern(d.String()); err != nil || back.String() != d.String() || back.Key != d.Key || back.Value != d.Value || back.Glob != d.Glob || back.Exact != d.Exact {
+			t.Errorf("%s: String %q parses back as %+v (%v)", c.pat, d.String(), back, err)
+		}
+	}
+}

@@ -192,6 +192,8 @@ func typeSchema(t reflect.Type) (node, bool) {
 		return node{"$ref": "#/$defs/share"}, true
 	case reflect.TypeFor[statuses]():
 		return node{"type": "array", "items": node{"$ref": "#/$defs/status"}}, true
+	case reflect.TypeFor[metadataValue]():
+		return node{"type": "object"}, true
 	case reflect.TypeFor[map[string]scalar[string]]():
 		return node{"type": "object", "propertyNames": node{"$ref": "#/$defs/headerName"}, "additionalProperties": node{"type": "string"}}, true
 	}

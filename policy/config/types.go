@@ -374,6 +374,61 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
 }
 
+// metadataValue is an RLS policy's metadata: a table whose values are
+// strings, numbers, booleans, arrays and tables (what a protobuf Struct
+// holds; no dates).
+type metadataValue struct {
+	V   map[string]any
+	Set bool
+	err error
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (m *metadataValue) UnmarshalTOML(data any) error {
+	m.Set = true
+	t, ok := data.(map[string]any)
+	if !ok {
+		m.err = fmt.Errorf("must be a table, not %s", describe(data))
+		return nil
+	}
+	if err := structValue(t); err != nil {
+		m.err = err
+		return nil
+	}
+	m.V = t
+	return nil
+}
+
+// structValue checks that v is what a protobuf Struct's value can be.
+func structValue(v any) error {
+	switch v := v.(type) {
+	case string, int64, float64, bool:
+		return nil
+	case map[string]any:
+		for k, e := range v {
+			if err := structValue(e); err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+		}
+		return nil
+	case []any:
+		for i, e := range v {
+			if err := structValue(e); err != nil {
+				return fmt.Errorf("[%d]: %w", i, err)
+			}
+		}
+		return nil
+	case []map[string]any:
+		for i, e := range v {
+			if err := structValue(e); err != nil {
+				return fmt.Errorf("[%d]: %w", i, err)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("%s cannot be sent in dynamic metadata (strings, numbers, booleans, arrays and tables)", describe(v))
+}
+
 // replayValue is [log] access_replay: true or false, or "whole" (true)
 // or "hashed".
 type replayValue struct {
@@ -429,6 +484,8 @@ func valueError(v any) error {
 	case *rateValue:
 		return v.err
 	case *cidrs:
+		return v.err
+	case *metadataValue:
 		return v.err
 	case *share:
 		return v.err

@@ -663,22 +663,27 @@ func checkClientHeaderKey(p *Policy, header string, c *collector) {
 func validateRLS(r *rawRLS, c *collector) RLS {
 	out := RLS{
 		Listen: r.Listen.V, CertFile: r.CertFile.V, KeyFile: r.KeyFile.V, ClientCAFile: r.ClientCAFile.V,
-		MaxHitsAddend:        r.MaxHitsAddend.Or(DefaultRLSMaxHitsAddend),
-		MaxDescriptors:       int(r.MaxDescriptors.Or(DefaultRLSMaxDescriptors)),
-		MaxEntries:           int(r.MaxEntries.Or(DefaultRLSMaxEntries)),
-		MaxMessageBytes:      int(r.MaxMessage.Or(DefaultRLSMaxMessageBytes)),
-		MaxConcurrentStreams: int(r.MaxStreams.Or(DefaultRLSMaxStreams)),
-		Compatibility:        Compatibility(r.Compatibility.Or(string(DefaultRLSCompatibility))),
-		ResponseHeaders:      RLSHeaders(r.RespHeaders.Or(string(DefaultRLSResponseHeaders))),
-		LimitHeader:          r.LimitHeader.Or(DefaultRLSLimitHeader),
-		RemainingHeader:      r.RemainHeader.Or(DefaultRLSRemainingHeader),
-		ResetHeader:          r.ResetHeader.Or(DefaultRLSResetHeader),
-		ShadowMode:           r.ShadowMode.V,
-		QuotaMode:            r.QuotaMode.V,
-		Domains:              r.Domains.V,
+		MaxHitsAddend:              r.MaxHitsAddend.Or(DefaultRLSMaxHitsAddend),
+		MaxDescriptors:             int(r.MaxDescriptors.Or(DefaultRLSMaxDescriptors)),
+		MaxEntries:                 int(r.MaxEntries.Or(DefaultRLSMaxEntries)),
+		MaxMessageBytes:            int(r.MaxMessage.Or(DefaultRLSMaxMessageBytes)),
+		MaxConcurrentStreams:       int(r.MaxStreams.Or(DefaultRLSMaxStreams)),
+		Compatibility:              Compatibility(r.Compatibility.Or(string(DefaultRLSCompatibility))),
+		ResponseHeaders:            RLSHeaders(r.RespHeaders.Or(string(DefaultRLSResponseHeaders))),
+		LimitHeader:                r.LimitHeader.Or(DefaultRLSLimitHeader),
+		RemainingHeader:            r.RemainHeader.Or(DefaultRLSRemainingHeader),
+		ResetHeader:                r.ResetHeader.Or(DefaultRLSResetHeader),
+		ShadowMode:                 r.ShadowMode.V,
+		QuotaMode:                  r.QuotaMode.V,
+		StopIncrementWhenOverLimit: r.StopIncrement.V,
+		DynamicMetadata:            r.DynMetadata.V,
+		Domains:                    r.Domains.V,
 	}
 	oneOf(c, "rls.compatibility", out.Compatibility, compatibilities...)
 	oneOf(c, "rls.response_headers", out.ResponseHeaders, rlsHeaders...)
+	if out.StopIncrementWhenOverLimit && out.Compatibility != CompatEnvoy {
+		c.add("rls.stop_increment_when_over_limit", "needs compatibility = %q: without it a rejected descriptor is never counted", CompatEnvoy)
+	}
 	for _, h := range []struct {
 		key  string
 		name string
@@ -947,7 +952,7 @@ func refuseRLSKeys(r *rawPolicy, i int, c *collector) {
 	for _, k := range []struct {
 		name string
 		set  bool
-	}{{"unlimited", r.Unlimited.Set}, {"quota_mode", r.QuotaMode.Set}, {"replaces", r.Replaces.Set}} {
+	}{{"unlimited", r.Unlimited.Set}, {"quota_mode", r.QuotaMode.Set}, {"replaces", r.Replaces.Set}, {"metadata", r.Metadata.Set}} {
 		if k.set {
 			c.add(fmt.Sprintf("policy[%d].%s", i, k.name), "is an RLS policy's (match.rls_domain): it says how Envoy's descriptors are answered")
 		}
@@ -1056,6 +1061,7 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 			spec.Limits, spec.LimitKeys, spec.Charges, spec.LimitNames, spec.RLS.Names, spec.RLS.Zero = compilePolicyLimits(p.Limits, spec.Name, key, pk, shared, check, rls, c)
 		}
 		spec.RLS.Unlimited, spec.RLS.QuotaMode, spec.RLS.Replaces = p.Unlimited.V, p.QuotaMode.V, p.Replaces.V
+		spec.RLS.Metadata = p.Metadata.V
 		for _, lk := range spec.LimitKeys {
 			if !lk.Equal(pk) {
 				spec.OwnKeys = true

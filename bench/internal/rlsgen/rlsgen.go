@@ -7,11 +7,14 @@
 // value_to_metric, metadata, domains merged from two files), and calls
 // of one to three descriptors, most following the tree's paths, with
 // hits_addend (the call's and the descriptor's, 0 and large), a
-// descriptor's own limit, unknown domains.
+// descriptor's own limit, unknown domains, and bad calls (an empty
+// domain, no descriptors) that the reference answers with an error.
 //
 // What the reference and limitproxy are documented to do otherwise
 // (docs/envoy.md, "What differs") is left out: keys and values hold no
-// '_', '*' or '='; a value the calls send holds no '*'; a descriptor's own
+// '_' ('*' in a value is a wildcard; a key may hold '='); a value the calls
+// send holds '*' only as a wildcard's value as written, never a
+// share_threshold one's; a descriptor's own
 // limit has the unit of the rule its descriptor finds (or one unit per
 // case when it finds none), since the reference counts two units of one
 // descriptor together when their windows start at one instant; the
@@ -101,10 +104,13 @@ type gen struct {
 	r     *rand.Rand
 	f     Features
 	names []string
+	// bareMetric counts the bare keys with value_to_metric above the
+	// level generated.
+	bareMetric int
 }
 
 var (
-	keys   = []string{"a", "b", "c"}
+	keys   = []string{"a", "b", "c", "c=x"} // a key may hold '=' (the import escapes it)
 	values = []string{"x", "y", "z", "xy", "yx", "xyz"}
 )
 
@@ -167,9 +173,19 @@ func (g *gen) level(depth int) []*node {
 		n.share = strings.Contains(n.value, "*") && g.r.IntN(3) == 0
 		n.detailed = g.r.IntN(10) == 0
 		n.toMetric = g.r.IntN(10) == 0
-		n.metadata = g.f.Metadata && g.r.IntN(15) == 0
+		// No metadata at or below a bare key with value_to_metric: the
+		// reference sends it for an empty value only (docs/envoy.md,
+		// "What differs").
+		bareMetric := n.value == "" && n.toMetric
+		n.metadata = g.f.Metadata && g.r.IntN(15) == 0 && g.bareMetric == 0 && !bareMetric
 		if depth < 3 && g.r.IntN(5) < 2 {
+			if bareMetric {
+				g.bareMetric++
+			}
 			n.children = g.level(depth + 1)
+			if bareMetric {
+				g.bareMetric--
+			}
 		}
 		out = append(out, n)
 	}
@@ -249,7 +265,11 @@ func renderLevel(b *strings.Builder, ns []*node, indent string) {
 			}
 		}
 		if n.metadata {
-			fmt.Fprintf(b, "%smetadata:\n%s  service: %s\n", in, in, n.key)
+			// Scalars only: the reference merges tables of two
+			// descriptors' metadata into its configuration's own
+			// (mergeMetadata keeps the first's table and adds to it),
+			// which later answers carry.
+			fmt.Fprintf(b, "%smetadata:\n%s  service: %s\n%s  %s: %d\n", in, in, n.key, in, n.key+"_level", len(in))
 		}
 		if len(n.children) > 0 {
 			fmt.Fprintf(b, "%sdescriptors:\n", in)
@@ -267,7 +287,15 @@ func (g *gen) call(domain string, tree []*node, ownUnit Unit) *rlsv3.RateLimitRe
 	if g.r.IntN(4) == 0 {
 		req.HitsAddend = uint32(1 + g.r.IntN(3))
 	}
-	for range 1 + g.r.IntN(3) {
+	n := 1 + g.r.IntN(3)
+	switch g.r.IntN(40) {
+	case 0:
+		// Bad input: the reference's error (UNKNOWN), the whole call.
+		req.Domain = ""
+	case 1:
+		n = 0
+	}
+	for range n {
 		d := &rlscommon.RateLimitDescriptor{}
 		if g.r.IntN(10) < 7 {
 			d.Entries = g.path(tree)
@@ -330,6 +358,11 @@ func (g *gen) path(ns []*node) []*rlscommon.RateLimitDescriptor_Entry {
 		switch {
 		case v == "":
 			v = g.value()
+		case strings.Contains(v, "*") && !n.share && g.r.IntN(4) == 0:
+			// The wildcard's value as written, '*' and all: the reference
+			// finds that descriptor first, literally, before any other
+			// wildcard (the import's literal copy). Not a share_threshold
+			// one's (docs/envoy.md, "What differs").
 		case strings.Contains(v, "*"):
 			var b strings.Builder
 			for _, part := range strings.Split(v, "*") {

@@ -33,6 +33,9 @@ type Settings struct {
 	LimitHeader, RemainingHeader, ResetHeader string
 	// ShadowMode is SHADOW_MODE, QuotaMode QUOTA_MODE.
 	ShadowMode, QuotaMode bool
+	// StopIncrement is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
+	// DynamicMetadata RESPONSE_DYNAMIC_METADATA.
+	StopIncrement, DynamicMetadata bool
 }
 
 // DefaultListen is the [rls] listen address written when Options.Listen
@@ -64,8 +67,9 @@ type policy struct {
 	shadow     bool
 	quota      bool
 	replaces   []string
-	why        string   // for a policy without limit: why it is there
-	notes      []string // comments written above it
+	metadata   map[string]interface{} // the rate_limit's descriptor's metadata
+	why        string                 // for a policy without limit: why it is there
+	notes      []string               // comments written above it
 }
 
 // Import converts files to one TOML configuration. Every refusal, of
@@ -172,6 +176,8 @@ func (c *converter) domain(d *Domain) []*policy {
 // anywhere) in file order, then the bare key.
 func kind(n *Node) int {
 	switch {
+	case n.literal:
+		return 0
 	case n.Value == "":
 		return 2
 	case strings.Contains(n.Value, "*"):
@@ -209,6 +215,19 @@ func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
 	}
 	var out []*policy
 	for _, k := range keys {
+		// The reference looks KEY_VALUE up literally first: a value with
+		// '*' finds the wildcard descriptor it equals, before any other
+		// wildcard. Each wildcard has a literal copy among the exact
+		// values (the same limit and subtree). Not for one that shares
+		// its threshold: it counts under its pattern, which is that value,
+		// so the literal copy would need its state (see docs/envoy.md).
+		for _, n := range byKey[k] {
+			if kind(n) == 1 && !n.ShareThreshold {
+				lit := *n
+				lit.literal = true
+				byKey[k] = append(byKey[k], &lit)
+			}
+		}
 		var ordered []*Node
 		for kd := 0; kd < 3; kd++ {
 			for _, n := range byKey[k] {
@@ -308,7 +327,7 @@ func pathName(d *Domain, path []step, n *Node) string {
 // stop is a policy without limits for prefix followed by suffix.
 func (c *converter) stop(d *Domain, path []step, n *Node, prefix, suffix []string, why string) *policy {
 	desc := append(append([]string{}, prefix...), suffix...)
-	return &policy{name: c.name(pathName(d, path, n) + ".stop"), domain: d.Name, descriptor: desc, why: why}
+	return &policy{name: c.name(pathName(d, path, n) + literalSuffix(append(path[:len(path):len(path)], step{node: n})) + ".stop"), domain: d.Name, descriptor: desc, why: why}
 }
 
 // block returns the policies of the descriptor at the end of path and of
@@ -324,23 +343,68 @@ func (c *converter) block(d *Domain, path []step) []*policy {
 	return append(out, c.level(d, path, n.Children)...)
 }
 
+// metadataDropped reports whether the reference's GetLimit answers the
+// rate_limit at the end of path without its metadata: it makes the limit
+// anew (NewRateLimit, which has none) when the descriptor has
+// detailed_metric and nothing below it, or, without detailed_metric,
+// when the value_to_metric key of the call differs from the limit's full
+// key, which a value_to_metric wildcard on the path (not its literal
+// copy) or key always makes it do (a key's but for an empty value).
+func metadataDropped(path []step) bool {
+	n := path[len(path)-1].node
+	if n.DetailedMetric {
+		return len(n.Children) == 0
+	}
+	for _, s := range path {
+		if s.node.ValueToMetric && kind(s.node) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// literalSuffix is ".literal" for a path through a wildcard's literal
+// copy: its policies are named apart, and the wildcard's keep their
+// names (and so their counts).
+func literalSuffix(path []step) string {
+	for _, s := range path {
+		if s.node.literal {
+			return ".literal"
+		}
+	}
+	return ""
+}
+
 // maxDepth is the most patterns an RLS policy's descriptor may have.
 const maxDepth = 64
 
-// pattern is n's descriptor pattern, or false when n is left out (noted):
-// a key with '=' cannot be written in a pattern.
+// pattern is n's descriptor pattern, or false when n is left out: a
+// '\\', '*' or '=' of its key, a '\\' of its value, and a '*' of the value
+// of a literal copy, escaped with '\\'.
 func (c *converter) pattern(n *Node) (string, bool) {
-	if strings.Contains(n.Key, "=") {
-		c.warnf(n, "key %q is left out, with what is below it: a key with '=' cannot be written in a descriptor pattern (Envoy's actions make no such key)", n.Key)
-		return "", false
-	}
-	if strings.Contains(n.Key, "*") {
+	if strings.Contains(n.Key, "*") && !n.literal {
 		c.warnf(n, "key %q is matched as written: the reference takes its '*' as a wildcard over the entry's KEY_VALUE", n.Key)
 	}
+	key := escape(n.Key, `\*=`)
 	if kind(n) == 2 {
-		return n.Key, true
+		return key, true
 	}
-	return n.Key + "=" + n.Value, true
+	if n.literal {
+		return key + "=" + escape(n.Value, `\*`), true
+	}
+	return key + "=" + escape(n.Value, `\`), true
+}
+
+// escape puts a '\\' before each byte of s in special.
+func escape(s, special string) string {
+	var b strings.Builder
+	for i := range len(s) {
+		if strings.IndexByte(special, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 var nameBad = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
@@ -374,7 +438,7 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 		p.descriptor = append(p.descriptor, s.pattern)
 		parts = append(parts, s.node.FinalKey())
 	}
-	p.name = c.name(strings.Join(parts, "."))
+	p.name = c.name(strings.Join(parts, ".") + literalSuffix(path))
 	if l.Unlimited {
 		p.limit, p.unlimited, p.shadow = nil, true, false
 		if l.Name != "" {
@@ -384,6 +448,14 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 		p.quota = n.QuotaMode
 		if int64(l.RequestsPerUnit) > maxCount {
 			p.notes = append(p.notes, c.warnf(n, "requests_per_unit %d is written %d, limitproxy's largest limit: current_limit says %d", l.RequestsPerUnit, maxCount, maxCount))
+		}
+	}
+	if n.Metadata && !l.Unlimited && metadataDropped(path) {
+		p.notes = append(p.notes, c.notef(n, "metadata: never sent, as the reference sends none for this rate_limit (its GetLimit makes the limit anew, without metadata, for detailed_metric on a descriptor without descriptors below it, and for value_to_metric on a wildcard or a key above it; but for an empty value of such a key)"))
+	} else if n.Metadata && !l.Unlimited {
+		p.metadata = n.MetadataMap
+		if hasNull(n.MetadataMap) {
+			p.notes = append(p.notes, c.warnf(n, "metadata: a null is left out (TOML has none); the reference sends it as a null value"))
 		}
 	}
 	if n.QuotaMode && l.Unlimited {
@@ -429,8 +501,8 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 		if m.DetailedMetric || m.ValueToMetric {
 			p.notes = append(p.notes, c.notef(m, "detailed_metric/value_to_metric: the reference's stats by value; limitproxy counts this policy's decisions (limitproxy_requests_total{policy=%q}) and shows its busiest values in the top offenders", p.name))
 		}
-		if m.Metadata {
-			p.notes = append(p.notes, c.notef(m, "metadata: the reference sends it to Envoy only with RESPONSE_DYNAMIC_METADATA=true, which limitproxy does not do"))
+		if m.Metadata && m != n {
+			p.notes = append(p.notes, c.notef(m, "metadata of a descriptor above the limit's: never sent, as in the reference"))
 		}
 	}
 	return p

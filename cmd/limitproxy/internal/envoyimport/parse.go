@@ -65,8 +65,15 @@ type Node struct {
 	ValueToMetric  bool
 	ShareThreshold bool
 	Metadata       bool // has a metadata map (sent to Envoy by newer versions)
-	Children       []*Node
-	Line, Col      int
+	// MetadataMap is the metadata with string keys, as the reference
+	// makes a protobuf Struct of it; nil for none.
+	MetadataMap map[string]interface{}
+	Children    []*Node
+	Line, Col   int
+	// literal marks the import's copy of a wildcard descriptor that
+	// matches its value as written, '*' and all: the reference looks a
+	// value up literally before it tries the wildcards.
+	literal bool
 }
 
 // FinalKey is the name envoyproxy/ratelimit files the descriptor under at
@@ -482,6 +489,9 @@ func (p *parser) descriptors(parent string, ds []YamlDescriptor, list *yaml3.Nod
 				p.errorAt(either(child(at, "metadata"), at), "error parsing metadata: %s", err)
 			}
 			n.Metadata = len(yd.Metadata) > 0
+			if n.Metadata {
+				n.MetadataMap = stringKeys(yd.Metadata).(map[string]interface{})
+			}
 		}
 		for k := range pairs(at) {
 			if !descriptorKeys[k.Value] && validKeys[k.Value] {

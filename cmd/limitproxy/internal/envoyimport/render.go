@@ -3,6 +3,9 @@ package envoyimport
 import (
 	"bytes"
 	"fmt"
+	"math"
+	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -60,6 +63,12 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 	if st.QuotaMode {
 		b.WriteString("quota_mode = true  # QUOTA_MODE\n")
 	}
+	if st.DynamicMetadata {
+		b.WriteString("dynamic_metadata = true  # RESPONSE_DYNAMIC_METADATA\n")
+	}
+	if st.StopIncrement {
+		b.WriteString("stop_increment_when_over_limit = true  # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT\n")
+	}
 	// The reference has no bounds of a call: the widest limitproxy has.
 	fmt.Fprintf(&b, "max_hits_addend = %d\nmax_descriptors = 1024\n", maxCount)
 	if depth > 16 {
@@ -91,6 +100,9 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 					rs[i] = limitName(r)
 				}
 				fmt.Fprintf(&b, "replaces = %s\n", quoteList(rs))
+			}
+			if p.metadata != nil {
+				fmt.Fprintf(&b, "metadata = %s\n", tomlValue(p.metadata))
 			}
 			if p.key != nil && p.limit != nil {
 				fmt.Fprintf(&b, "key = %s\n", quoteList(p.key))
@@ -135,6 +147,87 @@ func quote(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// tomlValue is v, a YAML value with string keys, as a TOML value: a
+// table inline, keys sorted; a null is left out (TOML has none).
+func tomlValue(v interface{}) string {
+	switch v := v.(type) {
+	case map[string]interface{}:
+		keys := make([]string, 0, len(v))
+		for k, e := range v {
+			if e != nil {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = quote(k) + " = " + tomlValue(v[k])
+		}
+		return "{ " + strings.Join(parts, ", ") + " }"
+	case []interface{}:
+		var parts []string
+		for _, e := range v {
+			if e != nil {
+				parts = append(parts, tomlValue(e))
+			}
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case string:
+		return quote(v)
+	case bool:
+		return strconv.FormatBool(v)
+	case int:
+		return strconv.Itoa(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case uint64:
+		if v > math.MaxInt64 {
+			return tomlFloat(float64(v))
+		}
+		return strconv.FormatUint(v, 10)
+	case float64:
+		return tomlFloat(v)
+	}
+	return quote(fmt.Sprint(v))
+}
+
+func tomlFloat(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "nan"
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	}
+	s := strconv.FormatFloat(f, 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eE") {
+		s += ".0"
+	}
+	return s
+}
+
+// hasNull reports whether v holds a null.
+func hasNull(v interface{}) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case map[string]interface{}:
+		for _, e := range v {
+			if hasNull(e) {
+				return true
+			}
+		}
+	case []interface{}:
+		for _, e := range v {
+			if hasNull(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func quoteList(ss []string) string {

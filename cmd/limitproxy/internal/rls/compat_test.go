@@ -14,8 +14,11 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/limitproxy/limitproxy/internal/redistest"
@@ -41,6 +44,7 @@ import (
 const compatPolicies = `
 [[policy]]
 name = "d.user"
+metadata = { team = "a", nested = { x = 1, list = ["p", true] } }
 [policy.match]
 rls_domain = "d"
 descriptor = ["user"]
@@ -51,6 +55,7 @@ window = "1m"
 
 [[policy]]
 name = "d.named"
+metadata = { team = "b", nested = { y = 2.5 }, only = "named" }
 [policy.match]
 rls_domain = "d"
 descriptor = ["named"]
@@ -119,6 +124,7 @@ window = "720h"
 [[policy]]
 name = "d.shadow"
 mode = "shadow"
+metadata = { shadow = true }
 [policy.match]
 rls_domain = "d"
 descriptor = ["shadow"]
@@ -540,7 +546,7 @@ func TestCompatibleOnRedis(t *testing.T) {
 	for name, test := range map[string]func(*testing.T){
 		"KeyOnlyRule": TestCompatibleKeyOnlyRule, "Hits": TestCompatibleHits, "Zero": TestCompatibleZero,
 		"WithoutLimits": TestCompatibleWithoutLimits, "Replaces": TestReplaces, "QuotaMode": TestQuotaMode,
-		"ShadowPolicy": TestCompatibleShadowPolicy, "OwnLimit": TestOwnLimit, "RepeatedKey": TestRepeatedKey, "Input": TestCompatibleInput,
+		"ShadowPolicy": TestCompatibleShadowPolicy, "OwnLimit": TestOwnLimit, "StopIncrement": TestStopIncrement, "DynamicMetadata": TestDynamicMetadata, "RepeatedKey": TestRepeatedKey, "Input": TestCompatibleInput,
 	} {
 		t.Run(name, test)
 	}
@@ -567,5 +573,107 @@ func TestCompatibleInput(t *testing.T) {
 		if _, err := rt.s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlscommon.RateLimitDescriptor{d}}); err == nil {
 			t.Errorf("without compatibility, %s accepted", name)
 		}
+	}
+}
+
+// TestCompatibleBadInputCodes: the reference's shouldRateLimitWorker
+// checks the domain and the descriptor list with checkServiceErr, which
+// panics a serviceError that ShouldRateLimit returns as a plain error:
+// gRPC's UNKNOWN, with its message. With compatibility the service
+// answers so; without, INVALID_ARGUMENT.
+func TestCompatibleBadInputCodes(t *testing.T) {
+	for _, c := range []struct {
+		rls  string
+		code codes.Code
+	}{{compat, codes.Unknown}, {"", codes.InvalidArgument}} {
+		rt := newRLST(t, c.rls)
+		for _, b := range []struct {
+			req *rlsv3.RateLimitRequest
+			msg string
+		}{
+			{&rlsv3.RateLimitRequest{Descriptors: []*rlscommon.RateLimitDescriptor{dsc("user=u")}}, "rate limit domain must not be empty"},
+			{&rlsv3.RateLimitRequest{Domain: "d"}, "rate limit descriptor list must not be empty"},
+		} {
+			_, err := rt.s.ShouldRateLimit(context.Background(), b.req)
+			if st, _ := status.FromError(err); st.Code() != c.code || st.Message() != b.msg {
+				t.Errorf("%q: %v, want %v %q", c.rls, err, c.code, b.msg)
+			}
+		}
+	}
+}
+
+// TestStopIncrement: stop_increment_when_over_limit is the reference's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT (src/redis/fixed_cache_impl.go,
+// DoLimit and getHitsAddend): the counts are read first (GET); a
+// descriptor whose count and hits pass its limit is near
+// (IsOverLimitThresholdReached); when one is, only the near ones are
+// incremented, the others INCRBY 0 and are answered by their count
+// (limit_remaining the limit less it). Without one near, every hit
+// counts. Without compatibility the key is refused.
+func TestStopIncrement(t *testing.T) {
+	rt := newRLST(t, compat+"stop_increment_when_over_limit = true\n")
+	rt.expect("none near", rt.call("d", dsc("user=u", hits(2))), ok, rt.limited(ok, "", 3, minute, 1))
+	rt.expect("user near", rt.call("d", dsc("user=u", hits(2)), dsc("named=x")), over,
+		rt.limited(over, "", 3, minute, 0), rt.limited(ok, "the_name", 10, hour, 10))
+	rt.expect("named was not counted", rt.call("d", dsc("named=x")), ok, rt.limited(ok, "the_name", 10, hour, 9))
+	rt.expect("user over, checked", rt.call("d", dsc("user=u", hits(0)), dsc("named=x")), over,
+		rt.limited(over, "", 3, minute, 0), rt.limited(ok, "the_name", 10, hour, 9))
+	rt.expect("own limit near", rt.call("d", dsc("own=o", own(1, typev3.RateLimitUnit_HOUR), hits(2)), dsc("named=x")), over,
+		rt.limited(over, "", 1, hour, 0), rt.limited(ok, "the_name", 10, hour, 9))
+
+	rt = newRLST(t, compat)
+	rt.call("d", dsc("user=u", hits(2)))
+	rt.expect("without the option", rt.call("d", dsc("user=u", hits(2)), dsc("named=x")), over,
+		rt.limited(over, "", 3, minute, 0), rt.limited(ok, "the_name", 10, hour, 9))
+
+	if _, err := config.Parse("x.toml", []byte("[rls]\nlisten = \"127.0.0.1:0\"\nstop_increment_when_over_limit = true\n"+compatPolicies)); err == nil || !strings.Contains(err.Error(), "stop_increment_when_over_limit") {
+		t.Errorf("without compatibility: %v", err)
+	}
+}
+
+// TestDynamicMetadata: dynamic_metadata is the reference's
+// RESPONSE_DYNAMIC_METADATA (src/service/ratelimit.go,
+// ratelimitToMetadata): the domain, each descriptor's entries as
+// "KEY=VALUE", its limit's String() and its hits_addend when set, the
+// call's hits_addend when not 0, and the metadata of the descriptors
+// that passed (a limit, not unlimited, not OVER_LIMIT; a shadow
+// policy's over is OK, so passed) merged by mergeMetadata (the first of
+// a key stays; tables merge). Without the key, none.
+func TestDynamicMetadata(t *testing.T) {
+	rt := newRLST(t, compat+"dynamic_metadata = true\n")
+	st := func(m map[string]any) *structpb.Struct {
+		s, err := structpb.NewStruct(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	check := func(step string, resp *rlsv3.RateLimitResponse, want map[string]any) {
+		t.Helper()
+		if w := st(want); !proto.Equal(resp.DynamicMetadata, w) {
+			t.Errorf("%s:\n got %v\nwant %v", step, resp.DynamicMetadata, w)
+		}
+	}
+	entries := func(es ...any) map[string]any { return map[string]any{"entries": es} }
+	check("both passed", rt.call("d", dsc("user=u"), dsc("named=x")), map[string]any{
+		"domain": "d", "descriptors": []any{entries("user=u"), entries("named=x")},
+		"metadata": map[string]any{"team": "a", "only": "named", "nested": map[string]any{"x": 1, "y": 2.5, "list": []any{"p", true}}},
+	})
+	d := dsc("user=u", hits(5))
+	ownD := dsc("free=f", own(7, typev3.RateLimitUnit_MINUTE), hits(0))
+	resp, err := rt.s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", HitsAddend: 2, Descriptors: []*rlscommon.RateLimitDescriptor{d, dsc("named=x"), dsc("shadow=s"), dsc("shadow=s"), ownD, dsc("free=g")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("user over, shadow over, an own limit, unlimited", resp, map[string]any{
+		"domain": "d", "hitsAddend": 2,
+		"descriptors": []any{
+			map[string]any{"entries": []any{"user=u"}, "hitsAddend": 5}, entries("named=x"), entries("shadow=s"), entries("shadow=s"),
+			map[string]any{"entries": []any{"free=f"}, "hitsAddend": 0, "limit": ownD.Limit.String()}, entries("free=g"),
+		},
+		"metadata": map[string]any{"team": "b", "only": "named", "shadow": true, "nested": map[string]any{"y": 2.5}},
+	})
+	if resp := newRLST(t, compat).call("d", dsc("user=u")); resp.DynamicMetadata != nil {
+		t.Errorf("without dynamic_metadata: %v", resp.DynamicMetadata)
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/limitproxy/limitproxy/limiter"
@@ -251,7 +252,73 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		// call is OK.
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
+	if s.cfg.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, resp.Statuses, verdicts)
+	}
 	return resp, nil
+}
+
+// dynamicMetadata is envoyproxy/ratelimit's dynamic_metadata of an
+// answer (RESPONSE_DYNAMIC_METADATA, its ratelimitToMetadata): the
+// domain; the descriptors, each its entries as "KEY=VALUE", its limit as
+// the protobuf's String() (text whose spacing Go's protobuf varies from
+// build to build, on purpose) and its hits_addend when set; the call's
+// hits_addend when not 0; and the metadata of the descriptors with a
+// limit that are not unlimited nor OVER_LIMIT, merged in their order
+// (mergeMetadata: a key already there stays, unless both are tables,
+// which merge).
+func dynamicMetadata(req *rlsv3.RateLimitRequest, sts []*rlsv3.RateLimitResponse_DescriptorStatus, verdicts []proxy.DescriptorVerdict) *structpb.Struct {
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	ds := make([]*structpb.Value, 0, len(req.GetDescriptors()))
+	for _, d := range req.GetDescriptors() {
+		if d == nil {
+			continue
+		}
+		es := make([]*structpb.Value, 0, len(d.GetEntries()))
+		for _, e := range d.GetEntries() {
+			es = append(es, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: es})}
+		if l := d.GetLimit(); l != nil {
+			f["limit"] = structpb.NewStringValue(l.String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		ds = append(ds, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: ds})
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for i, v := range verdicts {
+		if v.Unlimited || v.Metadata == nil || sts[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			continue
+		}
+		if m, err := structpb.NewStruct(v.Metadata); err == nil {
+			mergeMetadata(passed, m)
+		}
+	}
+	if len(passed.Fields) > 0 {
+		fields["metadata"] = structpb.NewStructValue(passed)
+	}
+	return &structpb.Struct{Fields: fields}
+}
+
+// mergeMetadata is the reference's: src's keys that dest lacks are
+// added; a key both have stays dest's, unless both are tables, which
+// merge.
+func mergeMetadata(dest, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		if dv, ok := dest.Fields[k]; ok {
+			if ds, ss := dv.GetStructValue(), v.GetStructValue(); ds != nil && ss != nil {
+				mergeMetadata(ds, ss)
+			}
+			continue
+		}
+		dest.Fields[k] = v
+	}
 }
 
 // envoyHeaders are envoyproxy/ratelimit's three response headers
@@ -331,17 +398,26 @@ func (c *limitCache) get(k limitKey) *rlsv3.RateLimitResponse_RateLimit {
 }
 
 // descriptors checks req against the bounds and converts its
-// descriptors; the error is INVALID_ARGUMENT, and then nothing is
-// counted.
+// descriptors; the error is INVALID_ARGUMENT (UNKNOWN for an empty domain
+// or no descriptors with compatibility), and then nothing is counted.
 func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, error) {
 	bad := func(format string, args ...any) error {
 		return status.Errorf(codes.InvalidArgument, format, args...)
 	}
+	// envoyproxy/ratelimit answers an empty domain and a call without
+	// descriptors with a plain error, which gRPC sends as UNKNOWN, with
+	// these messages (its service's checkServiceErr): with compatibility,
+	// so does the service.
+	compat := s.cfg.Compatibility == config.CompatEnvoy
+	code := codes.InvalidArgument
+	if compat {
+		code = codes.Unknown
+	}
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
-		return nil, bad("rate limit domain must not be empty")
+		return nil, status.Error(code, "rate limit domain must not be empty")
 	case n == 0:
-		return nil, bad("rate limit descriptor list must not be empty")
+		return nil, status.Error(code, "rate limit descriptor list must not be empty")
 	case n > s.cfg.MaxDescriptors:
 		return nil, bad("%d descriptors; at most %d (rls.max_descriptors)", n, s.cfg.MaxDescriptors)
 	}
@@ -371,7 +447,6 @@ func (s *service) descriptors(req *rlsv3.RateLimitRequest) ([]proxy.Descriptor, 
 	// envoyproxy/ratelimit answers a descriptor without entries (OK, or
 	// by its own limit), one with an empty key, and counts negative hits
 	// as hits: with compatibility, so does the service.
-	compat := s.cfg.Compatibility == config.CompatEnvoy
 	for i, d := range req.Descriptors {
 		es := d.GetEntries()
 		switch {
