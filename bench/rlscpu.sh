@@ -8,7 +8,10 @@
 # DURATION, ROUNDS times, A B A B. A line per run (the server's and the
 # generator's CPU per call from their CPU clocks, latency), then each
 # side's median and range and the per-round ratio this/BASE. Not written
-# to BENCHMARKS.md: for a change's commit message.
+# to BENCHMARKS.md: for a change's commit message. A server that has
+# fallen behind reads and writes many calls at once and so spends less
+# CPU per call than one that keeps up: compare runs alike (p50 tells
+# which), or a rate both keep up with.
 #
 #   bench/rlscpu.sh BASE [ROUNDS] [RATE] [DURATION]    (default 8 20000 2s)
 set -euo pipefail
@@ -60,12 +63,13 @@ for line in open(runs):
         continue
     kv = dict(x.split('=', 1) for x in f[2:] if '=' in x)
     by.setdefault(f[0], {})[f[1]] = kv
-def span(xs):
-    return f"{statistics.median(xs):.1f} ({min(xs):.1f}–{max(xs):.1f})" if xs else "—"
+def span(xs, unit='µs'):
+    d = {'µs': 1, 'ms': 1e3}[unit]
+    return f"{statistics.median(xs)/d:.1f} ({min(xs)/d:.1f}–{max(xs)/d:.1f}) {unit}" if xs else "—"
 for n in (a, b):
-    for k in ('cpu_per_call_server', 'cpu_per_call_generator', 'p99'):
+    for k, unit in (('cpu_per_call_server', 'µs'), ('cpu_per_call_generator', 'µs'), ('p50', 'ms'), ('p99', 'ms')):
         xs = [us(r[n][k]) for r in by.values() if n in r and k in r[n] and us(r[n][k]) is not None]
-        print(f"{n} {k}: {span(xs)} µs over {len(xs)} runs")
+        print(f"{n} {k}: {span(xs, unit)} over {len(xs)} runs")
 rs = [us(r[a]['cpu_per_call_server']) / us(r[b]['cpu_per_call_server']) for r in by.values()
       if a in r and b in r and 'cpu_per_call_server' in r[a] and 'cpu_per_call_server' in r[b]]
 if rs:
