@@ -316,7 +316,7 @@ func (h *Handler) applyLimits(ctx context.Context, r *http.Request, now time.Tim
 	if err != nil {
 		// The memory store never fails; the Redis store's on_error
 		// policy decides this case there. Forwarded as it is.
-		h.log.Error("limiter failed; request forwarded", zap.String("policy", p.Name), zap.Error(err))
+		h.logLimiterFailed(p, err)
 		o.decision, o.gated = Allowed, false
 		return
 	}
@@ -337,7 +337,7 @@ func (h *Handler) applyLimits(ctx context.Context, r *http.Request, now time.Tim
 	switch {
 	case !d.Allowed && p.Mode == config.Shadow:
 		o.decision = ShadowRejected
-		h.log.Info("shadow policy would reject", zap.String("policy", p.Name), zap.Duration("retry_after", d.RetryAfter))
+		h.logShadowReject(p, d.RetryAfter)
 	case !d.Allowed && banned && !p.Ban.Shadow:
 		// The offence's answer is the ban's: its status, and Retry-After
 		// until it ends rather than until the limit would admit.
@@ -352,7 +352,7 @@ func (h *Handler) applyLimits(ctx context.Context, r *http.Request, now time.Tim
 	case d.Delay > 0 && p.Mode == config.Shadow:
 		// Counted in the queue like an enforced request, never held.
 		o.decision = Allowed
-		h.log.Debug("shadow policy would delay", zap.String("policy", p.Name), zap.Duration("delay", d.Delay))
+		h.logShadowDelay(p, d.Delay)
 	case d.Delay > 0:
 		o.decision = Queued
 	default:
@@ -373,6 +373,26 @@ func (h *Handler) applyLimits(ctx context.Context, r *http.Request, now time.Tim
 			o.owes = nil
 		}
 	}
+}
+
+// logLimiterFailed, logShadowReject and logShadowDelay log for
+// applyLimits. They are not inlined, so that their fields take no room
+// on applyLimits's stack frame, which every decision's stack holds (an
+// RLS call's then stays within 8 KiB: rls.StreamWorkers).
+//
+//go:noinline
+func (h *Handler) logLimiterFailed(p *policy.Policy, err error) {
+	h.log.Error("limiter failed; request forwarded", zap.String("policy", p.Name), zap.Error(err))
+}
+
+//go:noinline
+func (h *Handler) logShadowReject(p *policy.Policy, retryAfter time.Duration) {
+	h.log.Info("shadow policy would reject", zap.String("policy", p.Name), zap.Duration("retry_after", retryAfter))
+}
+
+//go:noinline
+func (h *Handler) logShadowDelay(p *policy.Policy, delay time.Duration) {
+	h.log.Debug("shadow policy would delay", zap.String("policy", p.Name), zap.Duration("delay", delay))
 }
 
 // ask asks the limits that decide r, keeping in o what the answer will

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/limitproxy/limitproxy/limiter"
@@ -109,6 +110,26 @@ type rlsDecided struct {
 	unlimited bool
 }
 
+// rlsScratch is what DecideDescriptors decides a call of one descriptor
+// in (1.4 KiB: the exchange's answer parts), kept in oneScratch from one
+// call to the next instead of allocated for each: nothing holds on to it
+// past the call (the verdict, the fields and the keys it counted are
+// values or allocations of their own).
+type rlsScratch struct {
+	all  [1]rlsDecided
+	keys [limiter.MaxLimits]string
+}
+
+// oneScratch holds *rlsScratch.
+var oneScratch = sync.Pool{New: func() any { return new(rlsScratch) }}
+
+// put clears sc, so that it keeps nothing of the call alive, and puts it
+// back in oneScratch.
+func (sc *rlsScratch) put() {
+	*sc = rlsScratch{}
+	oneScratch.Put(sc)
+}
+
 // DecideDescriptors decides the descriptors of one Envoy rate limit call
 // of domain, each on its own against the first RLS policy of domain that
 // matches it, as ServeHTTP decides a request (the same decide steps:
@@ -135,7 +156,8 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 	rls := &snap.set.Config.RLS
 	compat := rls.Compatibility == config.CompatEnvoy
 	// Every descriptor's ruling, exchange, wait and keys, and the
-	// verdicts: one allocation for a call of one descriptor (most), three
+	// verdicts: for a call of one descriptor (most), the verdict's
+	// allocation and a scratch kept from call to call, three allocations
 	// for more.
 	var (
 		out  []DescriptorVerdict
@@ -143,12 +165,9 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 		keys []string
 	)
 	if len(ds) == 1 {
-		one := &struct {
-			out  [1]DescriptorVerdict
-			all  [1]rlsDecided
-			keys [limiter.MaxLimits]string
-		}{}
-		out, all, keys = one.out[:], one.all[:], one.keys[:]
+		sc := oneScratch.Get().(*rlsScratch)
+		defer sc.put()
+		out, all, keys = make([]DescriptorVerdict, 1), sc.all[:], sc.keys[:]
 	} else {
 		out = make([]DescriptorVerdict, len(ds))
 		all = make([]rlsDecided, len(ds))
@@ -266,9 +285,12 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 	}
 	fields := http.Header{}
 	if best >= 0 {
-		for name, vs := range all[best].x.w.Header() {
-			if rateLimitFields(name) {
-				fields[name] = vs
+		// The best descriptor's own header, of this call alone: what it
+		// holds beside the fields goes.
+		fields = all[best].x.w.Header()
+		for name := range fields {
+			if !rateLimitFields(name) {
+				delete(fields, name)
 			}
 		}
 		if out[best].Over && fields.Get("Retry-After") == "" {

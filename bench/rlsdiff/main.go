@@ -352,6 +352,15 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 				fmt.Printf("  whether the server meets 1 ms: the machine's other work set the p99")
 			}
 			fmt.Printf(".\n")
+			if t.pid > 0 && all[0].pid > 0 {
+				// What the p99 rests on: the share of its core the server
+				// keeps busy at this rate, beside the reference's.
+				own, ref := serverCPU(t.opens), serverCPU(all[0].opens)
+				fmt.Printf("- CPU per call at %.0f calls/s (the server's CPU clock over the open-loop runs, median, min–max): %s %s µs, %s %s µs;\n",
+					lo.rate, t.name, spanFrac(own), all[0].name, spanFrac(ref))
+				fmt.Printf("  at %.0f calls/s, C µs a call keeps C×%.1f%% of a core busy: %.0f%% of the core %s runs on, %.0f%% for %s.\n",
+					lo.rate, lo.rate/1e4, stats.Median(sorted(own))*lo.rate/1e4, t.name, stats.Median(sorted(ref))*lo.rate/1e4, all[0].name)
+			}
 		case lo.redis:
 			var ratio []float64
 			for i, r := range t.loads {
@@ -394,6 +403,22 @@ func names(ts []*target) string {
 		n = append(n, t.name)
 	}
 	return strings.Join(n, ", ")
+}
+
+// serverCPU is the server's CPU per call of each open-loop run, in µs.
+func serverCPU(runs []openRun) []float64 {
+	var v []float64
+	for _, r := range runs {
+		v = append(v, float64(r.serverCPU.Nanoseconds())/1000)
+	}
+	return v
+}
+
+// sorted is a sorted copy of v.
+func sorted(v []float64) []float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s
 }
 
 // cpuTime is proc.CPUTime of pid; 0 for pid 0 (unknown).

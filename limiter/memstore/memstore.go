@@ -180,6 +180,15 @@ func (s *Store) Decide(_ context.Context, limits []driver.Limit, keys driver.Key
 		sh.mu.Unlock()
 		return d, nil
 	}
+	return s.decideAll(limits, keys, now, n), nil
+}
+
+// decideAll is Decide of two limits or more: each limit's shard locked
+// (once), decided without committing, then, if every one allows,
+// committed. Apart from Decide, so that its arrays are not on the stack
+// of a call of one limit (a gRPC call's stack then stays within 8 KiB:
+// rls.StreamWorkers).
+func (s *Store) decideAll(limits []driver.Limit, keys driver.Keys, now time.Time, n int64) driver.Decision {
 	var (
 		ids [limiter.MaxLimits]int32
 		hs  [limiter.MaxLimits]uint64
@@ -201,7 +210,7 @@ func (s *Store) Decide(_ context.Context, limits []driver.Limit, keys driver.Key
 		}
 	}
 	s.unlock(locked)
-	return d, nil
+	return d
 }
 
 // hashes fills hs and shs with the hash and shard of each limit's key,
