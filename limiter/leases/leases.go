@@ -583,8 +583,9 @@ func (s *Store) entry(sh *shard, l *driver.Limit, key string, now time.Time) *en
 }
 
 // evict drops, of a few entries of sh, one that holds no lease and has
-// not been used for two LeaseTimes, else the least recently used that is
-// not being renewed; false if there is none.
+// not been used for two LeaseTimes, else the least recently used of
+// those that hold no lease; false if there is none (a new key is then
+// decided exactly): a flood of new keys never takes a hot key's lease.
 func (s *Store) evict(sh *shard, now time.Time) bool {
 	var victim entryKey
 	var oldest time.Time
@@ -594,10 +595,10 @@ func (s *Store) evict(sh *shard, now time.Time) bool {
 		if seen++; seen > 8 {
 			break
 		}
-		if e.renewing {
+		if e.renewing || e.left > 0 && now.Before(e.expires) {
 			continue
 		}
-		if (e.left == 0 || !now.Before(e.expires)) && e.used.Before(idle) {
+		if e.used.Before(idle) {
 			victim, found = k, true
 			break
 		}

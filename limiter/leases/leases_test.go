@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -769,6 +770,142 @@ func TestLocalFigures(t *testing.T) {
 		}
 		if c := shared.exact["k"] + shared.leased["k"]; c != calls {
 			t.Errorf("the refusal asked the shared store %d times", c-calls)
+		}
+	})
+}
+
+// TestSomeLimitsToShared: of three limits, one decided from its lease,
+// the other two by the shared store together: a request one of those two
+// refuses is refused, with its figures, and gives the lease back.
+func TestSomeLimitsToShared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
+		big, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
+		loose, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100, Window: time.Hour})
+		strict, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 6, Window: time.Hour})
+		lim, err := limiter.New(tier, "p", big.WithAccuracy(limiter.Bounded), loose, strict)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for i := range 6 {
+			if d, _ := lim.Allow(ctx, "k", time.Now(), 1); !d.Allowed {
+				t.Fatalf("request %d refused within every limit: %+v", i, d)
+			}
+			synctest.Wait()
+		}
+		if shared.leased["k"] == 0 {
+			t.Fatal("no lease: the test checks nothing")
+		}
+		held := tier.Holding(time.Now()).Units
+		d, err := lim.Allow(ctx, "k", time.Now(), 1)
+		if err != nil || d.Allowed || d.Index != 2 || d.Limit != 6 {
+			t.Errorf("over the sliding log: %+v %v, want refused by limit 2 with its figures", d, err)
+		}
+		if h := tier.Holding(time.Now()).Units; h != held {
+			t.Errorf("the lease held %d, then %d", held, h)
+		}
+	})
+}
+
+// TestLeaseSizes: a lease holds what the key's rate admits in half a
+// lease time (at least MinLease, at most MaxLease), the rate measured
+// over the last whole period of LeaseTime and the one going on; a key
+// quiet for two periods is cold again.
+func TestLeaseSizes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &sizing{recording: newRecording(0)}
+		tier := leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4})
+		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
+		lim := newLimiter(t, tier, fw)
+		ctx := context.Background()
+		send := func(n int, every time.Duration) {
+			for range n {
+				lim.Allow(ctx, "k", time.Now(), 1)
+				synctest.Wait()
+				time.Sleep(every)
+			}
+		}
+		// 4 admitted in the first period: hot at the 4th, a lease of
+		// max(MinLease, 4/2) = 4.
+		send(4, time.Millisecond)
+		// 60 more within the second: the rate reaches 64 a period, and
+		// leases grow to half of it, 32, never past MaxLease (100).
+		time.Sleep(time.Second)
+		send(60, 10*time.Millisecond)
+		got := shared.sizes()
+		if len(got) < 3 || got[0] != 4 || got[len(got)-1] > 100 {
+			t.Fatalf("lease sizes %v: want 4 first, none past 100", got)
+		}
+		if top := slices.Max(got); top < 20 || top > 32 {
+			t.Errorf("lease sizes %v: the largest should be about half the rate of 64 a period (32)", got)
+		}
+		// Quiet for two periods: cold, decided exactly until it is hot again.
+		time.Sleep(2*time.Second + time.Millisecond)
+		before := len(shared.sizes())
+		send(3, time.Millisecond)
+		if n := len(shared.sizes()); n != before {
+			t.Errorf("a key quiet for two lease times was leased at its 3rd request: sizes %v", shared.sizes())
+		}
+		if e := shared.exact["k"]; e < 3 {
+			t.Errorf("%d exact decisions, want the 3 after the quiet", e)
+		}
+	})
+}
+
+// sizing records the size of every lease asked for.
+type sizing struct {
+	*recording
+	mu sync.Mutex
+	ns []int64
+}
+
+func (s *sizing) Decide(ctx context.Context, limits []driver.Limit, keys driver.Keys, now time.Time, n int64) (driver.Decision, error) {
+	if n > 1 {
+		s.mu.Lock()
+		s.ns = append(s.ns, n)
+		s.mu.Unlock()
+	}
+	return s.recording.Decide(ctx, limits, keys, now, n)
+}
+
+func (s *sizing) sizes() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ns)
+}
+
+// TestEvictsIdleFirst: a full table drops a key that holds no lease and
+// has been quiet for two lease times before a busy one.
+func TestEvictsIdleFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		// One key a shard: a second key of the same shard must evict.
+		tier := leases.New(shared, leases.Options{MaxKeys: 64, MinLease: 2, MaxShare: 0.5, LeaseTime: time.Second})
+		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
+		lim := newLimiter(t, tier, fw)
+		ctx := context.Background()
+		// Keys 0..199 are sent once and go quiet; "busy" is kept hot.
+		for i := range 200 {
+			lim.Allow(ctx, fmt.Sprint("quiet", i), time.Now(), 1)
+		}
+		time.Sleep(3 * time.Second)
+		for range 50 {
+			lim.Allow(ctx, "busy", time.Now(), 1)
+			synctest.Wait()
+		}
+		if shared.leased["busy"] == 0 {
+			t.Fatal("the busy key was never leased: the quiet keys kept it out")
+		}
+		// New keys now: they may take the quiet keys' places, never the
+		// busy key's lease.
+		held := tier.Holding(time.Now())
+		for i := range 200 {
+			lim.Allow(ctx, fmt.Sprint("new", i), time.Now(), 1)
+		}
+		if h := tier.Holding(time.Now()); h.Keys != held.Keys || h.Units != held.Units {
+			t.Errorf("new keys evicted the busy key's lease: %+v before, %+v after", held, h)
 		}
 	})
 }
