@@ -125,8 +125,9 @@ type Options struct {
 	// DefaultMinLease.
 	MinLease int64
 	// MaxKeys bounds the keys of Bounded limits this instance tracks;
-	// past it, a new key is decided by the shared store until an idle
-	// one is dropped. 0 means DefaultMaxKeys.
+	// past it, a new key is decided by the shared store until one that
+	// holds no lease can be dropped (one holding a lease never is). 0
+	// means DefaultMaxKeys.
 	MaxKeys int
 	// RenewTimeout bounds a renewal's call to the shared store; 0 means
 	// DefaultRenewTimeout.
