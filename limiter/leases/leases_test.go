@@ -763,7 +763,7 @@ func TestLocalFigures(t *testing.T) {
 		calls := shared.exact["k"] + shared.leased["k"]
 		time.Sleep(time.Minute)
 		d, err = lim.Allow(ctx, "k", time.Now(), 1)
-		wait := end.Sub(time.Now())
+		wait := time.Until(end)
 		want = limiter.Decision{RetryAfter: wait, Limit: 40, ResetAt: end, Next: wait}
 		if err != nil || d != want {
 			t.Errorf("refused here:\n got %+v\nwant %+v", d, want)
