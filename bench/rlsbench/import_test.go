@@ -102,13 +102,13 @@ func matches(patterns []string, d *rlcommon.RateLimitDescriptor) bool {
 	}
 	for i, pat := range patterns {
 		e := d.Entries[i]
-		k, v, hasV := strings.Cut(pat, "=")
+		k, v, hasV, wild := splitPattern(pat)
 		switch {
 		case k != e.Key:
 			return false
 		case !hasV:
-		case strings.HasSuffix(v, "*"):
-			if !strings.HasPrefix(e.Value, strings.TrimSuffix(v, "*")) {
+		case wild:
+			if !strings.HasPrefix(e.Value, v) {
 				return false
 			}
 		case v != e.Value:
@@ -116,6 +116,36 @@ func matches(patterns []string, d *rlcommon.RateLimitDescriptor) bool {
 		}
 	}
 	return true
+}
+
+// splitPattern reads a descriptor pattern as docs/configuration.md writes
+// it: "KEY", "KEY=VALUE" or "KEY=PREFIX*" (the fixtures' wildcards are
+// trailing), a '\' making the '*', '=' or '\' after it literal. It
+// returns the key, the value or prefix, whether there is one, and
+// whether it is a prefix.
+func splitPattern(pat string) (key, value string, hasValue, wild bool) {
+	var cur strings.Builder
+	for i := 0; i < len(pat); i++ {
+		c := pat[i]
+		if c == '\\' && i+1 < len(pat) && strings.IndexByte("\\*=", pat[i+1]) >= 0 {
+			cur.WriteByte(pat[i+1])
+			i++
+			continue
+		}
+		switch {
+		case c == '=' && !hasValue:
+			key, hasValue = cur.String(), true
+			cur.Reset()
+		case c == '*' && hasValue && i == len(pat)-1:
+			wild = true
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	if !hasValue {
+		return cur.String(), "", false, false
+	}
+	return key, cur.String(), true, wild
 }
 
 // TestImportDecidesAsTheReference runs the reference with the importer's
