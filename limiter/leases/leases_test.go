@@ -64,6 +64,8 @@ type recording struct {
 	exact   map[string]int
 	leased  map[string]int
 	fail    bool
+	// failLeases fails the leases (weight > 1) alone.
+	failLeases bool
 }
 
 func newRecording(latency time.Duration) *recording {
@@ -79,7 +81,7 @@ func (r *recording) Decide(ctx context.Context, limits []driver.Limit, keys driv
 	} else {
 		r.exact[k]++
 	}
-	fail := r.fail
+	fail := r.fail || r.failLeases && n > 1
 	r.mu.Unlock()
 	if fail {
 		return driver.Decision{}, fmt.Errorf("down: %w", driver.ErrStoreUnavailable)
@@ -906,6 +908,44 @@ func TestEvictsIdleFirst(t *testing.T) {
 		}
 		if h := tier.Holding(time.Now()); h.Keys != held.Keys || h.Units != held.Units {
 			t.Errorf("new keys evicted the busy key's lease: %+v before, %+v after", held, h)
+		}
+	})
+}
+
+// TestExactRefusalRemembered: a hot key whose lease cannot be had (the
+// shared store fails leases) is decided exactly; once the shared store
+// refuses it, it is refused here until the wait the shared store named,
+// without asking again, and asks again after it.
+func TestExactRefusalRemembered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newRecording(0)
+		shared.failLeases = true
+		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
+		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 10, Window: time.Minute})
+		lim := newLimiter(t, tier, fw)
+		ctx := context.Background()
+		for i := range 10 {
+			if d, _ := lim.Allow(ctx, "k", time.Now(), 1); !d.Allowed {
+				t.Fatalf("request %d refused within the limit", i)
+			}
+			synctest.Wait()
+		}
+		d, _ := lim.Allow(ctx, "k", time.Now(), 1) // refused by the shared store
+		if d.Allowed {
+			t.Fatal("the 11th admitted")
+		}
+		calls := shared.exact["k"]
+		time.Sleep(30 * time.Second)
+		d, _ = lim.Allow(ctx, "k", time.Now(), 1)
+		if d.Allowed || shared.exact["k"] != calls {
+			t.Errorf("within the wait: %+v, %d more calls; want refused here", d, shared.exact["k"]-calls)
+		}
+		if d.RetryAfter != 30*time.Second {
+			t.Errorf("RetryAfter %v, want the 30 s left of the wait", d.RetryAfter)
+		}
+		time.Sleep(30 * time.Second)
+		if d, _ = lim.Allow(ctx, "k", time.Now(), 1); !d.Allowed || shared.exact["k"] != calls+1 {
+			t.Errorf("after the wait: %+v, %d more calls; want admitted by the shared store", d, shared.exact["k"]-calls)
 		}
 	})
 }
