@@ -490,10 +490,7 @@ func TestResetDropsLease(t *testing.T) {
 		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100, Window: time.Hour})
 		lim := newLimiter(t, tier, fw)
 		ctx := context.Background()
-		for range 50 {
-			lim.Allow(ctx, "k", time.Now(), 1)
-			synctest.Wait()
-		}
+		allowN(lim, "k", 50)
 		if tier.Holding(time.Now()).Keys != 1 {
 			t.Fatal("no lease held")
 		}
@@ -609,10 +606,7 @@ func TestMaxKeys(t *testing.T) {
 		}
 		// Idle for two lease times: a new key finds room and is leased.
 		time.Sleep(3 * time.Second)
-		for range 4 {
-			lim.Allow(ctx, "fresh", time.Now(), 1)
-			synctest.Wait()
-		}
+		allowN(lim, "fresh", 4)
 		if shared.leased["fresh"] == 0 {
 			t.Error("a new key after the others went idle was never leased")
 		}
@@ -663,10 +657,7 @@ func TestHoldingAndStats(t *testing.T) {
 		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour, Cost: 2})
 		lim := newLimiter(t, tier, fw)
 		ctx := context.Background()
-		for range 4 { // exact, through the shared store; the 4th makes it hot
-			lim.Allow(ctx, "k", time.Now(), 1)
-			synctest.Wait()
-		}
+		allowN(lim, "k", 4)
 		// A lease of max(min_lease, rate/2) = 4 requests, 8 units.
 		want := leases.Holding{Units: 8, Keys: 1, MaxRatio: 8.0 / 1000}
 		if h := tier.Holding(time.Now()); h != want {
@@ -714,7 +705,7 @@ func TestRefusedLocallyFolds(t *testing.T) {
 		lim.Allow(ctx, "k", time.Now(), 1)
 		synctest.Wait()
 		held := tier.Holding(time.Now()).Units
-		calls := shared.exact["k"] + shared.leased["k"]
+		calls := shared.calls("k")
 		d, err := lim.Allow(ctx, "k", time.Now(), 1)
 		if err != nil || d.Allowed || d.Index != 2 {
 			t.Fatalf("over a and b: %+v %v, want refused with b's figures (it resets last)", d, err)
@@ -725,7 +716,7 @@ func TestRefusedLocallyFolds(t *testing.T) {
 		if h := tier.Holding(time.Now()).Units; h != held {
 			t.Errorf("the lease of the first limit held %d, then %d", held, h)
 		}
-		if c := shared.exact["k"] + shared.leased["k"]; c != calls {
+		if c := shared.calls("k"); c != calls {
 			t.Errorf("the shared store was asked %d times more", c-calls)
 		}
 	})
@@ -742,10 +733,7 @@ func TestLocalFigures(t *testing.T) {
 		lim := newLimiter(t, tier, fw)
 		ctx := context.Background()
 		end := time.Now().Truncate(time.Hour).Add(time.Hour)
-		for range 2 { // 4 units, exact; then a lease of 2 requests (MaxLease: 4 units ÷ 2)
-			lim.Allow(ctx, "k", time.Now(), 1)
-			synctest.Wait()
-		}
+		allowN(lim, "k", 2)
 		if shared.leased["k"] != 1 {
 			t.Fatalf("%d leases, want 1", shared.leased["k"])
 		}
@@ -758,11 +746,8 @@ func TestLocalFigures(t *testing.T) {
 			t.Errorf("from the lease:\n got %+v\nwant %+v", d, want)
 		}
 		// Spend the rest through Redis, then a refusal.
-		for range 20 {
-			lim.Allow(ctx, "k", time.Now(), 1)
-			synctest.Wait()
-		}
-		calls := shared.exact["k"] + shared.leased["k"]
+		allowN(lim, "k", 20)
+		calls := shared.calls("k")
 		time.Sleep(time.Minute)
 		d, err = lim.Allow(ctx, "k", time.Now(), 1)
 		wait := time.Until(end)
@@ -770,7 +755,7 @@ func TestLocalFigures(t *testing.T) {
 		if err != nil || d != want {
 			t.Errorf("refused here:\n got %+v\nwant %+v", d, want)
 		}
-		if c := shared.exact["k"] + shared.leased["k"]; c != calls {
+		if c := shared.calls("k"); c != calls {
 			t.Errorf("the refusal asked the shared store %d times", c-calls)
 		}
 	})
@@ -893,10 +878,7 @@ func TestEvictsIdleFirst(t *testing.T) {
 			lim.Allow(ctx, fmt.Sprint("quiet", i), time.Now(), 1)
 		}
 		time.Sleep(3 * time.Second)
-		for range 50 {
-			lim.Allow(ctx, "busy", time.Now(), 1)
-			synctest.Wait()
-		}
+		allowN(lim, "busy", 50)
 		if shared.leased["busy"] == 0 {
 			t.Fatal("the busy key was never leased: the quiet keys kept it out")
 		}
@@ -948,4 +930,21 @@ func TestExactRefusalRemembered(t *testing.T) {
 			t.Errorf("after the wait: %+v, %d more calls; want admitted by the shared store", d, shared.exact["k"]-calls)
 		}
 	})
+}
+
+// allowN sends n requests of key through lim, one at a time, each one's
+// renewal (if any) done before the next (inside a synctest bubble).
+func allowN(lim *limiter.Limiter, key string, n int) {
+	for range n {
+		lim.Allow(context.Background(), key, time.Now(), 1)
+		synctest.Wait()
+	}
+}
+
+// calls is how many times r was asked to decide key, exactly or for a
+// lease.
+func (r *recording) calls(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.exact[key] + r.leased[key]
 }
