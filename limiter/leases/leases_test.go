@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -507,7 +508,8 @@ func TestResetDropsLease(t *testing.T) {
 	})
 }
 
-// TestLeakyStaysExact: a leaky bucket cannot be Bounded.
+// TestLeakyStaysExact: a leaky bucket cannot be Bounded; a scaled limit
+// keeps its accuracy.
 func TestLeakyStaysExact(t *testing.T) {
 	lb, err := limiter.NewLeakyBucket(limiter.LeakyBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Queue: 5})
 	if err != nil {
@@ -515,6 +517,13 @@ func TestLeakyStaysExact(t *testing.T) {
 	}
 	if a := lb.WithAccuracy(limiter.Bounded).Accuracy(); a != limiter.Exact {
 		t.Errorf("leaky bucket accuracy %v, want exact", a)
+	}
+	// A per-key override scales a limit: it stays as accurate as the
+	// policy's, and says so.
+	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Burst: 100})
+	scaled, err := tb.WithAccuracy(limiter.Bounded).Scaled(2)
+	if err != nil || scaled.Accuracy() != limiter.Bounded || !strings.Contains(scaled.String(), "accuracy=bounded") {
+		t.Errorf("scaled: %v %v, want a bounded limit", scaled, err)
 	}
 }
 
