@@ -12,7 +12,11 @@
 # (throughput) and open loop at RATE calls a second (latency), with
 # limitproxy on the Redis store and, a second process, on the memory
 # store. With two CPUs or more and taskset, the servers and Redis run on
-# CPU 1 and the load generator on CPU 0.
+# CPU 1 and the load generator on CPU 0. Two servers that decide nothing
+# are measured under the same load, left out of the differential: the
+# floor under the memory store's p99 on this machine (bench/barerls:
+# grpc-go with [rls]'s transport options, answering OK; bench/h2floor:
+# HTTP/2 framing alone, no gRPC library).
 #
 # limitproxy serves `limitproxy import bench/rls/config.yaml` with the
 # Redis store. The script starts it when this build's configuration has
@@ -56,7 +60,7 @@ fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 go build -o "$tmp/limitproxy" ./cmd/limitproxy
-(cd bench && go build -o "$tmp/rlsdiff" ./rlsdiff)
+(cd bench && go build -o "$tmp/rlsdiff" ./rlsdiff && go build -o "$tmp/barerls" ./barerls && go build -o "$tmp/h2floor" ./h2floor)
 version=$(sed -n 's/^\tVersion = "\(.*\)"$/\1/p' bench/internal/rlsref/rlsref.go)
 echo "building github.com/envoyproxy/ratelimit@$version" >&2
 GOBIN="$tmp" GOFLAGS=-mod=mod CGO_ENABLED=0 go install "github.com/envoyproxy/ratelimit/src/service_cmd@$version"
@@ -104,6 +108,15 @@ if [ -z "$lp_addr" ]; then
     echo "$check" | head -3 >&2
   fi
 fi
+# The floors: servers that decide nothing, on CPU 1 like the others.
+floors=()
+for f in "grpc-go alone=barerls" "HTTP/2 framing alone=h2floor"; do
+  port=$(free_port)
+  "${pin[@]}" "$tmp/${f#*=}" -listen "127.0.0.1:$port" >"$tmp/${f#*=}.log" 2>&1 &
+  pids+=($!)
+  floors+=(-floor "${f%%=*}=127.0.0.1:$port" -pid "${f%%=*}=$!")
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+done
 [ -n "$lp_addr" ] && targets=(-target "limitproxy (Redis)=$lp_addr" -redis-target "limitproxy (Redis)")
 [ -n "${mem_addr:-}" ] && targets+=(-target "limitproxy (memory)=$mem_addr" -memory "limitproxy (memory)")
 
@@ -117,7 +130,7 @@ fi
   echo "$placement. The machine is shared with other work: $(cut -d' ' -f1-3 /proc/loadavg) load average (1, 5, 15 min) when the run began."
   echo
   "${gen[@]}" "$tmp/rlsdiff" ${refwrap:+-refwrap "$refwrap"} "${lp_pids[@]}" -redis-pid "$redis_pid" -redis "127.0.0.1:$redis_port" -refbin "$tmp/service_cmd" -config bench/rls/config.yaml \
-    -stream bench/rls/differential.txt -toml "$tmp/rls.toml" -random 2000 "${targets[@]}" -calls "$calls" -rounds "$rounds" -rate "$rate" -openfor "$openfor"
+    -stream bench/rls/differential.txt -toml "$tmp/rls.toml" -random 2000 "${targets[@]}" "${floors[@]}" -calls "$calls" -rounds "$rounds" -rate "$rate" -openfor "$openfor"
   echo "<!-- rls:end -->"
 } >"$tmp/section.md"
 write_section rls "$tmp/section.md"

@@ -11,7 +11,7 @@
 //	    [-target limitproxy=127.0.0.1:8091] \
 //	    [-calls 20000] [-c 16] [-rounds 3] [-rate 20000 -openfor 2s] \
 //	    [-conns 4] [-refwrap 'taskset -c 1'] [-pid NAME=PID] \
-//	    [-memory NAME] [-redis-target NAME]
+//	    [-memory NAME] [-redis-target NAME] [-floor NAME=ADDRESS]
 //
 // Each round measures every target closed loop (-c calls in flight, as
 // fast as it answers: throughput; rlsload.ClosedLoop) and then open loop
@@ -21,7 +21,10 @@
 // its PID, the server took per call in the open loop.
 // -memory and -redis-target name the targets whose figures are checked
 // against the issue's targets (p99 ≤ 1 ms at 20,000/s; the reference's
-// throughput).
+// throughput). A -floor is a server that decides nothing (bench/barerls,
+// bench/h2floor), measured under load beside the others but left out of
+// the differential: what the machine and the gRPC stack cost before any
+// decision, the floor under the memory store's p99.
 package main
 
 import (
@@ -52,7 +55,7 @@ func (t *targets) String() string     { return strings.Join(*t, ",") }
 func (t *targets) Set(s string) error { *t = append(*t, s); return nil }
 
 func main() {
-	var extra, pids targets
+	var extra, pids, floors targets
 	redis := flag.String("redis", "", "the redis-server `ADDRESS` the reference uses")
 	config := flag.String("config", "bench/rls/config.yaml", "the reference's YAML configuration `FILE`")
 	streamFile := flag.String("stream", "bench/rls/differential.txt", "the differential stream `FILE` (rlsbench's format)")
@@ -66,6 +69,7 @@ func main() {
 	rate := flag.Float64("rate", 20000, "the open-loop rate, in calls (one descriptor each) per second; 0: no open-loop runs")
 	conns := flag.Int("conns", 4, "HTTP/2 connections per target under load, closed and open loop (calls spread over them in turn)")
 	refWrap := flag.String("refwrap", "", "a `COMMAND` the reference is started under, with its path as the last argument (as 'taskset -c 1')")
+	flag.Var(&floors, "floor", "a server that decides nothing, measured under load only (not in the differential), as `NAME=ADDRESS` (repeatable)")
 	flag.Var(&pids, "pid", "a -target's process, as `NAME=PID`, whose CPU time per call is shown (repeatable)")
 	redisPid := flag.Int("redis-pid", 0, "the redis-server's `PID`: its CPU time is the Redis targets' and the reference's, not other work's")
 	openFor := flag.Duration("openfor", 2*time.Second, "each open-loop run's length")
@@ -83,7 +87,7 @@ func main() {
 		}
 		o.pids[name] = n
 	}
-	if err := mainErr(*redis, *config, *streamFile, extra, o, *refBin, *imported, *random); err != nil {
+	if err := mainErr(*redis, *config, *streamFile, extra, floors, o, *refBin, *imported, *random); err != nil {
 		fmt.Fprintln(os.Stderr, "rlsdiff:", err)
 		os.Exit(1)
 	}
@@ -91,7 +95,8 @@ func main() {
 
 type target struct {
 	name, addr string
-	pid        int // 0: unknown
+	pid        int  // 0: unknown
+	floor      bool // decides nothing: measured, not compared
 	client     rlsv3.RateLimitServiceClient
 	open       []*rlsload.Conn // -conns of them, for the load rounds
 	loads      []rlsload.Result
@@ -120,7 +125,7 @@ type loadOptions struct {
 	memory, redis       string // target names
 }
 
-func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, refBin, imported string, random int) error {
+func mainErr(redis, config, streamFile string, extra, floors []string, lo loadOptions, refBin, imported string, random int) error {
 	calls, conc, rounds := lo.calls, lo.conc, lo.rounds
 	if redis == "" {
 		return fmt.Errorf("-redis is required")
@@ -153,6 +158,14 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 			return fmt.Errorf("-target %q: want NAME=ADDRESS", e)
 		}
 		all = append(all, &target{name: name, addr: addr, pid: lo.pids[name]})
+	}
+	compared := len(all)
+	for _, e := range floors {
+		name, addr, ok := strings.Cut(e, "=")
+		if !ok {
+			return fmt.Errorf("-floor %q: want NAME=ADDRESS", e)
+		}
+		all = append(all, &target{name: name, addr: addr, pid: lo.pids[name], floor: true})
 	}
 	for _, t := range all {
 		conn, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -195,8 +208,8 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 		stream = append(stream, rlsload.RandomCalls(patterns, random, 28)...)
 	}
 	day := time.Now().Unix() / 86400
-	seqs := make([][]string, len(all))
-	for i, t := range all {
+	seqs := make([][]string, compared)
+	for i, t := range all[:compared] {
 		r := rlsload.Run(ctx, t.client, stream, rlsload.Options{Calls: len(stream), Concurrency: 1, Timeout: 5 * time.Second})
 		seqs[i] = r.Sequence
 	}
@@ -204,7 +217,7 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 		return fmt.Errorf("the differential spanned midnight UTC (a new day window): run it again")
 	}
 	var differ []string
-	for i := 1; i < len(all); i++ {
+	for i := 1; i < compared; i++ {
 		for j := range seqs[0] {
 			if seqs[i][j] != seqs[0][j] {
 				differ = append(differ, fmt.Sprintf("%s, call %d (%s): %q, the reference %q", all[i].name, j+1, describe(stream[j]), seqs[i][j], seqs[0][j]))
@@ -273,7 +286,7 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 	}
 	fmt.Printf(", one after another, to each server (each on its own counters in one Redis; the reference answered OVER_LIMIT to %d): ", overs)
 	if len(differ) == 0 {
-		fmt.Printf("the codes of %s are the reference's, call for call.\n\n", names(all[1:]))
+		fmt.Printf("the codes of %s are the reference's, call for call.\n\n", names(all[1:compared]))
 	} else {
 		fmt.Printf("**%d calls differ**:\n\n", len(differ))
 		for _, d := range differ {
@@ -360,6 +373,22 @@ func mainErr(redis, config, streamFile string, extra []string, lo loadOptions, r
 					lo.rate, t.name, spanFrac(own), all[0].name, spanFrac(ref))
 				fmt.Printf("  at %.0f calls/s, C µs a call keeps C×%.1f%% of a core busy: %.0f%% of the core %s runs on, %.0f%% for %s.\n",
 					lo.rate, lo.rate/1e4, stats.Median(sorted(own))*lo.rate/1e4, t.name, stats.Median(sorted(ref))*lo.rate/1e4, all[0].name)
+			}
+			for _, f := range all {
+				if !f.floor || len(f.opens) == 0 {
+					continue
+				}
+				// The same load on a server that decides nothing: what the
+				// p99 can be on this machine before any decision.
+				var fp99 []float64
+				for _, r := range f.opens {
+					fp99 = append(fp99, float64(r.P99.Microseconds()))
+				}
+				fmt.Printf("- The floor under it, a server that decides nothing, in the same rounds: %s, p99 %s", f.name, spanµs(fp99))
+				if f.pid > 0 {
+					fmt.Printf(", %s µs of CPU per call", spanFrac(serverCPU(f.opens)))
+				}
+				fmt.Printf(".\n")
 			}
 		case lo.redis:
 			var ratio []float64
