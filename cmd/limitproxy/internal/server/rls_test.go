@@ -706,3 +706,33 @@ func BenchmarkRLS(b *testing.B) {
 		}
 	})
 }
+
+// TestRLSTopOffendersWithoutHeaders: with response_headers = "none" an
+// answer carries no RateLimit fields, so none are built, and the top
+// offenders are still recorded: a user past the limit is listed with
+// its rejections, as with the fields.
+func TestRLSTopOffendersWithoutHeaders(t *testing.T) {
+	for _, headers := range []string{"none", "envoy", "ratelimit"} {
+		t.Run(headers, func(t *testing.T) {
+			c, admin, _, _, _ := rlsServerWith(t, "", `response_headers = "`+headers+`"`)
+			req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("alg=tb", "user=mallory")}}
+			for i := range 5 {
+				resp, err := ask(t, c, req)
+				want := rlsv3.RateLimitResponse_OK
+				if i >= 3 {
+					want = rlsv3.RateLimitResponse_OVER_LIMIT
+				}
+				if err != nil || resp.OverallCode != want {
+					t.Fatalf("call %d: %v %v, want %v", i, resp, err, want)
+				}
+				if got := resp.GetResponseHeadersToAdd(); (len(got) > 0) != (headers != "none") {
+					t.Errorf("call %d: response headers %v with response_headers = %q", i, got, headers)
+				}
+			}
+			top := get(t, admin+"/api/v1/top?policy=tb")
+			if !strings.Contains(top, `"total_rejected": 2`) {
+				t.Errorf("top offenders lack mallory's 2 rejections:\n%s", top)
+			}
+		})
+	}
+}
