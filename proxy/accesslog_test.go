@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -296,5 +297,36 @@ func TestRejectHeadBytesSent(t *testing.T) {
 				t.Errorf("%v: HEAD answered %s logged bytes_sent %s; nothing of a body is sent to HEAD", via, m[2], m[3])
 			}
 		}
+	}
+}
+
+// TestNewRequestIDUnique: generated ids are 32 hex digits and never
+// repeat, from many goroutines at once (each takes a generator of its
+// own from the pool; none is shared by two requests at a time), nor
+// across generators made one after another (each seeded anew).
+func TestNewRequestIDUnique(t *testing.T) {
+	const goroutines, each = 8, 2000
+	ids := make(chan string, goroutines*each)
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				ids <- newRequestID()
+			}
+		})
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[string]bool{}
+	for id := range ids {
+		if !hexID.MatchString(id) || seen[id] {
+			t.Fatalf("request id %q: malformed or repeated", id)
+		}
+		seen[id] = true
+	}
+	// Two generators made one after another start apart.
+	a, b := idSources.New().(*mrand.ChaCha8), idSources.New().(*mrand.ChaCha8)
+	if a.Uint64() == b.Uint64() {
+		t.Error("two generators of idSources start alike")
 	}
 }
