@@ -204,6 +204,6 @@ rm -rf "$dist"
 # exceeded" at its end on a loaded machine, a race in Go's fuzzing
 # coordinator (go.dev/issue/75804, fixed in go1.27).
 step "go test -fuzz (briefly)"
-for target in ./policy/config:FuzzParseRate ./policy/config:FuzzParse ./proxy:FuzzClientKey ./proxy:FuzzRewriteKeyParts ./proxy:FuzzNormalizePath ./proxy:FuzzSyncTransport ./proxy:FuzzWriteHead ./internal/h1:FuzzParseHead; do
+for target in ./policy/config:FuzzParseRate ./policy/config:FuzzParse ./proxy:FuzzClientKey ./proxy/internal/clientkey:FuzzParsePeer ./proxy:FuzzRewriteKeyParts ./proxy:FuzzNormalizePath ./proxy:FuzzSyncTransport ./proxy:FuzzWriteHead ./internal/h1:FuzzParseHead; do
   go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 10000x "${target%%:*}"
 done

