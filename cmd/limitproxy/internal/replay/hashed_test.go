@@ -2,11 +2,8 @@ package replay
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,9 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	jose "github.com/go-jose/go-jose/v4"
 )
 
 // hashedRecordConfig keys one policy by each kind of secret a client
@@ -114,31 +108,8 @@ func secretValue(t *testing.T, prefix string) string {
 // with agrees with every decision.
 func TestRecordThenReplayHashed(t *testing.T) {
 	t.Setenv("LIMITPROXY_TEST_REPLAY_HASH", "a-secret-of-at-least-16-bytes")
-	dir := t.TempDir()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jwks := filepath.Join(dir, "jwks.json")
-	b, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &priv.PublicKey, KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
-	if err := os.WriteFile(jwks, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	token := func(sub string) string {
-		now := time.Now()
-		claims := map[string]any{"sub": sub, "iat": now.Add(-time.Minute).Unix(), "exp": now.Add(time.Hour).Unix()}
-		sg, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: priv}, (&jose.SignerOptions{}).WithHeader("kid", "k1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(claims)
-		obj, err := sg.Sign(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, _ := obj.CompactSerialize()
-		return s
-	}
+	jwks, issue := testIssuer(t)
+	token := func(sub string) string { return issue(map[string]any{"sub": sub}) }
 
 	// Three clients of each kind; each sends 5 requests (3 allowed, 2
 	// rejected), one after another, the clients at once.
@@ -254,7 +225,7 @@ func TestRecordThenReplayHashed(t *testing.T) {
 
 	// A configuration that compares the hashed API key by value cannot be
 	// replayed exactly on this log: the report says so.
-	alt := filepath.Join(dir, "alt.toml")
+	alt := filepath.Join(t.TempDir(), "alt.toml")
 	cfg, _ := os.ReadFile(cfgPath)
 	if err := os.WriteFile(alt, []byte(strings.Replace(string(cfg), `"X-API-Key" = "*"`, `"X-API-Key" = "sk_test"`, 1)), 0o644); err != nil {
 		t.Fatal(err)

@@ -68,31 +68,7 @@ upstream = "up"
 // of the log, which has no token to verify, agrees with every decision:
 // each user, each organisation, and the requests without a valid token.
 func TestRecordThenReplayJWT(t *testing.T) {
-	dir := t.TempDir()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jwks := filepath.Join(dir, "jwks.json")
-	b, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &priv.PublicKey, KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
-	if err := os.WriteFile(jwks, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	token := func(claims map[string]any) string {
-		now := time.Now()
-		claims["iat"], claims["exp"] = now.Add(-time.Minute).Unix(), now.Add(time.Hour).Unix()
-		sg, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: priv}, (&jose.SignerOptions{}).WithHeader("kid", "k1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(claims)
-		obj, err := sg.Sign(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, _ := obj.CompactSerialize()
-		return s
-	}
+	jwks, token := testIssuer(t)
 	var tokens []string
 	for i := range 3 {
 		tokens = append(tokens, token(map[string]any{"sub": fmt.Sprintf("user-%d", i), "plan": "free"}))
@@ -149,5 +125,36 @@ func TestRecordThenReplayJWT(t *testing.T) {
 		if int(c.Allowed) != want[0] || int(c.Rejected) != want[1] {
 			t.Errorf("policy %s: %d allowed, %d rejected, want %v", p.Policy, c.Allowed, c.Rejected, want)
 		}
+	}
+}
+
+// testIssuer makes an ES256 key, writes its JWKS (key id "k1") to a file
+// of t's, and returns the file and a signer of tokens with the claims
+// given, issued a minute ago and expiring in an hour.
+func testIssuer(t *testing.T) (jwks string, token func(claims map[string]any) string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwks = filepath.Join(t.TempDir(), "jwks.json")
+	b, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &priv.PublicKey, KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
+	if err := os.WriteFile(jwks, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sg, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: priv}, (&jose.SignerOptions{}).WithHeader("kid", "k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jwks, func(claims map[string]any) string {
+		now := time.Now()
+		claims["iat"], claims["exp"] = now.Add(-time.Minute).Unix(), now.Add(time.Hour).Unix()
+		b, _ := json.Marshal(claims)
+		obj, err := sg.Sign(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := obj.CompactSerialize()
+		return s
 	}
 }
