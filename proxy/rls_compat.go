@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +9,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/policy/config"
 	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 )
 
@@ -41,16 +40,36 @@ import (
 // counterLimit is the limit of the counter of a fixed window.
 const counterLimit = limiter.MaxCount
 
+// countState names the state of the counts named by descriptor
+// (countKey): one for every policy and domain, a fixed window's for each
+// length, so that a descriptor is counted once whichever of them counts
+// it, as the reference counts under a Redis key of the domain and the
+// descriptor (its CacheKeyGenerator), not of the rule.
+const countState = "rls-count"
+
 // rlsCounters is a policy's counters, built once a snapshot.
 type rlsCounters struct {
 	once sync.Once
 	c    []*limiter.Limiter // one per limit; nil: not every limit is a fixed window
+	// count, when not nil, counts instead of c[0]: the policy is shaped
+	// as a rule of the reference (one fixed window of a length, its own,
+	// a key of descriptor parts in the order of the entries), so its
+	// counts are named by descriptor: countKey, with inKey[i] saying
+	// whether entry i's value is in the name (else its pattern as
+	// written: a share_threshold wildcard's).
+	count *limiter.Limiter
+	inKey []bool
 }
 
 // counters returns p's counters (ps is p's state): one Limiter per
 // limit, bound to the same state as p's own; nil unless every limit of p
 // is a fixed window.
 func (ps *policyState) counters(p *policy.Policy) []*limiter.Limiter {
+	return ps.compatCounters(p).c
+}
+
+// compatCounters is ps.rls, built on first use (counters).
+func (ps *policyState) compatCounters(p *policy.Policy) *rlsCounters {
 	ps.rls.once.Do(func() {
 		if p.Limiter == nil || len(p.Limits) == 0 {
 			return
@@ -79,8 +98,110 @@ func (ps *policyState) counters(p *policy.Policy) []*limiter.Limiter {
 			cs[i] = all.Only(i)
 		}
 		ps.rls.c = cs
+		if inKey := referenceShaped(p); inKey != nil {
+			_, w := p.Limits[0].Quota()
+			ps.rls.count = countLimiter(p.Limiter.Store(), w)
+			ps.rls.inKey = inKey
+		}
 	})
-	return ps.rls.c
+	return &ps.rls
+}
+
+// referenceShaped returns, for a policy shaped as a rule of the
+// reference, whether each entry's value is in its key; nil for another
+// policy. The shape: one limit, a fixed window of a length (not a
+// calendar one), not shared, and a key of descriptor parts in the order
+// of the entries, each entry once, as limitproxy import writes (every
+// entry, or all but share_threshold wildcards').
+func referenceShaped(p *policy.Policy) []bool {
+	if p.OwnKeys || len(p.Limits) != 1 || p.Limits[0].Share() != "" {
+		return nil
+	}
+	if cal, _ := p.Limits[0].Calendar(); cal != 0 {
+		return nil
+	}
+	pats := p.Match.Descriptor
+	inKey := make([]bool, len(pats))
+	last := -1
+	for j, kp := range p.Key {
+		if kp.Kind != config.KeyDescriptor {
+			return nil
+		}
+		nth := kp.Nth - 1
+		if kp.Nth == 0 {
+			nth = 0
+			for _, q := range p.Key[:j] {
+				if q.Name == kp.Name && q.Nth == 0 {
+					nth++
+				}
+			}
+		}
+		at := -1
+		for i, pat := range pats {
+			if pat.Key != kp.Name {
+				continue
+			}
+			if nth == 0 {
+				at = i
+				break
+			}
+			nth--
+		}
+		if at <= last {
+			return nil
+		}
+		inKey[at], last = true, at
+	}
+	return inKey
+}
+
+// countLimiter is the counter of the counts named by descriptor
+// (countState) of windows of length w on store.
+func countLimiter(store limiter.Store, w time.Duration) *limiter.Limiter {
+	fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: counterLimit, Window: w})
+	if err != nil || store == nil {
+		return nil
+	}
+	c, err := limiter.New(store, countState, fw)
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// countKey is the name, under countState, of the count of a descriptor
+// of entries in domain: each entry's key and its value, or, where
+// inKey[i] is false, its pattern's value as written (pats[i]: a
+// share_threshold wildcard, whose values share one count, "*" for
+// "KEY=*"; its literal copy, "KEY=\\*", is the same value); inKey nil:
+// every value. With count_keys = "joined", the domain, keys and values
+// joined with '_' (and each entry ended by one) as the reference's
+// CacheKeyGenerator joins them, whose window start is the window's own
+// here; else each length-prefixed, so that no two descriptors meet.
+func countKey(mode config.CountKeys, domain string, entries []policy.DescriptorEntry, pats []config.DescriptorPattern, inKey []bool) string {
+	var stack [128]byte
+	b := stack[:0]
+	joined := mode == config.CountKeysJoined
+	if joined {
+		b = append(append(b, domain...), '_')
+	} else {
+		b = clientkey.AppendPart(b, []byte(domain))
+	}
+	for i, e := range entries {
+		v := e.Value
+		if inKey != nil && i < len(inKey) && !inKey[i] && i < len(pats) {
+			v = "*" // "KEY=*"
+			if pats[i].Glob || pats[i].Exact {
+				v = pats[i].Value
+			}
+		}
+		if joined {
+			b = append(append(append(append(b, e.Key...), '_'), v...), '_')
+		} else {
+			b = clientkey.AppendPart(clientkey.AppendPart(b, []byte(e.Key)), []byte(v))
+		}
+	}
+	return string(b)
 }
 
 // askRLS asks o.p's limits about an RLS descriptor when o.rls: a limit of
@@ -94,7 +215,8 @@ func (h *Handler) askRLS(ctx context.Context, now time.Time, o *ruling) (limiter
 			view, o.hp = v, v
 		}
 	}
-	cs := o.ps.counters(p)
+	rc := o.ps.compatCounters(p)
+	cs := rc.c
 	if !o.compat || cs == nil {
 		for i, zero := range p.RLS.Zero {
 			if zero {
@@ -112,6 +234,9 @@ func (h *Handler) askRLS(ctx context.Context, now time.Time, o *ruling) (limiter
 		key := o.key
 		if p.OwnKeys {
 			key = o.keys[i]
+		}
+		if rc.count != nil {
+			c, key = rc.count, countKey(h.snap.Load().set.Config.RLS.CountKeys, p.Match.RLSDomain, o.entries, p.Match.Descriptor, rc.inKey)
 		}
 		q, w := view.Quota(i)
 		count, degraded, err := countHits(ctx, c, key, now, n)
@@ -231,33 +356,26 @@ func (h *Handler) decideOwnLimit(ctx context.Context, snap *snapshot, domain str
 	a.over = true
 }
 
-// ownCounter is the counter of d's own limit and its key: the state of
-// a.o.p when that policy's one limit has the unit's window and counts
-// under every entry's value, else a state of the domain and the entries'
-// keys; nil when there is none.
+// ownCounter is the counter of d's own limit and its key: the count
+// named by descriptor (countKey, every value) of the unit's window,
+// which is a.o.p's when that policy counts so with a window of that
+// length, as the reference keeps one count per descriptor and window;
+// nil when there is none.
 func ownCounter(snap *snapshot, domain string, d *Descriptor, a *rlsDecided) (*limiter.Limiter, string) {
 	w := d.Limit.Unit
-	if p := a.o.p; p != nil && !p.OwnKeys && len(p.Limits) == 1 && p.Limits[0].Share() == "" && everyEntry(p, d.Entries) {
-		if cs := a.o.ps.counters(p); cs != nil {
+	key := countKey(snap.set.Config.RLS.CountKeys, domain, d.Entries, nil, nil)
+	if p := a.o.p; p != nil {
+		if rc := a.o.ps.compatCounters(p); rc.count != nil {
 			if _, pw := p.Limits[0].Quota(); pw == w {
-				return cs[0], descriptorKey(p.Key, d.Entries)
+				return rc.count, key
 			}
 		}
 	}
-	store := snap.set.Store()
-	fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: counterLimit, Window: w})
-	if err != nil || store == nil {
+	c := countLimiter(snap.set.Store(), w)
+	if c == nil {
 		return nil, ""
 	}
-	c, err := limiter.New(store, ownLimitName(domain, d.Entries), fw)
-	if err != nil {
-		return nil, ""
-	}
-	var b []byte
-	for _, e := range d.Entries {
-		b = clientkey.AppendPart(b, []byte(e.Value))
-	}
-	return c, string(b)
+	return c, key
 }
 
 // stopIncrement is envoyproxy/ratelimit's
@@ -300,7 +418,8 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 			}
 		case p == nil, len(replacing) > 0 && replaced(p, replacing), p.RLS.Unlimited, len(p.Limits) == 0:
 		default:
-			cs := a.o.ps.counters(p)
+			rc := a.o.ps.compatCounters(p)
+			cs := rc.c
 			if cs == nil {
 				break
 			}
@@ -313,7 +432,11 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 				}
 			}
 			for j, c := range cs {
-				count, _, err := countHits(ctx, c, keys[j], now, 0)
+				key := keys[j]
+				if rc.count != nil {
+					c, key = rc.count, countKey(snap.set.Config.RLS.CountKeys, domain, ds[i].Entries, p.Match.Descriptor, rc.inKey)
+				}
+				count, _, err := countHits(ctx, c, key, now, 0)
 				if err != nil {
 					return err
 				}
@@ -334,40 +457,4 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 		}
 	}
 	return nil
-}
-
-// everyEntry reports whether p counts under every entry of entries, in
-// order: its key is every pattern's KEY, as the default key is.
-func everyEntry(p *policy.Policy, entries []policy.DescriptorEntry) bool {
-	if len(p.Key) != len(entries) {
-		return false
-	}
-	for i, kp := range p.Key {
-		if kp.Name != entries[i].Key {
-			return false
-		}
-	}
-	return true
-}
-
-// ownLimitName is the state name of a descriptor's own limit in domain:
-// the domain and the entries' keys, each length-prefixed so that none
-// can be confused with another (the values are the client key).
-func ownLimitName(domain string, entries []policy.DescriptorEntry) string {
-	var b strings.Builder
-	b.WriteString("rls-own-limit:")
-	for _, s := range append([]string{domain}, keysOf(entries)...) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
-	}
-	return b.String()
-}
-
-func keysOf(entries []policy.DescriptorEntry) []string {
-	ks := make([]string, len(entries))
-	for i, e := range entries {
-		ks[i] = e.Key
-	}
-	return ks
 }

@@ -41,6 +41,7 @@ var (
 	implementations   = []Implementation{ImplLimitproxy, ImplNetHTTP}
 	modes             = []Mode{Enforce, Shadow}
 	compatibilities   = []Compatibility{CompatNone, CompatEnvoy}
+	countKeys         = []CountKeys{CountKeysDistinct, CountKeysJoined}
 	rlsHeaders        = []RLSHeaders{RLSHeadersRateLimit, RLSHeadersEnvoy, RLSHeadersNone}
 	onMissings        = []OnMissing{MissingShared, MissingIP, MissingSkip, MissingReject, MissingUnauthorized}
 )
@@ -677,10 +678,15 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 		QuotaMode:                  r.QuotaMode.V,
 		StopIncrementWhenOverLimit: r.StopIncrement.V,
 		DynamicMetadata:            r.DynMetadata.V,
+		CountKeys:                  CountKeys(r.CountKeys.Or(string(DefaultRLSCountKeys))),
 		Domains:                    r.Domains.V,
 	}
 	oneOf(c, "rls.compatibility", out.Compatibility, compatibilities...)
 	oneOf(c, "rls.response_headers", out.ResponseHeaders, rlsHeaders...)
+	oneOf(c, "rls.count_keys", out.CountKeys, countKeys...)
+	if r.CountKeys.Set && out.CountKeys == CountKeysJoined && out.Compatibility != CompatEnvoy {
+		c.add("rls.count_keys", "%q needs compatibility = %q: without it a descriptor's count is its policy's", CountKeysJoined, CompatEnvoy)
+	}
 	if out.StopIncrementWhenOverLimit && out.Compatibility != CompatEnvoy {
 		c.add("rls.stop_increment_when_over_limit", "needs compatibility = %q: without it a rejected descriptor is never counted", CompatEnvoy)
 	}

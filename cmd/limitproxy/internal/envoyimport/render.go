@@ -69,6 +69,9 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 	if st.StopIncrement {
 		b.WriteString("stop_increment_when_over_limit = true  # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT\n")
 	}
+	if o.JoinedKeys {
+		b.WriteString("count_keys = \"joined\"  # the reference's counts: keys and values joined with '_' (a=b_c and a_b=c share one)\n")
+	}
 	// The reference has no bounds of a call: the widest limitproxy has.
 	fmt.Fprintf(&b, "max_hits_addend = %d\nmax_descriptors = 1024\n", maxCount)
 	if depth > 16 {
