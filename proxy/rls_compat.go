@@ -37,8 +37,11 @@ import (
 //     the state of the descriptor's policy when that policy's one limit
 //     has that window and counts under every entry's value.
 
-// counterLimit is the limit of the counter of a fixed window.
-const counterLimit = limiter.MaxCount
+// counterLimit is the limit of the counter of a fixed window: above the
+// largest threshold (a limit of an RLS policy, a descriptor's own
+// requests_per_unit: config.MaxRLSLimit, the reference's uint32), so that
+// a count past it is past every threshold.
+const counterLimit = limiter.MaxWindowLimit
 
 // countState names the state of the counts named by descriptor
 // (countKey): one for every policy and domain, a fixed window's for each

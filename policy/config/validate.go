@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -1182,11 +1183,38 @@ func validateShared(raws []rawLimit, check func(limiter.Limit) error, c *collect
 		}
 		lk := limitKey(&r, defaultSharedKey, key, c)
 		lim, ok := compileLimit(&r, key, check, c)
+		ok = ok && windowLimitOK(lim, false, key, c)
 		if valid && ok {
 			out[name] = sharedLimit{index: i, limit: lim.Shared(name), key: lk}
 		}
 	}
 	return out
+}
+
+// MaxRLSLimit is the largest limit of an RLS policy's fixed_window:
+// envoyproxy/ratelimit's largest requests_per_unit (a uint32). Other
+// limits are at most limiter.MaxCount.
+const MaxRLSLimit = math.MaxUint32
+
+// windowLimitOK reports whether lim's quota is within its bound: a fixed
+// window's limit, which the limiter takes up to limiter.MaxWindowLimit,
+// is at most MaxRLSLimit in an RLS policy (rls) and limiter.MaxCount
+// elsewhere, as every other count is.
+func windowLimitOK(lim limiter.Limit, rls bool, key string, c *collector) bool {
+	q, _ := lim.Quota()
+	bound := int64(limiter.MaxCount)
+	if rls {
+		bound = MaxRLSLimit
+	}
+	if lim.Algorithm() == limiter.FixedWindow && q > bound {
+		msg := "%d is above the maximum of %d"
+		if !rls {
+			msg += " (an RLS policy's fixed_window may have up to 4294967295, envoyproxy/ratelimit's largest requests_per_unit)"
+		}
+		c.add(key+".limit", msg, q, bound)
+		return false
+	}
+	return true
 }
 
 // limitKey returns the key a limit counts under: def, or what the limit's
@@ -1319,7 +1347,7 @@ func compilePolicyLimits(raws []rawLimit, policyName, policyKey string, pk Limit
 				zero[i] = true
 			}
 			var ok bool
-			if lim, ok = compileLimit(r, key, check, c); !ok {
+			if lim, ok = compileLimit(r, key, check, c); !ok || !windowLimitOK(lim, rls, key, c) {
 				continue
 			}
 		}

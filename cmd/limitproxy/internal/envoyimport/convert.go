@@ -453,9 +453,6 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 		}
 	} else {
 		p.quota = n.QuotaMode
-		if int64(l.RequestsPerUnit) > maxCount {
-			p.notes = append(p.notes, c.warnf(n, "requests_per_unit %d is written %d, limitproxy's largest limit: current_limit says %d", l.RequestsPerUnit, maxCount, maxCount))
-		}
 	}
 	if n.Metadata && !l.Unlimited && metadataDropped(path) {
 		p.notes = append(p.notes, c.notef(n, "metadata: never sent, as the reference sends none for this rate_limit (its GetLimit makes the limit anew, without metadata, for detailed_metric on a descriptor without descriptors below it, and for value_to_metric on a wildcard or a key above it; but for an empty value of such a key)"))

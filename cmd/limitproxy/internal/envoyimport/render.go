@@ -116,7 +116,7 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 				if l.Name != "" {
 					fmt.Fprintf(&b, "name = %s\n", quote(limitName(l.Name)))
 				}
-				fmt.Fprintf(&b, "algorithm = \"fixed_window\"\nlimit = %d\nwindow = %s  # per %s\n", min(int64(l.RequestsPerUnit), maxCount), quote(window(l.Unit)), l.Unit)
+				fmt.Fprintf(&b, "algorithm = \"fixed_window\"\nlimit = %d\nwindow = %s  # per %s\n", l.RequestsPerUnit, quote(window(l.Unit)), l.Unit)
 			}
 		}
 	}

@@ -1,14 +1,18 @@
 package rls
 
 import (
+	"math"
 	"testing"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // countPolicies are RLS policies as limitproxy import writes them: keys
 // one and two deep, a share_threshold wildcard with its literal copy
-// ahead of the wildcards.
+// ahead of the wildcards, and a limit of the
+// reference's largest requests_per_unit.
 const countPolicies = `
 [[policy]]
 name = "c.a"
@@ -61,6 +65,16 @@ descriptor = ["w=x*"]
 algorithm = "fixed_window"
 limit = 3
 window = "1m"
+
+[[policy]]
+name = "c.big"
+[policy.match]
+rls_domain = "c"
+descriptor = ["big"]
+[[policy.limits]]
+algorithm = "fixed_window"
+limit = 4294967295
+window = "1h"
 `
 
 // TestCountKeys: with compatibility a descriptor's count is named by
@@ -101,5 +115,35 @@ func TestShareThresholdLiteral(t *testing.T) {
 		if r := rt.call("c", dsc("w="+v)); r.Statuses[0].LimitRemaining != 2 {
 			t.Fatalf("without compatibility, %s: %v", v, r)
 		}
+	}
+}
+
+// TestLargestLimit: a limit of 4294967295 (the reference's largest
+// requests_per_unit) is counted past 1,000,000,000 and compared as the
+// reference does; so is a descriptor's own limit of it.
+func TestLargestLimit(t *testing.T) {
+	rt := newRLSTWith(t, compat+"max_hits_addend = 1000000000\n", countPolicies)
+	for i, rem := range []uint32{3294967295, 2294967295, 1294967295, 294967295} {
+		if r := rt.call("c", dsc("big=x", hits(1e9))); r.OverallCode != ok || r.Statuses[0].LimitRemaining != rem || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != math.MaxUint32 {
+			t.Fatalf("call %d: %v", i+1, r)
+		}
+	}
+	rt.expect("294967295 more: at the limit", rt.call("c", dsc("big=x", hits(294967295))), ok, rt.limited(ok, "", math.MaxUint32, hour, 0))
+	rt.expect("1 more: over", rt.call("c", dsc("big=x", hits(1))), over, rt.limited(over, "", math.MaxUint32, hour, 0))
+	rt.expect("1e9 more: over", rt.call("c", dsc("big=x", hits(1e9))), over, rt.limited(over, "", math.MaxUint32, hour, 0))
+	rt.expect("0: over", rt.call("c", dsc("big=x", hits(0))), over, rt.limited(over, "", math.MaxUint32, hour, 0))
+	rt.expect("own 4294967295 a minute", rt.call("c", dsc("own=x", hits(1e9), own(math.MaxUint32, typev3.RateLimitUnit_MINUTE))), ok, rt.limited(ok, "", math.MaxUint32, minute, 3294967295))
+	// Without compatibility the limit is the fixed window's own.
+	rt = newRLSTWith(t, "max_hits_addend = 1000000000\n", countPolicies)
+	for i := range 4 {
+		if r := rt.call("c", dsc("big=x", hits(1e9))); r.OverallCode != ok {
+			t.Fatalf("own counting, call %d: %v", i+1, r)
+		}
+	}
+	if r := rt.call("c", dsc("big=x", hits(1e9))); r.OverallCode != over {
+		t.Fatalf("own counting, 5e9: %v", r)
+	}
+	if r := rt.call("c", dsc("big=x", hits(294967295))); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("own counting, to the limit: %v", r)
 	}
 }
