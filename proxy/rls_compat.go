@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,17 +27,21 @@ import (
 //     the limit; a hits_addend of 0 adds nothing and asks about the count
 //     as it is. A rejected hit counting means that once a window has
 //     refused one, it refuses every later one, whatever its cost: what
-//     the reference answers. The count is kept in the limit's own state
-//     (the same names, so a change of compatibility keeps the counters),
-//     by a fixed window of the same length whose limit is
-//     limiter.MaxCount: a counter that admits, and the threshold applied
-//     here.
+//     the reference answers. For a policy shaped as the reference's rules
+//     (referenceShaped: what import writes) the count is named as the
+//     reference names its Redis key, by the descriptor and its window's
+//     start, not by the policy (namedCount: the store's counters, with an
+//     expiry set by each addition; [rls] count_keys says whether the
+//     name joins keys and values with '_' as the reference does); for
+//     another it is kept in the limit's own state (the same names, so a
+//     change of compatibility keeps the counters). Either way by a
+//     counter that admits (a fixed window whose limit is counterLimit,
+//     or a plain count) and the threshold applied here.
 //   - With the same, a descriptor's own limit (Envoy's per-route
 //     override) decides it instead of any policy, in a domain the
-//     service knows, counted as the reference counts it: under the
-//     domain, the descriptor's entries and the unit's window, which is
-//     the state of the descriptor's policy when that policy's one limit
-//     has that window and counts under every entry's value.
+//     service knows, counted as the reference counts it: named by the
+//     domain, the descriptor's entries and the unit's window start, the
+//     count of any rule of the descriptor whose window starts then.
 
 // counterLimit is the limit of the counter of a fixed window: above the
 // largest threshold (a limit of an RLS policy, a descriptor's own
@@ -62,6 +68,9 @@ type rlsCounters struct {
 	// written: a share_threshold wildcard's).
 	count *limiter.Limiter
 	inKey []bool
+	// ctr is the store's counters, when it keeps them: count counts only
+	// when they cannot (namedCount).
+	ctr limiter.Counter
 }
 
 // counters returns p's counters (ps is p's state): one Limiter per
@@ -105,6 +114,7 @@ func (ps *policyState) compatCounters(p *policy.Policy) *rlsCounters {
 			_, w := p.Limits[0].Quota()
 			ps.rls.count = countLimiter(p.Limiter.Store(), w)
 			ps.rls.inKey = inKey
+			ps.rls.ctr, _ = p.Limiter.Store().(limiter.Counter)
 		}
 	})
 	return &ps.rls
@@ -238,11 +248,17 @@ func (h *Handler) askRLS(ctx context.Context, now time.Time, o *ruling) (limiter
 		if p.OwnKeys {
 			key = o.keys[i]
 		}
-		if rc.count != nil {
-			c, key = rc.count, countKey(h.snap.Load().set.Config.RLS.CountKeys, p.Match.RLSDomain, o.entries, p.Match.Descriptor, rc.inKey)
-		}
 		q, w := view.Quota(i)
-		count, degraded, err := countHits(ctx, c, key, now, n)
+		var (
+			count    int64
+			degraded bool
+			err      error
+		)
+		if rc.count != nil {
+			count, degraded, err = rc.named(h.snap.Load().set.Config.RLS.CountKeys, p, o.entries).count(ctx, now, n, false)
+		} else {
+			count, degraded, err = countHits(ctx, c, key, now, n)
+		}
 		if err != nil {
 			return limiter.Decision{}, err
 		}
@@ -335,15 +351,15 @@ func (h *Handler) decideOwnLimit(ctx context.Context, snap *snapshot, domain str
 	if a.o.peek {
 		n = 0
 	}
-	c, key := ownCounter(snap, domain, d, a)
-	if c == nil {
+	nc := ownCount(snap, domain, d, a)
+	if nc.store == nil {
 		// Nothing to count with: OK without a limit.
 		a.own.Decision = Allowed
 		return
 	}
 	v := a.own
 	v.Limited, v.Quota, v.Window = true, q, w
-	count, _, err := countHits(ctx, c, key, now, n)
+	count, _, err := nc.count(ctx, now, n, false)
 	if err != nil {
 		h.log.Error("limiter failed; descriptor allowed", zap.String("domain", domain), zap.Error(err))
 		v.Decision, v.Limited = Allowed, false
@@ -359,26 +375,86 @@ func (h *Handler) decideOwnLimit(ctx context.Context, snap *snapshot, domain str
 	a.over = true
 }
 
-// ownCounter is the counter of d's own limit and its key: the count
-// named by descriptor (countKey, every value) of the unit's window,
-// which is a.o.p's when that policy counts so with a window of that
-// length, as the reference keeps one count per descriptor and window;
-// nil when there is none.
-func ownCounter(snap *snapshot, domain string, d *Descriptor, a *rlsDecided) (*limiter.Limiter, string) {
-	w := d.Limit.Unit
-	key := countKey(snap.set.Config.RLS.CountKeys, domain, d.Entries, nil, nil)
+// ownCount is the count of d's own limit: named by descriptor
+// (countKey, every value) and the unit's window, which is a.o.p's count
+// when that policy counts so with a window of that length (and, with the
+// store's counters, any count of the descriptor whose window starts
+// when the unit's does), as the reference keeps one count per descriptor
+// and window start. Its store is nil when there is none.
+func ownCount(snap *snapshot, domain string, d *Descriptor, a *rlsDecided) namedCount {
+	mode := snap.set.Config.RLS.CountKeys
+	nc := namedCount{store: snap.set.Store(), name: countKey(mode, domain, d.Entries, nil, nil), w: d.Limit.Unit, joined: mode == config.CountKeysJoined}
+	nc.ctr, _ = nc.store.(limiter.Counter)
 	if p := a.o.p; p != nil {
 		if rc := a.o.ps.compatCounters(p); rc.count != nil {
-			if _, pw := p.Limits[0].Quota(); pw == w {
-				return rc.count, key
+			if _, pw := p.Limits[0].Quota(); pw == nc.w {
+				nc.fw = rc.count
 			}
 		}
 	}
-	c := countLimiter(snap.set.Store(), w)
-	if c == nil {
-		return nil, ""
+	return nc
+}
+
+// namedCount is a count named by descriptor (countKey) of a window of
+// length w. With the store's counters (ctr) it counts as the reference
+// does: under the name and the start of the window that holds now (Unix
+// seconds, a multiple of w's), expiring w after each addition, so that
+// two windows that start at one instant (a minute's and an hour's at
+// the hour) count together, and whichever was added to last says when
+// the count ends, as the reference's EXPIRE on each INCRBY does. Without
+// them, for a window not of whole seconds, or when they cannot count
+// (Redis down), a fixed window of length w counts it under the name
+// (fw, or one built on store), which follows the store's on_error.
+type namedCount struct {
+	store  limiter.Store
+	ctr    limiter.Counter
+	fw     *limiter.Limiter
+	name   string
+	w      time.Duration
+	joined bool
+}
+
+// named is the count of a descriptor of entries under p, which rc counts
+// (rc.count is not nil), in count_keys mode.
+func (rc *rlsCounters) named(mode config.CountKeys, p *policy.Policy, entries []policy.DescriptorEntry) namedCount {
+	_, w := p.Limits[0].Quota()
+	return namedCount{store: p.Limiter.Store(), ctr: rc.ctr, fw: rc.count, name: countKey(mode, p.Match.RLSDomain, entries, p.Match.Descriptor, rc.inKey), w: w, joined: mode == config.CountKeysJoined}
+}
+
+// count adds n hits at now and returns the count after them (n = 0:
+// none, but the expiry is set all the same, as the reference's INCRBY 0
+// and EXPIRE); read reads it, changing nothing (the reference's GET).
+// degraded reports that the store could not count (its on_error
+// answered).
+func (c namedCount) count(ctx context.Context, now time.Time, n int64, read bool) (count int64, degraded bool, err error) {
+	if sec := int64(c.w / time.Second); c.ctr != nil && sec >= 1 && c.w%time.Second == 0 {
+		var stack [20]byte
+		start := strconv.AppendInt(stack[:0], now.Unix()/sec*sec, 10)
+		var key string
+		if c.joined {
+			key = c.name + string(start)
+		} else {
+			key = string(clientkey.AppendPart([]byte(c.name), start))
+		}
+		if read {
+			count, err = c.ctr.Count(ctx, key, now)
+		} else {
+			count, err = c.ctr.AddCount(ctx, key, n, c.w, now)
+		}
+		if err == nil {
+			return count, false, nil
+		}
 	}
-	return c, key
+	fw := c.fw
+	if fw == nil {
+		if fw = countLimiter(c.store, c.w); fw == nil {
+			return 0, false, errors.New("rls: no store to count with")
+		}
+	}
+	if read {
+		n = 0
+	}
+	return countHits(ctx, fw, c.name, now, n)
 }
 
 // stopIncrement is envoyproxy/ratelimit's
@@ -411,8 +487,8 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 		nr, keep := false, true
 		switch p := a.o.p; {
 		case a.own != nil:
-			if c, key := ownCounter(snap, domain, &ds[i], a); c != nil {
-				count, _, err := countHits(ctx, c, key, now, 0)
+			if nc := ownCount(snap, domain, &ds[i], a); nc.store != nil {
+				count, _, err := nc.count(ctx, now, 0, true)
 				if err != nil {
 					return err
 				}
@@ -435,11 +511,15 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 				}
 			}
 			for j, c := range cs {
-				key := keys[j]
+				var (
+					count int64
+					err   error
+				)
 				if rc.count != nil {
-					c, key = rc.count, countKey(snap.set.Config.RLS.CountKeys, domain, ds[i].Entries, p.Match.Descriptor, rc.inKey)
+					count, _, err = rc.named(snap.set.Config.RLS.CountKeys, p, ds[i].Entries).count(ctx, now, 0, true)
+				} else {
+					count, _, err = countHits(ctx, c, keys[j], now, 0)
 				}
-				count, _, err := countHits(ctx, c, key, now, 0)
 				if err != nil {
 					return err
 				}

@@ -252,7 +252,10 @@ func runBatch(ctx context.Context, t *testing.T, refBin, lp, redisAddr, name str
 		}
 	}
 	slices.Sort(files)
-	env = append(slices.Clone(env), "MERGE_DOMAIN_CONFIG=true")
+	// EXPIRATION_JITTER_MAX_SECONDS=0: each count expires its unit after
+	// its last addition, as limitproxy's do (by default the reference
+	// adds a random 0 to 299 s, which shows where two units share one).
+	env = append(slices.Clone(env), "MERGE_DOMAIN_CONFIG=true", "EXPIRATION_JITTER_MAX_SECONDS=0")
 	ref, err := rlsref.Start(rlsref.Options{Bin: refBin, Dir: t.TempDir(), RedisAddr: redisAddr, Configs: configs, MergeDomains: true, Env: env})
 	if err != nil {
 		t.Fatal(err)
@@ -301,16 +304,20 @@ func runBatch(ctx context.Context, t *testing.T, refBin, lp, redisAddr, name str
 		if len(c.Waits) > 0 {
 			need = time.Duration(c.Waits[0])*perCall + 50*time.Millisecond
 		}
-		if now := time.Now(); time.Second-now.Sub(now.Truncate(time.Second)) < need || now.Sub(now.Truncate(time.Second)) < 10*time.Millisecond {
+		if now := time.Now(); c.AtMinute {
+			time.Sleep(now.Truncate(time.Minute).Add(time.Minute + 10*time.Millisecond).Sub(now))
+		} else if time.Second-now.Sub(now.Truncate(time.Second)) < need || now.Sub(now.Truncate(time.Second)) < 10*time.Millisecond {
 			time.Sleep(now.Truncate(time.Second).Add(time.Second + 10*time.Millisecond).Sub(now))
 		}
 		t0 := time.Now()
 		answers := make([][]*rlsv3.RateLimitResponse, len(c.Calls))
 		for i, call := range c.Calls {
-			if slices.Contains(c.Waits, i) {
-				// The next second: its windows end.
-				now := time.Now()
-				time.Sleep(now.Truncate(time.Second).Add(time.Second + 10*time.Millisecond).Sub(now))
+			for _, w := range c.Waits {
+				if w == i {
+					// The next second: its windows end.
+					now := time.Now()
+					time.Sleep(now.Truncate(time.Second).Add(time.Second + 10*time.Millisecond).Sub(now))
+				}
 			}
 			for _, tg := range targets {
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

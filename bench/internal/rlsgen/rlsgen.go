@@ -19,11 +19,8 @@
 // (docs/envoy.md, "What differs") is left out: keys hold no '_', and a
 // configuration's values none (the reference looks a descriptor up by
 // its joined KEY_VALUE); a call's value holds '_' only where it aliases
-// as above, and '*' only as a wildcard's value as written; a
-// descriptor's own limit has the unit of the rule its descriptor finds
-// (or one unit per case when it finds none), since the reference counts
-// two units of one descriptor together when their windows start at one
-// instant; the files of a merged domain split it by key.
+// as above, and '*' only as a wildcard's value as written; the files of
+// a merged domain split it by key.
 package rlsgen
 
 import (
@@ -56,8 +53,12 @@ type Case struct {
 	Merge bool
 	Calls []*rlsv3.RateLimitRequest
 	// Waits are the calls before which the next second of the clock is
-	// awaited (in order): a second's windows end between them.
+	// awaited, once for each time a call is named (in order): a second's
+	// windows end between them.
 	Waits []int
+	// AtMinute starts the calls at a minute's first second, where every
+	// unit's window but the second's may start with a second's.
+	AtMinute bool
 }
 
 // Unit is a unit of the reference: its name in YAML, its number in the
@@ -342,12 +343,15 @@ func (g *gen) call(domain string, tree []*node, ownUnit Unit) *rlsv3.RateLimitRe
 			d.Entries = nil
 		}
 		if g.r.IntN(10) == 0 {
-			// Its own limit, of the unit of the rule it finds (or the
-			// case's): the reference counts two units of one descriptor
-			// together when their windows start at one instant.
+			// Its own limit, of the unit of the rule it finds (which it
+			// counts with) or of another (the case's, or any): counted
+			// with the rule's when their windows start at one instant,
+			// and expiring after the unit added to last.
 			u := ownUnit
-			if l := lookup(tree, d.Entries); l != nil && !l.unlimited {
+			if l := lookup(tree, d.Entries); l != nil && !l.unlimited && g.r.IntN(2) == 0 {
 				u = l.unit
+			} else if g.r.IntN(2) == 0 {
+				u = Units[g.r.IntN(len(Units))]
 			}
 			d.Limit = &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(g.r.IntN(4)), Unit: typev3.RateLimitUnit(u.Number)}
 		}

@@ -553,7 +553,7 @@ func TestCompatibleOnRedis(t *testing.T) {
 		"KeyOnlyRule": TestCompatibleKeyOnlyRule, "Hits": TestCompatibleHits, "Zero": TestCompatibleZero,
 		"WithoutLimits": TestCompatibleWithoutLimits, "Replaces": TestReplaces, "QuotaMode": TestQuotaMode,
 		"ShadowPolicy": TestCompatibleShadowPolicy, "OwnLimit": TestOwnLimit, "StopIncrement": TestStopIncrement, "DynamicMetadata": TestDynamicMetadata, "RepeatedKey": TestRepeatedKey, "Input": TestCompatibleInput,
-		"CountKeys": TestCountKeys, "ShareThresholdLiteral": TestShareThresholdLiteral, "LargestLimit": TestLargestLimit,
+		"CountKeys": TestCountKeys, "ShareThresholdLiteral": TestShareThresholdLiteral, "LargestLimit": TestLargestLimit, "NamedByWindowStart": TestCountsNamedByWindowStart,
 	} {
 		t.Run(name, test)
 	}

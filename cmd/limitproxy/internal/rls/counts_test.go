@@ -3,6 +3,7 @@ package rls
 import (
 	"math"
 	"testing"
+	"time"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
@@ -146,4 +147,28 @@ func TestLargestLimit(t *testing.T) {
 	if r := rt.call("c", dsc("big=x", hits(294967295))); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("own counting, to the limit: %v", r)
 	}
+}
+
+// TestCountsNamedByWindowStart: with the store's counters, a count is
+// named by its window's start, as the reference names its Redis key, and
+// each addition sets its expiry to its own window's length, as the
+// reference's EXPIRE after each INCRBY does: at the first second of a
+// minute, a descriptor's own limit per second counts with its rule's
+// minute, and ends that count a second later.
+func TestCountsNamedByWindowStart(t *testing.T) {
+	rt := newRLST(t, compat)
+	rt.now = time.Unix(1_800_000_000-1_800_000_000%3600+3600*5, 250_000_000) // an hour's, a minute's, a second's start
+	rt.expect("the rule, per minute", rt.call("d", dsc("user=u")), ok, rt.limited(ok, "", 3, minute, 2))
+	rt.expect("its own limit, per second: the same count", rt.call("d", dsc("user=u", own(5, typev3.RateLimitUnit_SECOND))), ok, rt.limited(ok, "", 5, second, 3))
+	rt.expect("its own limit, per hour: the same count", rt.call("d", dsc("user=u", own(5, typev3.RateLimitUnit_HOUR))), ok, rt.limited(ok, "", 5, hour, 2))
+	rt.expect("the rule, 4 of 3", rt.call("d", dsc("user=u")), over, rt.limited(over, "", 3, minute, 0))
+	rt.expect("per second, 5 of 5", rt.call("d", dsc("user=u", own(5, typev3.RateLimitUnit_SECOND))), ok, rt.limited(ok, "", 5, second, 0))
+	// The last addition (per second) set the count's expiry to a second.
+	rt.now = rt.now.Add(2 * time.Second)
+	if redisAddr(t) != "" {
+		time.Sleep(1100 * time.Millisecond) // Redis's own clock expires it
+	}
+	rt.expect("the rule, two seconds on: its count ended with the second's", rt.call("d", dsc("user=u")), ok, rt.limited(ok, "", 3, minute, 2))
+	rt.expect("per hour: so did the hour's", rt.call("d", dsc("user=u", own(5, typev3.RateLimitUnit_HOUR))), ok, rt.limited(ok, "", 5, hour, 3))
+	rt.expect("per second: another second's count", rt.call("d", dsc("user=u", own(5, typev3.RateLimitUnit_SECOND))), ok, rt.limited(ok, "", 5, second, 4))
 }
