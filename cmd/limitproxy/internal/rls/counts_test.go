@@ -5,9 +5,16 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.uber.org/zap"
 
+	"github.com/limitproxy/limitproxy/internal/redistest"
+	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/limiter/redisstore"
+	"github.com/limitproxy/limitproxy/policy"
 	"github.com/limitproxy/limitproxy/policy/config"
+	"github.com/limitproxy/limitproxy/proxy"
 )
 
 // countPolicies are RLS policies as limitproxy import writes them: keys
@@ -171,4 +178,43 @@ func TestCountsNamedByWindowStart(t *testing.T) {
 	rt.expect("the rule, two seconds on: its count ended with the second's", rt.call("d", dsc("user=u")), ok, rt.limited(ok, "", 3, minute, 2))
 	rt.expect("per hour: so did the hour's", rt.call("d", dsc("user=u", own(5, typev3.RateLimitUnit_HOUR))), ok, rt.limited(ok, "", 5, hour, 3))
 	rt.expect("per second: another second's count", rt.call("d", dsc("user=u", own(5, typev3.RateLimitUnit_SECOND))), ok, rt.limited(ok, "", 5, second, 4))
+}
+
+// TestCountsRedisDown: with Redis gone, a count named by descriptor is
+// decided by on_error, as any limit on the Redis store: "deny" is
+// OVER_LIMIT, "allow" OK with the limit full, "local" the memory
+// store's count.
+func TestCountsRedisDown(t *testing.T) {
+	for _, tc := range []struct {
+		onError string
+		code    rlsv3.RateLimitResponse_Code
+		rem     []uint32 // of two calls
+	}{{"deny", over, []uint32{0, 0}}, {"allow", ok, []uint32{3, 3}}, {"local", ok, []uint32{2, 1}}} {
+		t.Run(tc.onError, func(t *testing.T) {
+			srv := redistest.Start(t)
+			cfg, err := config.Parse("down.toml", []byte("[rls]\nlisten = \"127.0.0.1:0\"\n"+compat+"\n"+compatPolicies))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := redisstore.NewClient(redisstore.ClientOptions{Addrs: []string{srv.Addr()}, Timeout: 100 * time.Millisecond})
+			defer c.Close()
+			store, err := redisstore.New(c, redisstore.Options{Timeout: 100 * time.Millisecond, OnError: tc.onError, Fallback: memstore.New(memstore.Options{})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, err := policy.Compile(cfg, store, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt := &rlsT{t: t, now: time.Now()}
+			rt.s = &service{h: proxy.New(set, proxy.Options{Now: func() time.Time { return rt.now }}), cfg: cfg.RLS, log: zap.NewNop()}
+			srv.Kill()
+			for i, rem := range tc.rem {
+				r := rt.call("d", dsc("user=u"))
+				if r.OverallCode != tc.code || r.Statuses[0].LimitRemaining != rem || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 3 {
+					t.Fatalf("on_error %s, call %d: %v", tc.onError, i+1, r)
+				}
+			}
+		})
+	}
 }
