@@ -1182,8 +1182,11 @@ func validateShared(raws []rawLimit, check func(limiter.Limit) error, c *collect
 			c.add(key+"."+field, "is a key of a policy's own [[policy.limits]]: a shared limit is charged as the request is admitted")
 		}
 		lk := limitKey(&r, defaultSharedKey, key, c)
-		lim, ok := compileLimit(&r, key, check, c)
-		ok = ok && windowLimitOK(lim, false, key, c)
+		ok := windowLimitOK(&r, false, key, c)
+		var lim limiter.Limit
+		if ok {
+			lim, ok = compileLimit(&r, key, check, c)
+		}
 		if valid && ok {
 			out[name] = sharedLimit{index: i, limit: lim.Shared(name), key: lk}
 		}
@@ -1196,17 +1199,17 @@ func validateShared(raws []rawLimit, check func(limiter.Limit) error, c *collect
 // limits are at most limiter.MaxCount.
 const MaxRLSLimit = math.MaxUint32
 
-// windowLimitOK reports whether lim's quota is within its bound: a fixed
+// windowLimitOK reports whether r's limit is within its bound: a fixed
 // window's limit, which the limiter takes up to limiter.MaxWindowLimit,
 // is at most MaxRLSLimit in an RLS policy (rls) and limiter.MaxCount
 // elsewhere, as every other count is.
-func windowLimitOK(lim limiter.Limit, rls bool, key string, c *collector) bool {
-	q, _ := lim.Quota()
+func windowLimitOK(r *rawLimit, rls bool, key string, c *collector) bool {
+	q := r.Limit.V
 	bound := int64(limiter.MaxCount)
 	if rls {
 		bound = MaxRLSLimit
 	}
-	if lim.Algorithm() == limiter.FixedWindow && q > bound {
+	if r.Algorithm.V == limiter.FixedWindow.String() && r.Limit.Set && r.Limit.err == nil && q > bound {
 		msg := "%d is above the maximum of %d"
 		if !rls {
 			msg += " (an RLS policy's fixed_window may have up to 4294967295, envoyproxy/ratelimit's largest requests_per_unit)"
@@ -1347,7 +1350,10 @@ func compilePolicyLimits(raws []rawLimit, policyName, policyKey string, pk Limit
 				zero[i] = true
 			}
 			var ok bool
-			if lim, ok = compileLimit(r, key, check, c); !ok || !windowLimitOK(lim, rls, key, c) {
+			if !windowLimitOK(r, rls, key, c) {
+				continue
+			}
+			if lim, ok = compileLimit(r, key, check, c); !ok {
 				continue
 			}
 		}
