@@ -166,6 +166,19 @@ func (g *generatedTally) countFeatures(c *rlsgen.Case) {
 		yaml.Write(b)
 	}
 	y := yaml.String()
+	// The key and value of each share_threshold wildcard.
+	shared := map[string]bool{}
+	for _, block := range strings.Split(y, "- key: ")[1:] {
+		lines := strings.Split(block, "\n")
+		if len(lines) < 2 || !strings.Contains(strings.Split(block, "descriptors:")[0], "share_threshold: true") {
+			continue
+		}
+		k, _ := strconv.Unquote(strings.TrimSpace(lines[0]))
+		if v, ok := strings.CutPrefix(strings.TrimSpace(lines[1]), "value: "); ok {
+			v, _ = strconv.Unquote(v)
+			shared[k+"\x00"+v] = true
+		}
+	}
 	for name, has := range map[string]bool{
 		"unlimited":       strings.Contains(y, "unlimited: true"),
 		"rpu 0":           strings.Contains(y, "requests_per_unit: 0\n"),
@@ -215,9 +228,9 @@ func (g *generatedTally) countFeatures(c *rlsgen.Case) {
 			})
 		}),
 		"rpu above 10⁹": strings.Contains(y, "requests_per_unit: 4294967295\n") || strings.Contains(y, "requests_per_unit: 2000000001\n"),
-		"share_threshold value as written": strings.Contains(y, "share_threshold: true") && slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
+		"share_threshold value as written": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
 			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool {
-				return slices.ContainsFunc(d.Entries, func(e *rlscommon.RateLimitDescriptor_Entry) bool { return strings.Contains(e.Value, "*") })
+				return slices.ContainsFunc(d.Entries, func(e *rlscommon.RateLimitDescriptor_Entry) bool { return shared[e.Key+"\x00"+e.Value] })
 			})
 		}),
 		"a second's windows end": len(c.Waits) > 0,
