@@ -136,7 +136,9 @@ func TestEdgeConstructorBounds(t *testing.T) {
 		ok   bool
 	}{
 		{"fixed_window limit MaxCount", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limiter.MaxCount, Window: time.Second})), true},
-		{"fixed_window limit MaxCount+1", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limiter.MaxCount + 1, Window: time.Second})), false},
+		{"fixed_window limit MaxCount+1", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limiter.MaxCount + 1, Window: time.Second})), true},
+		{"fixed_window limit MaxWindowLimit", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limiter.MaxWindowLimit, Window: time.Second})), true},
+		{"fixed_window limit MaxWindowLimit+1", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limiter.MaxWindowLimit + 1, Window: time.Second})), false},
 		{"fixed_window limit 0", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 0, Window: time.Second})), false},
 		{"fixed_window window 1ns", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1, Window: 1})), true},
 		{"fixed_window window 0", second(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1, Window: 0})), false},

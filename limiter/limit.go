@@ -66,6 +66,8 @@ type Rate = driver.Rate
 const (
 	// MaxCount bounds a rate's N, a burst, a limit and a cost.
 	MaxCount = driver.MaxCount
+	// MaxWindowLimit bounds a fixed window's Limit (driver.MaxWindowLimit).
+	MaxWindowLimit = driver.MaxWindowLimit
 	// MaxSlidingLogLimit bounds a sliding log's Limit: it keeps one
 	// timestamp (8 bytes) per admitted unit per key.
 	MaxSlidingLogLimit = driver.MaxSlidingLogLimit

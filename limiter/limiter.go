@@ -20,6 +20,11 @@ import (
 // Implementations are safe for concurrent use.
 type Store = driver.Store
 
+// Counter is the plain counters with an expiry a Store may keep
+// (driver.Counter): memstore's, redisstore's, and the global tier's,
+// forwarded.
+type Counter = driver.Counter
+
 // Errors a Limiter returns. Compare with errors.Is: a store wraps
 // ErrStoreUnavailable with its cause.
 var (

@@ -7,6 +7,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/limiter/perkey"
+	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // Per-key overrides (docs/admin-api.md, …/overrides/{key}): one client of
@@ -43,6 +44,15 @@ func (p *Policy) OverrideLimiter(store limiter.Store, o perkey.Override) (*limit
 			l, err := SpecLimit(spec)
 			if err != nil {
 				return nil, fmt.Errorf("limits[%d]: %w", i, err)
+			}
+			// A fixed window's limit has the bound of the policy's path, as
+			// in the file (config.MaxRLSLimit in an RLS policy).
+			bound := int64(limiter.MaxCount)
+			if p.Match.RLS() {
+				bound = config.MaxRLSLimit
+			}
+			if q, _ := l.Quota(); l.Algorithm() == limiter.FixedWindow && q > bound {
+				return nil, fmt.Errorf("limits[%d]: fixed_window limit %d is above the maximum of %d", i, q, bound)
 			}
 			lims = append(lims, l)
 		}

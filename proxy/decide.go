@@ -131,6 +131,9 @@ type ruling struct {
 	// limit of 0, or compat's counting); compat that [rls] compatibility
 	// is envoyproxy/ratelimit's (rls_compat.go).
 	rls, compat bool
+	// entries are an RLS descriptor's, which askRLS names its counts by
+	// with compat (countKey); nil for a request.
+	entries []policy.DescriptorEntry
 	// verbatim reports that the upstream receives r's target as the
 	// client sent it, not limitproxy's canonical form (forward auth: the
 	// asking proxy forwards the original), so that its path is also read

@@ -398,7 +398,7 @@ func (h *Handler) decideDescriptor(ctx context.Context, entries []policy.Descrip
 		o.key = descriptorKey(p.Key, entries)
 	}
 	o.rls = p.RLS.Zero != nil || compat && o.ps.counters(p) != nil
-	o.compat = compat
+	o.compat, o.entries = compat, entries
 	if h.inPenaltyBox(now, o) {
 		return
 	}

@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +11,7 @@ import (
 
 	"github.com/limitproxy/limitproxy/limiter"
 	"github.com/limitproxy/limitproxy/policy"
+	"github.com/limitproxy/limitproxy/policy/config"
 	"github.com/limitproxy/limitproxy/proxy/internal/clientkey"
 )
 
@@ -26,31 +27,61 @@ import (
 //     the limit; a hits_addend of 0 adds nothing and asks about the count
 //     as it is. A rejected hit counting means that once a window has
 //     refused one, it refuses every later one, whatever its cost: what
-//     the reference answers. The count is kept in the limit's own state
-//     (the same names, so a change of compatibility keeps the counters),
-//     by a fixed window of the same length whose limit is
-//     limiter.MaxCount: a counter that admits, and the threshold applied
-//     here.
+//     the reference answers. For a policy shaped as the reference's rules
+//     (referenceShaped: what import writes) the count is named as the
+//     reference names its Redis key, by the descriptor and its window's
+//     start, not by the policy (namedCount: the store's counters, with an
+//     expiry set by each addition; [rls] count_keys says whether the
+//     name joins keys and values with '_' as the reference does); for
+//     another it is kept in the limit's own state (the same names, so a
+//     change of compatibility keeps the counters). Either way by a
+//     counter that admits (a fixed window whose limit is counterLimit,
+//     or a plain count) and the threshold applied here.
 //   - With the same, a descriptor's own limit (Envoy's per-route
 //     override) decides it instead of any policy, in a domain the
-//     service knows, counted as the reference counts it: under the
-//     domain, the descriptor's entries and the unit's window, which is
-//     the state of the descriptor's policy when that policy's one limit
-//     has that window and counts under every entry's value.
+//     service knows, counted as the reference counts it: named by the
+//     domain, the descriptor's entries and the unit's window start, the
+//     count of any rule of the descriptor whose window starts then.
 
-// counterLimit is the limit of the counter of a fixed window.
-const counterLimit = limiter.MaxCount
+// counterLimit is the limit of the counter of a fixed window: above the
+// largest threshold (a limit of an RLS policy, a descriptor's own
+// requests_per_unit: config.MaxRLSLimit, the reference's uint32), so that
+// a count past it is past every threshold.
+const counterLimit = limiter.MaxWindowLimit
+
+// countState names the state of the counts named by descriptor
+// (countKey): one for every policy and domain, a fixed window's for each
+// length, so that a descriptor is counted once whichever of them counts
+// it, as the reference counts under a Redis key of the domain and the
+// descriptor (its CacheKeyGenerator), not of the rule.
+const countState = "rls-count"
 
 // rlsCounters is a policy's counters, built once a snapshot.
 type rlsCounters struct {
 	once sync.Once
 	c    []*limiter.Limiter // one per limit; nil: not every limit is a fixed window
+	// count, when not nil, counts instead of c[0]: the policy is shaped
+	// as a rule of the reference (one fixed window of a length, its own,
+	// a key of descriptor parts in the order of the entries), so its
+	// counts are named by descriptor: countKey, with inKey[i] saying
+	// whether entry i's value is in the name (else its pattern as
+	// written: a share_threshold wildcard's).
+	count *limiter.Limiter
+	inKey []bool
+	// ctr is the store's counters, when it keeps them: count counts only
+	// when they cannot (namedCount).
+	ctr limiter.Counter
 }
 
 // counters returns p's counters (ps is p's state): one Limiter per
 // limit, bound to the same state as p's own; nil unless every limit of p
 // is a fixed window.
 func (ps *policyState) counters(p *policy.Policy) []*limiter.Limiter {
+	return ps.compatCounters(p).c
+}
+
+// compatCounters is ps.rls, built on first use (counters).
+func (ps *policyState) compatCounters(p *policy.Policy) *rlsCounters {
 	ps.rls.once.Do(func() {
 		if p.Limiter == nil || len(p.Limits) == 0 {
 			return
@@ -79,8 +110,111 @@ func (ps *policyState) counters(p *policy.Policy) []*limiter.Limiter {
 			cs[i] = all.Only(i)
 		}
 		ps.rls.c = cs
+		if inKey := referenceShaped(p); inKey != nil {
+			_, w := p.Limits[0].Quota()
+			ps.rls.count = countLimiter(p.Limiter.Store(), w)
+			ps.rls.inKey = inKey
+			ps.rls.ctr, _ = p.Limiter.Store().(limiter.Counter)
+		}
 	})
-	return ps.rls.c
+	return &ps.rls
+}
+
+// referenceShaped returns, for a policy shaped as a rule of the
+// reference, whether each entry's value is in its key; nil for another
+// policy. The shape: one limit, a fixed window of a length (not a
+// calendar one), not shared, and a key of descriptor parts in the order
+// of the entries, each entry once, as limitproxy import writes (every
+// entry, or all but share_threshold wildcards').
+func referenceShaped(p *policy.Policy) []bool {
+	if p.OwnKeys || len(p.Limits) != 1 || p.Limits[0].Share() != "" {
+		return nil
+	}
+	if cal, _ := p.Limits[0].Calendar(); cal != 0 {
+		return nil
+	}
+	pats := p.Match.Descriptor
+	inKey := make([]bool, len(pats))
+	last := -1
+	for j, kp := range p.Key {
+		if kp.Kind != config.KeyDescriptor {
+			return nil
+		}
+		nth := kp.Nth - 1
+		if kp.Nth == 0 {
+			nth = 0
+			for _, q := range p.Key[:j] {
+				if q.Name == kp.Name && q.Nth == 0 {
+					nth++
+				}
+			}
+		}
+		at := -1
+		for i, pat := range pats {
+			if pat.Key != kp.Name {
+				continue
+			}
+			if nth == 0 {
+				at = i
+				break
+			}
+			nth--
+		}
+		if at <= last {
+			return nil
+		}
+		inKey[at], last = true, at
+	}
+	return inKey
+}
+
+// countLimiter is the counter of the counts named by descriptor
+// (countState) of windows of length w on store.
+func countLimiter(store limiter.Store, w time.Duration) *limiter.Limiter {
+	fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: counterLimit, Window: w})
+	if err != nil || store == nil {
+		return nil
+	}
+	c, err := limiter.New(store, countState, fw)
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// countKey is the name, under countState, of the count of a descriptor
+// of entries in domain: each entry's key and its value, or, where
+// inKey[i] is false, its pattern's value as written (pats[i]: a
+// share_threshold wildcard, whose values share one count, "*" for
+// "KEY=*"; its literal copy, "KEY=\\*", is the same value); inKey nil:
+// every value. With count_keys = "joined", the domain, keys and values
+// joined with '_' (and each entry ended by one) as the reference's
+// CacheKeyGenerator joins them, whose window start is the window's own
+// here; else each length-prefixed, so that no two descriptors meet.
+func countKey(mode config.CountKeys, domain string, entries []policy.DescriptorEntry, pats []config.DescriptorPattern, inKey []bool) string {
+	var stack [128]byte
+	b := stack[:0]
+	joined := mode == config.CountKeysJoined
+	if joined {
+		b = append(append(b, domain...), '_')
+	} else {
+		b = clientkey.AppendPart(b, []byte(domain))
+	}
+	for i, e := range entries {
+		v := e.Value
+		if inKey != nil && i < len(inKey) && !inKey[i] && i < len(pats) {
+			v = "*" // "KEY=*"
+			if pats[i].Glob || pats[i].Exact {
+				v = pats[i].Value
+			}
+		}
+		if joined {
+			b = append(append(append(append(b, e.Key...), '_'), v...), '_')
+		} else {
+			b = clientkey.AppendPart(clientkey.AppendPart(b, []byte(e.Key)), []byte(v))
+		}
+	}
+	return string(b)
 }
 
 // askRLS asks o.p's limits about an RLS descriptor when o.rls: a limit of
@@ -94,7 +228,8 @@ func (h *Handler) askRLS(ctx context.Context, now time.Time, o *ruling) (limiter
 			view, o.hp = v, v
 		}
 	}
-	cs := o.ps.counters(p)
+	rc := o.ps.compatCounters(p)
+	cs := rc.c
 	if !o.compat || cs == nil {
 		for i, zero := range p.RLS.Zero {
 			if zero {
@@ -114,7 +249,16 @@ func (h *Handler) askRLS(ctx context.Context, now time.Time, o *ruling) (limiter
 			key = o.keys[i]
 		}
 		q, w := view.Quota(i)
-		count, degraded, err := countHits(ctx, c, key, now, n)
+		var (
+			count    int64
+			degraded bool
+			err      error
+		)
+		if rc.count != nil {
+			count, degraded, err = rc.named(h.snap.Load().set.Config.RLS.CountKeys, p, o.entries).count(ctx, now, n, false)
+		} else {
+			count, degraded, err = countHits(ctx, c, key, now, n)
+		}
 		if err != nil {
 			return limiter.Decision{}, err
 		}
@@ -207,15 +351,15 @@ func (h *Handler) decideOwnLimit(ctx context.Context, snap *snapshot, domain str
 	if a.o.peek {
 		n = 0
 	}
-	c, key := ownCounter(snap, domain, d, a)
-	if c == nil {
+	nc := ownCount(snap, domain, d, a)
+	if nc.store == nil {
 		// Nothing to count with: OK without a limit.
 		a.own.Decision = Allowed
 		return
 	}
 	v := a.own
 	v.Limited, v.Quota, v.Window = true, q, w
-	count, _, err := countHits(ctx, c, key, now, n)
+	count, _, err := nc.count(ctx, now, n, false)
 	if err != nil {
 		h.log.Error("limiter failed; descriptor allowed", zap.String("domain", domain), zap.Error(err))
 		v.Decision, v.Limited = Allowed, false
@@ -231,33 +375,86 @@ func (h *Handler) decideOwnLimit(ctx context.Context, snap *snapshot, domain str
 	a.over = true
 }
 
-// ownCounter is the counter of d's own limit and its key: the state of
-// a.o.p when that policy's one limit has the unit's window and counts
-// under every entry's value, else a state of the domain and the entries'
-// keys; nil when there is none.
-func ownCounter(snap *snapshot, domain string, d *Descriptor, a *rlsDecided) (*limiter.Limiter, string) {
-	w := d.Limit.Unit
-	if p := a.o.p; p != nil && !p.OwnKeys && len(p.Limits) == 1 && p.Limits[0].Share() == "" && everyEntry(p, d.Entries) {
-		if cs := a.o.ps.counters(p); cs != nil {
-			if _, pw := p.Limits[0].Quota(); pw == w {
-				return cs[0], descriptorKey(p.Key, d.Entries)
+// ownCount is the count of d's own limit: named by descriptor
+// (countKey, every value) and the unit's window, which is a.o.p's count
+// when that policy counts so with a window of that length (and, with the
+// store's counters, any count of the descriptor whose window starts
+// when the unit's does), as the reference keeps one count per descriptor
+// and window start. Its store is nil when there is none.
+func ownCount(snap *snapshot, domain string, d *Descriptor, a *rlsDecided) namedCount {
+	mode := snap.set.Config.RLS.CountKeys
+	nc := namedCount{store: snap.set.Store(), name: countKey(mode, domain, d.Entries, nil, nil), w: d.Limit.Unit, joined: mode == config.CountKeysJoined}
+	nc.ctr, _ = nc.store.(limiter.Counter)
+	if p := a.o.p; p != nil {
+		if rc := a.o.ps.compatCounters(p); rc.count != nil {
+			if _, pw := p.Limits[0].Quota(); pw == nc.w {
+				nc.fw = rc.count
 			}
 		}
 	}
-	store := snap.set.Store()
-	fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: counterLimit, Window: w})
-	if err != nil || store == nil {
-		return nil, ""
+	return nc
+}
+
+// namedCount is a count named by descriptor (countKey) of a window of
+// length w. With the store's counters (ctr) it counts as the reference
+// does: under the name and the start of the window that holds now (Unix
+// seconds, a multiple of w's), expiring w after each addition, so that
+// two windows that start at one instant (a minute's and an hour's at
+// the hour) count together, and whichever was added to last says when
+// the count ends, as the reference's EXPIRE on each INCRBY does. Without
+// them, for a window not of whole seconds, or when they cannot count
+// (Redis down), a fixed window of length w counts it under the name
+// (fw, or one built on store), which follows the store's on_error.
+type namedCount struct {
+	store  limiter.Store
+	ctr    limiter.Counter
+	fw     *limiter.Limiter
+	name   string
+	w      time.Duration
+	joined bool
+}
+
+// named is the count of a descriptor of entries under p, which rc counts
+// (rc.count is not nil), in count_keys mode.
+func (rc *rlsCounters) named(mode config.CountKeys, p *policy.Policy, entries []policy.DescriptorEntry) namedCount {
+	_, w := p.Limits[0].Quota()
+	return namedCount{store: p.Limiter.Store(), ctr: rc.ctr, fw: rc.count, name: countKey(mode, p.Match.RLSDomain, entries, p.Match.Descriptor, rc.inKey), w: w, joined: mode == config.CountKeysJoined}
+}
+
+// count adds n hits at now and returns the count after them (n = 0:
+// none, but the expiry is set all the same, as the reference's INCRBY 0
+// and EXPIRE); read reads it, changing nothing (the reference's GET).
+// degraded reports that the store could not count (its on_error
+// answered).
+func (c namedCount) count(ctx context.Context, now time.Time, n int64, read bool) (count int64, degraded bool, err error) {
+	if sec := int64(c.w / time.Second); c.ctr != nil && sec >= 1 && c.w%time.Second == 0 {
+		var stack [20]byte
+		start := strconv.AppendInt(stack[:0], now.Unix()/sec*sec, 10)
+		var key string
+		if c.joined {
+			key = c.name + string(start)
+		} else {
+			key = string(clientkey.AppendPart([]byte(c.name), start))
+		}
+		if read {
+			count, err = c.ctr.Count(ctx, key, now)
+		} else {
+			count, err = c.ctr.AddCount(ctx, key, n, c.w, now)
+		}
+		if err == nil {
+			return count, false, nil
+		}
 	}
-	c, err := limiter.New(store, ownLimitName(domain, d.Entries), fw)
-	if err != nil {
-		return nil, ""
+	fw := c.fw
+	if fw == nil {
+		if fw = countLimiter(c.store, c.w); fw == nil {
+			return 0, false, errors.New("rls: no store to count with")
+		}
 	}
-	var b []byte
-	for _, e := range d.Entries {
-		b = clientkey.AppendPart(b, []byte(e.Value))
+	if read {
+		n = 0
 	}
-	return c, string(b)
+	return countHits(ctx, fw, c.name, now, n)
 }
 
 // stopIncrement is envoyproxy/ratelimit's
@@ -290,8 +487,8 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 		nr, keep := false, true
 		switch p := a.o.p; {
 		case a.own != nil:
-			if c, key := ownCounter(snap, domain, &ds[i], a); c != nil {
-				count, _, err := countHits(ctx, c, key, now, 0)
+			if nc := ownCount(snap, domain, &ds[i], a); nc.store != nil {
+				count, _, err := nc.count(ctx, now, 0, true)
 				if err != nil {
 					return err
 				}
@@ -300,7 +497,8 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 			}
 		case p == nil, len(replacing) > 0 && replaced(p, replacing), p.RLS.Unlimited, len(p.Limits) == 0:
 		default:
-			cs := a.o.ps.counters(p)
+			rc := a.o.ps.compatCounters(p)
+			cs := rc.c
 			if cs == nil {
 				break
 			}
@@ -313,7 +511,15 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 				}
 			}
 			for j, c := range cs {
-				count, _, err := countHits(ctx, c, keys[j], now, 0)
+				var (
+					count int64
+					err   error
+				)
+				if rc.count != nil {
+					count, _, err = rc.named(snap.set.Config.RLS.CountKeys, p, ds[i].Entries).count(ctx, now, 0, true)
+				} else {
+					count, _, err = countHits(ctx, c, keys[j], now, 0)
+				}
 				if err != nil {
 					return err
 				}
@@ -334,40 +540,4 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 		}
 	}
 	return nil
-}
-
-// everyEntry reports whether p counts under every entry of entries, in
-// order: its key is every pattern's KEY, as the default key is.
-func everyEntry(p *policy.Policy, entries []policy.DescriptorEntry) bool {
-	if len(p.Key) != len(entries) {
-		return false
-	}
-	for i, kp := range p.Key {
-		if kp.Name != entries[i].Key {
-			return false
-		}
-	}
-	return true
-}
-
-// ownLimitName is the state name of a descriptor's own limit in domain:
-// the domain and the entries' keys, each length-prefixed so that none
-// can be confused with another (the values are the client key).
-func ownLimitName(domain string, entries []policy.DescriptorEntry) string {
-	var b strings.Builder
-	b.WriteString("rls-own-limit:")
-	for _, s := range append([]string{domain}, keysOf(entries)...) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
-	}
-	return b.String()
-}
-
-func keysOf(entries []policy.DescriptorEntry) []string {
-	ks := make([]string, len(entries))
-	for i, e := range entries {
-		ks[i] = e.Key
-	}
-	return ks
 }

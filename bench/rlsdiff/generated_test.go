@@ -69,9 +69,11 @@ var settings = []struct {
 //
 // A case's calls are sent within one second of the clock (every
 // duration_until_reset changes with the second, and a second's window
-// with it): a case that would not fit in what is left of the second
-// waits for the next, and one that spanned two anyway is not compared
-// (counted as spanned).
+// with it), or, for a case with Waits, in one second between each wait
+// for the next: a case that would not fit in what is left of the second
+// waits for the next, and one that spanned more seconds anyway is not
+// compared (counted as spanned). The import is served with -joined-keys
+// (count_keys = "joined"), the reference's naming of its counts.
 //
 //	RLSDIFF_CONFIGS=1000 go test -run TestGenerated -v ./rlsdiff
 //	LIMITPROXY_RLSREF_SRC=/path/to/ratelimit RLSDIFF_CONFIGS=1000 go test -run TestGenerated -v ./rlsdiff
@@ -164,6 +166,19 @@ func (g *generatedTally) countFeatures(c *rlsgen.Case) {
 		yaml.Write(b)
 	}
 	y := yaml.String()
+	// The key and value of each share_threshold wildcard.
+	shared := map[string]bool{}
+	for _, block := range strings.Split(y, "- key: ")[1:] {
+		lines := strings.Split(block, "\n")
+		if len(lines) < 2 || !strings.Contains(strings.Split(block, "descriptors:")[0], "share_threshold: true") {
+			continue
+		}
+		k, _ := strconv.Unquote(strings.TrimSpace(lines[0]))
+		if v, ok := strings.CutPrefix(strings.TrimSpace(lines[1]), "value: "); ok {
+			v, _ = strconv.Unquote(v)
+			shared[k+"\x00"+v] = true
+		}
+	}
 	for name, has := range map[string]bool{
 		"unlimited":       strings.Contains(y, "unlimited: true"),
 		"rpu 0":           strings.Contains(y, "requests_per_unit: 0\n"),
@@ -202,6 +217,23 @@ func (g *generatedTally) countFeatures(c *rlsgen.Case) {
 			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool { return d.HitsAddend != nil && d.HitsAddend.Value >= 50 })
 		}),
 		"several descriptors": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool { return len(r.Descriptors) > 1 }),
+		"aliasing (joined with _)": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
+			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool {
+				return slices.ContainsFunc(d.Entries, func(e *rlscommon.RateLimitDescriptor_Entry) bool { return strings.Contains(e.Value, "_") })
+			})
+		}),
+		"hits_addend 10⁹": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
+			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool {
+				return d.HitsAddend != nil && d.HitsAddend.Value >= 999_000_000
+			})
+		}),
+		"rpu above 10⁹": strings.Contains(y, "requests_per_unit: 4294967295\n") || strings.Contains(y, "requests_per_unit: 2000000001\n"),
+		"share_threshold value as written": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
+			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool {
+				return slices.ContainsFunc(d.Entries, func(e *rlscommon.RateLimitDescriptor_Entry) bool { return shared[e.Key+"\x00"+e.Value] })
+			})
+		}),
+		"a second's windows end": len(c.Waits) > 0,
 	} {
 		if has {
 			g.feature[name]++
@@ -233,14 +265,19 @@ func runBatch(ctx context.Context, t *testing.T, refBin, lp, redisAddr, name str
 		}
 	}
 	slices.Sort(files)
-	env = append(slices.Clone(env), "MERGE_DOMAIN_CONFIG=true")
+	// EXPIRATION_JITTER_MAX_SECONDS=0: each count expires its unit after
+	// its last addition, as limitproxy's do (by default the reference
+	// adds a random 0 to 299 s, which shows where two units share one).
+	env = append(slices.Clone(env), "MERGE_DOMAIN_CONFIG=true", "EXPIRATION_JITTER_MAX_SECONDS=0")
 	ref, err := rlsref.Start(rlsref.Options{Bin: refBin, Dir: t.TempDir(), RedisAddr: redisAddr, Configs: configs, MergeDomains: true, Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ref.Stop()
 	imported := filepath.Join(dir, "rls.toml")
-	imp := exec.CommandContext(ctx, lp, append([]string{"import", "-env", "-listen", "127.0.0.1:0", "-o", imported}, files...)...)
+	// -joined-keys: counts named as the reference names them, aliases
+	// and all (count_keys = "joined").
+	imp := exec.CommandContext(ctx, lp, append([]string{"import", "-env", "-joined-keys", "-listen", "127.0.0.1:0", "-o", imported}, files...)...)
 	imp.Env = append(os.Environ(), env...)
 	if out, err := imp.CombinedOutput(); err != nil {
 		t.Fatalf("limitproxy import: %v\n%s", err, out)
@@ -277,12 +314,24 @@ func runBatch(ctx context.Context, t *testing.T, refBin, lp, redisAddr, name str
 		// The calls within one second: wait for the next when what is
 		// left of this one may not do.
 		need := time.Duration(len(c.Calls))*perCall + 50*time.Millisecond
-		if now := time.Now(); time.Second-now.Sub(now.Truncate(time.Second)) < need || now.Sub(now.Truncate(time.Second)) < 10*time.Millisecond {
+		if len(c.Waits) > 0 {
+			need = time.Duration(c.Waits[0])*perCall + 50*time.Millisecond
+		}
+		if now := time.Now(); c.AtMinute {
+			time.Sleep(now.Truncate(time.Minute).Add(time.Minute + 10*time.Millisecond).Sub(now))
+		} else if time.Second-now.Sub(now.Truncate(time.Second)) < need || now.Sub(now.Truncate(time.Second)) < 10*time.Millisecond {
 			time.Sleep(now.Truncate(time.Second).Add(time.Second + 10*time.Millisecond).Sub(now))
 		}
 		t0 := time.Now()
 		answers := make([][]*rlsv3.RateLimitResponse, len(c.Calls))
 		for i, call := range c.Calls {
+			for _, w := range c.Waits {
+				if w == i {
+					// The next second: its windows end.
+					now := time.Now()
+					time.Sleep(now.Truncate(time.Second).Add(time.Second + 10*time.Millisecond).Sub(now))
+				}
+			}
 			for _, tg := range targets {
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				resp, err := tg.client.ShouldRateLimit(cctx, call)
@@ -302,7 +351,7 @@ func runBatch(ctx context.Context, t *testing.T, refBin, lp, redisAddr, name str
 		t1 := time.Now()
 		perCall = (perCall*3 + t1.Sub(t0)/time.Duration(len(c.Calls))) / 4
 		tally.countFeatures(c)
-		if t0.Unix() != t1.Unix() {
+		if t1.Unix()-t0.Unix() != int64(len(c.Waits)) {
 			tally.spanned++
 			continue
 		}
@@ -381,7 +430,7 @@ func caseText(c *rlsgen.Case, toml string) string {
 			b.WriteString("[[policy]]" + p + "\n")
 		}
 	}
-	b.WriteString("--- calls\n")
+	fmt.Fprintf(&b, "--- calls (the next second awaited before: %v)\n", c.Waits)
 	for i, call := range c.Calls {
 		fmt.Fprintf(&b, "%d: %s\n", i+1, oneLine(call))
 	}

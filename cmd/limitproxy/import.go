@@ -20,6 +20,7 @@ const maxImportBytes = 4 << 20
 type importFlags struct {
 	out, listen string
 	merge, env  bool
+	joinedKeys  bool
 }
 
 func declareImportFlags(fs *flag.FlagSet) *importFlags {
@@ -27,6 +28,7 @@ func declareImportFlags(fs *flag.FlagSet) *importFlags {
 	fs.StringVar(&f.out, "o", "", "write the TOML to `FILE` (replaced whole, or left alone on an error) instead of stdout")
 	fs.StringVar(&f.listen, "listen", envoyimport.DefaultListen, "the [rls] listen `ADDRESS` written")
 	fs.BoolVar(&f.merge, "merge-domains", false, "merge files of one domain, as the reference's MERGE_DOMAIN_CONFIG=true does (default: refused, as it does)")
+	fs.BoolVar(&f.joinedKeys, "joined-keys", false, "write [rls] count_keys = \"joined\": counts named as the reference names them, keys and values joined with '_', so that descriptors whose joins are equal share one count (default: \"distinct\", each apart)")
 	fs.BoolVar(&f.env, "env", false, "read the reference's settings that change its answers from the environment, as it reads them: MERGE_DOMAIN_CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED, LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER, SHADOW_MODE, QUOTA_MODE, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, RESPONSE_DYNAMIC_METADATA")
 	return f
 }
@@ -68,7 +70,7 @@ func importCmd(f *importFlags, args []string, stdout, stderr io.Writer) error {
 		}
 		in = append(in, envoyimport.Input{Name: p, Src: src})
 	}
-	o := envoyimport.Options{Listen: f.listen, MergeDomains: f.merge}
+	o := envoyimport.Options{Listen: f.listen, MergeDomains: f.merge, JoinedKeys: f.joinedKeys}
 	if f.env {
 		st, merge, err := referenceSettings(os.Getenv)
 		if err != nil {
@@ -134,7 +136,7 @@ func writeReplacing(path string, b []byte) error {
 
 // importCommand is the command table's entry for import.
 func importCommand() command {
-	return command{name: "import", synopsis: "[-o FILE] [-listen ADDRESS] [-merge-domains] [-env] CONFIG.yaml...",
+	return command{name: "import", synopsis: "[-o FILE] [-listen ADDRESS] [-merge-domains] [-joined-keys] [-env] CONFIG.yaml...",
 		summary: "convert envoyproxy/ratelimit YAML configuration to RLS policies (docs/envoy.md)", files: true,
 		flags: func(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Context, []string) error {
 			f := declareImportFlags(fs)

@@ -101,3 +101,22 @@ func TestImportEnv(t *testing.T) {
 		t.Errorf("SHADOW_MODE=maybe: exit %d, %s", code, stderr)
 	}
 }
+
+// TestImportJoinedKeys: -joined-keys writes count_keys = "joined", the
+// reference's naming of its counts; without it the default stays.
+func TestImportJoinedKeys(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "import", "-joined-keys", importTestdata+"valid/merge_a.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	cfg, err := config.Parse("joined.toml", []byte(stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RLS.CountKeys != config.CountKeysJoined {
+		t.Errorf("count_keys %q, want joined:\n%s", cfg.RLS.CountKeys, stdout)
+	}
+	if _, stdout, _ := runCLI(t, "import", importTestdata+"valid/merge_a.yaml"); strings.Contains(stdout, "count_keys") {
+		t.Errorf("count_keys written without -joined-keys:\n%s", stdout)
+	}
+}

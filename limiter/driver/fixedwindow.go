@@ -14,7 +14,7 @@ import (
 // request's RetryAfter is the time to the next window, to its real start.
 // Memory: 16 bytes of state per key. The zero value is not valid.
 type FixedWindowParams struct {
-	Limit  int64         // units per window, 1..MaxCount
+	Limit  int64         // units per window, 1..MaxWindowLimit
 	Window time.Duration // must be positive, or 0 with Calendar
 	// Calendar, if not zero, makes the windows calendar periods rather
 	// than lengths of Window (which must then be 0).
@@ -36,7 +36,7 @@ type fixedWindow struct {
 
 // NewFixedWindow validates p and returns the limit, or a *ParamError.
 func NewFixedWindow(p FixedWindowParams) (Limit, error) {
-	if err := checkCount(FixedWindow, "limit", p.Limit, MaxCount); err != nil {
+	if err := checkCount(FixedWindow, "limit", p.Limit, MaxWindowLimit); err != nil {
 		return Limit{}, err
 	}
 	var windows grid
@@ -109,7 +109,7 @@ func (f *fixedWindow) stateName() string {
 
 func (f *fixedWindow) scaled(s float64) (Limit, error) {
 	p := f.FixedWindowParams
-	p.Limit = scaleCount(p.Limit, s, MaxCount)
+	p.Limit = scaleCount(p.Limit, s, MaxWindowLimit)
 	return NewFixedWindow(p)
 }
 

@@ -70,8 +70,22 @@ func (l *Limit) Accuracy() Accuracy { return l.acc }
 // Maximum sizes, chosen so that every product the algorithms form fits in
 // their integer arithmetic, and so that one key's state stays bounded.
 const (
-	// MaxCount bounds burst, limit and cost.
+	// MaxCount bounds burst, limit and cost; but a fixed window's limit,
+	// MaxWindowLimit.
 	MaxCount = 1_000_000_000
+	// MaxWindowLimit bounds a fixed window's limit (and its cost): 2^32,
+	// above the 4294967295 of envoyproxy/ratelimit's requests_per_unit (a
+	// uint32), which an RLS policy's limit may be, and which the RLS
+	// service's counters of every hit (a fixed window of this limit, a
+	// threshold applied after) must count past. A fixed window's
+	// arithmetic stays far inside int64 (count + n·cost ≤ limit with
+	// n·cost bounded by weighted; a charge's debt up to 2·limit), and
+	// inside decide.lua's doubles: exact integers to 2^53, and Redis's Lua
+	// writes a number with 14 significant digits (2·2^32 has 10). The
+	// other algorithms keep MaxCount: a token or leaky bucket's rate
+	// products (N × the period in ns) and the sliding window's weighted
+	// counts are sized for it.
+	MaxWindowLimit = 1 << 32
 	// MaxSlidingLogLimit bounds a sliding log's limit: it keeps one
 	// timestamp (8 bytes) per admitted unit per key.
 	MaxSlidingLogLimit = 100_000

@@ -90,3 +90,21 @@ func (k Keys) Single() (string, bool) {
 // ErrStoreUnavailable is wrapped by the errors a Store returns when its
 // backend cannot decide in time; callers apply their on_error policy.
 var ErrStoreUnavailable = errors.New("limiter: store unavailable")
+
+// Counter is what a Store may keep beside its limits' state: plain
+// counters with an expiry, as Redis's INCRBY and EXPIRE keep them, which
+// the RLS service counts with as envoyproxy/ratelimit does (its Redis
+// keys name a window by its start and expire a unit after each hit). The
+// memory and Redis stores implement it, and the global tier forwards it
+// to its shared store. Implementations are safe for concurrent use.
+type Counter interface {
+	// AddCount adds n (at least 0) to key's count and sets its expiry to
+	// ttl from now, both also for n = 0 (INCRBY, then EXPIRE), and
+	// returns the count after. A key past its expiry counts from 0. An
+	// error wraps ErrStoreUnavailable when the backend did not answer in
+	// time: nothing may have been counted.
+	AddCount(ctx context.Context, key string, n int64, ttl time.Duration, now time.Time) (int64, error)
+	// Count returns key's count at now, 0 for none, changing nothing
+	// (GET).
+	Count(ctx context.Context, key string, now time.Time) (int64, error)
+}

@@ -29,6 +29,7 @@ func RunCharge(t *testing.T, newStore NewStore, o Options) {
 	t.Run("Reconcile", func(t *testing.T) { chargeReconcile(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { chargeKeys(t, newStore, o) })
 	t.Run("Bounds", func(t *testing.T) { chargeBounds(t, newStore, o) })
+	t.Run("WindowLimitBounds", func(t *testing.T) { windowLimitBounds(t, newStore) })
 }
 
 // chargeStep is one row of a charge table: Allow(n) at t (op 'a'), or
@@ -554,6 +555,8 @@ func chargeBounds(t *testing.T, newStore NewStore, o Options) {
 		{m(limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: limiter.MaxCount, Per: time.Second}, Burst: limiter.MaxCount})), time.Second + 1},
 		{m(limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Hour}, Burst: 100})), 101 * time.Hour},
 		{m(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limiter.MaxCount, Window: time.Hour})), time.Hour},
+		// A fixed window's largest limit, 2³²: a debt of 2³³ units.
+		{m(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limiter.MaxWindowLimit, Window: time.Hour})), time.Hour},
 		// 2·10⁹ in one slot: one unit fits once it weighs 10⁹ − 1, a
 		// little after half the slot past the window.
 		{m(limiter.NewSlidingWindow(limiter.SlidingWindowParams{Limit: limiter.MaxCount, Window: 8 * time.Second, Slots: 1})), 12*time.Second + 4},
@@ -582,5 +585,46 @@ func chargeBounds(t *testing.T, newStore NewStore, o Options) {
 		if d, err := l.Charge(ctx, "k", now, now, math.MinInt64); err != nil || d.Remaining != q || d.Capped {
 			t.Fatalf("%v: Charge(MinInt64) = %+v, %v; want a fresh limit", c.lim, d, err)
 		}
+	}
+}
+
+// windowLimitBounds: a fixed window of the largest limit,
+// limiter.MaxWindowLimit (2³²), and of the largest cost: the whole limit
+// in one request and in requests of 10⁹, nothing past it, the count
+// exact to the unit (the Redis script's arithmetic is on doubles), and a
+// fresh window after.
+func windowLimitBounds(t *testing.T, newStore NewStore) {
+	m := must(t)
+	store := newStore(t)
+	ctx := context.Background()
+	now := time.Unix(0, base).Truncate(time.Hour)
+	const max = limiter.MaxWindowLimit
+	l := mustNew(t, store, "window-bounds", m(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: max, Window: time.Hour})))
+	for i := range 4 {
+		if d, err := l.Allow(ctx, "k", now, 1e9); err != nil || !d.Allowed || d.Remaining != max-int64(i+1)*1e9 || d.Limit != max {
+			t.Fatalf("Allow(10⁹) #%d: %+v, %v", i+1, d, err)
+		}
+	}
+	if d, err := l.Allow(ctx, "k", now, 1e9); err != nil || d.Allowed || d.Remaining != max-4e9 {
+		t.Fatalf("Allow(10⁹) past the limit: %+v, %v", d, err)
+	}
+	if d, err := l.Allow(ctx, "k", now, max-4e9); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("Allow(the rest, %d): %+v, %v", int64(max-4e9), d, err)
+	}
+	if d, err := l.Allow(ctx, "k", now, 1); err != nil || d.Allowed {
+		t.Fatalf("Allow(1) at the limit: %+v, %v", d, err)
+	}
+	if d, err := l.Allow(ctx, "k", now.Add(time.Hour), max); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("Allow(2³²) in the next window: %+v, %v", d, err)
+	}
+	if d, err := l.Allow(ctx, "k", now.Add(2*time.Hour), max+1); err != nil || d.Allowed || d.RetryAfter != limiter.Never {
+		t.Fatalf("Allow(2³²+1): %+v, %v; want never", d, err)
+	}
+	big := mustNew(t, store, "window-bounds-cost", m(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: max, Window: time.Hour, Cost: max})))
+	if d, err := big.Allow(ctx, "k", now, 1); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("cost 2³²: %+v, %v", d, err)
+	}
+	if _, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: max + 1, Window: time.Hour}); err == nil {
+		t.Error("a fixed window's limit of 2³²+1 accepted")
 	}
 }

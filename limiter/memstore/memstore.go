@@ -90,6 +90,8 @@ type Store struct {
 	// request.
 	spentEvictions atomic.Int64
 	slots          [slotShards]slotCounts // concurrency limits' slots (slots.go)
+	maxKeys        int                    // Options.MaxKeys, which bounds counts too
+	counts         *counts                // plain counters (counts.go)
 }
 
 type shard struct {
@@ -127,6 +129,8 @@ func New(o Options) *Store {
 		sweep:     o.SweepInterval,
 		clock:     o.Clock,
 		virtualQ:  o.VirtualQueues,
+		maxKeys:   o.MaxKeys,
+		counts:    &counts{},
 	}
 	for i := range s.shards {
 		s.shards[i].ticketBase = uint64(i) << ticketShardShift

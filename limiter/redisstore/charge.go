@@ -14,9 +14,10 @@ import (
 var _ driver.Charger = (*Store)(nil)
 
 // maxChargeUnits bounds the units one Charge sends: no limit applies more
-// than twice its capacity (limiter.MaxCount at most), and the bound keeps
-// the script's arithmetic on exact integers.
-const maxChargeUnits = 2*limiter.MaxCount + 1
+// than twice its capacity (limiter.MaxWindowLimit at most, a fixed
+// window's; limiter.MaxCount for the others), and the bound keeps the
+// script's arithmetic on exact integers.
+const maxChargeUnits = 2*limiter.MaxWindowLimit + 1
 
 // Charge implements driver.Charger in one round trip: decide.lua charges
 // every limit (mode 2 of its per-decision flag) with the rules of the

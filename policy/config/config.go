@@ -272,6 +272,12 @@ type RLS struct {
 	// the descriptors, the call's hits_addend, and the metadata of the
 	// policies of the descriptors not over their limit, merged.
 	DynamicMetadata bool
+	// CountKeys says how a descriptor's count is named with CompatEnvoy:
+	// by its domain, keys and values kept apart (CountKeysDistinct), or
+	// joined with '_' as envoyproxy/ratelimit names its Redis keys
+	// (CountKeysJoined), so that descriptors whose joins are equal share
+	// one count.
+	CountKeys CountKeys
 	// Domains are domains the service knows beside those its RLS
 	// policies name: a descriptor's own limit applies, with CompatEnvoy,
 	// in a known domain only.
@@ -304,6 +310,21 @@ type Compatibility string
 const (
 	CompatNone  Compatibility = "none"
 	CompatEnvoy Compatibility = "envoyproxy/ratelimit"
+)
+
+// CountKeys is [rls] count_keys.
+type CountKeys string
+
+// The count_keys values.
+const (
+	// CountKeysDistinct names a count by the domain and each key and
+	// value apart: two descriptors share a count only when they are the
+	// same.
+	CountKeysDistinct CountKeys = "distinct"
+	// CountKeysJoined names it as envoyproxy/ratelimit names its Redis
+	// key: the domain, keys and values joined with '_', so that key "a"
+	// with value "b_c" and key "a_b" with value "c" share one count.
+	CountKeysJoined CountKeys = "joined"
 )
 
 // RLSHeaders is [rls] response_headers.

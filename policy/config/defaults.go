@@ -104,6 +104,7 @@ const (
 	// (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
 	DefaultRLSCompatibility   = CompatNone
 	DefaultRLSResponseHeaders = RLSHeadersRateLimit
+	DefaultRLSCountKeys       = CountKeysDistinct
 	DefaultRLSLimitHeader     = "RateLimit-Limit"
 	DefaultRLSRemainingHeader = "RateLimit-Remaining"
 	DefaultRLSResetHeader     = "RateLimit-Reset"

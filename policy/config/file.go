@@ -112,6 +112,7 @@ type (
 		QuotaMode      scalar[bool]   `toml:"quota_mode"`
 		StopIncrement  scalar[bool]   `toml:"stop_increment_when_over_limit"`
 		DynMetadata    scalar[bool]   `toml:"dynamic_metadata"`
+		CountKeys      scalar[string] `toml:"count_keys"`
 		Domains        stringList     `toml:"domains"`
 	}
 	rawRLQS struct {

@@ -615,6 +615,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"rls.max_concurrent_streams":               DefaultRLSMaxStreams,
 		"rls.compatibility":                        DefaultRLSCompatibility,
 		"rls.response_headers":                     DefaultRLSResponseHeaders,
+		"rls.count_keys":                           DefaultRLSCountKeys,
 		"rls.limit_header":                         DefaultRLSLimitHeader,
 		"rls.remaining_header":                     DefaultRLSRemainingHeader,
 		"rls.reset_header":                         DefaultRLSResetHeader,
@@ -642,6 +643,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 	// refuses it in any other).
 	refine("policy[].limits[].limit", node{"minimum": 0})
 	refine("rls.compatibility", node{"enum": compatibilities})
+	refine("rls.count_keys", node{"enum": countKeys})
 	refine("rls.response_headers", node{"enum": rlsHeaders})
 	refine("rls.limit_header", node{"$ref": "#/$defs/headerName"})
 	refine("rls.remaining_header", node{"$ref": "#/$defs/headerName"})

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -41,6 +42,7 @@ var (
 	implementations   = []Implementation{ImplLimitproxy, ImplNetHTTP}
 	modes             = []Mode{Enforce, Shadow}
 	compatibilities   = []Compatibility{CompatNone, CompatEnvoy}
+	countKeys         = []CountKeys{CountKeysDistinct, CountKeysJoined}
 	rlsHeaders        = []RLSHeaders{RLSHeadersRateLimit, RLSHeadersEnvoy, RLSHeadersNone}
 	onMissings        = []OnMissing{MissingShared, MissingIP, MissingSkip, MissingReject, MissingUnauthorized}
 )
@@ -677,10 +679,15 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 		QuotaMode:                  r.QuotaMode.V,
 		StopIncrementWhenOverLimit: r.StopIncrement.V,
 		DynamicMetadata:            r.DynMetadata.V,
+		CountKeys:                  CountKeys(r.CountKeys.Or(string(DefaultRLSCountKeys))),
 		Domains:                    r.Domains.V,
 	}
 	oneOf(c, "rls.compatibility", out.Compatibility, compatibilities...)
 	oneOf(c, "rls.response_headers", out.ResponseHeaders, rlsHeaders...)
+	oneOf(c, "rls.count_keys", out.CountKeys, countKeys...)
+	if r.CountKeys.Set && out.CountKeys == CountKeysJoined && out.Compatibility != CompatEnvoy {
+		c.add("rls.count_keys", "%q needs compatibility = %q: without it a descriptor's count is its policy's", CountKeysJoined, CompatEnvoy)
+	}
 	if out.StopIncrementWhenOverLimit && out.Compatibility != CompatEnvoy {
 		c.add("rls.stop_increment_when_over_limit", "needs compatibility = %q: without it a rejected descriptor is never counted", CompatEnvoy)
 	}
@@ -1175,12 +1182,42 @@ func validateShared(raws []rawLimit, check func(limiter.Limit) error, c *collect
 			c.add(key+"."+field, "is a key of a policy's own [[policy.limits]]: a shared limit is charged as the request is admitted")
 		}
 		lk := limitKey(&r, defaultSharedKey, key, c)
-		lim, ok := compileLimit(&r, key, check, c)
+		ok := windowLimitOK(&r, false, key, c)
+		var lim limiter.Limit
+		if ok {
+			lim, ok = compileLimit(&r, key, check, c)
+		}
 		if valid && ok {
 			out[name] = sharedLimit{index: i, limit: lim.Shared(name), key: lk}
 		}
 	}
 	return out
+}
+
+// MaxRLSLimit is the largest limit of an RLS policy's fixed_window:
+// envoyproxy/ratelimit's largest requests_per_unit (a uint32). Other
+// limits are at most limiter.MaxCount.
+const MaxRLSLimit = math.MaxUint32
+
+// windowLimitOK reports whether r's limit is within its bound: a fixed
+// window's limit, which the limiter takes up to limiter.MaxWindowLimit,
+// is at most MaxRLSLimit in an RLS policy (rls) and limiter.MaxCount
+// elsewhere, as every other count is.
+func windowLimitOK(r *rawLimit, rls bool, key string, c *collector) bool {
+	q := r.Limit.V
+	bound := int64(limiter.MaxCount)
+	if rls {
+		bound = MaxRLSLimit
+	}
+	if r.Algorithm.V == limiter.FixedWindow.String() && r.Limit.Set && r.Limit.err == nil && q > bound {
+		msg := "%d is above the maximum of %d"
+		if !rls {
+			msg += " (an RLS policy's fixed_window may have up to 4294967295, envoyproxy/ratelimit's largest requests_per_unit)"
+		}
+		c.add(key+".limit", msg, q, bound)
+		return false
+	}
+	return true
 }
 
 // limitKey returns the key a limit counts under: def, or what the limit's
@@ -1313,6 +1350,9 @@ func compilePolicyLimits(raws []rawLimit, policyName, policyKey string, pk Limit
 				zero[i] = true
 			}
 			var ok bool
+			if !windowLimitOK(r, rls, key, c) {
+				continue
+			}
 			if lim, ok = compileLimit(r, key, check, c); !ok {
 				continue
 			}

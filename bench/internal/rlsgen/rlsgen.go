@@ -4,21 +4,23 @@
 // its configuration (values, wildcards, bare keys, descriptors without a
 // limit, unlimited, requests_per_unit 0, every unit, names and replaces,
 // shadow_mode, quota_mode, share_threshold, detailed_metric,
-// value_to_metric, metadata, domains merged from two files), and calls
-// of one to three descriptors, most following the tree's paths, with
-// hits_addend (the call's and the descriptor's, 0 and large), a
-// descriptor's own limit, unknown domains, and bad calls (an empty
-// domain, no descriptors) that the reference answers with an error.
+// value_to_metric, metadata, requests_per_unit up to 4294967295, domains
+// merged from two files), and calls of one to three descriptors, most
+// following the tree's paths, with hits_addend (the call's and the
+// descriptor's, 0 and large, up to 10⁹), a descriptor's own limit,
+// unknown domains, bad calls (an empty domain, no descriptors) that the
+// reference answers with an error, descriptors that alias another's
+// count when joined with '_' as the reference names its counts (one
+// entry's value holding the next entry's key and value: limitproxy
+// serves them with [rls] count_keys = "joined"), and, in some cases, a
+// wait for the next second between two calls (a second's windows end).
 //
 // What the reference and limitproxy are documented to do otherwise
-// (docs/envoy.md, "What differs") is left out: keys and values hold no
-// '_' ('*' in a value is a wildcard; a key may hold '='); a value the calls
-// send holds '*' only as a wildcard's value as written, never a
-// share_threshold one's; a descriptor's own
-// limit has the unit of the rule its descriptor finds (or one unit per
-// case when it finds none), since the reference counts two units of one
-// descriptor together when their windows start at one instant; the
-// files of a merged domain split it by key.
+// (docs/envoy.md, "What differs") is left out: keys hold no '_', and a
+// configuration's values none (the reference looks a descriptor up by
+// its joined KEY_VALUE); a call's value holds '_' only where it aliases
+// as above, and '*' only as a wildcard's value as written; the files of
+// a merged domain split it by key.
 package rlsgen
 
 import (
@@ -50,6 +52,13 @@ type Case struct {
 	Files map[string][]byte
 	Merge bool
 	Calls []*rlsv3.RateLimitRequest
+	// Waits are the calls before which the next second of the clock is
+	// awaited, once for each time a call is named (in order): a second's
+	// windows end between them.
+	Waits []int
+	// AtMinute starts the calls at a minute's first second, where every
+	// unit's window but the second's may start with a second's.
+	AtMinute bool
 }
 
 // Unit is a unit of the reference: its name in YAML, its number in the
@@ -107,6 +116,9 @@ type gen struct {
 	// bareMetric counts the bare keys with value_to_metric above the
 	// level generated.
 	bareMetric int
+	// sent are the descriptors of more than one entry the calls have
+	// sent, whose joins another descriptor may alias.
+	sent [][]*rlscommon.RateLimitDescriptor_Entry
 }
 
 var (
@@ -144,6 +156,9 @@ func Generate(seed uint64, domain string, f Features) *Case {
 	ownUnit := Units[g.r.IntN(len(Units))]
 	for range 15 + g.r.IntN(25) {
 		c.Calls = append(c.Calls, g.call(domain, tree, ownUnit))
+	}
+	if g.r.IntN(12) == 0 {
+		c.Waits = []int{1 + g.r.IntN(len(c.Calls)-1)}
 	}
 	return c
 }
@@ -212,6 +227,9 @@ func (g *gen) limit() *limit {
 		l.rpu = 0
 	case p == 2:
 		l.rpu = 1000
+	case p == 3:
+		// The reference's largest, and one past 10⁹ hits of the calls.
+		l.rpu = []uint32{4294967295, 2_000_000_001}[g.r.IntN(2)]
 	default:
 		l.rpu = uint32(1 + g.r.IntN(5))
 	}
@@ -297,8 +315,13 @@ func (g *gen) call(domain string, tree []*node, ownUnit Unit) *rlsv3.RateLimitRe
 	}
 	for range n {
 		d := &rlscommon.RateLimitDescriptor{}
-		if g.r.IntN(10) < 7 {
+		if len(g.sent) > 0 && g.r.IntN(8) == 0 {
+			d.Entries = g.alias(g.sent[g.r.IntN(len(g.sent))])
+		} else if g.r.IntN(10) < 7 {
 			d.Entries = g.path(tree)
+			if len(d.Entries) > 1 {
+				g.sent = append(g.sent, d.Entries)
+			}
 		} else {
 			for range 1 + g.r.IntN(3) {
 				d.Entries = append(d.Entries, &rlscommon.RateLimitDescriptor_Entry{Key: g.pick(append(keys, "q")), Value: g.value()})
@@ -311,17 +334,24 @@ func (g *gen) call(domain string, tree []*node, ownUnit Unit) *rlsv3.RateLimitRe
 			d.HitsAddend = wrapperspb.UInt64(uint64(1 + g.r.IntN(3)))
 		case p == 5:
 			d.HitsAddend = wrapperspb.UInt64(uint64(50 + g.r.IntN(1_000_000)))
+		case p == 6:
+			// Up to 10⁹, the import's max_hits_addend: past 10⁹ in a
+			// few calls, as a limit of up to 4294967295 counts.
+			d.HitsAddend = wrapperspb.UInt64(uint64(1_000_000_000 - g.r.IntN(2)*g.r.IntN(1000)))
 		}
 		if g.r.IntN(60) == 0 {
 			d.Entries = nil
 		}
 		if g.r.IntN(10) == 0 {
-			// Its own limit, of the unit of the rule it finds (or the
-			// case's): the reference counts two units of one descriptor
-			// together when their windows start at one instant.
+			// Its own limit, of the unit of the rule it finds (which it
+			// counts with) or of another (the case's, or any): counted
+			// with the rule's when their windows start at one instant,
+			// and expiring after the unit added to last.
 			u := ownUnit
-			if l := lookup(tree, d.Entries); l != nil && !l.unlimited {
+			if l := lookup(tree, d.Entries); l != nil && !l.unlimited && g.r.IntN(2) == 0 {
 				u = l.unit
+			} else if g.r.IntN(2) == 0 {
+				u = Units[g.r.IntN(len(Units))]
 			}
 			d.Limit = &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(g.r.IntN(4)), Unit: typev3.RateLimitUnit(u.Number)}
 		}
@@ -334,6 +364,24 @@ func (g *gen) call(domain string, tree []*node, ownUnit Unit) *rlsv3.RateLimitRe
 }
 
 func (g *gen) pick(s []string) string { return s[g.r.IntN(len(s))] }
+
+// alias is a descriptor whose entries, joined with '_' as the reference
+// names its counts, are es's: two neighbouring entries made one, the
+// first's value followed by '_', the second's key, '_' and its value
+// ((a, x), (b, y) → (a, x_b_y)). It finds another rule than es, or none
+// (a shorter descriptor), and counts with es in the reference.
+func (g *gen) alias(es []*rlscommon.RateLimitDescriptor_Entry) []*rlscommon.RateLimitDescriptor_Entry {
+	i := g.r.IntN(len(es) - 1)
+	out := make([]*rlscommon.RateLimitDescriptor_Entry, 0, len(es)-1)
+	for _, e := range es[:i] {
+		out = append(out, &rlscommon.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+	}
+	out = append(out, &rlscommon.RateLimitDescriptor_Entry{Key: es[i].Key, Value: es[i].Value + "_" + es[i+1].Key + "_" + es[i+1].Value})
+	for _, e := range es[i+2:] {
+		out = append(out, &rlscommon.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+	}
+	return out
+}
 
 // value is a value a call sends: letters, none of them '*'.
 func (g *gen) value() string {
@@ -358,11 +406,11 @@ func (g *gen) path(ns []*node) []*rlscommon.RateLimitDescriptor_Entry {
 		switch {
 		case v == "":
 			v = g.value()
-		case strings.Contains(v, "*") && !n.share && g.r.IntN(4) == 0:
+		case strings.Contains(v, "*") && g.r.IntN(4) == 0:
 			// The wildcard's value as written, '*' and all: the reference
 			// finds that descriptor first, literally, before any other
-			// wildcard (the import's literal copy). Not a share_threshold
-			// one's (docs/envoy.md, "What differs").
+			// wildcard (the import's literal copy, which counts with a
+			// share_threshold wildcard under its pattern).
 		case strings.Contains(v, "*"):
 			var b strings.Builder
 			for _, part := range strings.Split(v, "*") {

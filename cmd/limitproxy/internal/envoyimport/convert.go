@@ -18,6 +18,11 @@ type Options struct {
 	// descriptors, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true does;
 	// false refuses a domain given twice, as it does by default.
 	MergeDomains bool
+	// JoinedKeys writes [rls] count_keys = "joined": each descriptor's
+	// count named as the reference names it, keys and values joined with
+	// '_' (descriptors whose joins are equal share one count); false
+	// leaves the default, "distinct".
+	JoinedKeys bool
 	// Settings are the reference's environment settings that change its
 	// answers; the zero value is its defaults.
 	Settings Settings
@@ -218,11 +223,13 @@ func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
 		// The reference looks KEY_VALUE up literally first: a value with
 		// '*' finds the wildcard descriptor it equals, before any other
 		// wildcard. Each wildcard has a literal copy among the exact
-		// values (the same limit and subtree). Not for one that shares
-		// its threshold: it counts under its pattern, which is that value,
-		// so the literal copy would need its state (see docs/envoy.md).
+		// values (the same limit and subtree). One that shares its
+		// threshold counts under its pattern, which is that value: the
+		// copy leaves the entry out of its key as the wildcard does, and
+		// with compatibility both count under the descriptor's name
+		// (proxy's countKey), the pattern for the entry: one count.
 		for _, n := range byKey[k] {
-			if kind(n) == 1 && !n.ShareThreshold {
+			if kind(n) == 1 {
 				lit := *n
 				lit.literal = true
 				byKey[k] = append(byKey[k], &lit)
@@ -446,9 +453,6 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 		}
 	} else {
 		p.quota = n.QuotaMode
-		if int64(l.RequestsPerUnit) > maxCount {
-			p.notes = append(p.notes, c.warnf(n, "requests_per_unit %d is written %d, limitproxy's largest limit: current_limit says %d", l.RequestsPerUnit, maxCount, maxCount))
-		}
 	}
 	if n.Metadata && !l.Unlimited && metadataDropped(path) {
 		p.notes = append(p.notes, c.notef(n, "metadata: never sent, as the reference sends none for this rate_limit (its GetLimit makes the limit anew, without metadata, for detailed_metric on a descriptor without descriptors below it, and for value_to_metric on a wildcard or a key above it; but for an empty value of such a key)"))

@@ -69,6 +69,9 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 	if st.StopIncrement {
 		b.WriteString("stop_increment_when_over_limit = true  # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT\n")
 	}
+	if o.JoinedKeys {
+		b.WriteString("count_keys = \"joined\"  # the reference's counts: keys and values joined with '_' (a=b_c and a_b=c share one)\n")
+	}
 	// The reference has no bounds of a call: the widest limitproxy has.
 	fmt.Fprintf(&b, "max_hits_addend = %d\nmax_descriptors = 1024\n", maxCount)
 	if depth > 16 {
@@ -113,7 +116,7 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 				if l.Name != "" {
 					fmt.Fprintf(&b, "name = %s\n", quote(limitName(l.Name)))
 				}
-				fmt.Fprintf(&b, "algorithm = \"fixed_window\"\nlimit = %d\nwindow = %s  # per %s\n", min(int64(l.RequestsPerUnit), maxCount), quote(window(l.Unit)), l.Unit)
+				fmt.Fprintf(&b, "algorithm = \"fixed_window\"\nlimit = %d\nwindow = %s  # per %s\n", l.RequestsPerUnit, quote(window(l.Unit)), l.Unit)
 			}
 		}
 	}

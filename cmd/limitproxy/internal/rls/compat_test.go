@@ -165,7 +165,13 @@ type rlsT struct {
 
 func newRLST(t *testing.T, rls string) *rlsT {
 	t.Helper()
-	cfg, err := config.Parse("compat.toml", []byte("[rls]\nlisten = \"127.0.0.1:0\"\n"+rls+"\n"+compatPolicies))
+	return newRLSTWith(t, rls, compatPolicies)
+}
+
+// newRLSTWith is newRLST over policies instead of compatPolicies.
+func newRLSTWith(t *testing.T, rls, policies string) *rlsT {
+	t.Helper()
+	cfg, err := config.Parse("compat.toml", []byte("[rls]\nlisten = \"127.0.0.1:0\"\n"+rls+"\n"+policies))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,6 +553,7 @@ func TestCompatibleOnRedis(t *testing.T) {
 		"KeyOnlyRule": TestCompatibleKeyOnlyRule, "Hits": TestCompatibleHits, "Zero": TestCompatibleZero,
 		"WithoutLimits": TestCompatibleWithoutLimits, "Replaces": TestReplaces, "QuotaMode": TestQuotaMode,
 		"ShadowPolicy": TestCompatibleShadowPolicy, "OwnLimit": TestOwnLimit, "StopIncrement": TestStopIncrement, "DynamicMetadata": TestDynamicMetadata, "RepeatedKey": TestRepeatedKey, "Input": TestCompatibleInput,
+		"CountKeys": TestCountKeys, "ShareThresholdLiteral": TestShareThresholdLiteral, "LargestLimit": TestLargestLimit, "NamedByWindowStart": TestCountsNamedByWindowStart,
 	} {
 		t.Run(name, test)
 	}
