@@ -110,13 +110,18 @@ key = []
 	// leases grow with its rate).
 	hot := func(*rand.Rand) string { return "/hot" }
 	drive(t, procs, 500*time.Millisecond, hot)
+	// At least 2,000 decisions, in 2 s on an idle machine; a loaded one
+	// (under -race, beside other packages' tests) is given up to 20 s.
 	before := leaseDecisions(t, procs)
-	drive(t, procs, 2*time.Second, hot)
-	after := leaseDecisions(t, procs)
-	local, redis := after[0]-before[0], after[1]-before[1]
+	var local, redis float64
+	for start := time.Now(); local+redis < 2000 && time.Since(start) < 20*time.Second; {
+		drive(t, procs, 2*time.Second, hot)
+		after := leaseDecisions(t, procs)
+		local, redis = after[0]-before[0], after[1]-before[1]
+	}
 	t.Logf("one hot key: %.0f decisions local, %.0f through Redis (%.2f%% local)", local, redis, 100*local/(local+redis))
 	if local+redis < 2000 {
-		t.Fatalf("only %.0f decisions in 2s: the test measures nothing", local+redis)
+		t.Fatalf("only %.0f decisions in 20s: the test measures nothing", local+redis)
 	}
 	if local/(local+redis) < 0.99 {
 		t.Errorf("hot key: %.2f%% of its decisions local, want ≥ 99%%", 100*local/(local+redis))
