@@ -561,11 +561,13 @@ func TestDefaults(t *testing.T) {
 		hung := &hanging{Store: memstore.New(memstore.Options{})}
 		tier = leases.New(hung, leases.Options{})
 		lim = newLimiter(t, tier, fw)
+		// Leases hang from the start: the renewal the last of these
+		// requests starts (the key hot) runs on its own goroutine, and
+		// could be granted before a later Store.
+		hung.hang.Store(true)
 		for range leases.DefaultMinLease {
 			lim.Allow(ctx, "h", time.Now(), 1)
 		}
-		hung.hang.Store(true)
-		lim.Allow(ctx, "h", time.Now(), 1) // hot: its renewal hangs
 		start := time.Now()
 		synctest.Wait()
 		time.Sleep(leases.DefaultRenewTimeout - time.Millisecond)
