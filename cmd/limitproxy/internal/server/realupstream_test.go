@@ -75,6 +75,13 @@ func startProcess(t *testing.T, addr string, name string, args ...string) {
 // environment (t.Setenv would keep the test from running in parallel).
 func startProcessEnv(t *testing.T, addr string, env []string, name string, args ...string) {
 	t.Helper()
+	startProcessWith(t, addr, env, nil, name, args...)
+}
+
+// startProcessWith is startProcessEnv with files handed to the process
+// as its descriptors 3, 4, … (exec.Cmd's ExtraFiles).
+func startProcessWith(t *testing.T, addr string, env []string, files []*os.File, name string, args ...string) {
+	t.Helper()
 	path, err := exec.LookPath(name)
 	if err != nil {
 		t.Fatalf("%s is not installed (scripts/test.sh installs it): %v", name, err)
@@ -83,6 +90,7 @@ func startProcessEnv(t *testing.T, addr string, env []string, name string, args 
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
+	cmd.ExtraFiles = files
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -152,19 +160,33 @@ def other(p):
 func runFlask(t *testing.T, routes string) string {
 	t.Helper()
 	dir := t.TempDir()
-	port := freePort(t)
+	// The listening socket is made here and handed to Werkzeug as fd 3
+	// (what app.run serves with: threaded), so that no other test can
+	// take its port between choosing it and Flask's bind (a port chosen
+	// free and bound later was, once, another test's by then).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ln.(*net.TCPListener).File()
+	ln.Close() // f, a copy, keeps it listening
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close() // the process holds its own copy once started
+	addr := ln.Addr().String()
 	app := fmt.Sprintf(`
 import logging
 from flask import Flask, request
+from werkzeug.serving import make_server
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
 app = Flask(__name__)
 ALL = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 %s
-app.run(host="127.0.0.1", port=%d)
-`, routes, port)
+make_server("127.0.0.1", %d, app, threaded=True, fd=3).serve_forever()
+`, routes, ln.Addr().(*net.TCPAddr).Port)
 	os.WriteFile(filepath.Join(dir, "app.py"), []byte(app), 0o644)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	startProcess(t, addr, "python3", filepath.Join(dir, "app.py"))
+	startProcessWith(t, addr, nil, []*os.File{f}, "python3", filepath.Join(dir, "app.py"))
 	return addr
 }
 
