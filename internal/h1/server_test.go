@@ -780,6 +780,11 @@ func TestServerConfigDifferential(t *testing.T) {
 			[]string{"GET /lf HTTP/1.1\nHost: a\n\n", get("/b", "Connection: close")}, "/lf: net/http, /b: net/http"},
 		{"bare-lf-blank-line", hello, nil,
 			[]string{"GET /lf-crlf HTTP/1.1\r\nHost: a\n\r\n", get("/b", "Connection: close")}, "/lf-crlf: net/http, /b: net/http"},
+		// A bare LF before the request line: net/http answers 400 (it
+		// reads an empty request line); the front hands it over at
+		// once, rather than wait for a head it has already read.
+		{"leading-bare-lf", hello, nil,
+			[]string{"\n" + get("/lf-first", "Connection: close")}, "/lf-first: "},
 		{"options-asterisk", hello, nil,
 			[]string{reqHead("OPTIONS * HTTP/1.1", "Host: a", "Connection: close")}, "*: "},
 		{"options-asterisk-disabled-general-handler", hello, func(s *http.Server) { s.DisableGeneralOptionsHandler = true },
