@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -170,5 +171,45 @@ func TestServerWriteWholeTaken(t *testing.T) {
 		if !<-taken {
 			t.Error("WriteWhole declined an answer that fits")
 		}
+	}
+}
+
+// TestServerHandOffLeavesNoReadDeadline: a connection handed to
+// net/http carries no read deadline of the front's wait for its first
+// bytes (shedAfter's, a second from the accept): with HTTP/2 prior
+// knowledge on, net/http peeks for the preface before it sets any
+// deadline of its own, and a head shorter than the preface's first line
+// leaves it waiting for more, without a deadline, as it does when it
+// accepted the connection itself; not answered 400 when the front's
+// deadline passes.
+func TestServerHandOffLeavesNoReadDeadline(t *testing.T) {
+	if shedAfter != time.Second {
+		t.Skip("the deadline left would be -h1.shed's")
+	}
+	config := func(srv *http.Server) {
+		var protocols http.Protocols
+		protocols.SetHTTP1(true)
+		protocols.SetUnencryptedHTTP2(true)
+		srv.Protocols = &protocols
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "served") })
+	for _, which := range []string{"net/http", "front"} {
+		t.Run(which, func(t *testing.T) {
+			t.Parallel()
+			var addr string
+			if which == "front" {
+				_, _, addr = startFront(t, h, config)
+			} else {
+				_, addr = startPlain(t, h, config)
+			}
+			c := dial(t, addr)
+			io.WriteString(c, "x\r\n\r\n")
+			c.SetReadDeadline(time.Now().Add(2 * shedAfter))
+			b, err := io.ReadAll(c)
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() || len(b) > 0 {
+				t.Errorf("got %q and %v within %v, want nothing (the server waiting for more)", b, err, 2*shedAfter)
+			}
+		})
 	}
 }
