@@ -213,3 +213,33 @@ func TestServerHandOffLeavesNoReadDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestServerWatchNoticesGoneUntilBufferFull: the watch goes on reading
+// what a client pipelines while its request waits, so that a client
+// that then leaves is noticed (the request's context canceled), until
+// the read buffer is full: here all but its last byte is filled with a
+// next head cut short, and the client's departure is still noticed.
+func TestServerWatchNoticesGoneUntilBufferFull(t *testing.T) {
+	entered := make(chan struct{})
+	canceled := make(chan bool, 1)
+	_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.(interface{ WatchClient(time.Duration) }).WatchClient(0)
+		close(entered)
+		select {
+		case <-r.Context().Done():
+			canceled <- true
+		case <-time.After(10 * time.Second):
+			canceled <- false
+		}
+	}), nil)
+	c := dial(t, addr)
+	io.WriteString(c, get("/slow"))
+	waitEntered(t, entered)
+	next := "GET /next HTTP/1.1\r\nX-Pad: "
+	next += strings.Repeat("p", readBuffer-1-len(next))
+	io.WriteString(c, next)
+	c.Close()
+	if !<-canceled {
+		t.Errorf("the client left after pipelining %d bytes (the buffer but one): its request's context not canceled", len(next))
+	}
+}
