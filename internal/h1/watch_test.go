@@ -243,3 +243,58 @@ func TestServerWatchNoticesGoneUntilBufferFull(t *testing.T) {
 		t.Errorf("the client left after pipelining %d bytes (the buffer but one): its request's context not canceled", len(next))
 	}
 }
+
+// TestServerWatchedRequestsInARow: on a connection whose requests are
+// watched one after the other, what each watch read of the next request
+// is served once, in order; and after a watched request the connection
+// waits for its next one for the whole idle timeout (the watch's ending
+// left no read deadline behind).
+func TestServerWatchedRequestsInARow(t *testing.T) {
+	t.Run("pipelined-during-each-watch", func(t *testing.T) {
+		t.Parallel()
+		entered := make(chan string, 3)
+		_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.(interface{ WatchClient(time.Duration) }).WatchClient(0)
+			entered <- r.URL.Path
+			time.Sleep(100 * time.Millisecond) // the watch reads the next request meanwhile
+			io.WriteString(w, r.URL.Path)
+		}), nil)
+		c := dial(t, addr)
+		br := bufio.NewReader(c)
+		io.WriteString(c, get("/a"))
+		<-entered
+		io.WriteString(c, get("/b"))
+		<-entered
+		io.WriteString(c, get("/c", "Connection: close"))
+		for _, want := range []string{"/a", "/b", "/c"} {
+			if _, body := readResponse(t, c, br, "GET"); body != want {
+				t.Fatalf("answered %q, want %q", body, want)
+			}
+		}
+		expectClosed(t, c, br, 10*time.Second)
+	})
+	t.Run("idle-timeout-after-watch", func(t *testing.T) {
+		t.Parallel()
+		if shedAfter != time.Second {
+			t.Skip("an idle timeout within -h1.shed's is another path")
+		}
+		_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/watched" {
+				w.(interface{ WatchClient(time.Duration) }).WatchClient(0)
+				time.Sleep(20 * time.Millisecond) // the watch's read has started
+			}
+			io.WriteString(w, r.URL.Path)
+		}), func(srv *http.Server) { srv.IdleTimeout = shedAfter })
+		c := dial(t, addr)
+		br := bufio.NewReader(c)
+		io.WriteString(c, get("/watched"))
+		if _, body := readResponse(t, c, br, "GET"); body != "/watched" {
+			t.Fatalf("answered %q", body)
+		}
+		time.Sleep(shedAfter / 4)
+		io.WriteString(c, get("/next", "Connection: close"))
+		if _, body := readResponse(t, c, br, "GET"); body != "/next" {
+			t.Fatalf("answered %q, want /next", body)
+		}
+	})
+}
