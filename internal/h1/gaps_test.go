@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -657,5 +658,47 @@ func TestServerWatchAfterHijackLeavesConnection(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if b, _ := io.ReadAll(c); string(b) != "done\n" {
 		t.Errorf("client got %q after the hijack, want %q", b, "done\n")
+	}
+}
+
+// TestServerKeepAlivesOffAsConnectionGoesIdle: keep-alives turned off
+// from the ConnState hook's StateIdle call, after an answer that kept
+// the connection: net/http looks at the setting again once the
+// connection is idle and closes it rather than wait for the next
+// request (which a client sends after the answer, and which is then
+// not served); so does the front.
+func TestServerKeepAlivesOffAsConnectionGoesIdle(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s", r.URL.Path)
+	})
+	reqs := []string{get("/a"), get("/b", "Connection: close")}
+	var seen servedLog
+	var plainSrv atomic.Pointer[http.Server]
+	_, plain := startPlain(t, h, func(s *http.Server) {
+		plainSrv.Store(s)
+		s.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateIdle {
+				plainSrv.Load().SetKeepAlivesEnabled(false)
+			}
+		}
+	})
+	var frontSrv atomic.Pointer[Server]
+	fs, _, front := startFront(t, seen.wrap(h), func(s *http.Server) {
+		s.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateIdle {
+				frontSrv.Load().SetKeepAlivesEnabled(false)
+			}
+		}
+	})
+	frontSrv.Store(fs)
+	want := exchange(t, plain, reqs, false)
+	if strings.Contains(want, "/b") {
+		t.Fatalf("net/http served the request sent after keep-alives went off:\n%s", want)
+	}
+	if got := exchange(t, front, reqs, false); got != want {
+		t.Errorf("%s", describeDiff(want, got))
+	}
+	if by := seen.servers("/a") + ", " + seen.servers("/b"); by != "front, " {
+		t.Errorf("served by %q, want the front for /a and none for /b", by)
 	}
 }

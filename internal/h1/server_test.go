@@ -780,6 +780,11 @@ func TestServerConfigDifferential(t *testing.T) {
 			[]string{"GET /lf HTTP/1.1\nHost: a\n\n", get("/b", "Connection: close")}, "/lf: net/http, /b: net/http"},
 		{"bare-lf-blank-line", hello, nil,
 			[]string{"GET /lf-crlf HTTP/1.1\r\nHost: a\n\r\n", get("/b", "Connection: close")}, "/lf-crlf: net/http, /b: net/http"},
+		// A bare LF before the request line: net/http answers 400 (it
+		// reads an empty request line); the front hands it over at
+		// once, rather than wait for a head it has already read.
+		{"leading-bare-lf", hello, nil,
+			[]string{"\n" + get("/lf-first", "Connection: close")}, "/lf-first: "},
 		{"options-asterisk", hello, nil,
 			[]string{reqHead("OPTIONS * HTTP/1.1", "Host: a", "Connection: close")}, "*: "},
 		{"options-asterisk-disabled-general-handler", hello, func(s *http.Server) { s.DisableGeneralOptionsHandler = true },
@@ -1150,6 +1155,13 @@ func TestServerHeadDeadlines(t *testing.T) {
 		{"split-head-then-idle", 200 * time.Millisecond, 5 * time.Second,
 			[]step{{0, ok("/1")}, {50 * time.Millisecond, "GET /2 HTTP/1.1\r\n"}, {100 * time.Millisecond, "Host: a\r\n\r\n"},
 				{400 * time.Millisecond, get("/3", "Connection: close")}}, true},
+		// As split-head-then-idle, with an idle timeout no longer than
+		// shedAfter (the wait's own deadline, not shedAfter's first):
+		// the wait after the split head still gets the idle timeout
+		// from the answer on, not what was left of the head's.
+		{"split-head-then-short-idle", 400 * time.Millisecond, time.Second,
+			[]step{{0, ok("/1")}, {20 * time.Millisecond, "GET /2 HTTP/1.1\r\n"}, {40 * time.Millisecond, "Host: a\r\n\r\n"},
+				{700 * time.Millisecond, get("/3", "Connection: close")}}, true},
 		{"no-idle-timeout", 200 * time.Millisecond, 0,
 			[]step{{0, ok("/1")}, {500 * time.Millisecond, get("/2", "Connection: close")}}, true},
 	} {

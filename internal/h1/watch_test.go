@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -171,4 +172,129 @@ func TestServerWriteWholeTaken(t *testing.T) {
 			t.Error("WriteWhole declined an answer that fits")
 		}
 	}
+}
+
+// TestServerHandOffLeavesNoReadDeadline: a connection handed to
+// net/http carries no read deadline of the front's wait for its first
+// bytes (shedAfter's, a second from the accept): with HTTP/2 prior
+// knowledge on, net/http peeks for the preface before it sets any
+// deadline of its own, and a head shorter than the preface's first line
+// leaves it waiting for more, without a deadline, as it does when it
+// accepted the connection itself; not answered 400 when the front's
+// deadline passes.
+func TestServerHandOffLeavesNoReadDeadline(t *testing.T) {
+	if shedAfter != time.Second {
+		t.Skip("the deadline left would be -h1.shed's")
+	}
+	config := func(srv *http.Server) {
+		var protocols http.Protocols
+		protocols.SetHTTP1(true)
+		protocols.SetUnencryptedHTTP2(true)
+		srv.Protocols = &protocols
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "served") })
+	for _, which := range []string{"net/http", "front"} {
+		t.Run(which, func(t *testing.T) {
+			t.Parallel()
+			var addr string
+			if which == "front" {
+				_, _, addr = startFront(t, h, config)
+			} else {
+				_, addr = startPlain(t, h, config)
+			}
+			c := dial(t, addr)
+			io.WriteString(c, "x\r\n\r\n")
+			c.SetReadDeadline(time.Now().Add(2 * shedAfter))
+			b, err := io.ReadAll(c)
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() || len(b) > 0 {
+				t.Errorf("got %q and %v within %v, want nothing (the server waiting for more)", b, err, 2*shedAfter)
+			}
+		})
+	}
+}
+
+// TestServerWatchNoticesGoneUntilBufferFull: the watch goes on reading
+// what a client pipelines while its request waits, so that a client
+// that then leaves is noticed (the request's context canceled), until
+// the read buffer is full: here all but its last byte is filled with a
+// next head cut short, and the client's departure is still noticed.
+func TestServerWatchNoticesGoneUntilBufferFull(t *testing.T) {
+	entered := make(chan struct{})
+	canceled := make(chan bool, 1)
+	_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.(interface{ WatchClient(time.Duration) }).WatchClient(0)
+		close(entered)
+		select {
+		case <-r.Context().Done():
+			canceled <- true
+		case <-time.After(10 * time.Second):
+			canceled <- false
+		}
+	}), nil)
+	c := dial(t, addr)
+	io.WriteString(c, get("/slow"))
+	waitEntered(t, entered)
+	next := "GET /next HTTP/1.1\r\nX-Pad: "
+	next += strings.Repeat("p", readBuffer-1-len(next))
+	io.WriteString(c, next)
+	c.Close()
+	if !<-canceled {
+		t.Errorf("the client left after pipelining %d bytes (the buffer but one): its request's context not canceled", len(next))
+	}
+}
+
+// TestServerWatchedRequestsInARow: on a connection whose requests are
+// watched one after the other, what each watch read of the next request
+// is served once, in order; and after a watched request the connection
+// waits for its next one for the whole idle timeout (the watch's ending
+// left no read deadline behind).
+func TestServerWatchedRequestsInARow(t *testing.T) {
+	t.Run("pipelined-during-each-watch", func(t *testing.T) {
+		t.Parallel()
+		entered := make(chan string, 3)
+		_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.(interface{ WatchClient(time.Duration) }).WatchClient(0)
+			entered <- r.URL.Path
+			time.Sleep(100 * time.Millisecond) // the watch reads the next request meanwhile
+			io.WriteString(w, r.URL.Path)
+		}), nil)
+		c := dial(t, addr)
+		br := bufio.NewReader(c)
+		io.WriteString(c, get("/a"))
+		<-entered
+		io.WriteString(c, get("/b"))
+		<-entered
+		io.WriteString(c, get("/c", "Connection: close"))
+		for _, want := range []string{"/a", "/b", "/c"} {
+			if _, body := readResponse(t, c, br, "GET"); body != want {
+				t.Fatalf("answered %q, want %q", body, want)
+			}
+		}
+		expectClosed(t, c, br, 10*time.Second)
+	})
+	t.Run("idle-timeout-after-watch", func(t *testing.T) {
+		t.Parallel()
+		if shedAfter != time.Second {
+			t.Skip("an idle timeout within -h1.shed's is another path")
+		}
+		_, _, addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/watched" {
+				w.(interface{ WatchClient(time.Duration) }).WatchClient(0)
+				time.Sleep(20 * time.Millisecond) // the watch's read has started
+			}
+			io.WriteString(w, r.URL.Path)
+		}), func(srv *http.Server) { srv.IdleTimeout = shedAfter })
+		c := dial(t, addr)
+		br := bufio.NewReader(c)
+		io.WriteString(c, get("/watched"))
+		if _, body := readResponse(t, c, br, "GET"); body != "/watched" {
+			t.Fatalf("answered %q", body)
+		}
+		time.Sleep(shedAfter / 4)
+		io.WriteString(c, get("/next", "Connection: close"))
+		if _, body := readResponse(t, c, br, "GET"); body != "/next" {
+			t.Fatalf("answered %q, want /next", body)
+		}
+	})
 }
