@@ -1164,6 +1164,21 @@ func TestServerHeadDeadlines(t *testing.T) {
 				{700 * time.Millisecond, get("/3", "Connection: close")}}, true},
 		{"no-idle-timeout", 200 * time.Millisecond, 0,
 			[]step{{0, ok("/1")}, {500 * time.Millisecond, get("/2", "Connection: close")}}, true},
+		// A head larger than the front's buffer, its first half sent at
+		// once and the rest late, and never ended: the front hands it to
+		// net/http when its buffer fills (400 ms in), and net/http's own
+		// read_header_timeout from then must not outlast the head's from
+		// the accept. A slowloris gains nothing by filling the buffer
+		// slowly.
+		{"large-head-handed-late", 600 * time.Millisecond, 5 * time.Second,
+			[]step{{0, "GET /big HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("x", readBuffer/2)},
+				{400 * time.Millisecond, strings.Repeat("x", readBuffer)}}, true},
+		// The same head pipelined after a first request answered: the
+		// second head's deadline runs from its first byte (sent with the
+		// first request), not from the hand-over.
+		{"large-second-head-handed-late", 600 * time.Millisecond, 5 * time.Second,
+			[]step{{0, ok("/1") + "GET /big HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("x", readBuffer/2)},
+				{400 * time.Millisecond, strings.Repeat("x", readBuffer)}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -1215,5 +1230,110 @@ func TestServerHeadDeadlines(t *testing.T) {
 				t.Errorf("front left the connection open")
 			}
 		})
+	}
+}
+
+// TestServerHandedHijackClearsDeadlines: a handler that gives a
+// connection handed to net/http read and write deadlines (as the proxy's
+// send_timeout does) and then hijacks it (an upgrade) has none left on
+// the connection it takes, as net/http's own hijack clears them: the
+// tunnel then reads and writes long after they would have passed.
+func TestServerHandedHijackClearsDeadlines(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The body is left unread: net/http's hijack then has no
+		// background read to abort, whose end would clear the read
+		// deadline by itself; the tunnel reads it first.
+		rc := http.NewResponseController(w)
+		soon := time.Now().Add(50 * time.Millisecond)
+		rc.SetReadDeadline(soon)
+		rc.SetWriteDeadline(soon)
+		c, brw, err := rc.Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		defer c.Close()
+		time.Sleep(200 * time.Millisecond) // past both deadlines
+		if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\nready\n"); err != nil {
+			t.Errorf("write on the hijacked connection: %v", err)
+			return
+		}
+		line, err := brw.ReadString('\n')
+		if err != nil {
+			t.Errorf("read on the hijacked connection: %v", err)
+			return
+		}
+		io.WriteString(c, "echo "+line)
+	})
+	_, plain := startPlain(t, h, nil)
+	_, _, front := startFront(t, h, nil)
+	for _, addr := range []string{plain, front} {
+		// A body: the front hands the request to net/http.
+		c := dial(t, addr)
+		io.WriteString(c, "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\nhi")
+		br := bufio.NewReader(c)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var got strings.Builder
+		for !strings.HasSuffix(got.String(), "ready\n") {
+			b, err := br.ReadByte()
+			if err != nil {
+				t.Fatalf("%s: %v after %q", addr, err, got.String())
+			}
+			got.WriteByte(b)
+		}
+		io.WriteString(c, "ping\n")
+		line, err := br.ReadString('\n')
+		if err != nil || line != "echo hiping\n" {
+			t.Errorf("%s: tunnel answered %q, %v; want the body and ping echoed", addr, line, err)
+		}
+	}
+}
+
+// noHalfClose is a connection without CloseWrite (a wrapper such as a
+// PROXY protocol reader may be one).
+type noHalfClose struct{ net.Conn }
+
+type noHalfCloseListener struct{ net.Listener }
+
+func (l noHalfCloseListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return noHalfClose{c}, nil
+}
+
+// TestServerConnContextNoHalfClose: ConnContext sees the connection as
+// accepted for a connection handed to net/http that cannot half-close,
+// not the front's wrapper of it.
+func TestServerConnContextNoHalfClose(t *testing.T) {
+	type ctxKey struct{}
+	srv := &http.Server{ErrorLog: log.New(io.Discard, "", 0),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c := r.Context().Value(ctxKey{})
+			fmt.Fprintf(w, "%s %T", served(w), c)
+		}),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, ctxKey{}, c)
+		},
+	}
+	ln := listen(t)
+	front := New(srv)
+	done := make(chan error, 1)
+	go func() { done <- front.Serve(noHalfCloseListener{ln}) }()
+	t.Cleanup(func() {
+		front.Close()
+		<-done
+	})
+	for _, tc := range []struct{ req, want string }{
+		{"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", "front h1.noHalfClose"},
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx", "net/http h1.noHalfClose"},
+	} {
+		c := dial(t, ln.Addr().String())
+		br := bufio.NewReader(c)
+		io.WriteString(c, tc.req)
+		if _, body := readResponse(t, c, br, "GET"); body != tc.want {
+			t.Errorf("got %q, want %q", body, tc.want)
+		}
 	}
 }
