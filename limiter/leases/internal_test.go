@@ -18,7 +18,8 @@ import (
 // choice, and a key's rate is hard to place on a period's boundary from
 // outside.
 
-// boundLimit returns l bound into a Limiter over s, as a driver.Limit.
+// boundLimit returns l bound, Bounded, into a Limiter over s, as a
+// driver.Limit.
 func boundLimit(t *testing.T, s *Store, l limiter.Limit) driver.Limit {
 	t.Helper()
 	lim, err := limiter.New(s, "p", l.WithAccuracy(limiter.Bounded))
@@ -26,6 +27,21 @@ func boundLimit(t *testing.T, s *Store, l limiter.Limit) driver.Limit {
 		t.Fatal(err)
 	}
 	return lim.Limits()[0].Driver()
+}
+
+// overMemory returns a tier with opt over a fresh memory store.
+func overMemory(opt Options) *Store {
+	return New(memstore.New(memstore.Options{}), opt)
+}
+
+// fixedWindow returns a fixed window of limit requests a window, Exact.
+func fixedWindow(t *testing.T, limit int64, window time.Duration) limiter.Limit {
+	t.Helper()
+	fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limit, Window: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fw
 }
 
 // TestRateOverTwoPeriods: a key's rate is what it was admitted in the
@@ -114,7 +130,7 @@ func TestEvictRules(t *testing.T) {
 		}, "used up"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := New(memstore.New(memstore.Options{}), Options{LeaseTime: lt})
+			s := overMemory(Options{LeaseTime: lt})
 			for range 64 {
 				sh := &shard{m: map[entryKey]*entry{}}
 				for k, v := range c.entries {
@@ -141,9 +157,8 @@ func TestEvictRules(t *testing.T) {
 // while every one it holds has a lease.
 func TestFullShardTracksNoMore(t *testing.T) {
 	now := time.Date(2000, 1, 1, 1, 0, 0, 0, time.UTC)
-	s := New(memstore.New(memstore.Options{}), Options{MaxKeys: 1, LeaseTime: time.Second})
-	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-	l := boundLimit(t, s, fw)
+	s := overMemory(Options{MaxKeys: 1, LeaseTime: time.Second})
+	l := boundLimit(t, s, fixedWindow(t, 1000, time.Hour))
 	sh := s.shard(&l, "old")
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -168,8 +183,8 @@ func TestFullShardTracksNoMore(t *testing.T) {
 func TestGrantKeepsWhatIsInHand(t *testing.T) {
 	now := time.Date(2000, 1, 1, 1, 0, 30, 0, time.UTC)
 	const w = time.Minute
-	s := New(memstore.New(memstore.Options{}), Options{LeaseTime: time.Second})
-	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: w})
+	s := overMemory(Options{LeaseTime: time.Second})
+	fw := fixedWindow(t, 1000, w)
 	sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 1000, Window: w})
 	end := now.Truncate(w).Add(w) // the window's end
 	for _, c := range []struct {
@@ -241,8 +256,7 @@ func TestLeaseSizeNearWindowEnd(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				shared := &asked{Store: memstore.New(memstore.Options{})}
 				s := New(shared, Options{LeaseTime: lt, MaxShare: 0.1, MinLease: 2})
-				fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: 24 * time.Hour})
-				l := boundLimit(t, s, fw)
+				l := boundLimit(t, s, fixedWindow(t, 1000, 24*time.Hour))
 				now := time.Now()
 				sh := s.shard(&l, "k")
 				sh.mu.Lock()
@@ -272,9 +286,9 @@ func TestLeaseSizeNearWindowEnd(t *testing.T) {
 func TestEvictsByLastDecision(t *testing.T) {
 	const lt = time.Second
 	t0 := time.Date(2000, 1, 1, 1, 0, 0, 0, time.UTC)
-	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
+	fw := fixedWindow(t, 1000, time.Hour)
 	for range 40 {
-		s := New(memstore.New(memstore.Options{}), Options{MaxKeys: 2 * shardCount, LeaseTime: lt})
+		s := overMemory(Options{MaxKeys: 2 * shardCount, LeaseTime: lt})
 		l := boundLimit(t, s, fw)
 		// Three keys of one shard, which holds two.
 		sh := s.shard(&l, "k0")

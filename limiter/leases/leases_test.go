@@ -90,13 +90,62 @@ func (r *recording) Decide(ctx context.Context, limits []driver.Limit, keys driv
 	return r.Store.Decide(ctx, limits, keys, now, n)
 }
 
+// newLimiter binds l, Bounded, into a Limiter "p" over store.
 func newLimiter(t testing.TB, store limiter.Store, l limiter.Limit) *limiter.Limiter {
 	t.Helper()
-	lim, err := limiter.New(store, "p", l.WithAccuracy(limiter.Bounded))
+	return bind(t, store, l.WithAccuracy(limiter.Bounded))
+}
+
+// bind binds limits, in order and each with the accuracy it has, into a
+// Limiter "p" over store.
+func bind(t testing.TB, store limiter.Store, limits ...limiter.Limit) *limiter.Limiter {
+	t.Helper()
+	lim, err := limiter.New(store, "p", limits...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return lim
+}
+
+// tiered sets up a tier with opt over a fresh recording shared store (no
+// latency), and a Limiter "p" of l, Bounded, over the tier.
+func tiered(t testing.TB, opt leases.Options, l limiter.Limit) (shared *recording, tier *leases.Store, lim *limiter.Limiter) {
+	t.Helper()
+	shared = newRecording(0)
+	tier = leases.New(shared, opt)
+	return shared, tier, newLimiter(t, tier, l)
+}
+
+// fixed returns a fixed window of limit requests a window, Exact.
+func fixed(t testing.TB, limit int64, window time.Duration) limiter.Limit {
+	t.Helper()
+	return must(t)(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: limit, Window: window}))
+}
+
+// sliding returns a sliding log of limit requests a window, Exact.
+func sliding(t testing.TB, limit int64, window time.Duration) limiter.Limit {
+	t.Helper()
+	return must(t)(limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: limit, Window: window}))
+}
+
+// bucket returns a token bucket of burst requests, refilled at n a per,
+// Exact.
+func bucket(t testing.TB, n int64, per time.Duration, burst int64) limiter.Limit {
+	t.Helper()
+	return must(t)(limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: n, Per: per}, Burst: burst}))
+}
+
+// must returns a function that returns the limit it is handed, failing t
+// on its error: must(t)(limiter.NewFixedWindow(p)) for the parameters
+// fixed, sliding and bucket do not take (a cost).
+func must(t testing.TB) func(limiter.Limit, error) limiter.Limit {
+	return func(l limiter.Limit, err error) limiter.Limit {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
 }
 
 // admission is one admitted request.
@@ -283,11 +332,7 @@ func zipfInstances(l limiter.Limit, churn bool) simulation {
 // is ever admitted more than the limit in a window (a fixed window's
 // leases end with it), hot keys are decided locally, cold keys exactly.
 func TestInstancesFixedWindow(t *testing.T) {
-	fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 6000, Window: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := zipfInstances(fw, false)
+	sim := zipfInstances(fixed(t, 6000, time.Second), false)
 	out := sim.run(t)
 	lim := out.lim.Limits()[0].Driver()
 	if b := out.tiers[0].Bound(&lim, 3); b != 0 {
@@ -325,12 +370,8 @@ func TestInstancesFixedWindow(t *testing.T) {
 // admit, every request is (no lease is left to end unused while another
 // instance is refused).
 func TestNearLimit(t *testing.T) {
-	fw, err := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 400, Window: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	opt := leases.Options{LeaseTime: 500 * time.Millisecond, MaxShare: 0.1, MinLease: 8}
-	sim := simulation{instances: 3, rate: 64, keys: 2, zipfS: 50, dur: 6 * time.Second, latency: time.Millisecond, opt: opt, limit: fw}
+	sim := simulation{instances: 3, rate: 64, keys: 2, zipfS: 50, dur: 6 * time.Second, latency: time.Millisecond, opt: opt, limit: fixed(t, 400, 2*time.Second)}
 	out := sim.run(t)
 	if len(out.sent) != 1 || len(out.admitted) != out.sent["k0"] {
 		t.Errorf("sent %v, %d admitted: a key under its limit must be admitted whole", out.sent, len(out.admitted))
@@ -346,11 +387,7 @@ func TestNearLimit(t *testing.T) {
 // 6000 + 1000 + the bound, and over the whole run 6000 + 1000 × 3s + the
 // bound; the hottest key asks for more than both.
 func TestInstancesTokenBucket(t *testing.T) {
-	tb, err := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1000, Per: time.Second}, Burst: 6000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := zipfInstances(tb, false)
+	sim := zipfInstances(bucket(t, 1000, time.Second, 6000), false)
 	out := sim.run(t)
 	lim := out.lim.Limits()[0].Driver()
 	bound := out.tiers[0].Bound(&lim, 3)
@@ -380,11 +417,7 @@ func TestInstancesTokenBucket(t *testing.T) {
 // limit × (1 + bound), while one instance starts a second in and another
 // stops two seconds in.
 func TestInstancesSlidingLog(t *testing.T) {
-	sl, err := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 6000, Window: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := zipfInstances(sl, true)
+	sim := zipfInstances(sliding(t, 6000, time.Second), true)
 	out := sim.run(t)
 	lim := out.lim.Limits()[0].Driver()
 	bound := out.tiers[0].Bound(&lim, 3)
@@ -406,19 +439,11 @@ func TestInstancesSlidingLog(t *testing.T) {
 // on_error decides then), and no lease is taken from a failing store.
 func TestStoreDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Minute})
-		lim := newLimiter(t, tier, fw)
+		shared, tier, lim := tiered(t, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4}, fixed(t, 1000, time.Minute))
 		ctx := context.Background()
 		// Heat the key: 4 admissions make it hot; a lease of what it
 		// was sent in the last second follows, and grows with its rate.
-		for range 60 {
-			if d, err := lim.Allow(ctx, "k", time.Now(), 1); err != nil || !d.Allowed {
-				t.Fatalf("Allow: %+v %v", d, err)
-			}
-			synctest.Wait()
-		}
+		admitN(t, lim, "k", 60)
 		held := tier.Holding(time.Now()).Units
 		if shared.leased["k"] < 2 || held < 20 {
 			t.Fatalf("%d leases, %d units held; want leases growing with the rate", shared.leased["k"], held)
@@ -452,21 +477,10 @@ func TestStoreDown(t *testing.T) {
 // by another limit takes nothing from the lease.
 func TestMultiLimitGivesBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Minute, MaxShare: 0.1, MinLease: 4})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		strict, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 10, Window: time.Hour})
-		lim, err := limiter.New(tier, "p", fw.WithAccuracy(limiter.Bounded), strict)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tier := leases.New(newRecording(0), leases.Options{LeaseTime: time.Minute, MaxShare: 0.1, MinLease: 4})
+		lim := bind(t, tier, fixed(t, 1000, time.Hour).WithAccuracy(limiter.Bounded), fixed(t, 10, time.Hour))
 		ctx := context.Background()
-		for range 10 {
-			if d, _ := lim.Allow(ctx, "k", time.Now(), 1); !d.Allowed {
-				t.Fatal("refused within both limits")
-			}
-			synctest.Wait()
-		}
+		admitN(t, lim, "k", 10) // within both limits
 		before := tier.Holding(time.Now()).Units
 		if before == 0 {
 			t.Fatal("no lease held: the test checks nothing")
@@ -486,10 +500,7 @@ func TestMultiLimitGivesBack(t *testing.T) {
 // the shared store.
 func TestResetDropsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Minute, MaxShare: 0.1, MinLease: 4})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100, Window: time.Hour})
-		lim := newLimiter(t, tier, fw)
+		_, tier, lim := tiered(t, leases.Options{LeaseTime: time.Minute, MaxShare: 0.1, MinLease: 4}, fixed(t, 100, time.Hour))
 		ctx := context.Background()
 		allowN(lim, "k", 50)
 		if tier.Holding(time.Now()).Keys != 1 {
@@ -520,8 +531,7 @@ func TestLeakyStaysExact(t *testing.T) {
 	}
 	// A per-key override scales a limit: it stays as accurate as the
 	// policy's, and says so.
-	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Burst: 100})
-	scaled, err := tb.WithAccuracy(limiter.Bounded).Scaled(2)
+	scaled, err := bucket(t, 10, time.Second, 100).WithAccuracy(limiter.Bounded).Scaled(2)
 	if err != nil || scaled.Accuracy() != limiter.Bounded || !strings.Contains(scaled.String(), "accuracy=bounded") {
 		t.Errorf("scaled: %v %v, want a bounded limit", scaled, err)
 	}
@@ -537,7 +547,7 @@ func TestDefaults(t *testing.T) {
 		if tier.MaxShare() != leases.DefaultMaxShare {
 			t.Errorf("MaxShare %v, want %v", tier.MaxShare(), leases.DefaultMaxShare)
 		}
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100_000, Window: time.Hour})
+		fw := fixed(t, 100_000, time.Hour)
 		lim := newLimiter(t, tier, fw)
 		d := lim.Limits()[0].Driver()
 		if got := tier.MaxLease(&d); got != 1000 {
@@ -602,10 +612,7 @@ func (h *hanging) Decide(ctx context.Context, limits []driver.Limit, keys driver
 // shared store (exactly, never leased) until an idle one can be dropped.
 func TestMaxKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{MaxKeys: 64, MinLease: 2, MaxShare: 0.5, LeaseTime: time.Second})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		lim := newLimiter(t, tier, fw)
+		shared, tier, lim := tiered(t, leases.Options{MaxKeys: 64, MinLease: 2, MaxShare: 0.5, LeaseTime: time.Second}, fixed(t, 1000, time.Hour))
 		ctx := context.Background()
 		// 64 shards of one key each: the first keys fill them, busy.
 		for i := range 2000 {
@@ -638,9 +645,7 @@ func TestBound(t *testing.T) {
 		return tier.Bound(&d, 4)
 	}
 	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Burst: 10_000, Cost: 3})
-	sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 5000, Window: time.Minute})
-	small, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 799, Window: time.Minute})
-	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100_000, Window: time.Minute})
+	sl, small, fw := sliding(t, 5000, time.Minute), sliding(t, 799, time.Minute), fixed(t, 100_000, time.Minute)
 	for _, c := range []struct {
 		name string
 		l    limiter.Limit
@@ -663,10 +668,8 @@ func TestBound(t *testing.T) {
 // a key made hot, its lease used, and its lease's end.
 func TestHoldingAndStats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour, Cost: 2})
-		lim := newLimiter(t, tier, fw)
+		fw := must(t)(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour, Cost: 2}))
+		_, tier, lim := tiered(t, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4}, fw)
 		ctx := context.Background()
 		allowN(lim, "k", 4)
 		// A lease of max(min_lease, rate/2) = 4 requests, 8 units.
@@ -698,20 +701,10 @@ func TestRefusedLocallyFolds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := newRecording(0)
 		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		big, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		a, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 4, Window: time.Minute})
-		b, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 4, Window: 2 * time.Minute})
-		lim, err := limiter.New(tier, "p", big.WithAccuracy(limiter.Bounded), a.WithAccuracy(limiter.Bounded), b.WithAccuracy(limiter.Bounded))
-		if err != nil {
-			t.Fatal(err)
-		}
+		big, a, b := refusingLimits(t)
+		lim := bind(t, tier, big.WithAccuracy(limiter.Bounded), a.WithAccuracy(limiter.Bounded), b.WithAccuracy(limiter.Bounded))
 		ctx := context.Background()
-		for range 4 {
-			if d, _ := lim.Allow(ctx, "k", time.Now(), 1); !d.Allowed {
-				t.Fatalf("refused within every limit: %+v", d)
-			}
-			synctest.Wait()
-		}
+		admitN(t, lim, "k", 4) // within every limit
 		// a and b are spent: the next is refused by Redis, then here.
 		lim.Allow(ctx, "k", time.Now(), 1)
 		synctest.Wait()
@@ -738,10 +731,8 @@ func TestRefusedLocallyFolds(t *testing.T) {
 // the wait the shared store named and nothing remaining.
 func TestLocalFigures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.1, MinLease: 2})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 40, Window: time.Hour, Cost: 2})
-		lim := newLimiter(t, tier, fw)
+		fw := must(t)(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 40, Window: time.Hour, Cost: 2}))
+		shared, _, lim := tiered(t, leases.Options{LeaseTime: time.Hour, MaxShare: 0.1, MinLease: 2}, fw)
 		ctx := context.Background()
 		end := time.Now().Truncate(time.Hour).Add(time.Hour)
 		allowN(lim, "k", 2)
@@ -779,20 +770,9 @@ func TestSomeLimitsToShared(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := newRecording(0)
 		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		big, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		loose, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100, Window: time.Hour})
-		strict, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 6, Window: time.Hour})
-		lim, err := limiter.New(tier, "p", big.WithAccuracy(limiter.Bounded), loose, strict)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lim := bind(t, tier, fixed(t, 1000, time.Hour).WithAccuracy(limiter.Bounded), fixed(t, 100, time.Hour), sliding(t, 6, time.Hour))
 		ctx := context.Background()
-		for i := range 6 {
-			if d, _ := lim.Allow(ctx, "k", time.Now(), 1); !d.Allowed {
-				t.Fatalf("request %d refused within every limit: %+v", i, d)
-			}
-			synctest.Wait()
-		}
+		admitN(t, lim, "k", 6) // within every limit
 		if shared.leased["k"] == 0 {
 			t.Fatal("no lease: the test checks nothing")
 		}
@@ -814,9 +794,7 @@ func TestSomeLimitsToShared(t *testing.T) {
 func TestLeaseSizes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := &sizing{recording: newRecording(0)}
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		lim := newLimiter(t, tier, fw)
+		lim := newLimiter(t, leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4}), fixed(t, 1000, time.Hour))
 		ctx := context.Background()
 		send := func(n int, every time.Duration) {
 			for range n {
@@ -878,11 +856,8 @@ func (s *sizing) sizes() []int64 {
 // has been quiet for two lease times before a busy one.
 func TestEvictsIdleFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
 		// One key a shard: a second key of the same shard must evict.
-		tier := leases.New(shared, leases.Options{MaxKeys: 64, MinLease: 2, MaxShare: 0.5, LeaseTime: time.Second})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		lim := newLimiter(t, tier, fw)
+		shared, tier, lim := tiered(t, leases.Options{MaxKeys: 64, MinLease: 2, MaxShare: 0.5, LeaseTime: time.Second}, fixed(t, 1000, time.Hour))
 		ctx := context.Background()
 		// Keys 0..199 are sent once and go quiet; "busy" is kept hot.
 		for i := range 200 {
@@ -911,18 +886,10 @@ func TestEvictsIdleFirst(t *testing.T) {
 // without asking again, and asks again after it.
 func TestExactRefusalRemembered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
+		shared, _, lim := tiered(t, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2}, fixed(t, 10, time.Minute))
 		shared.failLeases = true
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 10, Window: time.Minute})
-		lim := newLimiter(t, tier, fw)
 		ctx := context.Background()
-		for i := range 10 {
-			if d, _ := lim.Allow(ctx, "k", time.Now(), 1); !d.Allowed {
-				t.Fatalf("request %d refused within the limit", i)
-			}
-			synctest.Wait()
-		}
+		admitN(t, lim, "k", 10)                    // within the limit
 		d, _ := lim.Allow(ctx, "k", time.Now(), 1) // refused by the shared store
 		if d.Allowed {
 			t.Fatal("the 11th admitted")
@@ -950,6 +917,25 @@ func allowN(lim *limiter.Limiter, key string, n int) {
 		lim.Allow(context.Background(), key, time.Now(), 1)
 		synctest.Wait()
 	}
+}
+
+// admitN is allowN, failing t unless each of the n requests is admitted.
+func admitN(t testing.TB, lim *limiter.Limiter, key string, n int) {
+	t.Helper()
+	for i := range n {
+		if d, err := lim.Allow(context.Background(), key, time.Now(), 1); err != nil || !d.Allowed {
+			t.Fatalf("request %d of %d of %s: %+v %v, want admitted", i+1, n, key, d, err)
+		}
+		synctest.Wait()
+	}
+}
+
+// refusingLimits returns the three fixed windows of the tests of a
+// request refused here by two limits: big (1000 an hour), a (4 a minute)
+// and b (4 every two minutes, the one that resets last).
+func refusingLimits(t testing.TB) (big, a, b limiter.Limit) {
+	t.Helper()
+	return fixed(t, 1000, time.Hour), fixed(t, 4, time.Minute), fixed(t, 4, 2*time.Minute)
 }
 
 // calls is how many times r was asked to decide key, exactly or for a

@@ -30,8 +30,7 @@ func TestOptionsTakenAsGiven(t *testing.T) {
 	ctx := context.Background()
 	t.Run("LeaseTime", func(t *testing.T) {
 		tier := leases.New(newRecording(0), leases.Options{LeaseTime: time.Nanosecond})
-		tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Burst: 10_000})
-		d := driverLimit(t, tier, tb)
+		d := driverLimit(t, tier, bucket(t, 10, time.Second, 10_000))
 		now := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 		if g, err := tier.Lease(ctx, &d, "k", now, 10); err != nil || !g.Expires.Equal(now.Add(time.Nanosecond)) {
 			t.Errorf("Lease: %+v %v, want one lasting a nanosecond", g, err)
@@ -50,7 +49,7 @@ func TestOptionsTakenAsGiven(t *testing.T) {
 	t.Run("MinLease", func(t *testing.T) {
 		// A quota of 100 at 1%: leases of one request, leased from
 		// MinLease 1 on, never at the default's 8.
-		sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 100, Window: time.Minute})
+		sl := sliding(t, 100, time.Minute)
 		for _, c := range []struct {
 			min  int64
 			want float64
@@ -66,8 +65,7 @@ func TestOptionsTakenAsGiven(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			hung := &hanging{Store: memstore.New(memstore.Options{})}
 			tier := leases.New(hung, leases.Options{RenewTimeout: time.Nanosecond, MinLease: 2})
-			fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100_000, Window: time.Hour})
-			lim := newLimiter(t, tier, fw)
+			lim := newLimiter(t, tier, fixed(t, 100_000, time.Hour))
 			hung.hang.Store(true)
 			allowN(lim, "k", 2) // hot at the 2nd: its renewal hangs
 			time.Sleep(time.Nanosecond)
@@ -84,10 +82,7 @@ func TestOptionsTakenAsGiven(t *testing.T) {
 // each other key is decided by the shared store, exactly.
 func TestMaxKeysBoundsLeases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{MaxKeys: 1, MinLease: 2, MaxShare: 0.5, LeaseTime: time.Hour})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		lim := newLimiter(t, tier, fw)
+		shared, tier, lim := tiered(t, leases.Options{MaxKeys: 1, MinLease: 2, MaxShare: 0.5, LeaseTime: time.Hour}, fixed(t, 1000, time.Hour))
 		for i := range 100 {
 			allowN(lim, fmt.Sprint("k", i), 3)
 		}
@@ -123,10 +118,7 @@ func (generous) Decide(_ context.Context, limits []driver.Limit, _ driver.Keys, 
 // unit, a used-up one not at all, and the share of a quota of 1.
 func TestHoldingCountsEveryUnit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.1, MinLease: 4})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		lim := newLimiter(t, tier, fw)
+		shared, tier, lim := tiered(t, leases.Options{LeaseTime: time.Hour, MaxShare: 0.1, MinLease: 4}, fixed(t, 1000, time.Hour))
 		allowN(lim, "k", 4) // a lease of 4
 		shared.mu.Lock()
 		shared.failLeases = true // no more
@@ -142,8 +134,7 @@ func TestHoldingCountsEveryUnit(t *testing.T) {
 	})
 	synctest.Test(t, func(t *testing.T) {
 		tier := leases.New(generous{memstore.New(memstore.Options{})}, leases.Options{LeaseTime: time.Hour, MaxShare: 1, MinLease: 1})
-		tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Burst: 1})
-		allowN(newLimiter(t, tier, tb), "k", 1)
+		allowN(newLimiter(t, tier, bucket(t, 1, time.Second, 1)), "k", 1)
 		if h, want := tier.Holding(time.Now()), (leases.Holding{Units: 1, Keys: 1, MaxRatio: 1}); h != want {
 			t.Errorf("the whole quota of 1 leased: %+v, want %+v", h, want)
 		}
@@ -154,12 +145,7 @@ func TestHoldingCountsEveryUnit(t *testing.T) {
 // limits: an Exact limit decided with them is not counted.
 func TestStatsCountBoundedLimits(t *testing.T) {
 	tier := leases.New(newRecording(0), leases.Options{MinLease: 1000})
-	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-	strict, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1, Window: time.Hour})
-	lim, err := limiter.New(tier, "p", fw.WithAccuracy(limiter.Bounded), strict)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim := bind(t, tier, fixed(t, 1000, time.Hour).WithAccuracy(limiter.Bounded), fixed(t, 1, time.Hour))
 	now := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 	for range 3 {
 		lim.Allow(context.Background(), "k", now, 1)
@@ -173,9 +159,9 @@ func TestStatsCountBoundedLimits(t *testing.T) {
 // again for what the shared store said is left, in requests of the
 // limit's cost; a token bucket's is not.
 func TestLeaseTakesWhatIsLeft(t *testing.T) {
-	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 20, Window: time.Hour, Cost: 2})
-	sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 20, Window: time.Hour, Cost: 2})
-	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Hour}, Burst: 20, Cost: 2})
+	fw := must(t)(limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 20, Window: time.Hour, Cost: 2}))
+	sl := must(t)(limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 20, Window: time.Hour, Cost: 2}))
+	tb := must(t)(limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Hour}, Burst: 20, Cost: 2}))
 	now := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		name string
@@ -206,8 +192,7 @@ func TestLeaseTakesWhatIsLeft(t *testing.T) {
 // fixed window's.
 func TestLeaseExpiry(t *testing.T) {
 	tier := leases.New(newRecording(0), leases.Options{LeaseTime: time.Second})
-	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Minute})
-	tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1000, Per: time.Second}, Burst: 1000})
+	fw, tb := fixed(t, 1000, time.Minute), bucket(t, 1000, time.Second, 1000)
 	end := time.Date(2000, 1, 1, 0, 1, 0, 0, time.UTC)
 	for _, c := range []struct {
 		name string
@@ -242,8 +227,7 @@ func (s degrading) Decide(ctx context.Context, limits []driver.Limit, keys drive
 func TestNoLeaseFromDegradedDecision(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tier := leases.New(degrading{memstore.New(memstore.Options{})}, leases.Options{LeaseTime: time.Hour, MinLease: 2, MaxShare: 0.1})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		lim := newLimiter(t, tier, fw)
+		lim := newLimiter(t, tier, fixed(t, 1000, time.Hour))
 		d := lim.Limits()[0].Driver()
 		if g, err := tier.Lease(context.Background(), &d, "k", time.Now(), 10); !errors.Is(err, driver.ErrStoreUnavailable) || g.Units != 0 {
 			t.Errorf("Lease: %+v %v, want ErrStoreUnavailable", g, err)
@@ -261,10 +245,7 @@ func TestRenewalAtHalf(t *testing.T) {
 	for _, size := range []int64{2, 4} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				shared := newRecording(0)
-				tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.1, MinLease: size})
-				fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-				lim := newLimiter(t, tier, fw)
+				shared, tier, lim := tiered(t, leases.Options{LeaseTime: time.Hour, MaxShare: 0.1, MinLease: size}, fixed(t, 1000, time.Hour))
 				allowN(lim, "k", int(size)) // hot: a lease of MinLease
 				allowN(lim, "k", int(size/2))
 				if shared.leased["k"] != 1 || tier.Holding(time.Now()).Units != size/2 {
@@ -283,11 +264,8 @@ func TestRenewalAtHalf(t *testing.T) {
 // not asked again for a lease time, however hot the key.
 func TestFailedRenewalWaitsLeaseTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
+		shared, _, lim := tiered(t, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 2}, fixed(t, 1000, time.Hour))
 		shared.failLeases = true
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 2})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		lim := newLimiter(t, tier, fw)
 		allowN(lim, "k", 20)
 		if shared.leased["k"] != 1 {
 			t.Errorf("%d lease calls, want the one that failed", shared.leased["k"])
@@ -310,10 +288,7 @@ func TestFailedRenewalWaitsLeaseTime(t *testing.T) {
 // error.
 func TestEndedLeaseNotUsed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4})
-		sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 1000, Window: time.Hour})
-		lim := newLimiter(t, tier, sl)
+		shared, tier, lim := tiered(t, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 4}, sliding(t, 1000, time.Hour))
 		allowN(lim, "k", 4)
 		if tier.Holding(time.Now()).Units != 4 {
 			t.Fatalf("%+v, want a lease of 4", tier.Holding(time.Now()))
@@ -405,9 +380,7 @@ func TestRefusedLocallyIndex(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				shared := newRecording(0)
 				tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-				big, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-				a, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 4, Window: time.Minute})
-				b, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 4, Window: 2 * time.Minute})
+				big, a, b := refusingLimits(t)
 				byName := map[string]limiter.Limit{"big": big, "a": a, "b": b}
 				var ls []limiter.Limit
 				want := -1
@@ -417,10 +390,7 @@ func TestRefusedLocallyIndex(t *testing.T) {
 						want = i
 					}
 				}
-				lim, err := limiter.New(tier, "p", ls...)
-				if err != nil {
-					t.Fatal(err)
-				}
+				lim := bind(t, tier, ls...)
 				allowN(lim, "k", 5) // a and b spent: the 5th is refused
 				calls := shared.calls("k")
 				d, err := lim.Allow(context.Background(), "k", time.Now(), 1)
@@ -441,15 +411,9 @@ func TestRefusedLocallyIndex(t *testing.T) {
 // figures and index of the most restrictive, the leased one.
 func TestAdmittedFromLeaseIndex(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		x, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		a, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100, Window: time.Hour})
-		y, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 500, Window: time.Hour})
-		lim, err := limiter.New(tier, "p", x, a.WithAccuracy(limiter.Bounded), y)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tier := leases.New(newRecording(0), leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
+		x, a, y := fixed(t, 1000, time.Hour), fixed(t, 100, time.Hour), fixed(t, 500, time.Hour)
+		lim := bind(t, tier, x, a.WithAccuracy(limiter.Bounded), y)
 		allowN(lim, "k", 2) // a is hot: a lease of 2
 		d, err := lim.Allow(context.Background(), "k", time.Now(), 1)
 		if err != nil || !d.Allowed || d.Index != 1 || d.Limit != 100 || d.Remaining != 100-4+1 {
@@ -467,12 +431,7 @@ func TestRefusedRequestsAreNoRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := newRecording(0)
 		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 4})
-		big, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		strict, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 2, Window: time.Hour})
-		lim, err := limiter.New(tier, "p", big.WithAccuracy(limiter.Bounded), strict)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lim := bind(t, tier, fixed(t, 1000, time.Hour).WithAccuracy(limiter.Bounded), fixed(t, 2, time.Hour))
 		allowN(lim, "k", 12) // 2 admitted, 10 refused by strict
 		if shared.leased["k"] != 0 {
 			t.Errorf("%d leases of a key admitted twice", shared.leased["k"])
@@ -487,12 +446,7 @@ func TestGivenBackUnitsAreNoRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := &sizing{recording: newRecording(0)}
 		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		big, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 1000, Window: time.Hour})
-		strict, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 4, Window: time.Minute})
-		lim, err := limiter.New(tier, "p", big.WithAccuracy(limiter.Bounded), strict)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lim := bind(t, tier, fixed(t, 1000, time.Hour).WithAccuracy(limiter.Bounded), fixed(t, 4, time.Minute))
 		allowN(lim, "k", 4+20) // 4 admitted (leases of 2 and 2), 20 refused by strict
 		time.Sleep(time.Minute)
 		allowN(lim, "k", 2) // the lease used up: the next holds half the rate of 6
@@ -508,10 +462,7 @@ func TestGivenBackUnitsAreNoRate(t *testing.T) {
 // is admitted.
 func TestSpentWindowOpensAtItsEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 10, Window: time.Minute})
-		lim := newLimiter(t, tier, fw)
+		_, tier, lim := tiered(t, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2}, fixed(t, 10, time.Minute))
 		end := time.Now().Add(time.Minute)
 		allowN(lim, "k", 10) // the last lease asked for is refused
 		if tier.Holding(time.Now()).Units != 0 || tier.Stats().LeasesGranted == tier.Stats().LeaseCalls {
@@ -529,10 +480,7 @@ func TestSpentWindowOpensAtItsEnd(t *testing.T) {
 // the last lease was in hand and the next one adds to it.
 func TestLocalRemainingAtMostLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1000, Per: time.Second}, Burst: 100})
-		lim := newLimiter(t, tier, tb)
+		_, _, lim := tiered(t, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2}, bucket(t, 1000, time.Second, 100))
 		top := int64(0)
 		for i := range 80 {
 			if i == 40 {
@@ -556,11 +504,8 @@ func TestLocalRemainingAtMostLimit(t *testing.T) {
 // its limit, and when it is full again (later than the wait).
 func TestRefusedHereFigures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shared := newRecording(0)
+		shared, _, lim := tiered(t, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2}, bucket(t, 1, time.Second, 10))
 		shared.failLeases = true // decided exactly, refusal remembered
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Burst: 10})
-		lim := newLimiter(t, tier, tb)
 		ctx := context.Background()
 		allowN(lim, "k", 10)
 		d0, _ := lim.Allow(ctx, "k", time.Now(), 1)
@@ -580,8 +525,7 @@ func TestRefusedHereFigures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := newScripted()
 		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 1, Per: time.Second}, Burst: 20})
-		lim := newLimiter(t, tier, tb)
+		lim := newLimiter(t, tier, bucket(t, 1, time.Second, 20))
 		l := lim.Limits()[0].Driver()
 		ctx := context.Background()
 		allowN(lim, "k", 2) // a lease of 2
@@ -603,18 +547,14 @@ func TestRefusedHereFigures(t *testing.T) {
 // reload that changed it) starts its keys over: a lease or a refusal of
 // the old limit that comes back afterwards is not the new one's.
 func TestNewBindingStartsOver(t *testing.T) {
-	fw := func(n int64) limiter.Limit {
-		l, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: n, Window: time.Hour})
-		return l
-	}
 	t.Run("lease", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			shared := newScripted()
 			tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 4})
-			old := newLimiter(t, tier, fw(1000))
+			old := newLimiter(t, tier, fixed(t, 1000, time.Hour))
 			shared.set(func(s *scripted) { s.leaseLatency = time.Second })
 			allowN(old, "k", 4) // hot: its lease takes a second
-			renewed := newLimiter(t, tier, fw(2000))
+			renewed := newLimiter(t, tier, fixed(t, 2000, time.Hour))
 			allowN(renewed, "k", 1)
 			time.Sleep(time.Second)
 			synctest.Wait()
@@ -627,7 +567,7 @@ func TestNewBindingStartsOver(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			shared := newScripted()
 			tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-			old := newLimiter(t, tier, fw(2))
+			old := newLimiter(t, tier, fixed(t, 2, time.Hour))
 			allowN(old, "k", 2) // spent
 			release := make(chan struct{})
 			shared.set(func(s *scripted) {
@@ -639,16 +579,11 @@ func TestNewBindingStartsOver(t *testing.T) {
 			})
 			go old.Allow(context.Background(), "k", time.Now(), 1) // refused, late
 			synctest.Wait()
-			renewed := newLimiter(t, tier, fw(1000))
+			renewed := newLimiter(t, tier, fixed(t, 1000, time.Hour))
 			allowN(renewed, "k", 2) // hot: leased
 			close(release)
 			synctest.Wait()
-			for i := range 20 {
-				if d, err := renewed.Allow(context.Background(), "k", time.Now(), 1); err != nil || !d.Allowed {
-					t.Fatalf("request %d of the new limit: %+v %v, want admitted", i, d, err)
-				}
-				synctest.Wait()
-			}
+			admitN(t, renewed, "k", 20)
 		})
 	})
 }
@@ -660,9 +595,7 @@ func TestShortRefusalRemembered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := newScripted()
 		shared.failLeases = true
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 1000, Window: time.Hour})
-		lim := newLimiter(t, tier, sl)
+		lim := newLimiter(t, leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2}), sliding(t, 1000, time.Hour))
 		allowN(lim, "k", 4)
 		refuse := true
 		shared.set(func(s *scripted) {
@@ -692,9 +625,7 @@ func TestNeverRefusedLeaseWaitsLeaseTime(t *testing.T) {
 		shared.answer = func(_ time.Time, n int64) (driver.Decision, bool) {
 			return driver.Decision{RetryAfter: driver.Never, Limit: 1000}, n > 1
 		}
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.5, MinLease: 2})
-		sl, _ := limiter.NewSlidingLog(limiter.SlidingLogParams{Limit: 1000, Window: time.Hour})
-		lim := newLimiter(t, tier, sl)
+		lim := newLimiter(t, leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.5, MinLease: 2}), sliding(t, 1000, time.Hour))
 		allowN(lim, "k", 10)
 		time.Sleep(time.Second - time.Nanosecond)
 		allowN(lim, "k", 1)
@@ -715,8 +646,7 @@ func TestLeaseOfOneUnit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := newScripted()
 		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 10, Window: time.Hour})
-		lim := newLimiter(t, tier, fw)
+		lim := newLimiter(t, tier, fixed(t, 10, time.Hour))
 		l := lim.Limits()[0].Driver()
 		allowN(lim, "k", 2) // a lease of 2: 4 counted
 		shared.take(t, &l, "k", time.Now(), 1)
@@ -741,9 +671,7 @@ func TestLeaseOfOneUnit(t *testing.T) {
 func TestWindowLittleLeftOneByOne(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := newScripted()
-		tier := leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 8})
-		fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 100, Window: time.Hour})
-		lim := newLimiter(t, tier, fw)
+		lim := newLimiter(t, leases.New(shared, leases.Options{LeaseTime: time.Second, MaxShare: 0.1, MinLease: 8}), fixed(t, 100, time.Hour))
 		l := lim.Limits()[0].Driver()
 		ctx := context.Background()
 		allowN(lim, "k", 8+4) // a lease of 8, 4 of it used
@@ -792,8 +720,7 @@ func TestLeasedAgainAfterRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shared := newScripted()
 		tier := leases.New(shared, leases.Options{LeaseTime: time.Hour, MaxShare: 0.5, MinLease: 2})
-		tb, _ := limiter.NewTokenBucket(limiter.TokenBucketParams{Rate: limiter.Rate{N: 10, Per: time.Second}, Burst: 10})
-		lim := newLimiter(t, tier, tb)
+		lim := newLimiter(t, tier, bucket(t, 10, time.Second, 10))
 		ctx := context.Background()
 		allowN(lim, "k", 10) // the bucket spent: a lease refused
 		if d, _ := lim.Allow(ctx, "k", time.Now(), 1); d.Allowed {
@@ -835,7 +762,7 @@ func (c checking) Degraded() bool          { return c.degraded }
 // TestPassesThrough: the shared store's check, its fallback state and
 // its concurrency slots are the tier's.
 func TestPassesThrough(t *testing.T) {
-	fw, _ := limiter.NewFixedWindow(limiter.FixedWindowParams{Limit: 10, Window: time.Hour})
+	fw := fixed(t, 10, time.Hour)
 	mem := memstore.New(memstore.Options{})
 	ctx := context.Background()
 	now := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
