@@ -267,6 +267,41 @@ func SharedCluster(t testing.TB) []string {
 	return shared.addrs
 }
 
+// Prefix returns a key prefix of t's own for a store on the shared
+// cluster, "lp:NAME:N:": NAME is t.Name() and N counts the tests of that
+// name this process has run (go test -count), so that a test run again
+// finds none of its earlier run's keys. Every call for one t returns the
+// same prefix (a store restarted on it, two instances sharing it).
+func Prefix(t testing.TB) string {
+	t.Helper()
+	prefixes.mu.Lock()
+	defer prefixes.mu.Unlock()
+	if p, ok := prefixes.of[t]; ok {
+		return p
+	}
+	if prefixes.of == nil {
+		prefixes.of, prefixes.runs = map[testing.TB]string{}, map[string]int{}
+	}
+	n := prefixes.runs[t.Name()]
+	prefixes.runs[t.Name()] = n + 1
+	p := "lp:" + t.Name() + ":" + strconv.Itoa(n) + ":"
+	prefixes.of[t] = p
+	t.Cleanup(func() {
+		prefixes.mu.Lock()
+		delete(prefixes.of, t)
+		prefixes.mu.Unlock()
+	})
+	return p
+}
+
+// prefixes are Prefix's: the prefix of each test running, and how many
+// tests of each name have run.
+var prefixes struct {
+	mu   sync.Mutex
+	of   map[testing.TB]string
+	runs map[string]int
+}
+
 // StopShared stops the cluster SharedCluster started, if any (its start
 // too, if no test waited for it), and removes its files. Call it from
 // TestMain after m.Run, once.

@@ -49,7 +49,7 @@ func TestBans(t *testing.T) {
 	t.Parallel()
 	c := client(t, redistest.Start(t).Addr())
 	limitertest.RunBans(t, func(t *testing.T) perkey.Bans {
-		return startBans(t, c, BanOptions{Prefix: "lp:" + t.Name() + ":", Clock: epoch, Resync: time.Hour})
+		return startBans(t, c, BanOptions{Prefix: redistest.Prefix(t), Clock: epoch, Resync: time.Hour})
 	})
 }
 
@@ -62,12 +62,12 @@ func TestBansCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
 	limitertest.RunBans(t, func(t *testing.T) perkey.Bans {
-		return startBans(t, c, BanOptions{Prefix: "lp:" + t.Name() + ":", Clock: epoch, Resync: time.Hour})
+		return startBans(t, c, BanOptions{Prefix: redistest.Prefix(t), Clock: epoch, Resync: time.Hour})
 	})
 	c2 := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[2:]})
 	defer c2.Close()
-	a := startBans(t, c, BanOptions{Prefix: "lp:" + t.Name() + ":shared:"})
-	b := startBans(t, c2, BanOptions{Prefix: "lp:" + t.Name() + ":shared:"})
+	a := startBans(t, c, BanOptions{Prefix: redistest.Prefix(t) + "shared:"})
+	b := startBans(t, c2, BanOptions{Prefix: redistest.Prefix(t) + "shared:"})
 	checkShared(t, a, b)
 }
 

@@ -116,7 +116,7 @@ func TestChargeCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
 	newCluster := func(t *testing.T) limiter.Store {
-		return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second, Prefix: "lp:" + t.Name() + ":"})
+		return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second, Prefix: redistest.Prefix(t)})
 	}
 	limitertest.RunCharge(t, newCluster, limitertest.Options{Resolution: time.Microsecond, Seeds: 1, Parallel: true, OneKey: true})
 }

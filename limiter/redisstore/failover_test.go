@@ -277,7 +277,7 @@ func TestClusterOneAddress(t *testing.T) {
 	addrs := redistest.SharedCluster(t)
 	c := redisstore.NewClient(redisstore.ClientOptions{Addrs: addrs[:1], Timeout: time.Second})
 	defer c.Close()
-	s, err := redisstore.New(c, redisstore.Options{Timeout: time.Second, OnError: "deny", Prefix: "lp:" + t.Name() + ":"})
+	s, err := redisstore.New(c, redisstore.Options{Timeout: time.Second, OnError: "deny", Prefix: redistest.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func startOverrides(t testing.TB, c redis.UniversalClient, o OverrideOptions) *O
 func TestOverrides(t *testing.T) {
 	addr := redistest.Start(t).Addr()
 	limitertest.RunOverrides(t, func(t *testing.T) func() perkey.Overrides {
-		prefix := "lp:" + t.Name() + ":"
+		prefix := redistest.Prefix(t)
 		return func() perkey.Overrides {
 			return startOverrides(t, client(t, addr), OverrideOptions{Prefix: prefix, MaxOverrides: limitertest.OverridesBound, Resync: time.Hour})
 		}
@@ -56,14 +56,14 @@ func TestOverridesCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
 	limitertest.RunOverrides(t, func(t *testing.T) func() perkey.Overrides {
-		prefix := "lp:" + t.Name() + ":"
+		prefix := redistest.Prefix(t)
 		return func() perkey.Overrides {
 			return startOverrides(t, c, OverrideOptions{Prefix: prefix, MaxOverrides: limitertest.OverridesBound, Resync: time.Hour})
 		}
 	})
 	c2 := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[2:]})
 	defer c2.Close()
-	prefix := "lp:" + t.Name() + ":shared:"
+	prefix := redistest.Prefix(t) + "shared:"
 	checkOvShared(t, startOverrides(t, c, OverrideOptions{Prefix: prefix}), startOverrides(t, c2, OverrideOptions{Prefix: prefix}))
 }
 

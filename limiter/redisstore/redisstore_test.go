@@ -73,7 +73,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	c := startRedis(t)
 	conformance(t, func(t *testing.T) limiter.Store {
-		return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second, Prefix: "lp:" + t.Name() + ":"})
+		return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second, Prefix: redistest.Prefix(t)})
 	}, limitertest.Options{Resolution: time.Microsecond, Seeds: 4, Parallel: true}, true)
 }
 
@@ -268,7 +268,7 @@ func TestCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
 	newCluster := func(t *testing.T) limiter.Store {
-		return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second, Prefix: "lp:" + t.Name() + ":"})
+		return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second, Prefix: redistest.Prefix(t)})
 	}
 	t.Run("MultiLimit", func(t *testing.T) { limitertest.RunMultiLimit(t, newCluster) })
 	t.Run("Concurrent", func(t *testing.T) { limitertest.RunConcurrent(t, newCluster) })
@@ -372,7 +372,7 @@ func TestBatchesCluster(t *testing.T) {
 	t.Parallel()
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.SharedCluster(t)})
 	t.Cleanup(func() { c.Close() })
-	s := newStore(t, c, redisstore.Options{Timeout: 5 * time.Second, Prefix: "lp:" + t.Name() + ":"})
+	s := newStore(t, c, redisstore.Options{Timeout: 5 * time.Second, Prefix: redistest.Prefix(t)})
 	checkBatches(t, s)
 	calls, decisions, _ := s.ScriptCalls()
 	t.Logf("%d decisions in %d script calls", decisions, calls)
@@ -451,7 +451,7 @@ func TestSlots(t *testing.T) {
 	t.Parallel()
 	c := startRedis(t)
 	limitertest.RunSlots(t, func(t *testing.T) limiter.Store {
-		return newStore(t, c, redisstore.Options{Timeout: 5 * time.Second, Prefix: "lp:" + t.Name() + ":"})
+		return newStore(t, c, redisstore.Options{Timeout: 5 * time.Second, Prefix: redistest.Prefix(t)})
 	})
 }
 

@@ -205,7 +205,7 @@ func TestConformanceCluster(t *testing.T) {
 			c := redisstore.NewClient(redisstore.ClientOptions{Addrs: addrs(t), Timeout: 5 * time.Second})
 			t.Cleanup(func() { c.Close() })
 			conformance(t, func(t *testing.T) limiter.Store {
-				return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second, Prefix: "lp:" + t.Name() + ":"})
+				return newStore(t, c, redisstore.Options{CallerTime: true, Timeout: 5 * time.Second, Prefix: redistest.Prefix(t)})
 			}, limitertest.Options{Resolution: time.Microsecond, Seeds: 2, Parallel: true, OneKey: true}, false)
 		})
 	}
