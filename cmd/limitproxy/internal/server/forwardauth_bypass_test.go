@@ -379,8 +379,7 @@ func startNodeRoutes(t *testing.T) string {
 	if err := os.WriteFile(script, []byte(nodeRoutes), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	startProcess(t, addr, "node", script, strconv.Itoa(port))
-	return addr
+	return startOnPort(t, "127.0.0.1", func(port int) proc {
+		return proc{name: "node", args: []string{script, strconv.Itoa(port)}}
+	})
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -102,9 +101,9 @@ func TestForwardAuthExpressRoutes(t *testing.T) {
 	} {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()
-			port := freePort(t)
-			backend := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			startProcess(t, backend, "node", script, strconv.Itoa(port))
+			backend := startOnPort(t, "127.0.0.1", func(port int) proc {
+				return proc{name: "node", args: []string{script, strconv.Itoa(port)}}
+			})
 			fa := startForwardAuthFor(t, `"127.0.0.1"`, f.extra, expressPolicies)
 			front := f.run(t, backend, fa)
 			hits := func() []int {

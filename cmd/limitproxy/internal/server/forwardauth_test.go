@@ -186,8 +186,8 @@ func TestForwardAuthCaddy(t *testing.T) {
 func runCaddyForwardAuth(t *testing.T, backend, fa string) string {
 	t.Helper()
 	dir := t.TempDir()
-	port := freePort(t)
-	conf := fmt.Sprintf(`{
+	return startOnPort(t, "127.0.0.1", func(port int) proc {
+		conf := fmt.Sprintf(`{
 	admin off
 	auto_https off
 	storage file_system %[1]s/data
@@ -204,11 +204,10 @@ http://:%[2]d {
 	reverse_proxy %[3]s
 }
 `, dir, port, backend, fa)
-	os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(conf), 0o644)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	env := []string{"HOME=" + dir, "XDG_DATA_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")}
-	startProcessEnv(t, addr, env, "caddy", "run", "--config", filepath.Join(dir, "Caddyfile"), "--adapter", "caddyfile")
-	return addr
+		os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(conf), 0o644)
+		env := []string{"HOME=" + dir, "XDG_DATA_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")}
+		return proc{env: env, name: "caddy", args: []string{"run", "--config", filepath.Join(dir, "Caddyfile"), "--adapter", "caddyfile"}}
+	})
 }
 
 // checkForwardAuthFront sends 6 requests to /api/x through the proxy at

@@ -61,8 +61,8 @@ func startKeyNginx(t *testing.T) string {
 
 func startKeyFlask(t *testing.T) string {
 	dir := t.TempDir()
-	port := freePort(t)
-	app := fmt.Sprintf(`
+	return startOnPort(t, "127.0.0.1", func(port int) proc {
+		app := fmt.Sprintf(`
 import logging
 from flask import Flask, request
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -75,10 +75,9 @@ def read(p):
 
 app.run(host="127.0.0.1", port=%d)
 `, port)
-	os.WriteFile(filepath.Join(dir, "app.py"), []byte(app), 0o644)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	startProcess(t, addr, "python3", filepath.Join(dir, "app.py"))
-	return addr
+		os.WriteFile(filepath.Join(dir, "app.py"), []byte(app), 0o644)
+		return proc{name: "python3", args: []string{filepath.Join(dir, "app.py")}}
+	})
 }
 
 func startKeyGo(t *testing.T) string {

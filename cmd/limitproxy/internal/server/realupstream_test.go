@@ -64,54 +64,137 @@ upstream = "up"
   window = "1h"
 `
 
-// startProcess runs a server process until the test ends (stopped by its
-// PID) and waits until it accepts connections on addr.
-func startProcess(t *testing.T, addr string, name string, args ...string) {
-	t.Helper()
-	startProcessEnv(t, addr, nil, name, args...)
-}
-
-// startProcessEnv is startProcess with env added to the process's
-// environment (t.Setenv would keep the test from running in parallel).
-func startProcessEnv(t *testing.T, addr string, env []string, name string, args ...string) {
-	t.Helper()
-	startProcessWith(t, addr, env, nil, name, args...)
-}
-
-// startProcessWith is startProcessEnv with files handed to the process
-// as its descriptors 3, 4, … (exec.Cmd's ExtraFiles).
+// startProcessWith runs a server process until the test ends (stopped by
+// its PID), with env added to its environment and files handed to it as
+// its descriptors 3, 4, … (exec.Cmd's ExtraFiles): a listener the test
+// made, which no other process can take meanwhile; it waits until the
+// process listens on addr.
 func startProcessWith(t *testing.T, addr string, env []string, files []*os.File, name string, args ...string) {
 	t.Helper()
-	path, err := exec.LookPath(name)
+	if out, ok := launch(t, addr, proc{env: env, files: files, name: name, args: args}); !ok {
+		t.Fatalf("%s did not listen on %s: %s", name, addr, out)
+	}
+}
+
+// proc is a server process to start: its program, arguments, environment
+// added, and descriptors handed to it.
+type proc struct {
+	env   []string
+	files []*os.File
+	name  string
+	args  []string
+}
+
+// startOnPort runs the server process that at(port) describes (writing
+// the configuration that names port, if any) on a port of host free when
+// chosen, until the test ends, and returns its address. A port that
+// another process takes between the choice and the process's bind (a
+// test's server of its own, another test's process) is found out, the
+// process owning no socket that listens there, and another port tried, up
+// to five in all.
+func startOnPort(t *testing.T, host string, at func(port int) proc) string {
+	t.Helper()
+	var outs []string
+	for range 5 {
+		port := loopbackPort(t, host)
+		addr := net.JoinHostPort(host, strconv.Itoa(port))
+		p := at(port)
+		out, ok := launch(t, addr, p)
+		if ok {
+			return addr
+		}
+		outs = append(outs, addr+": "+out)
+	}
+	t.Fatalf("no free port held: %s", strings.Join(outs, "\n"))
+	return ""
+}
+
+// launch starts p, stopped (by its PID) when the test ends, and waits
+// until it listens on addr: a socket of its own in the LISTEN state on
+// addr's port, not a connection accepted by whatever else listens there.
+// It reports false, with the process's output, when the process exits or
+// has not listened within 20 s; the process is stopped then.
+func launch(t *testing.T, addr string, p proc) (string, bool) {
+	t.Helper()
+	path, err := exec.LookPath(p.name)
 	if err != nil {
-		t.Fatalf("%s is not installed (scripts/test.sh installs it): %v", name, err)
+		t.Fatalf("%s is not installed (scripts/test.sh installs it): %v", p.name, err)
 	}
-	cmd := exec.Command(path, args...)
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(path, p.args...)
+	if p.env != nil {
+		cmd.Env = append(os.Environ(), p.env...)
 	}
-	cmd.ExtraFiles = files
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.ExtraFiles = p.files
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
+	exited := make(chan struct{})
+	go func() {
 		cmd.Wait()
-	})
+		close(exited)
+	}()
+	stop := func() {
+		cmd.Process.Kill()
+		<-exited
+	}
+	_, portText, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portText)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return
+		select {
+		case <-exited:
+			return out.String(), false
+		default:
+		}
+		if listensOn(cmd.Process.Pid, port) {
+			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				c.Close()
+				t.Cleanup(stop)
+				return "", true
+			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not listen on %s: %s", name, addr, out.String())
+			stop()
+			return out.String(), false
 		}
 		time.Sleep(50 * time.Millisecond) // a real process: nothing to wait on but its port
 	}
+}
+
+// listensOn reports whether process pid holds a TCP socket listening on
+// port (IPv4 or IPv6), from /proc: the socket inodes of its descriptors
+// against those /proc/net/tcp and tcp6 list in the LISTEN state (0A) on
+// port.
+func listensOn(pid, port int) bool {
+	listening := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 10 || fs[3] != "0A" {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(fs[1], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && int(p) == port {
+				listening["socket:["+fs[9]+"]"] = true
+			}
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && listening[l] {
+			return true
+		}
+	}
+	return false
 }
 
 func startNginx(t *testing.T) string {
@@ -383,8 +466,8 @@ func TestUpgradesStripped(t *testing.T) {
 func runNginx(t *testing.T, host string, servers func(port int) string) string {
 	t.Helper()
 	dir := t.TempDir()
-	port := loopbackPort(t, host)
-	conf := fmt.Sprintf(`daemon off;
+	return startOnPort(t, host, func(port int) proc {
+		conf := fmt.Sprintf(`daemon off;
 master_process off;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log;
@@ -398,8 +481,47 @@ http {
   scgi_temp_path %[1]s/scgi;
 %[2]s}
 `, dir, servers(port))
-	os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
-	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	startProcess(t, addr, "nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
-	return addr
+		os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
+		return proc{name: "nginx", args: []string{"-p", dir, "-c", filepath.Join(dir, "nginx.conf")}}
+	})
+}
+
+// TestStartOnPortTaken: a port that another listener takes between its
+// choice and the process's bind is found out, though a connection to it
+// succeeds (the other listener accepts it), and the process started again
+// on another port.
+func TestStartOnPortTaken(t *testing.T) {
+	t.Parallel()
+	var taken []int
+	addr := startOnPort(t, "127.0.0.1", func(port int) proc {
+		if len(taken) == 0 {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			go func() { // accepts, as a server of another test would
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+		}
+		taken = append(taken, port)
+		return proc{name: "python3", args: []string{"-m", "http.server", "--bind", "127.0.0.1", strconv.Itoa(port)}}
+	})
+	if len(taken) != 2 || addr != net.JoinHostPort("127.0.0.1", strconv.Itoa(taken[1])) {
+		t.Fatalf("ports tried %v, listening on %s: want the second", taken, addr)
+	}
+	resp, err := http.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("status %d", resp.StatusCode)
+	}
 }
