@@ -312,6 +312,7 @@ func TestLeakyBucket(t *testing.T) {
 	// 5) until then: a stall of up to 110ms still leaves it full.
 	cancelCtx, cancel := context.WithTimeout(context.Background(), 470*time.Millisecond)
 	defer cancel()
+	first := time.Now() // request 0 is sent after this: no turn is earlier
 	for seq := range 7 {
 		ctx := context.Background()
 		if seq == 2 {
@@ -340,10 +341,14 @@ func TestLeakyBucket(t *testing.T) {
 		if a.seq == "2" {
 			t.Errorf("request 2 left the queue but reached the upstream")
 		}
-		if i > 0 {
-			if gap := a.at.Sub(arrivals[i-1].at); gap < 250*time.Millisecond-25*time.Millisecond {
-				t.Errorf("arrivals %d and %d are %v apart; the rate allows one per 250ms", i-1, i, gap)
-			}
+		// The i-th request forwarded leaves the queue at its turn, i
+		// × 250ms after the first left (at once), and reaches the
+		// upstream no sooner: a late forwarding (a loaded machine)
+		// makes arrivals later, never earlier, though it can bring two
+		// closer together, so each is held to its turn, not to the gap
+		// after the one before it.
+		if early := first.Add(time.Duration(i) * 250 * time.Millisecond).Sub(a.at); early > 25*time.Millisecond {
+			t.Errorf("arrival %d came %v before its turn, %v after the first request was sent; the rate allows one per 250ms", i, early, a.at.Sub(first))
 		}
 	}
 	if len(arrivals) < 4 || order[0] != "0" || order[1] != "1" || order[2] != "3" || order[3] != "4" {

@@ -746,9 +746,13 @@ func TestDashboard(t *testing.T) {
 	if p50, p99 := p.number(t, "queue-wait-p50-reports"), p.number(t, "queue-wait-p99-reports"); p50 > p99 {
 		t.Errorf("queue wait p50 %v > p99 %v", p50, p99)
 	}
-	// The upstreams answer at once: within the first buckets.
+	// The upstreams answer at once: a few ms, within the first buckets
+	// on a quiet machine. The bounds are wide, for a machine so loaded
+	// that a loopback answer takes hundreds of ms (one of 7 did, 490 ms
+	// read as p99, under go test -count=2 ./... beside other work), and
+	// still catch a figure shown in the wrong unit (1000 times off).
 	for _, id := range []string{"upstream-p50-app", "upstream-p99-app", "upstream-p99-flaky"} {
-		if v := p.number(t, id); v <= 0 || v > 250 {
+		if v := p.number(t, id); v < 0.05 || v > 2500 {
 			t.Errorf("%s = %v ms, want a few", id, v)
 		}
 	}
