@@ -156,6 +156,7 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 	snap := h.snap.Load()
 	rls := &snap.set.Config.RLS
 	compat := rls.Compatibility == config.CompatEnvoy
+	joined := rls.Lookup == config.LookupJoined
 	// The RateLimit fields are built only for an answer that carries
 	// them (about 1 µs and 400 bytes a descriptor).
 	withFields := rls.ResponseHeaders == config.RLSHeadersRateLimit
@@ -222,7 +223,7 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 			a.unlimited = p.RLS.Unlimited
 			a.o.decision = Allowed
 		default:
-			h.decideDescriptor(ctx, ds[i].Entries, start, compat, &a.o)
+			h.decideDescriptor(ctx, ds[i].Entries, start, compat, joined, &a.o)
 			if withFields {
 				h.inform(&a.x.w, snap, start, &a.o)
 			} else if a.o.limited {
@@ -385,17 +386,23 @@ func replaced(p *policy.Policy, replacing []string) bool {
 }
 
 // decideDescriptor is decide for one RLS descriptor of o.p, a policy
-// with limits: its keys (descriptor:KEY parts), the penalty box, the
-// limits. A policy with a limit of 0, or with compat a policy of fixed
-// windows, has them asked by askRLS.
-func (h *Handler) decideDescriptor(ctx context.Context, entries []policy.DescriptorEntry, now time.Time, compat bool, o *ruling) {
+// with limits: its keys (descriptor:KEY parts, of the entries as p's
+// patterns see them when joined: [rls] lookup = "joined"), the penalty
+// box, the limits. A policy with a limit of 0, or with compat a policy
+// of fixed windows, has them asked by askRLS.
+func (h *Handler) decideDescriptor(ctx context.Context, entries []policy.DescriptorEntry, now time.Time, compat, joined bool, o *ruling) {
 	p := o.p
+	seen := entries
+	if joined {
+		var buf [8]policy.DescriptorEntry
+		seen = policy.SeenEntries(p, entries, buf[:])
+	}
 	if p.OwnKeys {
 		for i, lk := range p.LimitKeys {
-			o.keys[i] = descriptorKey(lk.Parts, entries)
+			o.keys[i] = descriptorKey(lk.Parts, seen)
 		}
 	} else {
-		o.key = descriptorKey(p.Key, entries)
+		o.key = descriptorKey(p.Key, seen)
 	}
 	o.rls = p.RLS.Zero != nil || compat && o.ps.counters(p) != nil
 	o.compat, o.entries = compat, entries

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -207,6 +208,9 @@ func countKey(mode config.CountKeys, domain string, entries []policy.DescriptorE
 			if pats[i].Glob || pats[i].Exact {
 				v = pats[i].Value
 			}
+			if e.Key != pats[i].Key {
+				v = sharedJoined(e, pats[i])
+			}
 		}
 		if joined {
 			b = append(append(append(append(b, e.Key...), '_'), v...), '_')
@@ -215,6 +219,21 @@ func countKey(mode config.CountKeys, domain string, entries []policy.DescriptorE
 		}
 	}
 	return string(b)
+}
+
+// sharedJoined is the value a share_threshold entry e counts under when
+// [rls] lookup = "joined" found pat's descriptor through e's KEY_VALUE
+// with another key (e's key is not pat's): as the reference's
+// GetLimit and CacheKeyGenerator, the wildcard's KEY_VALUE less e's
+// "KEY_" prefix when the wildcard matched e's KEY_VALUE (which leaves a
+// pattern of another key's prefix whole), else e's value (found by its
+// KEY_VALUE exactly, or by its bare key: not through the wildcard).
+func sharedJoined(e policy.DescriptorEntry, pat config.DescriptorPattern) string {
+	full, parts := pat.Joined()
+	if parts == nil || !config.JoinedMatch(parts, e.Key+"_"+e.Value) {
+		return e.Value
+	}
+	return strings.TrimPrefix(full, e.Key+"_")
 }
 
 // askRLS asks o.p's limits about an RLS descriptor when o.rls: a limit of
@@ -503,7 +522,12 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 				break
 			}
 			var keys [limiter.MaxLimits]string
-			DescriptorKeys(p, ds[i].Entries, keys[:])
+			es := ds[i].Entries
+			if snap.set.Config.RLS.Lookup == config.LookupJoined {
+				var buf [8]policy.DescriptorEntry
+				es = policy.SeenEntries(p, es, buf[:])
+			}
+			DescriptorKeys(p, es, keys[:])
 			view := p
 			if h.overrides != nil && !p.OwnKeys {
 				if _, v, ok := h.overridden(a.o.ps, p, keys[0]); ok {

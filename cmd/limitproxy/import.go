@@ -28,7 +28,7 @@ func declareImportFlags(fs *flag.FlagSet) *importFlags {
 	fs.StringVar(&f.out, "o", "", "write the TOML to `FILE` (replaced whole, or left alone on an error) instead of stdout")
 	fs.StringVar(&f.listen, "listen", envoyimport.DefaultListen, "the [rls] listen `ADDRESS` written")
 	fs.BoolVar(&f.merge, "merge-domains", false, "merge files of one domain, as the reference's MERGE_DOMAIN_CONFIG=true does (default: refused, as it does)")
-	fs.BoolVar(&f.joinedKeys, "joined-keys", false, "write [rls] count_keys = \"joined\": counts named as the reference names them, keys and values joined with '_', so that descriptors whose joins are equal share one count (default: \"distinct\", each apart)")
+	fs.BoolVar(&f.joinedKeys, "joined-keys", false, "write [rls] count_keys = \"joined\" and lookup = \"joined\": counts named as the reference names them, keys and values joined with '_', so that descriptors whose joins are equal share one count, and descriptors looked up as the reference does, by KEY_VALUE, with the policies laid out as its tree (default: \"distinct\", keys and values apart, policies in first-match order)")
 	fs.BoolVar(&f.env, "env", false, "read the reference's settings that change its answers from the environment, as it reads them: MERGE_DOMAIN_CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED, LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER, SHADOW_MODE, QUOTA_MODE, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, RESPONSE_DYNAMIC_METADATA")
 	return f
 }

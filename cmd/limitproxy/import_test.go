@@ -103,7 +103,8 @@ func TestImportEnv(t *testing.T) {
 }
 
 // TestImportJoinedKeys: -joined-keys writes count_keys = "joined", the
-// reference's naming of its counts; without it the default stays.
+// reference's naming of its counts, and lookup = "joined", its lookup;
+// without it the defaults stay.
 func TestImportJoinedKeys(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "import", "-joined-keys", importTestdata+"valid/merge_a.yaml")
 	if code != 0 {
@@ -116,7 +117,10 @@ func TestImportJoinedKeys(t *testing.T) {
 	if cfg.RLS.CountKeys != config.CountKeysJoined {
 		t.Errorf("count_keys %q, want joined:\n%s", cfg.RLS.CountKeys, stdout)
 	}
-	if _, stdout, _ := runCLI(t, "import", importTestdata+"valid/merge_a.yaml"); strings.Contains(stdout, "count_keys") {
-		t.Errorf("count_keys written without -joined-keys:\n%s", stdout)
+	if cfg.RLS.Lookup != config.LookupJoined {
+		t.Errorf("lookup %q, want joined:\n%s", cfg.RLS.Lookup, stdout)
+	}
+	if _, stdout, _ := runCLI(t, "import", importTestdata+"valid/merge_a.yaml"); strings.Contains(stdout, "count_keys") || strings.Contains(stdout, "lookup =") {
+		t.Errorf("count_keys or lookup written without -joined-keys:\n%s", stdout)
 	}
 }

@@ -278,6 +278,13 @@ type RLS struct {
 	// (CountKeysJoined), so that descriptors whose joins are equal share
 	// one count.
 	CountKeys CountKeys
+	// Lookup says how a descriptor finds its policy: the first of its
+	// domain whose patterns match its entries, keys and values compared
+	// apart (LookupDistinct), or, with CompatEnvoy, as
+	// envoyproxy/ratelimit looks it up in its tree of descriptors, by
+	// each entry's KEY_VALUE joined with '_' (LookupJoined; the policies
+	// are that tree's descriptors: policy.Set.MatchDescriptor).
+	Lookup Lookup
 	// Domains are domains the service knows beside those its RLS
 	// policies name: a descriptor's own limit applies, with CompatEnvoy,
 	// in a known domain only.
@@ -325,6 +332,25 @@ const (
 	// key: the domain, keys and values joined with '_', so that key "a"
 	// with value "b_c" and key "a_b" with value "c" share one count.
 	CountKeysJoined CountKeys = "joined"
+)
+
+// Lookup is [rls] lookup.
+type Lookup string
+
+// The lookup values.
+const (
+	// LookupDistinct finds a descriptor's policy as the first of its
+	// domain, in file order, whose patterns match its entries one by one,
+	// each entry's key and value compared apart.
+	LookupDistinct Lookup = "distinct"
+	// LookupJoined finds it as envoyproxy/ratelimit's lookup does: the
+	// domain's policies are read as the reference's tree of descriptors
+	// (each policy's patterns a path in it), and at each level an
+	// entry's KEY_VALUE finds the descriptor whose KEY_VALUE (or bare
+	// KEY) it equals, else the first wildcard that matches it, else the
+	// descriptor of its bare key; so key "a_b" with value "c" finds
+	// "a=b_c", as it does there.
+	LookupJoined Lookup = "joined"
 )
 
 // RLSHeaders is [rls] response_headers.

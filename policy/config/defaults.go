@@ -105,6 +105,7 @@ const (
 	DefaultRLSCompatibility   = CompatNone
 	DefaultRLSResponseHeaders = RLSHeadersRateLimit
 	DefaultRLSCountKeys       = CountKeysDistinct
+	DefaultRLSLookup          = LookupDistinct
 	DefaultRLSLimitHeader     = "RateLimit-Limit"
 	DefaultRLSRemainingHeader = "RateLimit-Remaining"
 	DefaultRLSResetHeader     = "RateLimit-Reset"

@@ -113,6 +113,7 @@ type (
 		StopIncrement  scalar[bool]   `toml:"stop_increment_when_over_limit"`
 		DynMetadata    scalar[bool]   `toml:"dynamic_metadata"`
 		CountKeys      scalar[string] `toml:"count_keys"`
+		Lookup         scalar[string] `toml:"lookup"`
 		Domains        stringList     `toml:"domains"`
 	}
 	rawRLQS struct {

@@ -43,6 +43,7 @@ var (
 	modes             = []Mode{Enforce, Shadow}
 	compatibilities   = []Compatibility{CompatNone, CompatEnvoy}
 	countKeys         = []CountKeys{CountKeysDistinct, CountKeysJoined}
+	lookups           = []Lookup{LookupDistinct, LookupJoined}
 	rlsHeaders        = []RLSHeaders{RLSHeadersRateLimit, RLSHeadersEnvoy, RLSHeadersNone}
 	onMissings        = []OnMissing{MissingShared, MissingIP, MissingSkip, MissingReject, MissingUnauthorized}
 )
@@ -680,6 +681,7 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 		StopIncrementWhenOverLimit: r.StopIncrement.V,
 		DynamicMetadata:            r.DynMetadata.V,
 		CountKeys:                  CountKeys(r.CountKeys.Or(string(DefaultRLSCountKeys))),
+		Lookup:                     Lookup(r.Lookup.Or(string(DefaultRLSLookup))),
 		Domains:                    r.Domains.V,
 	}
 	oneOf(c, "rls.compatibility", out.Compatibility, compatibilities...)
@@ -687,6 +689,10 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 	oneOf(c, "rls.count_keys", out.CountKeys, countKeys...)
 	if r.CountKeys.Set && out.CountKeys == CountKeysJoined && out.Compatibility != CompatEnvoy {
 		c.add("rls.count_keys", "%q needs compatibility = %q: without it a descriptor's count is its policy's", CountKeysJoined, CompatEnvoy)
+	}
+	oneOf(c, "rls.lookup", out.Lookup, lookups...)
+	if r.Lookup.Set && out.Lookup == LookupJoined && out.Compatibility != CompatEnvoy {
+		c.add("rls.lookup", "%q needs compatibility = %q: it is envoyproxy/ratelimit's lookup", LookupJoined, CompatEnvoy)
 	}
 	if out.StopIncrementWhenOverLimit && out.Compatibility != CompatEnvoy {
 		c.add("rls.stop_increment_when_over_limit", "needs compatibility = %q: without it a rejected descriptor is never counted", CompatEnvoy)

@@ -20,8 +20,10 @@ type Options struct {
 	MergeDomains bool
 	// JoinedKeys writes [rls] count_keys = "joined": each descriptor's
 	// count named as the reference names it, keys and values joined with
-	// '_' (descriptors whose joins are equal share one count); false
-	// leaves the default, "distinct".
+	// '_' (descriptors whose joins are equal share one count); and
+	// lookup = "joined", the reference's lookup by KEY_VALUE, with the
+	// policies laid out as its tree (levelJoined). false leaves the
+	// defaults, "distinct", and the policies in first-match order.
 	JoinedKeys bool
 	// Settings are the reference's environment settings that change its
 	// answers; the zero value is its defaults.
@@ -208,6 +210,9 @@ func overlap(hi, lo *Node) bool {
 
 // level returns the policies of the descriptors nodes below path.
 func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
+	if c.o.JoinedKeys {
+		return c.levelJoined(d, path, nodes)
+	}
 	// Order: keys in order of first appearance; for each, exact values,
 	// wildcards, the bare key.
 	var keys []string
@@ -300,6 +305,45 @@ func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
 }
 
 func (p *policy) depth() int { return len(p.descriptor) }
+
+// levelJoined is level for [rls] lookup = "joined", which reads a
+// domain's policies as the reference's tree (policy.Set.MatchDescriptor)
+// and looks it up as the reference does: each descriptor in file order
+// (the order of a level's wildcards), a wildcard's literal copy before
+// it (the descriptor that a KEY_VALUE equal to its pattern finds: the
+// same limit and subtree), and a policy without limit for each
+// descriptor without rate_limit and without descriptors below it, which
+// ends a lookup there as the reference's does. No other policy is
+// added: the tree's lookup needs none to hide another.
+func (c *converter) levelJoined(d *Domain, path []step, nodes []*Node) []*policy {
+	var out []*policy
+	for _, n := range nodes {
+		list := []*Node{n}
+		if kind(n) == 1 {
+			lit := *n
+			lit.literal = true
+			list = []*Node{&lit, n}
+		}
+		for _, m := range list {
+			if len(path) == maxDepth {
+				c.errorf(m, "descriptor %s is %d levels deep: an RLS policy's descriptor has at most %d entries (limitproxy's bound; the reference has none)", pathName(d, path, m), len(path)+1, maxDepth)
+				continue
+			}
+			c.depth = max(c.depth, len(path)+1)
+			p, ok := c.pattern(m)
+			if !ok {
+				continue
+			}
+			st := append(path[:len(path):len(path)], step{m, p})
+			here := c.block(d, st)
+			if len(here) == 0 {
+				here = []*policy{c.stop(d, path, m, patterns(st), nil, "ends the lookup without a limit, as the reference does")}
+			}
+			out = append(out, here...)
+		}
+	}
+	return out
+}
 
 // dedupe drops the stop policies of a descriptor already stopped.
 func dedupe(ps []*policy) []*policy {

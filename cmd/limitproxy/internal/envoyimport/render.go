@@ -71,6 +71,7 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 	}
 	if o.JoinedKeys {
 		b.WriteString("count_keys = \"joined\"  # the reference's counts: keys and values joined with '_' (a=b_c and a_b=c share one)\n")
+		b.WriteString("lookup = \"joined\"  # the reference's lookup by KEY_VALUE: the policies below are its tree of descriptors, in its order\n")
 	}
 	// The reference has no bounds of a call: the widest limitproxy has.
 	fmt.Fprintf(&b, "max_hits_addend = %d\nmax_descriptors = 1024\n", maxCount)
