@@ -274,7 +274,10 @@ func (h *Handler) askRLS(ctx context.Context, now time.Time, o *ruling) (limiter
 			err      error
 		)
 		if rc.count != nil {
-			count, degraded, err = rc.named(h.snap.Load().set.Config.RLS.CountKeys, p, o.entries).count(ctx, now, n, false)
+			snap := h.snap.Load()
+			nc := rc.named(snap.set.Config.RLS.CountKeys, p, o.entries)
+			nc.jitter = h.expiryJitter(snap)
+			count, degraded, err = nc.count(ctx, now, n, false)
 		} else {
 			count, degraded, err = countHits(ctx, c, key, now, n)
 		}
@@ -371,6 +374,7 @@ func (h *Handler) decideOwnLimit(ctx context.Context, snap *snapshot, domain str
 		n = 0
 	}
 	nc := ownCount(snap, domain, d, a)
+	nc.jitter = h.expiryJitter(snap)
 	if nc.store == nil {
 		// Nothing to count with: OK without a limit.
 		a.own.Decision = Allowed
@@ -431,6 +435,21 @@ type namedCount struct {
 	name   string
 	w      time.Duration
 	joined bool
+	// jitter, when not nil, is what each addition adds to the count's
+	// expiry ([rls] expiration_jitter_max).
+	jitter func() time.Duration
+}
+
+// expiryJitter is the jitter of an addition's expiry under snap's [rls]
+// expiration_jitter_max, as the reference's
+// EXPIRATION_JITTER_MAX_SECONDS: a random whole number of seconds from 0
+// to the maximum's less one (its rand.Int63n); nil without one.
+func (h *Handler) expiryJitter(snap *snapshot) func() time.Duration {
+	sec := int64(snap.set.Config.RLS.ExpirationJitterMax / time.Second)
+	if sec <= 0 {
+		return nil
+	}
+	return func() time.Duration { return time.Duration(h.jitter(sec)) * time.Second }
 }
 
 // named is the count of a descriptor of entries under p, which rc counts
@@ -458,7 +477,11 @@ func (c namedCount) count(ctx context.Context, now time.Time, n int64, read bool
 		if read {
 			count, err = c.ctr.Count(ctx, key, now)
 		} else {
-			count, err = c.ctr.AddCount(ctx, key, n, c.w, now)
+			ttl := c.w
+			if c.jitter != nil {
+				ttl += c.jitter()
+			}
+			count, err = c.ctr.AddCount(ctx, key, n, ttl, now)
 		}
 		if err == nil {
 			return count, false, nil

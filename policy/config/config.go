@@ -285,6 +285,11 @@ type RLS struct {
 	// each entry's KEY_VALUE joined with '_' (LookupJoined; the policies
 	// are that tree's descriptors: policy.Set.MatchDescriptor).
 	Lookup Lookup
+	// ExpirationJitterMax is envoyproxy/ratelimit's
+	// EXPIRATION_JITTER_MAX_SECONDS, with CompatEnvoy: each addition to a
+	// count named by descriptor sets its expiry to its unit and a random
+	// whole number of seconds from 0 to this less one; 0, none.
+	ExpirationJitterMax time.Duration
 	// Domains are domains the service knows beside those its RLS
 	// policies name: a descriptor's own limit applies, with CompatEnvoy,
 	// in a known domain only.

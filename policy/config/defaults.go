@@ -106,6 +106,7 @@ const (
 	DefaultRLSResponseHeaders = RLSHeadersRateLimit
 	DefaultRLSCountKeys       = CountKeysDistinct
 	DefaultRLSLookup          = LookupDistinct
+	DefaultRLSExpJitter       = time.Duration(0)
 	DefaultRLSLimitHeader     = "RateLimit-Limit"
 	DefaultRLSRemainingHeader = "RateLimit-Remaining"
 	DefaultRLSResetHeader     = "RateLimit-Reset"

@@ -114,6 +114,7 @@ type (
 		DynMetadata    scalar[bool]   `toml:"dynamic_metadata"`
 		CountKeys      scalar[string] `toml:"count_keys"`
 		Lookup         scalar[string] `toml:"lookup"`
+		ExpJitter      durationValue  `toml:"expiration_jitter_max"`
 		Domains        stringList     `toml:"domains"`
 	}
 	rawRLQS struct {

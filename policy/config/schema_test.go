@@ -617,6 +617,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"rls.response_headers":                     DefaultRLSResponseHeaders,
 		"rls.count_keys":                           DefaultRLSCountKeys,
 		"rls.lookup":                               DefaultRLSLookup,
+		"rls.expiration_jitter_max":                "0s",
 		"rls.limit_header":                         DefaultRLSLimitHeader,
 		"rls.remaining_header":                     DefaultRLSRemainingHeader,
 		"rls.reset_header":                         DefaultRLSResetHeader,

@@ -682,6 +682,7 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 		DynamicMetadata:            r.DynMetadata.V,
 		CountKeys:                  CountKeys(r.CountKeys.Or(string(DefaultRLSCountKeys))),
 		Lookup:                     Lookup(r.Lookup.Or(string(DefaultRLSLookup))),
+		ExpirationJitterMax:        r.ExpJitter.Or(DefaultRLSExpJitter),
 		Domains:                    r.Domains.V,
 	}
 	oneOf(c, "rls.compatibility", out.Compatibility, compatibilities...)
@@ -691,6 +692,14 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 		c.add("rls.count_keys", "%q needs compatibility = %q: without it a descriptor's count is its policy's", CountKeysJoined, CompatEnvoy)
 	}
 	oneOf(c, "rls.lookup", out.Lookup, lookups...)
+	if r.ExpJitter.Set && r.ExpJitter.err == nil {
+		switch d := out.ExpirationJitterMax; {
+		case d < 0 || d > maxRLSExpJitter || d%time.Second != 0:
+			c.add("rls.expiration_jitter_max", "%v: must be whole seconds from 0s to %v (the reference's EXPIRATION_JITTER_MAX_SECONDS)", d, maxRLSExpJitter)
+		case d > 0 && out.Compatibility != CompatEnvoy:
+			c.add("rls.expiration_jitter_max", "needs compatibility = %q: without it no count expires so", CompatEnvoy)
+		}
+	}
 	if r.Lookup.Set && out.Lookup == LookupJoined && out.Compatibility != CompatEnvoy {
 		c.add("rls.lookup", "%q needs compatibility = %q: it is envoyproxy/ratelimit's lookup", LookupJoined, CompatEnvoy)
 	}
@@ -1744,3 +1753,7 @@ func fieldValue(v string) bool {
 	}
 	return true
 }
+
+// maxRLSExpJitter bounds [rls] expiration_jitter_max: a year, longer than
+// any unit of the reference.
+const maxRLSExpJitter = 8760 * time.Hour

@@ -43,7 +43,15 @@ type Settings struct {
 	// StopIncrement is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
 	// DynamicMetadata RESPONSE_DYNAMIC_METADATA.
 	StopIncrement, DynamicMetadata bool
+	// ExpirationJitterMax is EXPIRATION_JITTER_MAX_SECONDS, in seconds
+	// (0: none, limitproxy's default; the reference's, 300, is not
+	// assumed).
+	ExpirationJitterMax int64
 }
+
+// MaxJitterSeconds is the largest EXPIRATION_JITTER_MAX_SECONDS written:
+// [rls] expiration_jitter_max's bound, a year.
+const MaxJitterSeconds = 365 * 24 * 3600
 
 // DefaultListen is the [rls] listen address written when Options.Listen
 // is empty: envoyproxy/ratelimit's default gRPC port, on loopback.

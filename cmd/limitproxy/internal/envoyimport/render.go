@@ -69,6 +69,9 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 	if st.StopIncrement {
 		b.WriteString("stop_increment_when_over_limit = true  # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT\n")
 	}
+	if st.ExpirationJitterMax > 0 {
+		fmt.Fprintf(&b, "expiration_jitter_max = \"%ds\"  # EXPIRATION_JITTER_MAX_SECONDS\n", st.ExpirationJitterMax)
+	}
 	if o.JoinedKeys {
 		b.WriteString("count_keys = \"joined\"  # the reference's counts: keys and values joined with '_' (a=b_c and a_b=c share one)\n")
 		b.WriteString("lookup = \"joined\"  # the reference's lookup by KEY_VALUE: the policies below are its tree of descriptors, in its order\n")
