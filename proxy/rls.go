@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,6 +335,9 @@ func (h *Handler) verdict(a *rlsDecided, v *DescriptorVerdict, start time.Time, 
 	v.QuotaMode = o.p.RLS.QuotaMode && !a.replaced
 	if !a.replaced && !a.unlimited && len(o.p.Limits) > 0 {
 		v.Metadata = o.p.RLS.Metadata
+		if compat && v.Metadata != nil && o.p.RLS.ValueToMetric != nil && !metricKeyKept(o.p, o.entries) {
+			v.Metadata = nil
+		}
 	}
 	if o.limited && o.d.Index >= 0 && o.hp != nil && int(o.d.Index) < len(o.hp.Limits) {
 		i := int(o.d.Index)
@@ -355,6 +359,47 @@ func (h *Handler) verdict(a *rlsDecided, v *DescriptorVerdict, start time.Time, 
 			v.ResetAfter = wholeSecondsToEnd(start, v.Window)
 		}
 	}
+}
+
+// metricKeyKept reports whether envoyproxy/ratelimit's GetLimit keeps
+// the rate_limit (and so its metadata) of p, whose value_to_metric
+// (RLS.ValueToMetric) is known, for a descriptor of entries: whether its
+// value_to_metric key, built entry by entry as the descriptor was found,
+// is the limit's own key, each pattern's KEY_VALUE (Joined). An entry
+// found by its KEY_VALUE adds it; one found through a wildcard adds its
+// key and, with value_to_metric, its value, else the wildcard less the
+// entry's "KEY_"; one found by its bare key adds the key and, with
+// value_to_metric, its value. So a value_to_metric entry with a value
+// found by a bare key or a wildcard drops the metadata (and, with lookup
+// = "joined", a wildcard of a shorter key than the entry's).
+func metricKeyKept(p *policy.Policy, entries []policy.DescriptorEntry) bool {
+	pats := p.Match.Descriptor
+	if len(pats) != len(entries) {
+		return true
+	}
+	for i, pat := range pats {
+		e := entries[i]
+		full, parts := pat.Joined()
+		kv := e.Key + "_" + e.Value
+		toMetric := slices.Contains(p.RLS.ValueToMetric, i)
+		var v string
+		switch {
+		case kv == full:
+			v = e.Value
+		case toMetric:
+			v = e.Value
+		case parts != nil && config.JoinedMatch(parts, kv):
+			v = strings.TrimPrefix(full, e.Key+"_")
+		}
+		seg := e.Key
+		if v != "" {
+			seg += "_" + v
+		}
+		if seg != full {
+			return false
+		}
+	}
+	return true
 }
 
 // wholeSecondsToEnd is envoyproxy/ratelimit's duration_until_reset of a

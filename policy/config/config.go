@@ -667,6 +667,16 @@ type RLSPolicy struct {
 	// a limit and is not over it (envoyproxy/ratelimit's metadata); nil
 	// for none. Read only.
 	Metadata map[string]any
+	// ValueToMetric, when not nil, holds the indexes of the descriptor
+	// patterns whose descriptor has envoyproxy/ratelimit's
+	// value_to_metric: with compatibility, Metadata is then sent only
+	// when the reference's value_to_metric key of the entries found is
+	// the descriptor's own (its GetLimit makes the limit anew, without
+	// metadata, otherwise): an entry of such a pattern with a value found
+	// by its bare key, or through a wildcard, drops it; so does, under
+	// [rls] lookup = "joined", any entry found through a wildcard of a
+	// shorter key. nil: Metadata is sent as it is.
+	ValueToMetric []int
 	// Names holds, for each of Limits, its name key ("" for none): what
 	// Replaces names, and, with [rls] compatibility, the name an answer's
 	// current_limit carries.

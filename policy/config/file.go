@@ -216,6 +216,7 @@ type (
 		QuotaMode scalar[bool]  `toml:"quota_mode"`
 		Replaces  stringList    `toml:"replaces"`
 		Metadata  metadataValue `toml:"metadata"`
+		ToMetric  stringList    `toml:"value_to_metric"`
 	}
 	rawPolicyConc struct {
 		Limit   scalar[int64] `toml:"limit"`

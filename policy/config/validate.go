@@ -957,6 +957,41 @@ func resolveNth(kp *KeyPart, ds []DescriptorPattern) bool {
 	return true
 }
 
+// valueToMetric resolves an RLS policy's value_to_metric, entries named
+// "KEY" (the first pattern of KEY) or "KEY#N" (its Nth), to the indexes
+// of ds; not nil, even when empty.
+func valueToMetric(names []string, ds []DescriptorPattern, key string, c *collector) []int {
+	out := []int{}
+	for _, name := range names {
+		k, nth := name, 1
+		if countPatterns(ds, name) == 0 {
+			if i := strings.LastIndexByte(name, '#'); i >= 0 {
+				n, err := strconv.Atoi(name[i+1:])
+				if err == nil && n >= 1 && name[i+1] != '+' && name[i+1] != '0' {
+					k, nth = name[:i], n
+				}
+			}
+		}
+		at := -1
+		for j, d := range ds {
+			if d.Key == k {
+				if nth--; nth == 0 {
+					at = j
+					break
+				}
+			}
+		}
+		if at < 0 {
+			c.add(key, "%q: the match's descriptor has no such entry (write KEY, or KEY#N for its Nth)", name)
+			continue
+		}
+		if !slices.Contains(out, at) {
+			out = append(out, at)
+		}
+	}
+	return out
+}
+
 // countPatterns is how many of ds are of key.
 func countPatterns(ds []DescriptorPattern, key string) int {
 	n := 0
@@ -974,7 +1009,7 @@ func refuseRLSKeys(r *rawPolicy, i int, c *collector) {
 	for _, k := range []struct {
 		name string
 		set  bool
-	}{{"unlimited", r.Unlimited.Set}, {"quota_mode", r.QuotaMode.Set}, {"replaces", r.Replaces.Set}, {"metadata", r.Metadata.Set}} {
+	}{{"unlimited", r.Unlimited.Set}, {"quota_mode", r.QuotaMode.Set}, {"replaces", r.Replaces.Set}, {"metadata", r.Metadata.Set}, {"value_to_metric", r.ToMetric.Set}} {
 		if k.set {
 			c.add(fmt.Sprintf("policy[%d].%s", i, k.name), "is an RLS policy's (match.rls_domain): it says how Envoy's descriptors are answered")
 		}
@@ -1084,6 +1119,9 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 		}
 		spec.RLS.Unlimited, spec.RLS.QuotaMode, spec.RLS.Replaces = p.Unlimited.V, p.QuotaMode.V, p.Replaces.V
 		spec.RLS.Metadata = p.Metadata.V
+		if p.ToMetric.Set && p.ToMetric.err == nil {
+			spec.RLS.ValueToMetric = valueToMetric(p.ToMetric.V, spec.Match.Descriptor, key+".value_to_metric", c)
+		}
 		for _, lk := range spec.LimitKeys {
 			if !lk.Equal(pk) {
 				spec.OwnKeys = true

@@ -121,9 +121,6 @@ type gen struct {
 	r     *rand.Rand
 	f     Features
 	names []string
-	// bareMetric counts the bare keys with value_to_metric above the
-	// level generated.
-	bareMetric int
 	// sent are the descriptors of more than one entry the calls have
 	// sent, whose joins another descriptor may alias.
 	sent [][]*rlscommon.RateLimitDescriptor_Entry
@@ -226,20 +223,10 @@ func (g *gen) level(depth int) []*node {
 		n.quota = g.f.QuotaStatus && g.r.IntN(8) == 0
 		n.share = strings.Contains(n.value, "*") && g.r.IntN(3) == 0
 		n.detailed = g.r.IntN(10) == 0
-		n.toMetric = g.r.IntN(10) == 0
-		// No metadata at or below a bare key with value_to_metric: the
-		// reference sends it for an empty value only (docs/envoy.md,
-		// "What differs").
-		bareMetric := n.value == "" && n.toMetric
-		n.metadata = g.f.Metadata && g.r.IntN(15) == 0 && g.bareMetric == 0 && !bareMetric
+		n.toMetric = g.r.IntN(6) == 0
+		n.metadata = g.f.Metadata && g.r.IntN(4) == 0
 		if depth < 3 && g.r.IntN(5) < 2 {
-			if bareMetric {
-				g.bareMetric++
-			}
 			n.children = g.level(depth + 1)
-			if bareMetric {
-				g.bareMetric--
-			}
 		}
 		out = append(out, n)
 	}

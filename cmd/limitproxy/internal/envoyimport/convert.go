@@ -83,6 +83,7 @@ type policy struct {
 	quota      bool
 	replaces   []string
 	metadata   map[string]interface{} // the rate_limit's descriptor's metadata
+	toMetric   []string               // value_to_metric entries ("KEY", "KEY#N"); nil: not written
 	why        string                 // for a policy without limit: why it is there
 	notes      []string               // comments written above it
 }
@@ -403,23 +404,48 @@ func (c *converter) block(d *Domain, path []step) []*policy {
 }
 
 // metadataDropped reports whether the reference's GetLimit answers the
-// rate_limit at the end of path without its metadata: it makes the limit
-// anew (NewRateLimit, which has none) when the descriptor has
-// detailed_metric and nothing below it, or, without detailed_metric,
-// when the value_to_metric key of the call differs from the limit's full
-// key, which a value_to_metric wildcard on the path (not its literal
-// copy) or key always makes it do (a key's but for an empty value).
+// rate_limit at the end of path without its metadata, whatever the call:
+// it makes the limit anew (NewRateLimit, which has none) when the
+// descriptor has detailed_metric and nothing below it. Without
+// detailed_metric it does so when the value_to_metric key of the call
+// differs from the limit's full key, which the call decides (a
+// value_to_metric entry with a value found through a wildcard or a bare
+// key): the policy's value_to_metric (toMetric) says which entries have
+// it, and limitproxy decides with each call (proxy's metricKeyKept).
 func metadataDropped(path []step) bool {
 	n := path[len(path)-1].node
-	if n.DetailedMetric {
-		return len(n.Children) == 0
+	return n.DetailedMetric && len(n.Children) == 0
+}
+
+// toMetric is the value_to_metric entries of the policy at the end of
+// path, which has metadata and no detailed_metric: each descriptor of
+// path with value_to_metric and without share_threshold (whose pattern
+// the reference's key takes first), named "KEY", or "KEY#N" for the Nth
+// of a key the path has more than once. nil when there is none and
+// joined is false (the metadata is then sent as it is); empty when
+// joined (the lookup by KEY_VALUE can drop it through any wildcard).
+func toMetric(path []step, joined bool) []string {
+	count, nth := map[string]int{}, map[string]int{}
+	for _, s := range path {
+		count[s.node.Key]++
+	}
+	var out []string
+	if joined {
+		out = []string{}
 	}
 	for _, s := range path {
-		if s.node.ValueToMetric && kind(s.node) != 0 {
-			return true
+		k := s.node.Key
+		nth[k]++
+		if !s.node.ValueToMetric || s.node.ShareThreshold {
+			continue
+		}
+		if count[k] > 1 {
+			out = append(out, fmt.Sprintf("%s#%d", k, nth[k]))
+		} else {
+			out = append(out, k)
 		}
 	}
-	return false
+	return out
 }
 
 // literalSuffix is ".literal" for a path through a wildcard's literal
@@ -507,9 +533,12 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 		p.quota = n.QuotaMode
 	}
 	if n.Metadata && !l.Unlimited && metadataDropped(path) {
-		p.notes = append(p.notes, c.notef(n, "metadata: never sent, as the reference sends none for this rate_limit (its GetLimit makes the limit anew, without metadata, for detailed_metric on a descriptor without descriptors below it, and for value_to_metric on a wildcard or a key above it; but for an empty value of such a key)"))
+		p.notes = append(p.notes, c.notef(n, "metadata: never sent, as the reference sends none for this rate_limit (its GetLimit makes the limit anew, without metadata, for detailed_metric on a descriptor without descriptors below it)"))
 	} else if n.Metadata && !l.Unlimited {
 		p.metadata = n.MetadataMap
+		if !n.DetailedMetric {
+			p.toMetric = toMetric(path, c.o.JoinedKeys)
+		}
 		if hasNull(n.MetadataMap) {
 			p.notes = append(p.notes, c.warnf(n, "metadata: a null is left out (TOML has none); the reference sends it as a null value"))
 		}

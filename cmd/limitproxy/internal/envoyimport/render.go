@@ -111,6 +111,9 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 			if p.metadata != nil {
 				fmt.Fprintf(&b, "metadata = %s\n", tomlValue(p.metadata))
 			}
+			if p.toMetric != nil {
+				fmt.Fprintf(&b, "value_to_metric = %s  # the reference's: its metadata is sent only as its lookup keeps it\n", quoteList(p.toMetric))
+			}
 			if p.key != nil && p.limit != nil {
 				fmt.Fprintf(&b, "key = %s\n", quoteList(p.key))
 			}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/limitproxy/limitproxy/policy/config"
 )
 
 // joinedPolicy is an RLS policy of domain "j" as limitproxy import
@@ -116,4 +118,74 @@ func TestJoinedLookup(t *testing.T) {
 	rt = newRLSTWith(t, compat+"count_keys = \"joined\"\n", joinedPolicies)
 	rt.expect("distinct: a_b=c", rt.call("j", dsc("a_b=c")), ok, rt.limited(ok, "", 13, minute, 12))
 	rt.expect("distinct: a=b", rt.call("j", dsc("a=b")), ok, rt.limited(ok, "", 12, minute, 11))
+}
+
+// metricPolicy is joinedPolicy with metadata {"p": name} and
+// value_to_metric entries (nil: the key left out).
+func metricPolicy(name string, toMetric []string, pats ...string) string {
+	p := joinedPolicy(name, 5, false, pats...)
+	extra := fmt.Sprintf("metadata = { p = %q }\n", name)
+	if toMetric != nil {
+		qs := make([]string, len(toMetric))
+		for i, k := range toMetric {
+			qs[i] = strconv.Quote(k)
+		}
+		extra += "value_to_metric = [" + strings.Join(qs, ", ") + "]\n"
+	}
+	return strings.Replace(p, "[policy.match]", extra+"[policy.match]", 1)
+}
+
+// TestValueToMetricMetadata: with value_to_metric, a policy's metadata is
+// sent as the reference's GetLimit keeps it: its value_to_metric key of
+// the entries (an entry found by its KEY_VALUE: the KEY_VALUE; through
+// a wildcard: the key and, with value_to_metric, the value, else the
+// wildcard less "KEY_"; by a bare key: the key and, with value_to_metric,
+// the value) must be the descriptor's own, so a bare key with
+// value_to_metric sends it for an empty value only. Under lookup =
+// "joined", a wildcard of a shorter key drops it too.
+func TestValueToMetricMetadata(t *testing.T) {
+	policies := metricPolicy("bare", []string{"k"}, "k") +
+		metricPolicy("exact", []string{"e"}, "e=x") +
+		metricPolicy("literal", []string{"w"}, `w=x\*`) +
+		metricPolicy("wild", []string{"w"}, "w=x*") +
+		metricPolicy("nested", []string{"n#2"}, "n=1", "n") +
+		metricPolicy("plain", nil, "p") +
+		metricPolicy("longkey", []string{}, "a_b=c*") +
+		metricPolicy("joinedwild", []string{}, "a=b*")
+	sent := func(rt *rlsT, d string) bool {
+		t.Helper()
+		r := rt.call("j", dsc(d))
+		return r.GetDynamicMetadata().GetFields()["metadata"] != nil
+	}
+	for _, lookup := range []string{"", "lookup = \"joined\"\n"} {
+		rt := newRLSTWith(t, compat+"dynamic_metadata = true\n"+lookup, policies)
+		for _, c := range []struct {
+			d    string
+			want bool
+		}{
+			{"k=", true}, {"k=v", false},
+			{"e=x", true},
+			{"w=x*", true}, {"w=xa", false},
+			{"n=1,n=", true}, {"n=1,n=z", false},
+			{"p=v", true},
+			{"a=bc", true},
+			{"a=b_cd", true}, // joined: a_b=c*, the wildcard less "a_": "b_c*"
+		} {
+			if got := sent(rt, c.d); got != c.want {
+				t.Errorf("%s%s: metadata sent %v, want %v", lookup, c.d, got, c.want)
+			}
+		}
+	}
+	rt := newRLSTWith(t, compat+"dynamic_metadata = true\nlookup = \"joined\"\n", policies)
+	if sent(rt, "a_b=x") {
+		t.Errorf(`lookup = "joined", a_b=c through a=b*: metadata sent`)
+	}
+	// Without compatibility, as written.
+	rt = newRLSTWith(t, "dynamic_metadata = true\n", policies)
+	if !sent(rt, "k=v") {
+		t.Error("without compatibility, k=v: metadata not sent")
+	}
+	if _, err := config.Parse("m.toml", []byte("[rls]\nlisten = \"127.0.0.1:0\"\n"+metricPolicy("x", []string{"q"}, "k"))); err == nil {
+		t.Error("value_to_metric of no entry accepted")
+	}
 }
