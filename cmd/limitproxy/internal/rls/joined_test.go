@@ -189,3 +189,17 @@ func TestValueToMetricMetadata(t *testing.T) {
 		t.Error("value_to_metric of no entry accepted")
 	}
 }
+
+// TestJoinedLookupKeys: a policy found through a descriptor of another
+// key reads its descriptor:KEY parts from the entries as its patterns
+// see them: t_u=x and t_u=y found through t=u* are t=u_x and t=u_y, two
+// keys of a policy that counts by its key (two limits: not shaped as a
+// rule of the reference, so not counted by descriptor).
+func TestJoinedLookupKeys(t *testing.T) {
+	two := strings.Replace(joinedPolicy("j.t", 3, false, "t=u*"), "[[policy.limits]]", "[[policy.limits]]\nalgorithm = \"fixed_window\"\nlimit = 9\nwindow = \"1h\"\n[[policy.limits]]", 1)
+	rt := newRLSTWith(t, compat+"lookup = \"joined\"\n", two)
+	rt.expect("t_u=x", rt.call("j", dsc("t_u=x")), ok, rt.limited(ok, "", 3, minute, 2))
+	rt.expect("t_u=x again", rt.call("j", dsc("t_u=x")), ok, rt.limited(ok, "", 3, minute, 1))
+	rt.expect("t_u=y: a key of its own", rt.call("j", dsc("t_u=y")), ok, rt.limited(ok, "", 3, minute, 2))
+	rt.expect("t=u_x: t_u=x's key", rt.call("j", dsc("t=u_x")), ok, rt.limited(ok, "", 3, minute, 0))
+}
