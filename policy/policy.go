@@ -32,10 +32,11 @@ type Set struct {
 	// It is not in Policies.
 	Unmatched *Policy
 	index     *index
-	fold      *index               // index for MatchFold (lower-case paths); nil with few policies
-	cased     bool                 // a policy's path, prefix or regex holds an upper-case or non-ASCII byte
-	hosts     bool                 // a policy has hosts: Match needs the request's
-	rls       map[string][]*Policy // RLS policies by domain, in file order
+	fold      *index                 // index for MatchFold (lower-case paths); nil with few policies
+	cased     bool                   // a policy's path, prefix or regex holds an upper-case or non-ASCII byte
+	hosts     bool                   // a policy has hosts: Match needs the request's
+	rls       map[string][]*Policy   // RLS policies by domain, in file order
+	joined    map[string]*joinedNode // [rls] lookup = "joined": each domain's tree; nil otherwise
 	store     limiter.Store
 }
 
@@ -97,6 +98,9 @@ func Compile(c *config.Config, store limiter.Store, now time.Time) (*Set, error)
 			}
 			s.rls[d] = append(s.rls[d], p)
 		}
+	}
+	if c.RLS.Lookup == config.LookupJoined {
+		s.joined = joinedTrees(s.rls)
 	}
 	s.index = newIndex(s.Policies, false)
 	if len(s.Policies) > smallSet {
@@ -212,8 +216,14 @@ type DescriptorEntry struct{ Key, Value string }
 
 // MatchDescriptor returns the first RLS policy (in file order) whose
 // rls_domain is domain and whose descriptor patterns match entries, one
-// pattern per entry and as many patterns as entries (docs/envoy.md).
+// pattern per entry and as many patterns as entries (docs/envoy.md);
+// with [rls] lookup = "joined", the policy envoyproxy/ratelimit's lookup
+// finds in the domain's policies read as its tree (matchJoined), whose
+// patterns need not match the entries apart (SeenEntries).
 func (s *Set) MatchDescriptor(domain string, entries []DescriptorEntry) (*Policy, bool) {
+	if s.joined != nil {
+		return s.matchJoined(domain, entries)
+	}
 	for _, p := range s.rls[domain] {
 		if matchEntries(p.Match.Descriptor, entries) {
 			return p, true

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"reflect"
@@ -34,6 +35,7 @@ type Handler struct {
 	snap    atomic.Pointer[snapshot]
 	slotq   slotQueues // requests waiting for a [policy.concurrency] slot
 	now     func() time.Time
+	jitter  func(n int64) int64 // [rls] expiration_jitter_max's random source (Options.Jitter)
 	log     *zap.Logger
 	acc     *zap.Logger  // access log; nil when off
 	accJSON io.Writer    // Options.AccessJSON
@@ -113,6 +115,10 @@ type Options struct {
 	// the wall clock at start-up and then the monotonic clock, so it never
 	// steps back when the wall clock is corrected.
 	Now func() time.Time
+	// Jitter is the random source of [rls] expiration_jitter_max: a
+	// number from 0 to n less one (n > 0). nil means math/rand/v2's
+	// Int64N.
+	Jitter func(n int64) int64
 }
 
 // MonotonicClock returns a clock that reads the wall time once and then
@@ -206,7 +212,10 @@ func buildVerifier(id *config.Identity, log *zap.Logger) (*identity.Verifier, er
 
 // newHandler returns a handler without a set: Open and New swap one in.
 func newHandler(set *policy.Set, o Options) *Handler {
-	h := &Handler{now: o.Now, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics, bans: o.Bans, overrides: o.Overrides, hasher: o.KeyHasher}
+	h := &Handler{now: o.Now, jitter: o.Jitter, log: o.Logger, buffers: newBufferPool(), metrics: o.Metrics, bans: o.Bans, overrides: o.Overrides, hasher: o.KeyHasher}
+	if h.jitter == nil {
+		h.jitter = rand.Int64N
+	}
 	if h.hasher == nil {
 		h.hasher = NewKeyHasher(nil)
 	}

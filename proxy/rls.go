@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,6 +157,7 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 	snap := h.snap.Load()
 	rls := &snap.set.Config.RLS
 	compat := rls.Compatibility == config.CompatEnvoy
+	joined := rls.Lookup == config.LookupJoined
 	// The RateLimit fields are built only for an answer that carries
 	// them (about 1 µs and 400 bytes a descriptor).
 	withFields := rls.ResponseHeaders == config.RLSHeadersRateLimit
@@ -222,7 +224,7 @@ func (h *Handler) DecideDescriptors(ctx context.Context, domain string, ds []Des
 			a.unlimited = p.RLS.Unlimited
 			a.o.decision = Allowed
 		default:
-			h.decideDescriptor(ctx, ds[i].Entries, start, compat, &a.o)
+			h.decideDescriptor(ctx, ds[i].Entries, start, compat, joined, &a.o)
 			if withFields {
 				h.inform(&a.x.w, snap, start, &a.o)
 			} else if a.o.limited {
@@ -333,6 +335,9 @@ func (h *Handler) verdict(a *rlsDecided, v *DescriptorVerdict, start time.Time, 
 	v.QuotaMode = o.p.RLS.QuotaMode && !a.replaced
 	if !a.replaced && !a.unlimited && len(o.p.Limits) > 0 {
 		v.Metadata = o.p.RLS.Metadata
+		if compat && v.Metadata != nil && o.p.RLS.ValueToMetric != nil && !metricKeyKept(o.p, o.entries) {
+			v.Metadata = nil
+		}
 	}
 	if o.limited && o.d.Index >= 0 && o.hp != nil && int(o.d.Index) < len(o.hp.Limits) {
 		i := int(o.d.Index)
@@ -354,6 +359,47 @@ func (h *Handler) verdict(a *rlsDecided, v *DescriptorVerdict, start time.Time, 
 			v.ResetAfter = wholeSecondsToEnd(start, v.Window)
 		}
 	}
+}
+
+// metricKeyKept reports whether envoyproxy/ratelimit's GetLimit keeps
+// the rate_limit (and so its metadata) of p, whose value_to_metric
+// (RLS.ValueToMetric) is known, for a descriptor of entries: whether its
+// value_to_metric key, built entry by entry as the descriptor was found,
+// is the limit's own key, each pattern's KEY_VALUE (Joined). An entry
+// found by its KEY_VALUE adds it; one found through a wildcard adds its
+// key and, with value_to_metric, its value, else the wildcard less the
+// entry's "KEY_"; one found by its bare key adds the key and, with
+// value_to_metric, its value. So a value_to_metric entry with a value
+// found by a bare key or a wildcard drops the metadata (and, with lookup
+// = "joined", a wildcard of a shorter key than the entry's).
+func metricKeyKept(p *policy.Policy, entries []policy.DescriptorEntry) bool {
+	pats := p.Match.Descriptor
+	if len(pats) != len(entries) {
+		return true
+	}
+	for i, pat := range pats {
+		e := entries[i]
+		full, parts := pat.Joined()
+		kv := e.Key + "_" + e.Value
+		toMetric := slices.Contains(p.RLS.ValueToMetric, i)
+		var v string
+		switch {
+		case kv == full:
+			v = e.Value
+		case toMetric:
+			v = e.Value
+		case parts != nil && config.JoinedMatch(parts, kv):
+			v = strings.TrimPrefix(full, e.Key+"_")
+		}
+		seg := e.Key
+		if v != "" {
+			seg += "_" + v
+		}
+		if seg != full {
+			return false
+		}
+	}
+	return true
 }
 
 // wholeSecondsToEnd is envoyproxy/ratelimit's duration_until_reset of a
@@ -385,17 +431,23 @@ func replaced(p *policy.Policy, replacing []string) bool {
 }
 
 // decideDescriptor is decide for one RLS descriptor of o.p, a policy
-// with limits: its keys (descriptor:KEY parts), the penalty box, the
-// limits. A policy with a limit of 0, or with compat a policy of fixed
-// windows, has them asked by askRLS.
-func (h *Handler) decideDescriptor(ctx context.Context, entries []policy.DescriptorEntry, now time.Time, compat bool, o *ruling) {
+// with limits: its keys (descriptor:KEY parts, of the entries as p's
+// patterns see them when joined: [rls] lookup = "joined"), the penalty
+// box, the limits. A policy with a limit of 0, or with compat a policy
+// of fixed windows, has them asked by askRLS.
+func (h *Handler) decideDescriptor(ctx context.Context, entries []policy.DescriptorEntry, now time.Time, compat, joined bool, o *ruling) {
 	p := o.p
+	seen := entries
+	if joined {
+		var buf [8]policy.DescriptorEntry
+		seen = policy.SeenEntries(p, entries, buf[:])
+	}
 	if p.OwnKeys {
 		for i, lk := range p.LimitKeys {
-			o.keys[i] = descriptorKey(lk.Parts, entries)
+			o.keys[i] = descriptorKey(lk.Parts, seen)
 		}
 	} else {
-		o.key = descriptorKey(p.Key, entries)
+		o.key = descriptorKey(p.Key, seen)
 	}
 	o.rls = p.RLS.Zero != nil || compat && o.ps.counters(p) != nil
 	o.compat, o.entries = compat, entries

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -207,6 +208,9 @@ func countKey(mode config.CountKeys, domain string, entries []policy.DescriptorE
 			if pats[i].Glob || pats[i].Exact {
 				v = pats[i].Value
 			}
+			if e.Key != pats[i].Key {
+				v = sharedJoined(e, pats[i])
+			}
 		}
 		if joined {
 			b = append(append(append(append(b, e.Key...), '_'), v...), '_')
@@ -215,6 +219,21 @@ func countKey(mode config.CountKeys, domain string, entries []policy.DescriptorE
 		}
 	}
 	return string(b)
+}
+
+// sharedJoined is the value a share_threshold entry e counts under when
+// [rls] lookup = "joined" found pat's descriptor through e's KEY_VALUE
+// with another key (e's key is not pat's): as the reference's
+// GetLimit and CacheKeyGenerator, the wildcard's KEY_VALUE less e's
+// "KEY_" prefix when the wildcard matched e's KEY_VALUE (which leaves a
+// pattern of another key's prefix whole), else e's value (found by its
+// KEY_VALUE exactly, or by its bare key: not through the wildcard).
+func sharedJoined(e policy.DescriptorEntry, pat config.DescriptorPattern) string {
+	full, parts := pat.Joined()
+	if parts == nil || !config.JoinedMatch(parts, e.Key+"_"+e.Value) {
+		return e.Value
+	}
+	return strings.TrimPrefix(full, e.Key+"_")
 }
 
 // askRLS asks o.p's limits about an RLS descriptor when o.rls: a limit of
@@ -255,7 +274,10 @@ func (h *Handler) askRLS(ctx context.Context, now time.Time, o *ruling) (limiter
 			err      error
 		)
 		if rc.count != nil {
-			count, degraded, err = rc.named(h.snap.Load().set.Config.RLS.CountKeys, p, o.entries).count(ctx, now, n, false)
+			snap := h.snap.Load()
+			nc := rc.named(snap.set.Config.RLS.CountKeys, p, o.entries)
+			nc.jitter = h.expiryJitter(snap)
+			count, degraded, err = nc.count(ctx, now, n, false)
 		} else {
 			count, degraded, err = countHits(ctx, c, key, now, n)
 		}
@@ -352,6 +374,7 @@ func (h *Handler) decideOwnLimit(ctx context.Context, snap *snapshot, domain str
 		n = 0
 	}
 	nc := ownCount(snap, domain, d, a)
+	nc.jitter = h.expiryJitter(snap)
 	if nc.store == nil {
 		// Nothing to count with: OK without a limit.
 		a.own.Decision = Allowed
@@ -412,6 +435,21 @@ type namedCount struct {
 	name   string
 	w      time.Duration
 	joined bool
+	// jitter, when not nil, is what each addition adds to the count's
+	// expiry ([rls] expiration_jitter_max).
+	jitter func() time.Duration
+}
+
+// expiryJitter is the jitter of an addition's expiry under snap's [rls]
+// expiration_jitter_max, as the reference's
+// EXPIRATION_JITTER_MAX_SECONDS: a random whole number of seconds from 0
+// to the maximum's less one (its rand.Int63n); nil without one.
+func (h *Handler) expiryJitter(snap *snapshot) func() time.Duration {
+	sec := int64(snap.set.Config.RLS.ExpirationJitterMax / time.Second)
+	if sec <= 0 {
+		return nil
+	}
+	return func() time.Duration { return time.Duration(h.jitter(sec)) * time.Second }
 }
 
 // named is the count of a descriptor of entries under p, which rc counts
@@ -439,7 +477,11 @@ func (c namedCount) count(ctx context.Context, now time.Time, n int64, read bool
 		if read {
 			count, err = c.ctr.Count(ctx, key, now)
 		} else {
-			count, err = c.ctr.AddCount(ctx, key, n, c.w, now)
+			ttl := c.w
+			if c.jitter != nil {
+				ttl += c.jitter()
+			}
+			count, err = c.ctr.AddCount(ctx, key, n, ttl, now)
 		}
 		if err == nil {
 			return count, false, nil
@@ -503,7 +545,12 @@ func (h *Handler) stopIncrement(ctx context.Context, snap *snapshot, domain stri
 				break
 			}
 			var keys [limiter.MaxLimits]string
-			DescriptorKeys(p, ds[i].Entries, keys[:])
+			es := ds[i].Entries
+			if snap.set.Config.RLS.Lookup == config.LookupJoined {
+				var buf [8]policy.DescriptorEntry
+				es = policy.SeenEntries(p, es, buf[:])
+			}
+			DescriptorKeys(p, es, keys[:])
 			view := p
 			if h.overrides != nil && !p.OwnKeys {
 				if _, v, ok := h.overridden(a.o.ps, p, keys[0]); ok {

@@ -73,7 +73,8 @@ var settings = []struct {
 // for the next: a case that would not fit in what is left of the second
 // waits for the next, and one that spanned more seconds anyway is not
 // compared (counted as spanned). The import is served with -joined-keys
-// (count_keys = "joined"), the reference's naming of its counts.
+// (count_keys = "joined", lookup = "joined"), the reference's naming of
+// its counts and its lookup by KEY_VALUE.
 //
 //	RLSDIFF_CONFIGS=1000 go test -run TestGenerated -v ./rlsdiff
 //	LIMITPROXY_RLSREF_SRC=/path/to/ratelimit RLSDIFF_CONFIGS=1000 go test -run TestGenerated -v ./rlsdiff
@@ -125,10 +126,13 @@ func TestGenerated(t *testing.T) {
 		runBatch(ctx, t, ref.Bin, lp, redis.Addr(), st.name, st.env, cases, &tally)
 	}
 	elapsed := time.Since(start)
-	t.Logf("%d configurations (%s), %d calls, %d descriptors (%d statuses OVER_LIMIT, %d with a limit) compared with the reference on each store; %d more configurations not compared (their calls spanned two seconds); %s, %s per configuration",
-		tally.configs, tally.features(), tally.calls, tally.descriptors, tally.over, tally.limited, tally.spanned, elapsed.Round(time.Second), (elapsed / time.Duration(max(tally.configs, 1))).Round(time.Millisecond))
+	t.Logf("%d configurations (%s), %d calls, %d descriptors (%d statuses OVER_LIMIT, %d with a limit, %d found by KEY_VALUE another descriptor than by keys and values apart) compared with the reference on each store; %d more configurations not compared (their calls spanned two seconds); %s, %s per configuration",
+		tally.configs, tally.features(), tally.calls, tally.descriptors, tally.over, tally.limited, tally.joined, tally.spanned, elapsed.Round(time.Second), (elapsed / time.Duration(max(tally.configs, 1))).Round(time.Millisecond))
 	if tally.configs > 0 && (tally.over == 0 || tally.limited == 0 || tally.over == tally.descriptors) {
 		t.Errorf("the reference's answers tell nothing apart: %d of %d statuses over, %d with a limit", tally.over, tally.descriptors, tally.limited)
+	}
+	if tally.configs >= 20 && tally.joined == 0 {
+		t.Errorf("no descriptor found another descriptor by KEY_VALUE than by keys and values apart: the lookup = \"joined\" is not compared")
 	}
 	if tally.spanned*10 > tally.configs {
 		t.Errorf("%d of %d configurations spanned two seconds: the wait for a second of their own does not work", tally.spanned, tally.configs)
@@ -138,6 +142,7 @@ func TestGenerated(t *testing.T) {
 // generatedTally counts what TestGenerated compared.
 type generatedTally struct {
 	configs, spanned, calls, descriptors, over, limited int
+	joined                                              int // descriptors found otherwise by KEY_VALUE (rlsgen.Case.Joined)
 	feature                                             map[string]int
 }
 
@@ -200,8 +205,10 @@ func (g *generatedTally) countFeatures(c *rlsgen.Case) {
 			}
 			return false
 		}(),
-		"merged files": c.Merge,
-		"key with =":   strings.Contains(y, `key: "c=x"`),
+		"merged files":                 c.Merge,
+		"key with _":                   strings.Contains(y, `key: "a_`) || strings.Contains(y, `key: "b_`),
+		"found by KEY_VALUE otherwise": c.Joined > 0,
+		"key with =":                   strings.Contains(y, `key: "c=x"`),
 		"value with *": slices.ContainsFunc(c.Calls, func(r *rlsv3.RateLimitRequest) bool {
 			return slices.ContainsFunc(r.Descriptors, func(d *rlscommon.RateLimitDescriptor) bool {
 				return slices.ContainsFunc(d.Entries, func(e *rlscommon.RateLimitDescriptor_Entry) bool { return strings.Contains(e.Value, "*") })
@@ -276,7 +283,8 @@ func runBatch(ctx context.Context, t *testing.T, refBin, lp, redisAddr, name str
 	defer ref.Stop()
 	imported := filepath.Join(dir, "rls.toml")
 	// -joined-keys: counts named as the reference names them, aliases
-	// and all (count_keys = "joined").
+	// and all (count_keys = "joined"), and descriptors looked up as it
+	// does, by KEY_VALUE (lookup = "joined").
 	imp := exec.CommandContext(ctx, lp, append([]string{"import", "-env", "-joined-keys", "-listen", "127.0.0.1:0", "-o", imported}, files...)...)
 	imp.Env = append(os.Environ(), env...)
 	if out, err := imp.CombinedOutput(); err != nil {
@@ -356,6 +364,7 @@ func runBatch(ctx context.Context, t *testing.T, refBin, lp, redisAddr, name str
 			continue
 		}
 		tally.configs++
+		tally.joined += c.Joined
 		var differ []string
 		for i, as := range answers {
 			tally.calls++

@@ -28,8 +28,8 @@ func declareImportFlags(fs *flag.FlagSet) *importFlags {
 	fs.StringVar(&f.out, "o", "", "write the TOML to `FILE` (replaced whole, or left alone on an error) instead of stdout")
 	fs.StringVar(&f.listen, "listen", envoyimport.DefaultListen, "the [rls] listen `ADDRESS` written")
 	fs.BoolVar(&f.merge, "merge-domains", false, "merge files of one domain, as the reference's MERGE_DOMAIN_CONFIG=true does (default: refused, as it does)")
-	fs.BoolVar(&f.joinedKeys, "joined-keys", false, "write [rls] count_keys = \"joined\": counts named as the reference names them, keys and values joined with '_', so that descriptors whose joins are equal share one count (default: \"distinct\", each apart)")
-	fs.BoolVar(&f.env, "env", false, "read the reference's settings that change its answers from the environment, as it reads them: MERGE_DOMAIN_CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED, LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER, SHADOW_MODE, QUOTA_MODE, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, RESPONSE_DYNAMIC_METADATA")
+	fs.BoolVar(&f.joinedKeys, "joined-keys", false, "write [rls] count_keys = \"joined\" and lookup = \"joined\": counts named as the reference names them, keys and values joined with '_', so that descriptors whose joins are equal share one count, and descriptors looked up as the reference does, by KEY_VALUE, with the policies laid out as its tree (default: \"distinct\", keys and values apart, policies in first-match order)")
+	fs.BoolVar(&f.env, "env", false, "read the reference's settings that change its answers from the environment, as it reads them: MERGE_DOMAIN_CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED, LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER, SHADOW_MODE, QUOTA_MODE, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, RESPONSE_DYNAMIC_METADATA, EXPIRATION_JITTER_MAX_SECONDS (when set)")
 	return f
 }
 
@@ -53,6 +53,15 @@ func referenceSettings(getenv func(string) string) (s envoyimport.Settings, merg
 	boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", &s.StopIncrement)
 	boolean("RESPONSE_DYNAMIC_METADATA", &s.DynamicMetadata)
 	s.LimitHeader, s.RemainingHeader, s.ResetHeader = getenv("LIMIT_LIMIT_HEADER"), getenv("LIMIT_REMAINING_HEADER"), getenv("LIMIT_RESET_HEADER")
+	// EXPIRATION_JITTER_MAX_SECONDS as envconfig reads an int64 (its
+	// default, 300, is not assumed when unset: limitproxy's is 0).
+	if raw := getenv("EXPIRATION_JITTER_MAX_SECONDS"); raw != "" && err == nil {
+		n, perr := strconv.ParseInt(raw, 0, 64)
+		if perr != nil || n > int64(envoyimport.MaxJitterSeconds) {
+			err = fmt.Errorf("import: EXPIRATION_JITTER_MAX_SECONDS=%q is not a number of seconds up to %d", raw, envoyimport.MaxJitterSeconds)
+		}
+		s.ExpirationJitterMax = max(n, 0)
+	}
 	return s, merge, err
 }
 

@@ -74,11 +74,12 @@ func TestImportEnv(t *testing.T) {
 	t.Setenv("QUOTA_MODE", "")
 	t.Setenv("MERGE_DOMAIN_CONFIG", "T")
 	t.Setenv("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")
+	t.Setenv("EXPIRATION_JITTER_MAX_SECONDS", "300")
 	code, stdout, stderr := runCLI(t, "import", "-env", importTestdata+"valid/merge_a.yaml", importTestdata+"valid/merge_b.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, stderr)
 	}
-	for _, want := range []string{"response_headers = \"envoy\"", "remaining_header = \"X-Left\"", "shadow_mode = true", "stop_increment_when_over_limit = true"} {
+	for _, want := range []string{"response_headers = \"envoy\"", "remaining_header = \"X-Left\"", "shadow_mode = true", "stop_increment_when_over_limit = true", "expiration_jitter_max = \"300s\""} {
 		if !strings.Contains(stdout, want+"  #") {
 			t.Errorf("no %s in:\n%s", want, stdout)
 		}
@@ -96,6 +97,17 @@ func TestImportEnv(t *testing.T) {
 	if code, stdout, _ := runCLI(t, "import", importTestdata+"valid/merge_a.yaml", importTestdata+"valid/merge_b.yaml"); code != 1 || strings.Contains(stdout, "shadow_mode") {
 		t.Errorf("without -env: exit %d, %s", code, stdout)
 	}
+	// EXPIRATION_JITTER_MAX_SECONDS of 0 (or unset) writes nothing: the
+	// default; one that is not a number is refused.
+	t.Setenv("EXPIRATION_JITTER_MAX_SECONDS", "0")
+	if _, stdout, _ := runCLI(t, "import", "-env", importTestdata+"valid/merge_a.yaml"); strings.Contains(stdout, "expiration_jitter") {
+		t.Errorf("EXPIRATION_JITTER_MAX_SECONDS=0: %s", stdout)
+	}
+	t.Setenv("EXPIRATION_JITTER_MAX_SECONDS", "5m")
+	if code, _, stderr := runCLI(t, "import", "-env", importTestdata+"valid/merge_a.yaml"); code != 1 || !strings.Contains(stderr, "EXPIRATION_JITTER_MAX_SECONDS") {
+		t.Errorf("EXPIRATION_JITTER_MAX_SECONDS=5m: exit %d, %s", code, stderr)
+	}
+	t.Setenv("EXPIRATION_JITTER_MAX_SECONDS", "")
 	t.Setenv("SHADOW_MODE", "maybe")
 	if code, _, stderr := runCLI(t, "import", "-env", importTestdata+"valid/merge_a.yaml"); code != 1 || !strings.Contains(stderr, "SHADOW_MODE") {
 		t.Errorf("SHADOW_MODE=maybe: exit %d, %s", code, stderr)
@@ -103,7 +115,8 @@ func TestImportEnv(t *testing.T) {
 }
 
 // TestImportJoinedKeys: -joined-keys writes count_keys = "joined", the
-// reference's naming of its counts; without it the default stays.
+// reference's naming of its counts, and lookup = "joined", its lookup;
+// without it the defaults stay.
 func TestImportJoinedKeys(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "import", "-joined-keys", importTestdata+"valid/merge_a.yaml")
 	if code != 0 {
@@ -116,7 +129,10 @@ func TestImportJoinedKeys(t *testing.T) {
 	if cfg.RLS.CountKeys != config.CountKeysJoined {
 		t.Errorf("count_keys %q, want joined:\n%s", cfg.RLS.CountKeys, stdout)
 	}
-	if _, stdout, _ := runCLI(t, "import", importTestdata+"valid/merge_a.yaml"); strings.Contains(stdout, "count_keys") {
-		t.Errorf("count_keys written without -joined-keys:\n%s", stdout)
+	if cfg.RLS.Lookup != config.LookupJoined {
+		t.Errorf("lookup %q, want joined:\n%s", cfg.RLS.Lookup, stdout)
+	}
+	if _, stdout, _ := runCLI(t, "import", importTestdata+"valid/merge_a.yaml"); strings.Contains(stdout, "count_keys") || strings.Contains(stdout, "lookup =") {
+		t.Errorf("count_keys or lookup written without -joined-keys:\n%s", stdout)
 	}
 }

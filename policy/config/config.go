@@ -278,6 +278,18 @@ type RLS struct {
 	// (CountKeysJoined), so that descriptors whose joins are equal share
 	// one count.
 	CountKeys CountKeys
+	// Lookup says how a descriptor finds its policy: the first of its
+	// domain whose patterns match its entries, keys and values compared
+	// apart (LookupDistinct), or, with CompatEnvoy, as
+	// envoyproxy/ratelimit looks it up in its tree of descriptors, by
+	// each entry's KEY_VALUE joined with '_' (LookupJoined; the policies
+	// are that tree's descriptors: policy.Set.MatchDescriptor).
+	Lookup Lookup
+	// ExpirationJitterMax is envoyproxy/ratelimit's
+	// EXPIRATION_JITTER_MAX_SECONDS, with CompatEnvoy: each addition to a
+	// count named by descriptor sets its expiry to its unit and a random
+	// whole number of seconds from 0 to this less one; 0, none.
+	ExpirationJitterMax time.Duration
 	// Domains are domains the service knows beside those its RLS
 	// policies name: a descriptor's own limit applies, with CompatEnvoy,
 	// in a known domain only.
@@ -325,6 +337,25 @@ const (
 	// key: the domain, keys and values joined with '_', so that key "a"
 	// with value "b_c" and key "a_b" with value "c" share one count.
 	CountKeysJoined CountKeys = "joined"
+)
+
+// Lookup is [rls] lookup.
+type Lookup string
+
+// The lookup values.
+const (
+	// LookupDistinct finds a descriptor's policy as the first of its
+	// domain, in file order, whose patterns match its entries one by one,
+	// each entry's key and value compared apart.
+	LookupDistinct Lookup = "distinct"
+	// LookupJoined finds it as envoyproxy/ratelimit's lookup does: the
+	// domain's policies are read as the reference's tree of descriptors
+	// (each policy's patterns a path in it), and at each level an
+	// entry's KEY_VALUE finds the descriptor whose KEY_VALUE (or bare
+	// KEY) it equals, else the first wildcard that matches it, else the
+	// descriptor of its bare key; so key "a_b" with value "c" finds
+	// "a=b_c", as it does there.
+	LookupJoined Lookup = "joined"
 )
 
 // RLSHeaders is [rls] response_headers.
@@ -636,6 +667,16 @@ type RLSPolicy struct {
 	// a limit and is not over it (envoyproxy/ratelimit's metadata); nil
 	// for none. Read only.
 	Metadata map[string]any
+	// ValueToMetric, when not nil, holds the indexes of the descriptor
+	// patterns whose descriptor has envoyproxy/ratelimit's
+	// value_to_metric: with compatibility, Metadata is then sent only
+	// when the reference's value_to_metric key of the entries found is
+	// the descriptor's own (its GetLimit makes the limit anew, without
+	// metadata, otherwise): an entry of such a pattern with a value found
+	// by its bare key, or through a wildcard, drops it; so does, under
+	// [rls] lookup = "joined", any entry found through a wildcard of a
+	// shorter key. nil: Metadata is sent as it is.
+	ValueToMetric []int
 	// Names holds, for each of Limits, its name key ("" for none): what
 	// Replaces names, and, with [rls] compatibility, the name an answer's
 	// current_limit carries.

@@ -105,6 +105,8 @@ const (
 	DefaultRLSCompatibility   = CompatNone
 	DefaultRLSResponseHeaders = RLSHeadersRateLimit
 	DefaultRLSCountKeys       = CountKeysDistinct
+	DefaultRLSLookup          = LookupDistinct
+	DefaultRLSExpJitter       = time.Duration(0)
 	DefaultRLSLimitHeader     = "RateLimit-Limit"
 	DefaultRLSRemainingHeader = "RateLimit-Remaining"
 	DefaultRLSResetHeader     = "RateLimit-Reset"

@@ -113,6 +113,8 @@ type (
 		StopIncrement  scalar[bool]   `toml:"stop_increment_when_over_limit"`
 		DynMetadata    scalar[bool]   `toml:"dynamic_metadata"`
 		CountKeys      scalar[string] `toml:"count_keys"`
+		Lookup         scalar[string] `toml:"lookup"`
+		ExpJitter      durationValue  `toml:"expiration_jitter_max"`
 		Domains        stringList     `toml:"domains"`
 	}
 	rawRLQS struct {
@@ -214,6 +216,7 @@ type (
 		QuotaMode scalar[bool]  `toml:"quota_mode"`
 		Replaces  stringList    `toml:"replaces"`
 		Metadata  metadataValue `toml:"metadata"`
+		ToMetric  stringList    `toml:"value_to_metric"`
 	}
 	rawPolicyConc struct {
 		Limit   scalar[int64] `toml:"limit"`

@@ -133,8 +133,34 @@ type Match struct {
 type DescriptorPattern struct {
 	Key, Value  string
 	Exact, Glob bool
-	parts       []string // Value split at each *, with Glob
+	// Star is set for a pattern of any value written "KEY=*" (or with
+	// more '*' only), which lookup = "joined" takes as the reference's
+	// wildcard KEY_* over the entry's KEY_VALUE, not its bare KEY.
+	Star  bool
+	parts []string // Value split at each *, with Glob
 }
+
+// Joined returns d as envoyproxy/ratelimit keys a descriptor in a level
+// of its tree ([rls] lookup = "joined"): its KEY_VALUE, or KEY for a
+// bare key; and, for a wildcard ("KEY=PATTERN", "KEY=*"), that
+// KEY_VALUE split at each '*' of the value (nil otherwise), which the
+// reference matches against an entry's KEY_VALUE.
+func (d DescriptorPattern) Joined() (string, []string) {
+	switch {
+	case d.Glob:
+		parts := append([]string{d.Key + "_" + d.parts[0]}, d.parts[1:]...)
+		return d.Key + "_" + d.Value, parts
+	case d.Star:
+		return d.Key + "_*", []string{d.Key + "_", ""}
+	case d.Exact:
+		return d.Key + "_" + d.Value, nil
+	}
+	return d.Key, nil
+}
+
+// JoinedMatch reports whether s matches parts, a wildcard of Joined: as
+// envoyproxy/ratelimit's wildcardMatch, each '*' any run of characters.
+func JoinedMatch(parts []string, s string) bool { return globMatch(parts, s) }
 
 // Matches reports whether the entry key=value matches d.
 func (d DescriptorPattern) Matches(key, value string) bool {
@@ -181,6 +207,8 @@ func (d DescriptorPattern) String() string {
 			parts[i] = escapePattern(p, "\\*")
 		}
 		return key + "=" + strings.Join(parts, "*")
+	case d.Star:
+		return key + "=*"
 	}
 	return key
 }
@@ -245,6 +273,7 @@ func parseDescriptorPattern(s string) (DescriptorPattern, error) {
 		// "KEY": any value.
 	case len(parts) > 1 && strings.Join(parts, "") == "":
 		// "KEY=*": any value.
+		d.Star = true
 	case len(parts) > 1:
 		d.Value, d.Glob, d.parts = strings.Join(parts, "*"), true, parts
 	default:

@@ -616,6 +616,8 @@ func generateSchema(docs []byte) ([]byte, error) {
 		"rls.compatibility":                        DefaultRLSCompatibility,
 		"rls.response_headers":                     DefaultRLSResponseHeaders,
 		"rls.count_keys":                           DefaultRLSCountKeys,
+		"rls.lookup":                               DefaultRLSLookup,
+		"rls.expiration_jitter_max":                "0s",
 		"rls.limit_header":                         DefaultRLSLimitHeader,
 		"rls.remaining_header":                     DefaultRLSRemainingHeader,
 		"rls.reset_header":                         DefaultRLSResetHeader,
@@ -644,6 +646,7 @@ func generateSchema(docs []byte) ([]byte, error) {
 	refine("policy[].limits[].limit", node{"minimum": 0})
 	refine("rls.compatibility", node{"enum": compatibilities})
 	refine("rls.count_keys", node{"enum": countKeys})
+	refine("rls.lookup", node{"enum": lookups})
 	refine("rls.response_headers", node{"enum": rlsHeaders})
 	refine("rls.limit_header", node{"$ref": "#/$defs/headerName"})
 	refine("rls.remaining_header", node{"$ref": "#/$defs/headerName"})

@@ -43,6 +43,7 @@ var (
 	modes             = []Mode{Enforce, Shadow}
 	compatibilities   = []Compatibility{CompatNone, CompatEnvoy}
 	countKeys         = []CountKeys{CountKeysDistinct, CountKeysJoined}
+	lookups           = []Lookup{LookupDistinct, LookupJoined}
 	rlsHeaders        = []RLSHeaders{RLSHeadersRateLimit, RLSHeadersEnvoy, RLSHeadersNone}
 	onMissings        = []OnMissing{MissingShared, MissingIP, MissingSkip, MissingReject, MissingUnauthorized}
 )
@@ -680,6 +681,8 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 		StopIncrementWhenOverLimit: r.StopIncrement.V,
 		DynamicMetadata:            r.DynMetadata.V,
 		CountKeys:                  CountKeys(r.CountKeys.Or(string(DefaultRLSCountKeys))),
+		Lookup:                     Lookup(r.Lookup.Or(string(DefaultRLSLookup))),
+		ExpirationJitterMax:        r.ExpJitter.Or(DefaultRLSExpJitter),
 		Domains:                    r.Domains.V,
 	}
 	oneOf(c, "rls.compatibility", out.Compatibility, compatibilities...)
@@ -687,6 +690,18 @@ func validateRLS(r *rawRLS, c *collector) RLS {
 	oneOf(c, "rls.count_keys", out.CountKeys, countKeys...)
 	if r.CountKeys.Set && out.CountKeys == CountKeysJoined && out.Compatibility != CompatEnvoy {
 		c.add("rls.count_keys", "%q needs compatibility = %q: without it a descriptor's count is its policy's", CountKeysJoined, CompatEnvoy)
+	}
+	oneOf(c, "rls.lookup", out.Lookup, lookups...)
+	if r.ExpJitter.Set && r.ExpJitter.err == nil {
+		switch d := out.ExpirationJitterMax; {
+		case d < 0 || d > maxRLSExpJitter || d%time.Second != 0:
+			c.add("rls.expiration_jitter_max", "%v: must be whole seconds from 0s to %v (the reference's EXPIRATION_JITTER_MAX_SECONDS)", d, maxRLSExpJitter)
+		case d > 0 && out.Compatibility != CompatEnvoy:
+			c.add("rls.expiration_jitter_max", "needs compatibility = %q: without it no count expires so", CompatEnvoy)
+		}
+	}
+	if r.Lookup.Set && out.Lookup == LookupJoined && out.Compatibility != CompatEnvoy {
+		c.add("rls.lookup", "%q needs compatibility = %q: it is envoyproxy/ratelimit's lookup", LookupJoined, CompatEnvoy)
 	}
 	if out.StopIncrementWhenOverLimit && out.Compatibility != CompatEnvoy {
 		c.add("rls.stop_increment_when_over_limit", "needs compatibility = %q: without it a rejected descriptor is never counted", CompatEnvoy)
@@ -942,6 +957,41 @@ func resolveNth(kp *KeyPart, ds []DescriptorPattern) bool {
 	return true
 }
 
+// valueToMetric resolves an RLS policy's value_to_metric, entries named
+// "KEY" (the first pattern of KEY) or "KEY#N" (its Nth), to the indexes
+// of ds; not nil, even when empty.
+func valueToMetric(names []string, ds []DescriptorPattern, key string, c *collector) []int {
+	out := []int{}
+	for _, name := range names {
+		k, nth := name, 1
+		if countPatterns(ds, name) == 0 {
+			if i := strings.LastIndexByte(name, '#'); i >= 0 {
+				n, err := strconv.Atoi(name[i+1:])
+				if err == nil && n >= 1 && name[i+1] != '+' && name[i+1] != '0' {
+					k, nth = name[:i], n
+				}
+			}
+		}
+		at := -1
+		for j, d := range ds {
+			if d.Key == k {
+				if nth--; nth == 0 {
+					at = j
+					break
+				}
+			}
+		}
+		if at < 0 {
+			c.add(key, "%q: the match's descriptor has no such entry (write KEY, or KEY#N for its Nth)", name)
+			continue
+		}
+		if !slices.Contains(out, at) {
+			out = append(out, at)
+		}
+	}
+	return out
+}
+
 // countPatterns is how many of ds are of key.
 func countPatterns(ds []DescriptorPattern, key string) int {
 	n := 0
@@ -959,7 +1009,7 @@ func refuseRLSKeys(r *rawPolicy, i int, c *collector) {
 	for _, k := range []struct {
 		name string
 		set  bool
-	}{{"unlimited", r.Unlimited.Set}, {"quota_mode", r.QuotaMode.Set}, {"replaces", r.Replaces.Set}, {"metadata", r.Metadata.Set}} {
+	}{{"unlimited", r.Unlimited.Set}, {"quota_mode", r.QuotaMode.Set}, {"replaces", r.Replaces.Set}, {"metadata", r.Metadata.Set}, {"value_to_metric", r.ToMetric.Set}} {
 		if k.set {
 			c.add(fmt.Sprintf("policy[%d].%s", i, k.name), "is an RLS policy's (match.rls_domain): it says how Envoy's descriptors are answered")
 		}
@@ -1069,6 +1119,9 @@ func validatePolicies(raws []rawPolicy, upstreams map[string]int, shared map[str
 		}
 		spec.RLS.Unlimited, spec.RLS.QuotaMode, spec.RLS.Replaces = p.Unlimited.V, p.QuotaMode.V, p.Replaces.V
 		spec.RLS.Metadata = p.Metadata.V
+		if p.ToMetric.Set && p.ToMetric.err == nil {
+			spec.RLS.ValueToMetric = valueToMetric(p.ToMetric.V, spec.Match.Descriptor, key+".value_to_metric", c)
+		}
 		for _, lk := range spec.LimitKeys {
 			if !lk.Equal(pk) {
 				spec.OwnKeys = true
@@ -1738,3 +1791,7 @@ func fieldValue(v string) bool {
 	}
 	return true
 }
+
+// maxRLSExpJitter bounds [rls] expiration_jitter_max: a year, longer than
+// any unit of the reference.
+const maxRLSExpJitter = 8760 * time.Hour

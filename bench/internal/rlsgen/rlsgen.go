@@ -12,15 +12,19 @@
 // reference answers with an error, descriptors that alias another's
 // count when joined with '_' as the reference names its counts (one
 // entry's value holding the next entry's key and value: limitproxy
-// serves them with [rls] count_keys = "joined"), and, in some cases, a
-// wait for the next second between two calls (a second's windows end).
+// serves them with [rls] count_keys = "joined"), keys and values that
+// meet through the reference's lookup by KEY_VALUE (key "a" with value
+// "x_y" and key "a_x" with value "y", a bare key "a_x" and "a" with
+// value "x", a wildcard of key "a" matching keys "a_…": limitproxy
+// serves them with [rls] lookup = "joined"), with calls that find them
+// (an entry split anew at another '_' of its KEY_VALUE, or its KEY_VALUE
+// made a key), and, in some cases, a wait for the next second between
+// two calls (a second's windows end).
 //
 // What the reference and limitproxy are documented to do otherwise
-// (docs/envoy.md, "What differs") is left out: keys hold no '_', and a
-// configuration's values none (the reference looks a descriptor up by
-// its joined KEY_VALUE); a call's value holds '_' only where it aliases
-// as above, and '*' only as a wildcard's value as written; the files of
-// a merged domain split it by key.
+// (docs/envoy.md, "What differs") is left out: a call's value holds '*'
+// only as a wildcard's value as written; the files of a merged domain
+// split it by key, keys that meet through '_' in one file.
 package rlsgen
 
 import (
@@ -52,6 +56,10 @@ type Case struct {
 	Files map[string][]byte
 	Merge bool
 	Calls []*rlsv3.RateLimitRequest
+	// Joined counts the calls' descriptors that the reference's lookup
+	// by KEY_VALUE finds another descriptor for than a lookup of keys
+	// and values apart would.
+	Joined int
 	// Waits are the calls before which the next second of the clock is
 	// awaited, once for each time a call is named (in order): a second's
 	// windows end between them.
@@ -113,9 +121,6 @@ type gen struct {
 	r     *rand.Rand
 	f     Features
 	names []string
-	// bareMetric counts the bare keys with value_to_metric above the
-	// level generated.
-	bareMetric int
 	// sent are the descriptors of more than one entry the calls have
 	// sent, whose joins another descriptor may alias.
 	sent [][]*rlscommon.RateLimitDescriptor_Entry
@@ -124,7 +129,19 @@ type gen struct {
 var (
 	keys   = []string{"a", "b", "c", "c=x"} // a key may hold '=' (the import escapes it)
 	values = []string{"x", "y", "z", "xy", "yx", "xyz"}
+	// joinedKeys and joinedValues meet keys and values through '_':
+	// "a_x_y" is a=x_y, a_x=y and the bare key a_x_y.
+	joinedKeys   = []string{"a_x", "a_x_y", "b_y", "a_xy"}
+	joinedValues = []string{"x_y", "y_z", "x_y_z", "y_x"}
+	joinedWilds  = []string{"x_*", "*_y", "x*"}
 )
+
+// family is what a key's KEY_VALUE starts with up to its first '_': two
+// keys' descriptors meet through the join only within one.
+func family(key string) string {
+	f, _, _ := strings.Cut(key, "_")
+	return f
+}
 
 // Generate returns the case of seed, whose domain is domain.
 func Generate(seed uint64, domain string, f Features) *Case {
@@ -136,9 +153,9 @@ func Generate(seed uint64, domain string, f Features) *Case {
 		// them in an order it does not fix, which matters only when two
 		// files' wildcards meet.
 		var a, b []*node
-		splitKey := tree[0].key
+		splitKey := family(tree[0].key)
 		for _, n := range tree {
-			if n.key == splitKey {
+			if family(n.key) == splitKey {
 				a = append(a, n)
 			} else {
 				b = append(b, n)
@@ -157,6 +174,15 @@ func Generate(seed uint64, domain string, f Features) *Case {
 	for range 15 + g.r.IntN(25) {
 		c.Calls = append(c.Calls, g.call(domain, tree, ownUnit))
 	}
+	for _, call := range c.Calls {
+		for _, d := range call.Descriptors {
+			joined, _ := find(tree, d.Entries, true)
+			apart, _ := find(tree, d.Entries, false)
+			if joined != apart {
+				c.Joined++
+			}
+		}
+	}
 	if g.r.IntN(12) == 0 {
 		c.Waits = []int{1 + g.r.IntN(len(c.Calls)-1)}
 	}
@@ -169,10 +195,20 @@ func (g *gen) level(depth int) []*node {
 	seen := map[string]bool{}
 	for range 1 + g.r.IntN(4) {
 		n := &node{key: keys[g.r.IntN(len(keys))]}
+		if g.r.IntN(4) == 0 {
+			n.key = joinedKeys[g.r.IntN(len(joinedKeys))]
+		}
 		switch p := g.r.IntN(20); {
 		case p < 8: // a bare key
-		case p < 14:
+		case p < 11:
 			n.value = values[g.r.IntN(len(values))]
+		case p < 14:
+			n.value = joinedValues[g.r.IntN(len(joinedValues))]
+		case p < 16:
+			n.value = joinedWilds[g.r.IntN(len(joinedWilds))]
+			if !g.f.Wildcards && !strings.HasSuffix(n.value, "*") {
+				n.value = "x_*" // its pinned version's wildcards end in '*'
+			}
 		default:
 			n.value = g.wildcard()
 		}
@@ -187,20 +223,10 @@ func (g *gen) level(depth int) []*node {
 		n.quota = g.f.QuotaStatus && g.r.IntN(8) == 0
 		n.share = strings.Contains(n.value, "*") && g.r.IntN(3) == 0
 		n.detailed = g.r.IntN(10) == 0
-		n.toMetric = g.r.IntN(10) == 0
-		// No metadata at or below a bare key with value_to_metric: the
-		// reference sends it for an empty value only (docs/envoy.md,
-		// "What differs").
-		bareMetric := n.value == "" && n.toMetric
-		n.metadata = g.f.Metadata && g.r.IntN(15) == 0 && g.bareMetric == 0 && !bareMetric
+		n.toMetric = g.r.IntN(6) == 0
+		n.metadata = g.f.Metadata && g.r.IntN(4) == 0
 		if depth < 3 && g.r.IntN(5) < 2 {
-			if bareMetric {
-				g.bareMetric++
-			}
 			n.children = g.level(depth + 1)
-			if bareMetric {
-				g.bareMetric--
-			}
 		}
 		out = append(out, n)
 	}
@@ -324,7 +350,11 @@ func (g *gen) call(domain string, tree []*node, ownUnit Unit) *rlsv3.RateLimitRe
 			}
 		} else {
 			for range 1 + g.r.IntN(3) {
-				d.Entries = append(d.Entries, &rlscommon.RateLimitDescriptor_Entry{Key: g.pick(append(keys, "q")), Value: g.value()})
+				k := g.pick(append(keys, "q"))
+				if g.r.IntN(3) == 0 {
+					k = g.pick(joinedKeys)
+				}
+				d.Entries = append(d.Entries, &rlscommon.RateLimitDescriptor_Entry{Key: k, Value: g.value()})
 			}
 		}
 		switch p := g.r.IntN(20); {
@@ -419,7 +449,29 @@ func (g *gen) path(ns []*node) []*rlscommon.RateLimitDescriptor_Entry {
 			}
 			v = b.String()
 		}
-		es = append(es, &rlscommon.RateLimitDescriptor_Entry{Key: n.key, Value: v})
+		k := n.key
+		switch p := g.r.IntN(10); {
+		case p < 2:
+			// Split anew at another '_' of KEY_VALUE: the same KEY_VALUE
+			// ("a", "x_y" → "a_x", "y"), which the reference finds the
+			// same descriptor by, unless another has that key.
+			j := k + "_" + v
+			var at []int
+			for i := range len(j) {
+				if j[i] == '_' && i != len(k) {
+					at = append(at, i)
+				}
+			}
+			if len(at) > 0 {
+				i := at[g.r.IntN(len(at))]
+				k, v = j[:i], j[i+1:]
+			}
+		case p == 2 && v != "":
+			// KEY_VALUE made the key, of any value: the bare key the
+			// reference looks up last is that descriptor's KEY_VALUE.
+			k, v = k+"_"+v, g.value()
+		}
+		es = append(es, &rlscommon.RateLimitDescriptor_Entry{Key: k, Value: v})
 		if len(n.children) == 0 || g.r.IntN(3) == 0 {
 			break
 		}
@@ -428,42 +480,57 @@ func (g *gen) path(ns []*node) []*rlscommon.RateLimitDescriptor_Entry {
 	return es
 }
 
-// lookup is the reference's lookup of entries in the tree (its GetLimit,
-// restated): at each level the exact value, then the wildcards in file
-// order, then the bare key; the limit of the last entry's node, never
-// back up.
+// lookup is the limit the reference's lookup finds for entries.
 func lookup(ns []*node, es []*rlscommon.RateLimitDescriptor_Entry) *limit {
-	var found *limit
+	_, l := find(ns, es, true)
+	return l
+}
+
+// find is the reference's lookup of entries in the tree (its GetLimit,
+// restated), with joined: at each level the descriptor whose KEY_VALUE
+// (KEY, bare) is the entry's KEY_VALUE, then the wildcards in file order
+// matching KEY_VALUE, then the descriptor whose KEY_VALUE is the entry's
+// bare key; the last entry's node and its limit, never back up. Without
+// joined, keys and values apart (the exact value of the key, its
+// wildcards, its bare key): what the reference would do if it did not
+// join them.
+func find(ns []*node, es []*rlscommon.RateLimitDescriptor_Entry, joined bool) (*node, *limit) {
 	for i, e := range es {
 		var next *node
+		full := e.Key + "_" + e.Value
 		for _, n := range ns {
-			if n.value != "" && n.key == e.Key && n.value == e.Value {
+			if joined && n.finalKey() == full || !joined && n.value != "" && n.key == e.Key && n.value == e.Value {
 				next = n
 			}
 		}
 		if next == nil {
 			for _, n := range ns {
-				if n.key == e.Key && strings.Contains(n.value, "*") && globMatch(n.value, e.Value) {
+				if joined && strings.Contains(n.finalKey(), "*") && globMatch(n.finalKey(), full) || !joined && n.key == e.Key && strings.Contains(n.value, "*") && globMatch(n.value, e.Value) {
 					next = n
 					break
 				}
 			}
 		}
 		if next == nil {
-			idx := slices.IndexFunc(ns, func(n *node) bool { return n.value == "" && n.key == e.Key })
+			idx := slices.IndexFunc(ns, func(n *node) bool {
+				return joined && n.finalKey() == e.Key || !joined && n.value == "" && n.key == e.Key
+			})
 			if idx >= 0 {
 				next = ns[idx]
 			}
 		}
-		if next != nil && i == len(es)-1 {
-			found = next.limit
+		if next == nil {
+			return nil, nil
 		}
-		if next == nil || len(next.children) == 0 {
-			break
+		if i == len(es)-1 {
+			return next, next.limit
+		}
+		if len(next.children) == 0 {
+			return nil, nil
 		}
 		ns = next.children
 	}
-	return found
+	return nil, nil
 }
 
 // globMatch reports whether value matches pattern, each '*' any run of

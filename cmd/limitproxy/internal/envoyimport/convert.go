@@ -20,8 +20,10 @@ type Options struct {
 	MergeDomains bool
 	// JoinedKeys writes [rls] count_keys = "joined": each descriptor's
 	// count named as the reference names it, keys and values joined with
-	// '_' (descriptors whose joins are equal share one count); false
-	// leaves the default, "distinct".
+	// '_' (descriptors whose joins are equal share one count); and
+	// lookup = "joined", the reference's lookup by KEY_VALUE, with the
+	// policies laid out as its tree (levelJoined). false leaves the
+	// defaults, "distinct", and the policies in first-match order.
 	JoinedKeys bool
 	// Settings are the reference's environment settings that change its
 	// answers; the zero value is its defaults.
@@ -41,7 +43,15 @@ type Settings struct {
 	// StopIncrement is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
 	// DynamicMetadata RESPONSE_DYNAMIC_METADATA.
 	StopIncrement, DynamicMetadata bool
+	// ExpirationJitterMax is EXPIRATION_JITTER_MAX_SECONDS, in seconds
+	// (0: none, limitproxy's default; the reference's, 300, is not
+	// assumed).
+	ExpirationJitterMax int64
 }
+
+// MaxJitterSeconds is the largest EXPIRATION_JITTER_MAX_SECONDS written:
+// [rls] expiration_jitter_max's bound, a year.
+const MaxJitterSeconds = 365 * 24 * 3600
 
 // DefaultListen is the [rls] listen address written when Options.Listen
 // is empty: envoyproxy/ratelimit's default gRPC port, on loopback.
@@ -73,6 +83,7 @@ type policy struct {
 	quota      bool
 	replaces   []string
 	metadata   map[string]interface{} // the rate_limit's descriptor's metadata
+	toMetric   []string               // value_to_metric entries ("KEY", "KEY#N"); nil: not written
 	why        string                 // for a policy without limit: why it is there
 	notes      []string               // comments written above it
 }
@@ -208,6 +219,9 @@ func overlap(hi, lo *Node) bool {
 
 // level returns the policies of the descriptors nodes below path.
 func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
+	if c.o.JoinedKeys {
+		return c.levelJoined(d, path, nodes)
+	}
 	// Order: keys in order of first appearance; for each, exact values,
 	// wildcards, the bare key.
 	var keys []string
@@ -301,6 +315,45 @@ func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
 
 func (p *policy) depth() int { return len(p.descriptor) }
 
+// levelJoined is level for [rls] lookup = "joined", which reads a
+// domain's policies as the reference's tree (policy.Set.MatchDescriptor)
+// and looks it up as the reference does: each descriptor in file order
+// (the order of a level's wildcards), a wildcard's literal copy before
+// it (the descriptor that a KEY_VALUE equal to its pattern finds: the
+// same limit and subtree), and a policy without limit for each
+// descriptor without rate_limit and without descriptors below it, which
+// ends a lookup there as the reference's does. No other policy is
+// added: the tree's lookup needs none to hide another.
+func (c *converter) levelJoined(d *Domain, path []step, nodes []*Node) []*policy {
+	var out []*policy
+	for _, n := range nodes {
+		list := []*Node{n}
+		if kind(n) == 1 {
+			lit := *n
+			lit.literal = true
+			list = []*Node{&lit, n}
+		}
+		for _, m := range list {
+			if len(path) == maxDepth {
+				c.errorf(m, "descriptor %s is %d levels deep: an RLS policy's descriptor has at most %d entries (limitproxy's bound; the reference has none)", pathName(d, path, m), len(path)+1, maxDepth)
+				continue
+			}
+			c.depth = max(c.depth, len(path)+1)
+			p, ok := c.pattern(m)
+			if !ok {
+				continue
+			}
+			st := append(path[:len(path):len(path)], step{m, p})
+			here := c.block(d, st)
+			if len(here) == 0 {
+				here = []*policy{c.stop(d, path, m, patterns(st), nil, "ends the lookup without a limit, as the reference does")}
+			}
+			out = append(out, here...)
+		}
+	}
+	return out
+}
+
 // dedupe drops the stop policies of a descriptor already stopped.
 func dedupe(ps []*policy) []*policy {
 	seen := map[string]bool{}
@@ -351,23 +404,48 @@ func (c *converter) block(d *Domain, path []step) []*policy {
 }
 
 // metadataDropped reports whether the reference's GetLimit answers the
-// rate_limit at the end of path without its metadata: it makes the limit
-// anew (NewRateLimit, which has none) when the descriptor has
-// detailed_metric and nothing below it, or, without detailed_metric,
-// when the value_to_metric key of the call differs from the limit's full
-// key, which a value_to_metric wildcard on the path (not its literal
-// copy) or key always makes it do (a key's but for an empty value).
+// rate_limit at the end of path without its metadata, whatever the call:
+// it makes the limit anew (NewRateLimit, which has none) when the
+// descriptor has detailed_metric and nothing below it. Without
+// detailed_metric it does so when the value_to_metric key of the call
+// differs from the limit's full key, which the call decides (a
+// value_to_metric entry with a value found through a wildcard or a bare
+// key): the policy's value_to_metric (toMetric) says which entries have
+// it, and limitproxy decides with each call (proxy's metricKeyKept).
 func metadataDropped(path []step) bool {
 	n := path[len(path)-1].node
-	if n.DetailedMetric {
-		return len(n.Children) == 0
+	return n.DetailedMetric && len(n.Children) == 0
+}
+
+// toMetric is the value_to_metric entries of the policy at the end of
+// path, which has metadata and no detailed_metric: each descriptor of
+// path with value_to_metric and without share_threshold (whose pattern
+// the reference's key takes first), named "KEY", or "KEY#N" for the Nth
+// of a key the path has more than once. nil when there is none and
+// joined is false (the metadata is then sent as it is); empty when
+// joined (the lookup by KEY_VALUE can drop it through any wildcard).
+func toMetric(path []step, joined bool) []string {
+	count, nth := map[string]int{}, map[string]int{}
+	for _, s := range path {
+		count[s.node.Key]++
+	}
+	var out []string
+	if joined {
+		out = []string{}
 	}
 	for _, s := range path {
-		if s.node.ValueToMetric && kind(s.node) != 0 {
-			return true
+		k := s.node.Key
+		nth[k]++
+		if !s.node.ValueToMetric || s.node.ShareThreshold {
+			continue
+		}
+		if count[k] > 1 {
+			out = append(out, fmt.Sprintf("%s#%d", k, nth[k]))
+		} else {
+			out = append(out, k)
 		}
 	}
-	return false
+	return out
 }
 
 // literalSuffix is ".literal" for a path through a wildcard's literal
@@ -455,9 +533,12 @@ func (c *converter) policy(d *Domain, path []step) *policy {
 		p.quota = n.QuotaMode
 	}
 	if n.Metadata && !l.Unlimited && metadataDropped(path) {
-		p.notes = append(p.notes, c.notef(n, "metadata: never sent, as the reference sends none for this rate_limit (its GetLimit makes the limit anew, without metadata, for detailed_metric on a descriptor without descriptors below it, and for value_to_metric on a wildcard or a key above it; but for an empty value of such a key)"))
+		p.notes = append(p.notes, c.notef(n, "metadata: never sent, as the reference sends none for this rate_limit (its GetLimit makes the limit anew, without metadata, for detailed_metric on a descriptor without descriptors below it)"))
 	} else if n.Metadata && !l.Unlimited {
 		p.metadata = n.MetadataMap
+		if !n.DetailedMetric {
+			p.toMetric = toMetric(path, c.o.JoinedKeys)
+		}
 		if hasNull(n.MetadataMap) {
 			p.notes = append(p.notes, c.warnf(n, "metadata: a null is left out (TOML has none); the reference sends it as a null value"))
 		}

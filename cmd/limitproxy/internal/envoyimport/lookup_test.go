@@ -298,3 +298,143 @@ func dumpTree(ns []*Node, indent string) string {
 	}
 	return b.String()
 }
+
+// refJoinedLookup is refLookup as the reference's map is keyed: by each
+// descriptor's KEY_VALUE (KEY for a bare key), which an entry's
+// KEY_VALUE finds first, whatever the descriptor's key, and its bare KEY
+// last (which a descriptor's KEY_VALUE may equal too); the wildcards
+// match the entry's KEY_VALUE in file order between the two.
+func refJoinedLookup(d *Domain, es []entry) *Limit {
+	nodes := d.Nodes
+	var found *Limit
+	for i, e := range es {
+		var next *Node
+		full := e.key + "_" + e.value
+		for _, n := range nodes {
+			if n.FinalKey() == full {
+				next = n
+			}
+		}
+		if next == nil {
+			for _, n := range nodes {
+				if strings.Contains(n.FinalKey(), "*") && wildcardMatch(strings.Split(n.FinalKey(), "*"), full) {
+					next = n
+					break
+				}
+			}
+		}
+		if next == nil {
+			for _, n := range nodes {
+				if n.FinalKey() == e.key {
+					next = n
+				}
+			}
+		}
+		if next != nil && next.Limit != nil && i == len(es)-1 {
+			found = next.Limit
+		}
+		if next == nil || len(next.Children) == 0 {
+			break
+		}
+		nodes = next.Children
+	}
+	return found
+}
+
+// randomJoinedTree is randomTree of keys and values that meet through
+// the join: key "a" with value "b_c" and key "a_b" with value "c" (both
+// "a_b_c"), bare keys equal to another's KEY_VALUE ("a_b"), wildcards
+// of one key that match another's KEY_VALUE ("a=b*" matches key "a_b").
+// Two descriptors of one KEY_VALUE at a level are the reference's load
+// error: one is left out.
+func randomJoinedTree(r *rand.Rand, depth int, id *int) []*Node {
+	keys := []string{"a", "a_b", "b", "a_b_c", "b_c"}
+	values := []string{"", "b", "c", "b_c", "c_x", "x", "b*", "*", "*c", "b_*", "c*", "*_c", "b*c", "*b*"}
+	var out []*Node
+	seen := map[string]bool{}
+	for range r.IntN(6) {
+		n := &Node{Key: keys[r.IntN(len(keys))], Value: values[r.IntN(len(values))]}
+		if seen[n.FinalKey()] {
+			continue
+		}
+		seen[n.FinalKey()] = true
+		*id++
+		n.Line = *id
+		if r.IntN(3) > 0 {
+			n.Limit = &Limit{RequestsPerUnit: uint32(*id), Unit: "minute", Unlimited: r.IntN(8) == 0}
+		}
+		if depth > 1 && r.IntN(2) == 0 {
+			n.Children = randomJoinedTree(r, depth-1, id)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestJoinedLookupDecidesAsTheReference compares, over random trees whose
+// keys and values meet through '_' and random descriptors of such keys
+// and values, the limit the reference's lookup finds with the policy
+// limitproxy finds in the import written with -joined-keys ([rls]
+// lookup = "joined"), parsed and compiled: its MatchDescriptor.
+func TestJoinedLookupDecidesAsTheReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	keys := []string{"a", "a_b", "b", "a_b_c", "b_c", "c"}
+	values := []string{"", "b", "c", "b_c", "c_x", "x", "b*", "*", "b_c_x", "c_b", "_", "b_"}
+	o := Options{JoinedKeys: true}
+	differs := 0
+	for tree := range 1500 {
+		id := 0
+		d := &Domain{File: "t.yaml", Name: "d", Nodes: randomJoinedTree(r, 3, &id)}
+		c := &converter{o: o, file: d.File, names: map[string]int{}}
+		ps := c.domain(d)
+		if len(c.errs) > 0 {
+			t.Fatalf("tree %d: %v", tree, c.errs)
+		}
+		if len(ps) == 0 {
+			continue
+		}
+		toml := render([]Input{{Name: d.File}}, []*Domain{d}, [][]*policy{ps}, nil, o, c.depth)
+		cfg, err := config.Parse("t.toml", toml)
+		if err != nil {
+			t.Fatalf("tree %d: %v\n%s", tree, err, toml)
+		}
+		if cfg.RLS.Lookup != config.LookupJoined {
+			t.Fatalf("tree %d: lookup %q", tree, cfg.RLS.Lookup)
+		}
+		set, err := lpolicy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName := map[string]*Limit{}
+		for _, p := range ps {
+			byName[p.name] = p.from
+		}
+		for range 60 {
+			es := make([]entry, 1+r.IntN(3))
+			for i := range es {
+				es[i] = entry{keys[r.IntN(len(keys))], values[r.IntN(len(values))]}
+			}
+			want := refJoinedLookup(d, es)
+			if want != refLookup(d, es) {
+				differs++
+			}
+			var des []lpolicy.DescriptorEntry
+			for _, e := range es {
+				des = append(des, lpolicy.DescriptorEntry{Key: e.key, Value: e.value})
+			}
+			var got *Limit
+			if q, ok := set.MatchDescriptor("d", des); ok {
+				got = byName[q.Name]
+			}
+			if got != want {
+				t.Fatalf("tree %d, descriptor %v: the reference finds %s, limitproxy's MatchDescriptor %s\n%s\n%s",
+					tree, es, limitString(want), limitString(got), dumpTree(d.Nodes, ""), toml)
+			}
+		}
+	}
+	// The descriptors must reach what only the join finds.
+	if differs < 300 {
+		t.Errorf("%d descriptors found another limit by KEY_VALUE than keys and values apart: too few to tell", differs)
+	}
+	t.Logf("%d descriptors found another limit by KEY_VALUE than keys and values apart", differs)
+}

@@ -58,18 +58,23 @@ func TestMetadata(t *testing.T) {
 }
 
 // TestMetadataDropped: the reference's GetLimit answers without metadata
-// a rate_limit whose descriptor has detailed_metric and nothing below,
-// or one under a value_to_metric wildcard or key (its NewRateLimit has
-// no metadata): the import writes none there.
+// a rate_limit whose descriptor has detailed_metric and nothing below
+// (its NewRateLimit has none): the import writes none there. Under a
+// value_to_metric descriptor the call decides (a value found through a
+// wildcard or a bare key drops it): the import writes the metadata and
+// the policy's value_to_metric entries, which limitproxy decides with.
 func TestMetadataDropped(t *testing.T) {
 	for _, c := range []struct {
-		yaml string
-		sent int // policies with metadata
+		yaml     string
+		sent     int    // policies with metadata
+		toMetric string // their value_to_metric lines
 	}{
-		{"  - key: k\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {a: 1}\n", 0},
-		{"  - key: k\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {a: 1}\n    descriptors:\n      - key: j\n        rate_limit: {unit: minute, requests_per_unit: 1}\n", 1},
-		{"  - key: k\n    value: \"x*\"\n    value_to_metric: true\n    descriptors:\n      - key: j\n        rate_limit: {unit: minute, requests_per_unit: 1}\n        metadata: {a: 1}\n", 1}, // the literal copy's: looked up exactly
-		{"  - key: k\n    value: \"x\"\n    value_to_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {a: 1}\n", 1},
+		{"  - key: k\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {a: 1}\n", 0, ""},
+		{"  - key: k\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {a: 1}\n    descriptors:\n      - key: j\n        rate_limit: {unit: minute, requests_per_unit: 1}\n", 1, ""},
+		{"  - key: k\n    value: \"x*\"\n    value_to_metric: true\n    descriptors:\n      - key: j\n        rate_limit: {unit: minute, requests_per_unit: 1}\n        metadata: {a: 1}\n", 2, `value_to_metric = ["k"]value_to_metric = ["k"]`},                                                                      // the literal copy's and the wildcard's
+		{"  - key: k\n    value_to_metric: true\n    descriptors:\n      - key: k\n        share_threshold: true\n        value_to_metric: true\n        value: \"*\"\n        rate_limit: {unit: minute, requests_per_unit: 1}\n        metadata: {a: 1}\n", 2, `value_to_metric = ["k#1"]value_to_metric = ["k#1"]`}, // share_threshold's key is its pattern's
+		{"  - key: k\n    value: \"x\"\n    value_to_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {a: 1}\n", 1, `value_to_metric = ["k"]`},
+		{"  - key: k\n    value: \"x\"\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata: {a: 1}\n", 1, ""},
 	} {
 		r, err := Import([]Input{{Name: "m.yaml", Src: []byte("domain: d\ndescriptors:\n" + c.yaml)}}, Options{})
 		if err != nil {
@@ -77,6 +82,18 @@ func TestMetadataDropped(t *testing.T) {
 		}
 		if sent := strings.Count(string(r.TOML), "\nmetadata = "); sent != c.sent {
 			t.Errorf("%d policies with metadata, want %d:\n%s\n%s", sent, c.sent, c.yaml, r.TOML)
+		}
+		var lines []string
+		for _, l := range strings.Split(string(r.TOML), "\n") {
+			if v, _, ok := strings.Cut(l, "  #"); ok && strings.HasPrefix(l, "value_to_metric = ") {
+				lines = append(lines, v)
+			}
+		}
+		if got := strings.Join(lines, ""); got != c.toMetric {
+			t.Errorf("value_to_metric %q, want %q:\n%s\n%s", got, c.toMetric, c.yaml, r.TOML)
+		}
+		if _, err := config.Parse("m.toml", r.TOML); err != nil {
+			t.Errorf("%v\n%s", err, r.TOML)
 		}
 	}
 }

@@ -69,8 +69,12 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 	if st.StopIncrement {
 		b.WriteString("stop_increment_when_over_limit = true  # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT\n")
 	}
+	if st.ExpirationJitterMax > 0 {
+		fmt.Fprintf(&b, "expiration_jitter_max = \"%ds\"  # EXPIRATION_JITTER_MAX_SECONDS\n", st.ExpirationJitterMax)
+	}
 	if o.JoinedKeys {
 		b.WriteString("count_keys = \"joined\"  # the reference's counts: keys and values joined with '_' (a=b_c and a_b=c share one)\n")
+		b.WriteString("lookup = \"joined\"  # the reference's lookup by KEY_VALUE: the policies below are its tree of descriptors, in its order\n")
 	}
 	// The reference has no bounds of a call: the widest limitproxy has.
 	fmt.Fprintf(&b, "max_hits_addend = %d\nmax_descriptors = 1024\n", maxCount)
@@ -106,6 +110,9 @@ func render(files []Input, domains []*Domain, perDomain [][]*policy, warnings []
 			}
 			if p.metadata != nil {
 				fmt.Fprintf(&b, "metadata = %s\n", tomlValue(p.metadata))
+			}
+			if p.toMetric != nil {
+				fmt.Fprintf(&b, "value_to_metric = %s  # the reference's: its metadata is sent only as its lookup keeps it\n", quoteList(p.toMetric))
 			}
 			if p.key != nil && p.limit != nil {
 				fmt.Fprintf(&b, "key = %s\n", quoteList(p.key))

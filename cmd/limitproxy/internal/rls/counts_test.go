@@ -218,3 +218,49 @@ func TestCountsRedisDown(t *testing.T) {
 		})
 	}
 }
+
+// TestExpirationJitter: with expiration_jitter_max, each addition to a
+// count named by descriptor sets its expiry to its unit and the random
+// source's seconds from [0, max), as the reference's
+// EXPIRATION_JITTER_MAX_SECONDS: TestCountsNamedByWindowStart's count,
+// last added to per second, outlives its second by the jitter (2 s of
+// at most 3); without it, it ends with the second. Memory store (the
+// Redis store is given the same expiry).
+func TestExpirationJitter(t *testing.T) {
+	for _, tc := range []struct {
+		jitter string
+		rem    uint32 // the rule's, two seconds on: 3 of 3 while the count lasts
+		code   rlsv3.RateLimitResponse_Code
+	}{{`expiration_jitter_max = "3s"`, 0, ok}, {"", 2, ok}} {
+		cfg, err := config.Parse("j.toml", []byte("[rls]\nlisten = \"127.0.0.1:0\"\n"+compat+tc.jitter+"\n"+compatPolicies))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := policy.Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var asked []int64
+		rt := &rlsT{t: t, now: time.Unix(1_800_000_000-1_800_000_000%3600+3600*5, 250_000_000)}
+		rt.s = &service{h: proxy.New(set, proxy.Options{Now: func() time.Time { return rt.now }, Jitter: func(n int64) int64 {
+			asked = append(asked, n)
+			return n - 1
+		}}), cfg: cfg.RLS, log: zap.NewNop()}
+		rt.expect(tc.jitter+": the rule, per minute", rt.call("d", dsc("user=u")), ok, rt.limited(ok, "", 3, minute, 2))
+		rt.expect(tc.jitter+": per second, the same count", rt.call("d", dsc("user=u", own(5, typev3.RateLimitUnit_SECOND))), ok, rt.limited(ok, "", 5, second, 3))
+		rt.now = rt.now.Add(2 * time.Second)
+		rt.expect(tc.jitter+": the rule, two seconds on", rt.call("d", dsc("user=u")), tc.code, rt.limited(tc.code, "", 3, minute, tc.rem))
+		if tc.jitter != "" && (len(asked) != 3 || asked[0] != 3) {
+			t.Errorf("the random source was asked %v, want [3 3 3]", asked)
+		}
+		if tc.jitter == "" && len(asked) != 0 {
+			t.Errorf("without jitter, the random source was asked %v", asked)
+		}
+	}
+	if _, err := config.Parse("j.toml", []byte("[rls]\nlisten = \"127.0.0.1:0\"\nexpiration_jitter_max = \"3s\"\n")); err == nil {
+		t.Error("expiration_jitter_max without compatibility accepted")
+	}
+	if _, err := config.Parse("j.toml", []byte("[rls]\nlisten = \"127.0.0.1:0\"\n"+compat+"expiration_jitter_max = \"1500ms\"\n")); err == nil {
+		t.Error("expiration_jitter_max of 1.5 s accepted")
+	}
+}

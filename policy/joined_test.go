@@ -1,0 +1,54 @@
+package policy
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/limitproxy/limitproxy/limiter/memstore"
+	"github.com/limitproxy/limitproxy/policy/config"
+)
+
+// TestSeenEntries: an entry found through a descriptor of another key is
+// seen as the pattern's key with the rest of its KEY_VALUE; one of the
+// pattern's key as it is; a bare key found by KEY_VALUE with no value.
+func TestSeenEntries(t *testing.T) {
+	cfg, err := config.Parse("j.toml", []byte(`[rls]
+listen = "127.0.0.1:0"
+compatibility = "envoyproxy/ratelimit"
+lookup = "joined"
+
+[[policy]]
+name = "p"
+key = ["descriptor:a", "descriptor:x_y"]
+[policy.match]
+rls_domain = "j"
+descriptor = ["a=b_c", "x_y"]
+[[policy.limits]]
+algorithm = "fixed_window"
+limit = 1
+window = "1m"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ in, want []DescriptorEntry }{
+		{[]DescriptorEntry{{"a_b", "c"}, {"x", "y"}}, []DescriptorEntry{{"a", "b_c"}, {"x_y", ""}}},
+		{[]DescriptorEntry{{"a", "b_c"}, {"x_y", "z"}}, []DescriptorEntry{{"a", "b_c"}, {"x_y", "z"}}},
+	} {
+		p, ok := s.MatchDescriptor("j", c.in)
+		if !ok {
+			t.Fatalf("%v: no policy", c.in)
+		}
+		if got := SeenEntries(p, c.in, nil); !slices.Equal(got, c.want) {
+			t.Errorf("%v: seen as %v, want %v", c.in, got, c.want)
+		}
+	}
+	if _, err := config.Parse("j.toml", []byte("[rls]\nlisten = \"127.0.0.1:0\"\nlookup = \"joined\"\n")); err == nil {
+		t.Error(`lookup = "joined" without compatibility accepted`)
+	}
+}
