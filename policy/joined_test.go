@@ -52,3 +52,53 @@ window = "1m"
 		t.Error(`lookup = "joined" without compatibility accepted`)
 	}
 }
+
+// TestJoinedStarInKey: under lookup = "joined" a '*' in a pattern's key
+// (escaped, as import writes the reference's key "a*") is the
+// reference's wildcard over KEY_VALUE, as its finalKey has it; under
+// "distinct" it is a literal key. The literal KEY_VALUE is looked up
+// first, as the reference's map has it.
+func TestJoinedStarInKey(t *testing.T) {
+	for _, lookup := range []string{"joined", "distinct"} {
+		cfg, err := config.Parse("j.toml", []byte(`[rls]
+listen = "127.0.0.1:0"
+compatibility = "envoyproxy/ratelimit"
+lookup = "`+lookup+`"
+
+[[policy]]
+name = "star"
+[policy.match]
+rls_domain = "j"
+descriptor = ["a\\*"]
+[[policy.limits]]
+algorithm = "fixed_window"
+limit = 1
+window = "1m"
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			e             DescriptorEntry
+			joined, apart bool
+		}{
+			{DescriptorEntry{"a*", "v"}, true, true},  // "a*_v" matches a*; apart, the key as written
+			{DescriptorEntry{"ab", "x"}, true, false}, // "ab_x" matches a*
+			{DescriptorEntry{"a", ""}, true, false},   // "a_" matches a*
+			{DescriptorEntry{"b", "a"}, false, false}, // "b_a" does not
+		} {
+			_, ok := s.MatchDescriptor("j", []DescriptorEntry{c.e})
+			want := c.apart
+			if lookup == "joined" {
+				want = c.joined
+			}
+			if ok != want {
+				t.Errorf("lookup %s, %v: found %v, want %v", lookup, c.e, ok, want)
+			}
+		}
+	}
+}

@@ -142,20 +142,23 @@ type DescriptorPattern struct {
 
 // Joined returns d as envoyproxy/ratelimit keys a descriptor in a level
 // of its tree ([rls] lookup = "joined"): its KEY_VALUE, or KEY for a
-// bare key; and, for a wildcard ("KEY=PATTERN", "KEY=*"), that
-// KEY_VALUE split at each '*' of the value (nil otherwise), which the
-// reference matches against an entry's KEY_VALUE.
+// bare key ("KEY=*" is KEY_*); and, when that holds a '*' (a wildcard's
+// value, "KEY=*", or a '*' the pattern escaped in its key or value, which
+// the reference has no way to escape), that KEY_VALUE split at each '*'
+// (nil otherwise), which the reference matches against an entry's
+// KEY_VALUE.
 func (d DescriptorPattern) Joined() (string, []string) {
+	full := d.Key
 	switch {
-	case d.Glob:
-		parts := append([]string{d.Key + "_" + d.parts[0]}, d.parts[1:]...)
-		return d.Key + "_" + d.Value, parts
 	case d.Star:
-		return d.Key + "_*", []string{d.Key + "_", ""}
-	case d.Exact:
-		return d.Key + "_" + d.Value, nil
+		full += "_*"
+	case d.Exact || d.Glob:
+		full += "_" + d.Value
 	}
-	return d.Key, nil
+	if !strings.Contains(full, "*") {
+		return full, nil
+	}
+	return full, strings.Split(full, "*")
 }
 
 // JoinedMatch reports whether s matches parts, a wildcard of Joined: as

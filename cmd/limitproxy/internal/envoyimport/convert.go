@@ -467,8 +467,8 @@ const maxDepth = 64
 // '\\', '*' or '=' of its key, a '\\' of its value, and a '*' of the value
 // of a literal copy, escaped with '\\'.
 func (c *converter) pattern(n *Node) (string, bool) {
-	if strings.Contains(n.Key, "*") && !n.literal {
-		c.warnf(n, "key %q is matched as written: the reference takes its '*' as a wildcard over the entry's KEY_VALUE", n.Key)
+	if strings.Contains(n.Key, "*") && !n.literal && !c.o.JoinedKeys {
+		c.warnf(n, "key %q is matched as written: the reference takes its '*' as a wildcard over the entry's KEY_VALUE (as -joined-keys does)", n.Key)
 	}
 	key := escape(n.Key, `\*=`)
 	if kind(n) == 2 {

@@ -348,7 +348,7 @@ func refJoinedLookup(d *Domain, es []entry) *Limit {
 // Two descriptors of one KEY_VALUE at a level are the reference's load
 // error: one is left out.
 func randomJoinedTree(r *rand.Rand, depth int, id *int) []*Node {
-	keys := []string{"a", "a_b", "b", "a_b_c", "b_c"}
+	keys := []string{"a", "a_b", "b", "a_b_c", "b_c", "a*", "*_c", "a*b"}
 	values := []string{"", "b", "c", "b_c", "c_x", "x", "b*", "*", "*c", "b_*", "c*", "*_c", "b*c", "*b*"}
 	var out []*Node
 	seen := map[string]bool{}
@@ -378,7 +378,7 @@ func randomJoinedTree(r *rand.Rand, depth int, id *int) []*Node {
 // lookup = "joined"), parsed and compiled: its MatchDescriptor.
 func TestJoinedLookupDecidesAsTheReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	keys := []string{"a", "a_b", "b", "a_b_c", "b_c", "c"}
+	keys := []string{"a", "a_b", "b", "a_b_c", "b_c", "c", "a*", "ab", "x_c", "a*b"}
 	values := []string{"", "b", "c", "b_c", "c_x", "x", "b*", "*", "b_c_x", "c_b", "_", "b_"}
 	o := Options{JoinedKeys: true}
 	differs := 0
@@ -437,4 +437,24 @@ func TestJoinedLookupDecidesAsTheReference(t *testing.T) {
 		t.Errorf("%d descriptors found another limit by KEY_VALUE than keys and values apart: too few to tell", differs)
 	}
 	t.Logf("%d descriptors found another limit by KEY_VALUE than keys and values apart", differs)
+}
+
+// TestStarKeyWarning: import warns of a key with '*' (matched as written
+// by default, where the reference takes it as a wildcard), and not with
+// -joined-keys, whose lookup takes it as the reference does.
+func TestStarKeyWarning(t *testing.T) {
+	src := []byte("domain: d\ndescriptors:\n  - key: \"a*\"\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
+	for _, joined := range []bool{false, true} {
+		res, err := Import([]Input{{Name: "d.yaml", Src: src}}, Options{JoinedKeys: joined})
+		if err != nil {
+			t.Fatal(err)
+		}
+		warned := false
+		for _, w := range res.Warnings {
+			warned = warned || strings.Contains(w.Msg, `key "a*" is matched as written`)
+		}
+		if warned == joined {
+			t.Errorf("-joined-keys %v: warned %v (%v)", joined, warned, res.Warnings)
+		}
+	}
 }
