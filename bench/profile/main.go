@@ -329,6 +329,7 @@ var rules = []struct{ part, prefix string }{
 	{"write(2)", "internal/poll.(*FD).Write"},
 	{"write(2)", "internal/poll.(*FD).Writev"},
 	{"read(2)", "internal/poll.(*FD).Read"},
+	{"read(2)", "syscall.read"}, // the HTTP/1.1 front's raw read (internal/h1's rawRead: syscall.Read, inlined)
 	{"access log", "go.uber.org/zap"},
 	{"access log", "github.com/limitproxy/limitproxy/proxy.(*Handler).logAccess"},
 	{"access log", "github.com/limitproxy/limitproxy/proxy.(*Handler).loggedClient"},
