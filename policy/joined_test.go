@@ -13,29 +13,7 @@ import (
 // seen as the pattern's key with the rest of its KEY_VALUE; one of the
 // pattern's key as it is; a bare key found by KEY_VALUE with no value.
 func TestSeenEntries(t *testing.T) {
-	cfg, err := config.Parse("j.toml", []byte(`[rls]
-listen = "127.0.0.1:0"
-compatibility = "envoyproxy/ratelimit"
-lookup = "joined"
-
-[[policy]]
-name = "p"
-key = ["descriptor:a", "descriptor:x_y"]
-[policy.match]
-rls_domain = "j"
-descriptor = ["a=b_c", "x_y"]
-[[policy.limits]]
-algorithm = "fixed_window"
-limit = 1
-window = "1m"
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Compile(cfg, memstore.New(memstore.Options{}), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := compileRLS(t, "joined", `key = ["descriptor:a", "descriptor:x_y"]`, `descriptor = ["a=b_c", "x_y"]`)
 	for _, c := range []struct{ in, want []DescriptorEntry }{
 		{[]DescriptorEntry{{"a_b", "c"}, {"x", "y"}}, []DescriptorEntry{{"a", "b_c"}, {"x_y", ""}}},
 		{[]DescriptorEntry{{"a", "b_c"}, {"x_y", "z"}}, []DescriptorEntry{{"a", "b_c"}, {"x_y", "z"}}},
@@ -60,28 +38,7 @@ window = "1m"
 // first, as the reference's map has it.
 func TestJoinedStarInKey(t *testing.T) {
 	for _, lookup := range []string{"joined", "distinct"} {
-		cfg, err := config.Parse("j.toml", []byte(`[rls]
-listen = "127.0.0.1:0"
-compatibility = "envoyproxy/ratelimit"
-lookup = "`+lookup+`"
-
-[[policy]]
-name = "star"
-[policy.match]
-rls_domain = "j"
-descriptor = ["a\\*"]
-[[policy.limits]]
-algorithm = "fixed_window"
-limit = 1
-window = "1m"
-`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := Compile(cfg, memstore.New(memstore.Options{}), time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := compileRLS(t, lookup, "", `descriptor = ["a\\*"]`)
 		for _, c := range []struct {
 			e             DescriptorEntry
 			joined, apart bool
@@ -101,4 +58,35 @@ window = "1m"
 			}
 		}
 	}
+}
+
+// compileRLS compiles one RLS policy of domain "j", a fixed window of 1
+// a minute, under [rls] lookup = lookup, with the policy's key line (""
+// for none) and its match table's descriptor line.
+func compileRLS(t *testing.T, lookup, key, descriptor string) *Set {
+	t.Helper()
+	cfg, err := config.Parse("j.toml", []byte(`[rls]
+listen = "127.0.0.1:0"
+compatibility = "envoyproxy/ratelimit"
+lookup = "`+lookup+`"
+
+[[policy]]
+name = "p"
+`+key+`
+[policy.match]
+rls_domain = "j"
+`+descriptor+`
+[[policy.limits]]
+algorithm = "fixed_window"
+limit = 1
+window = "1m"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Compile(cfg, memstore.New(memstore.Options{}), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

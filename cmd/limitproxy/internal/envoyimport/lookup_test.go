@@ -115,11 +115,18 @@ func flatLookup(ps []*policy, domain string, es []entry) *policy {
 }
 
 func randomTree(r *rand.Rand, depth int, id *int) []*Node {
-	keys := []string{"a", "b"}
-	values := []string{"", "x", "y", "xy", "x*", "*", "xy*", "y*", "*y", "x*y", "*x*", "y*x", "x*x", "y*y"}
+	return randomNodes(r, depth, id, 4, []string{"a", "b"},
+		[]string{"", "x", "y", "xy", "x*", "*", "xy*", "y*", "*y", "x*y", "*x*", "y*x", "x*x", "y*y"})
+}
+
+// randomNodes is a random level of up to width-1 descriptors of keys and
+// values (none twice by KEY_VALUE: the reference's load error), each with
+// a limit (unlimited now and then) two times in three and, above depth
+// 1, a level below half the time; id numbers them, as their lines.
+func randomNodes(r *rand.Rand, depth int, id *int, width int, keys, values []string) []*Node {
 	var out []*Node
 	seen := map[string]bool{}
-	for range r.IntN(4) {
+	for range r.IntN(width) {
 		n := &Node{Key: keys[r.IntN(len(keys))], Value: values[r.IntN(len(values))]}
 		if seen[n.FinalKey()] {
 			continue
@@ -131,7 +138,7 @@ func randomTree(r *rand.Rand, depth int, id *int) []*Node {
 			n.Limit = &Limit{RequestsPerUnit: uint32(*id), Unit: "minute", Unlimited: r.IntN(8) == 0}
 		}
 		if depth > 1 && r.IntN(2) == 0 {
-			n.Children = randomTree(r, depth-1, id)
+			n.Children = randomNodes(r, depth-1, id, width, keys, values)
 		}
 		out = append(out, n)
 	}
@@ -348,27 +355,8 @@ func refJoinedLookup(d *Domain, es []entry) *Limit {
 // Two descriptors of one KEY_VALUE at a level are the reference's load
 // error: one is left out.
 func randomJoinedTree(r *rand.Rand, depth int, id *int) []*Node {
-	keys := []string{"a", "a_b", "b", "a_b_c", "b_c", "a*", "*_c", "a*b"}
-	values := []string{"", "b", "c", "b_c", "c_x", "x", "b*", "*", "*c", "b_*", "c*", "*_c", "b*c", "*b*"}
-	var out []*Node
-	seen := map[string]bool{}
-	for range r.IntN(6) {
-		n := &Node{Key: keys[r.IntN(len(keys))], Value: values[r.IntN(len(values))]}
-		if seen[n.FinalKey()] {
-			continue
-		}
-		seen[n.FinalKey()] = true
-		*id++
-		n.Line = *id
-		if r.IntN(3) > 0 {
-			n.Limit = &Limit{RequestsPerUnit: uint32(*id), Unit: "minute", Unlimited: r.IntN(8) == 0}
-		}
-		if depth > 1 && r.IntN(2) == 0 {
-			n.Children = randomJoinedTree(r, depth-1, id)
-		}
-		out = append(out, n)
-	}
-	return out
+	return randomNodes(r, depth, id, 6, []string{"a", "a_b", "b", "a_b_c", "b_c", "a*", "*_c", "a*b"},
+		[]string{"", "b", "c", "b_c", "c_x", "x", "b*", "*", "*c", "b_*", "c*", "*_c", "b*c", "*b*"})
 }
 
 // TestJoinedLookupDecidesAsTheReference compares, over random trees whose
