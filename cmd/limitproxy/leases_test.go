@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -24,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitproxy/limitproxy/internal/redistest"
+	"github.com/limitproxy/limitproxy/internal/testproc"
 )
 
 // TestLeasesThreeProcesses runs three limitproxy processes on one real
@@ -51,7 +53,8 @@ func TestLeasesThreeProcesses(t *testing.T) {
 	const maxShare = 0.1
 	var procs []*process
 	for i := range 3 {
-		conf := fmt.Sprintf(`[server]
+		conf := func(proxyPort, adminPort int) string {
+			return fmt.Sprintf(`[server]
 listen = "127.0.0.1:%d"
 [admin]
 listen = "127.0.0.1:%d"
@@ -101,7 +104,8 @@ key = []
   rate = "100000/s"
   burst = 100000
   accuracy = "bounded"
-`, freePort(t), freePort(t), filepath.Join(dir, fmt.Sprintf("access%d.log", i)), srv.Addr(), maxShare, up.URL)
+`, proxyPort, adminPort, filepath.Join(dir, fmt.Sprintf("access%d.log", i)), srv.Addr(), maxShare, up.URL)
+		}
 		procs = append(procs, startProcess(t, bin, filepath.Join(dir, fmt.Sprintf("p%d.toml", i)), conf))
 	}
 
@@ -229,45 +233,78 @@ func mostWithin(ts []time.Time, w time.Duration) int {
 // process is one limitproxy process this test started.
 type process struct {
 	cmd          *exec.Cmd
+	exited       chan struct{} // closed once cmd has ended (its Wait returned)
 	proxy, admin string
 	accessLog    string
 	stopped      bool
 }
 
-var (
-	listenRE = regexp.MustCompile(`(?m)^listen = "([^"]+)"`)
-	accessRE = regexp.MustCompile(`access_file = "([^"]+)"`)
-)
+var accessRE = regexp.MustCompile(`access_file = "([^"]+)"`)
 
-func startProcess(t *testing.T, bin, path, conf string) *process {
+// startProcess runs limitproxy (bin) on the configuration conf(proxy
+// port, admin port) writes at path, its proxy and admin listeners on
+// loopback ports free when chosen, until the test ends, and waits until
+// it is ready. Ports that another process takes between their choice and
+// limitproxy's bind (it exits, or another's listener answers there) are
+// found out, the process owning no socket that listens on them
+// (testproc.ListensOn), and others tried, up to five in all.
+func startProcess(t *testing.T, bin, path string, conf func(proxyPort, adminPort int) string) *process {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
+	var why []string
+	for range 5 {
+		proxyPort, adminPort := freePort(t), freePort(t)
+		text := conf(proxyPort, adminPort)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := &process{proxy: fmt.Sprintf("127.0.0.1:%d", proxyPort), admin: fmt.Sprintf("127.0.0.1:%d", adminPort),
+			accessLog: accessRE.FindStringSubmatch(text)[1], exited: make(chan struct{})}
+		p.cmd = exec.Command(bin, "-config", path)
+		logFile, err := os.Create(path + ".log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { logFile.Close() })
+		p.cmd.Stderr = logFile
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { p.cmd.Wait(); close(p.exited) }()
+		t.Cleanup(func() { p.stop(t) })
+		err = p.ready(proxyPort, adminPort)
+		if err == nil {
+			return p
+		}
+		p.stop(t)
+		log, _ := os.ReadFile(path + ".log")
+		why = append(why, fmt.Sprintf("%s: %v: %s", p.proxy, err, log))
 	}
-	ls := listenRE.FindAllStringSubmatch(conf, 2)
-	p := &process{proxy: ls[0][1], admin: ls[1][1], accessLog: accessRE.FindStringSubmatch(conf)[1]}
-	p.cmd = exec.Command(bin, "-config", path)
-	logFile, err := os.Create(path + ".log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { logFile.Close() })
-	p.cmd.Stderr = logFile
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.stop(t) })
+	t.Fatalf("limitproxy did not start:\n%s", strings.Join(why, "\n"))
+	return nil
+}
+
+// ready waits until p listens on both its ports and its admin listener
+// answers /readyz with 200, within 20 s.
+func (p *process) ready(proxyPort, adminPort int) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get("http://" + p.admin + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
+		select {
+		case <-p.exited:
+			return fmt.Errorf("exited (%v)", p.cmd.ProcessState)
+		default:
+		}
+		pid := p.cmd.Process.Pid
+		if testproc.ListensOn(pid, proxyPort) && testproc.ListensOn(pid, adminPort) {
+			resp, err := http.Get("http://" + p.admin + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return nil
+				}
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("limitproxy on %s not ready after 20s: %v", p.proxy, err)
+			return errors.New("not ready after 20s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -279,13 +316,11 @@ func (p *process) stop(t *testing.T) {
 	}
 	p.stopped = true
 	p.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-p.exited:
 	case <-time.After(10 * time.Second):
 		p.cmd.Process.Kill()
-		<-done
+		<-p.exited
 	}
 }
 

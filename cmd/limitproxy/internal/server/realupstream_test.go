@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitproxy/limitproxy/internal/testproc"
 )
 
 // The bypasses of limits found by trying limitproxy as a hostile client
@@ -148,7 +150,7 @@ func launch(t *testing.T, addr string, p proc) (string, bool) {
 			return out.String(), false
 		default:
 		}
-		if listensOn(cmd.Process.Pid, port) {
+		if testproc.ListensOn(cmd.Process.Pid, port) {
 			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 				c.Close()
 				t.Cleanup(stop)
@@ -161,40 +163,6 @@ func launch(t *testing.T, addr string, p proc) (string, bool) {
 		}
 		time.Sleep(50 * time.Millisecond) // a real process: nothing to wait on but its port
 	}
-}
-
-// listensOn reports whether process pid holds a TCP socket listening on
-// port (IPv4 or IPv6), from /proc: the socket inodes of its descriptors
-// against those /proc/net/tcp and tcp6 list in the LISTEN state (0A) on
-// port.
-func listensOn(pid, port int) bool {
-	listening := map[string]bool{}
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			fs := strings.Fields(line)
-			if len(fs) < 10 || fs[3] != "0A" {
-				continue
-			}
-			_, hexPort, ok := strings.Cut(fs[1], ":")
-			if p, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && int(p) == port {
-				listening["socket:["+fs[9]+"]"] = true
-			}
-		}
-	}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		return false
-	}
-	for _, fd := range fds {
-		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && listening[l] {
-			return true
-		}
-	}
-	return false
 }
 
 func startNginx(t *testing.T) string {
