@@ -260,17 +260,9 @@ func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
 		blocks := make([][]*policy, len(ordered))
 		steps := make([][]step, len(ordered))
 		for i, n := range ordered {
-			if len(path) == maxDepth {
-				c.errorf(n, "descriptor %s is %d levels deep: an RLS policy's descriptor has at most %d entries (limitproxy's bound; the reference has none)", pathName(d, path, n), len(path)+1, maxDepth)
-				continue
+			if steps[i] = c.stepTo(d, path, n); steps[i] != nil {
+				blocks[i] = c.block(d, steps[i])
 			}
-			c.depth = max(c.depth, len(path)+1)
-			p, ok := c.pattern(n)
-			if !ok {
-				continue
-			}
-			steps[i] = append(path[:len(path):len(path)], step{n, p})
-			blocks[i] = c.block(d, steps[i])
 		}
 		for i, n := range ordered {
 			if steps[i] == nil {
@@ -315,6 +307,21 @@ func (c *converter) level(d *Domain, path []step, nodes []*Node) []*policy {
 
 func (p *policy) depth() int { return len(p.descriptor) }
 
+// stepTo is path with its step to n, nil when n is left out: past
+// maxDepth (an error at n), or without a pattern.
+func (c *converter) stepTo(d *Domain, path []step, n *Node) []step {
+	if len(path) == maxDepth {
+		c.errorf(n, "descriptor %s is %d levels deep: an RLS policy's descriptor has at most %d entries (limitproxy's bound; the reference has none)", pathName(d, path, n), len(path)+1, maxDepth)
+		return nil
+	}
+	c.depth = max(c.depth, len(path)+1)
+	p, ok := c.pattern(n)
+	if !ok {
+		return nil
+	}
+	return append(path[:len(path):len(path)], step{n, p})
+}
+
 // levelJoined is level for [rls] lookup = "joined", which reads a
 // domain's policies as the reference's tree (policy.Set.MatchDescriptor)
 // and looks it up as the reference does: each descriptor in file order
@@ -334,16 +341,10 @@ func (c *converter) levelJoined(d *Domain, path []step, nodes []*Node) []*policy
 			list = []*Node{&lit, n}
 		}
 		for _, m := range list {
-			if len(path) == maxDepth {
-				c.errorf(m, "descriptor %s is %d levels deep: an RLS policy's descriptor has at most %d entries (limitproxy's bound; the reference has none)", pathName(d, path, m), len(path)+1, maxDepth)
+			st := c.stepTo(d, path, m)
+			if st == nil {
 				continue
 			}
-			c.depth = max(c.depth, len(path)+1)
-			p, ok := c.pattern(m)
-			if !ok {
-				continue
-			}
-			st := append(path[:len(path):len(path)], step{m, p})
 			here := c.block(d, st)
 			if len(here) == 0 {
 				here = []*policy{c.stop(d, path, m, patterns(st), nil, "ends the lookup without a limit, as the reference does")}

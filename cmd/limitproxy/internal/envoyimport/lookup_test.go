@@ -21,9 +21,7 @@ type entry struct{ key, value string }
 // returns the rate_limit that applies (an unlimited one too), nil for
 // none.
 func refLookup(d *Domain, es []entry) *Limit {
-	nodes := d.Nodes
-	var found *Limit
-	for i, e := range es {
+	return refWalk(d, es, func(nodes []*Node, e entry) *Node {
 		var next *Node
 		full := e.key + "_" + e.value
 		for _, n := range nodes {
@@ -34,18 +32,28 @@ func refLookup(d *Domain, es []entry) *Limit {
 		if next == nil {
 			for _, n := range nodes {
 				if strings.Contains(n.Value, "*") && wildcardMatch(strings.Split(n.FinalKey(), "*"), full) {
-					next = n
-					break
+					return n
 				}
 			}
-		}
-		if next == nil {
 			for _, n := range nodes {
 				if n.Value == "" && n.Key == e.key {
 					next = n
 				}
 			}
 		}
+		return next
+	})
+}
+
+// refWalk walks d's tree as the reference's GetLimit does, find naming
+// each entry's descriptor in its level (nil for none): a limit counts
+// only at the last entry, and the walk ends where nothing is found or
+// the descriptor found has no level below.
+func refWalk(d *Domain, es []entry, find func(nodes []*Node, e entry) *Node) *Limit {
+	nodes := d.Nodes
+	var found *Limit
+	for i, e := range es {
+		next := find(nodes, e)
 		if next != nil && next.Limit != nil && i == len(es)-1 {
 			found = next.Limit
 		}
@@ -312,9 +320,7 @@ func dumpTree(ns []*Node, indent string) string {
 // last (which a descriptor's KEY_VALUE may equal too); the wildcards
 // match the entry's KEY_VALUE in file order between the two.
 func refJoinedLookup(d *Domain, es []entry) *Limit {
-	nodes := d.Nodes
-	var found *Limit
-	for i, e := range es {
+	return refWalk(d, es, func(nodes []*Node, e entry) *Node {
 		var next *Node
 		full := e.key + "_" + e.value
 		for _, n := range nodes {
@@ -325,27 +331,17 @@ func refJoinedLookup(d *Domain, es []entry) *Limit {
 		if next == nil {
 			for _, n := range nodes {
 				if strings.Contains(n.FinalKey(), "*") && wildcardMatch(strings.Split(n.FinalKey(), "*"), full) {
-					next = n
-					break
+					return n
 				}
 			}
-		}
-		if next == nil {
 			for _, n := range nodes {
 				if n.FinalKey() == e.key {
 					next = n
 				}
 			}
 		}
-		if next != nil && next.Limit != nil && i == len(es)-1 {
-			found = next.Limit
-		}
-		if next == nil || len(next.Children) == 0 {
-			break
-		}
-		nodes = next.Children
-	}
-	return found
+		return next
+	})
 }
 
 // randomJoinedTree is randomTree of keys and values that meet through
